@@ -1,0 +1,161 @@
+"""Rigid transforms, boxes and camera projection.
+
+Frames follow nuScenes/Argoverse conventions: the ego frame has x forward, y left, z up.
+A transform is named for the frames it connects: ``city_SE3_ego`` maps points given in the
+ego frame into the city (global) frame, ``ego_SE3_cam`` maps camera-frame points into the ego frame.
+Camera frames are x right, y down, z forward (optical).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def quat_wxyz_to_matrix(q: np.ndarray) -> np.ndarray:
+    """Unit quaternion(s) (..., 4) as (w, x, y, z) -> rotation matrices (..., 3, 3)."""
+    q = np.asarray(q, dtype=np.float64)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = np.moveaxis(q, -1, 0)
+    m = np.stack([
+        1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+        2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+        2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
+    ], axis=-1)
+    return m.reshape(q.shape[:-1] + (3, 3))
+
+
+def matrix_to_quat_wxyz(R: np.ndarray) -> np.ndarray:
+    """Rotation matrix (3, 3) -> unit quaternion (4,) as (w, x, y, z) with w >= 0."""
+    from scipy.spatial.transform import Rotation
+
+    x, y, z, w = Rotation.from_matrix(np.asarray(R, dtype=np.float64)).as_quat()
+    q = np.array([w, x, y, z])
+    return q if w >= 0 else -q
+
+
+def yaw_to_quat_wxyz(yaw_rad: np.ndarray) -> np.ndarray:
+    """Yaw angle(s) about +z (...,) -> quaternions (..., 4) (w, x, y, z)."""
+    yaw = np.asarray(yaw_rad, dtype=np.float64)
+    return np.stack([np.cos(yaw / 2), np.zeros_like(yaw), np.zeros_like(yaw), np.sin(yaw / 2)], axis=-1)
+
+
+def yaw_of_matrix(R: np.ndarray) -> np.ndarray:
+    """Yaw about +z of rotation matrices (..., 3, 3) -> (...,) radians in [-pi, pi]."""
+    R = np.asarray(R)
+    return np.arctan2(R[..., 1, 0], R[..., 0, 0])
+
+
+def wrap_angle_rad(a: np.ndarray) -> np.ndarray:
+    """Wrap angles to [-pi, pi)."""
+    return (np.asarray(a) + np.pi) % (2 * np.pi) - np.pi
+
+
+@dataclass(frozen=True)
+class SE3:
+    """Rigid transform ``a_SE3_b``: ``transform_points`` maps (N, 3) points from frame b to frame a."""
+
+    rotation: np.ndarray  # (3, 3)
+    translation: np.ndarray  # (3,)
+
+    def __post_init__(self) -> None:
+        R = np.asarray(self.rotation, dtype=np.float64)
+        t = np.asarray(self.translation, dtype=np.float64).reshape(-1)
+        if R.shape != (3, 3):
+            raise ValueError(f"SE3 rotation must be (3, 3), got {R.shape}")
+        if t.shape != (3,):
+            raise ValueError(f"SE3 translation must be (3,), got {t.shape}")
+        if not (np.all(np.isfinite(R)) and np.all(np.isfinite(t))):
+            raise ValueError("SE3 has non-finite entries")
+        if not np.allclose(R @ R.T, np.eye(3), atol=1e-4) or np.linalg.det(R) < 0:
+            raise ValueError("SE3 rotation is not orthonormal with det +1")
+        object.__setattr__(self, "rotation", R)
+        object.__setattr__(self, "translation", t)
+
+    @classmethod
+    def identity(cls) -> "SE3":
+        return cls(np.eye(3), np.zeros(3))
+
+    @classmethod
+    def from_quat(cls, q_wxyz, t) -> "SE3":
+        return cls(quat_wxyz_to_matrix(np.asarray(q_wxyz, dtype=np.float64)), np.asarray(t, dtype=np.float64))
+
+    @classmethod
+    def from_matrix(cls, T) -> "SE3":
+        T = np.asarray(T, dtype=np.float64)
+        if T.shape != (4, 4):
+            raise ValueError(f"SE3 matrix must be (4, 4), got {T.shape}")
+        return cls(T[:3, :3], T[:3, 3])
+
+    def as_matrix(self) -> np.ndarray:
+        T = np.eye(4)
+        T[:3, :3] = self.rotation
+        T[:3, 3] = self.translation
+        return T
+
+    def transform_points(self, points: np.ndarray) -> np.ndarray:
+        """(N, 3) points in frame b -> (N, 3) in frame a."""
+        p = np.asarray(points, dtype=np.float64)
+        return p @ self.rotation.T + self.translation
+
+    def rotate_vectors(self, v: np.ndarray) -> np.ndarray:
+        """(N, 3) direction vectors in frame b -> frame a (no translation)."""
+        return np.asarray(v, dtype=np.float64) @ self.rotation.T
+
+    def inverse(self) -> "SE3":
+        return SE3(self.rotation.T, -self.rotation.T @ self.translation)
+
+    def compose(self, b_SE3_c: "SE3") -> "SE3":
+        """``a_SE3_b.compose(b_SE3_c)`` -> ``a_SE3_c``."""
+        return SE3(self.rotation @ b_SE3_c.rotation, self.rotation @ b_SE3_c.translation + self.translation)
+
+    @property
+    def yaw_rad(self) -> float:
+        return float(yaw_of_matrix(self.rotation))
+
+
+def box_corners(center_m: np.ndarray, size_lwh_m: np.ndarray, yaw_rad: np.ndarray) -> np.ndarray:
+    """Corners of yaw-only boxes.
+
+    center_m (N, 3) box centres (geometric centre, not bottom), size_lwh_m (N, 3) length along the
+    heading, width, height, yaw_rad (N,) about +z. Returns (N, 8, 3) in the same frame; corners 0-3 are
+    the top face (+z), 4-7 the bottom, ordered front-left, front-right, back-right, back-left.
+    """
+    c = np.asarray(center_m, dtype=np.float64).reshape(-1, 3)
+    s = np.asarray(size_lwh_m, dtype=np.float64).reshape(-1, 3)
+    yaw = np.asarray(yaw_rad, dtype=np.float64).reshape(-1)
+    sx = np.array([1, 1, -1, -1, 1, 1, -1, -1], dtype=np.float64) * 0.5
+    sy = np.array([1, -1, -1, 1, 1, -1, -1, 1], dtype=np.float64) * 0.5
+    sz = np.array([1, 1, 1, 1, -1, -1, -1, -1], dtype=np.float64) * 0.5
+    local = np.stack([sx[None] * s[:, :1], sy[None] * s[:, 1:2], sz[None] * s[:, 2:3]], axis=-1)  # (N,8,3)
+    cy, sn = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+    x = local[..., 0] * cy - local[..., 1] * sn
+    y = local[..., 0] * sn + local[..., 1] * cy
+    return np.stack([x, y, local[..., 2]], axis=-1) + c[:, None, :]
+
+
+def points_in_boxes(points: np.ndarray, center_m: np.ndarray, size_lwh_m: np.ndarray, yaw_rad: np.ndarray) -> np.ndarray:
+    """Membership mask (N_boxes, N_points) of (P, 3) points inside yaw-only boxes (same frame)."""
+    p = np.asarray(points, dtype=np.float64)[:, :3]
+    c = np.asarray(center_m, dtype=np.float64).reshape(-1, 3)
+    s = np.asarray(size_lwh_m, dtype=np.float64).reshape(-1, 3)
+    yaw = np.asarray(yaw_rad, dtype=np.float64).reshape(-1)
+    d = p[None, :, :] - c[:, None, :]
+    cy, sn = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+    lx = d[..., 0] * cy + d[..., 1] * sn
+    ly = -d[..., 0] * sn + d[..., 1] * cy
+    return (np.abs(lx) <= s[:, :1] / 2) & (np.abs(ly) <= s[:, 1:2] / 2) & (np.abs(d[..., 2]) <= s[:, 2:3] / 2)
+
+
+def project_to_image(points_cam: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pinhole projection. points_cam (..., 3) in the optical camera frame, K (3, 3).
+
+    Returns (uv (..., 2) pixels, depth_m (...,)). Points with depth <= 0 get NaN pixels.
+    """
+    p = np.asarray(points_cam, dtype=np.float64)
+    depth = p[..., 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        uvw = p @ np.asarray(K, dtype=np.float64).T
+        uv = uvw[..., :2] / uvw[..., 2:3]
+    uv = np.where((depth > 0)[..., None], uv, np.nan)
+    return uv, depth

@@ -1,0 +1,28 @@
+"""The one interface every log source implements: list scenes, load a scene of synchronized frames."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from generator.types import Scene
+
+
+class LogSource(ABC):
+    """A set of driving logs. Implementations: ``NuScenesSource`` (devkit), ``AV2Source`` (feather)."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def scene_ids(self) -> list[str]:
+        """Scene identifiers in a stable order (nuScenes scene tokens/names, AV2 log ids)."""
+
+    @abstractmethod
+    def load_scene(self, scene_id: str) -> Scene:
+        """All frames of one scene in time order, with calibration, poses, file paths and labels.
+
+        Raises ``SourceError`` naming the scene and the file when the scene cannot be read; anchors
+        (1 Hz keyframes) are marked according to the source's ``KeyframeConfig``.
+        """
+
+    def describe(self) -> dict:
+        """A JSON-able description sufficient to rebuild the source on another node."""
+        return {"kind": self.name}
