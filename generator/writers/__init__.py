@@ -1,0 +1,1 @@
+"""Writers: QA Parquet shards, WebDataset shards, the dataset card and the STRIDE-QA-Bench export."""

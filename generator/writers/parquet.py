@@ -1,0 +1,132 @@
+"""QA rows -> size-bounded Parquet shards named by scene (``OUT/qa/<safe scene>-<k:05d>.parquet``).
+
+A scene's shards are its whole QA set: rewriting a scene (``regenerate``) writes shards 0..n-1 under
+temporary names, renames each into place atomically, then removes that scene's stale shards numbered
+n and above, so readers never see a half-written file and never see rows from an older run mixed in.
+The files are plain Parquet with the ``schemas.tables.QA`` schema (metadata included), readable by
+``pyarrow``, ``pandas`` and ``datasets.load_dataset("parquet", data_files=...)``.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from generator.runfolder import safe_name
+from schemas.config import WriterConfig
+from schemas.tables import QA, check_schema
+
+QA_DIR = "qa"
+_SHARD_RE = r"^{stem}-(\d{{5}})\.parquet$"
+
+
+def qa_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
+    """``out_dir/qa/<safe scene>-<k:05d>.parquet`` (``out_dir`` is the run folder root)."""
+    return Path(out_dir) / QA_DIR / f"{safe_name(scene_id)}-{k:05d}.parquet"
+
+
+def scene_qa_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
+    """The scene's existing QA shards in shard order (only exact ``<stem>-<5 digits>.parquet`` names,
+    so scene ``a`` never claims scene ``a-00001``'s files)."""
+    d = Path(out_dir) / QA_DIR
+    if not d.is_dir():
+        return []
+    pat = re.compile(_SHARD_RE.format(stem=re.escape(safe_name(scene_id))))
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := pat.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def all_qa_shards(out_dir: str | os.PathLike) -> list[Path]:
+    """Every committed QA shard of a run folder, sorted by name (temporary files excluded)."""
+    d = Path(out_dir) / QA_DIR
+    return sorted(p for p in d.glob("*.parquet") if not p.name.startswith(".")) if d.is_dir() else []
+
+
+def _footer_bytes(schema: pa.Schema, compression: str) -> int:
+    """Size of an empty Parquet file with ``schema``: the fixed cost (footer, schema, metadata) of a shard."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink, compression=compression)
+    return sink.getvalue().size
+
+
+def _write_tmp(path: Path, table: pa.Table, compression: str) -> tuple[Path, int]:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    pq.write_table(table, tmp, compression=compression)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    return tmp, tmp.stat().st_size
+
+
+def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_bytes: int,
+                  compression: str = "zstd") -> list[Path]:
+    """Write contiguous runs of ``table`` to successive ``paths``; each file holds at most ``max_rows``
+    rows and at most ``max_bytes`` bytes on disk (a single row too large for the bound gets a file of its
+    own). Each file is written under a temporary name, fsynced and renamed into place.
+
+    The first guess of rows per file is the byte budget left after the fixed Parquet footer over the
+    table's mean in-memory row size; a run whose Arrow size or written file exceeds the bound is halved
+    and retried (rows differ in size: long questions, many groundings).
+    """
+    n = table.num_rows
+    if n == 0:
+        return []
+    budget = max(1, max_bytes - _footer_bytes(table.schema, compression))
+    step = int(max(1, min(max_rows, budget // max(1.0, table.nbytes / n))))
+    written: list[Path] = []
+    off = 0
+    while off < n:
+        length = min(step, n - off)
+        while length > 1 and table.slice(off, length).nbytes > budget:
+            length //= 2
+        path = next(paths)
+        while True:
+            tmp, size = _write_tmp(path, table.slice(off, length), compression)
+            if size <= max_bytes or length == 1:
+                break
+            tmp.unlink()
+            length //= 2
+        os.replace(tmp, path)
+        written.append(path)
+        off += length
+    return written
+
+
+def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
+                    cfg: WriterConfig | None = None) -> list[Path]:
+    """Write one scene's QA rows as shards ``out_dir/qa/<safe scene>-<k:05d>.parquet``, k = 0, 1, ...
+
+    ``out_dir`` is the run folder root. ``table`` follows ``schemas.tables.QA`` (cast with
+    ``check_schema``; a mismatch raises ValueError naming the scene) and every row must carry
+    ``scene_id == scene_id``. Shards hold at most ``cfg.parquet_max_rows`` rows and
+    ``cfg.parquet_max_bytes`` bytes on disk; rows keep their order. The scene's stale shards numbered
+    past the new count are removed afterwards; an empty table leaves the scene with no shards.
+    Returns the written paths in shard order.
+    """
+    cfg = cfg or WriterConfig()
+    table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
+    if table.num_rows:
+        scenes = pc.unique(table.column("scene_id")).to_pylist()
+        if scenes != [scene_id]:
+            raise ValueError(f"write_qa_shards(scene '{scene_id}'): table holds rows of scenes {scenes}; "
+                             "write one scene at a time")
+    qa_dir = Path(out_dir) / QA_DIR
+    qa_dir.mkdir(parents=True, exist_ok=True)
+    old = scene_qa_shards(out_dir, scene_id)
+    paths = (qa_shard_path(out_dir, scene_id, k) for k in itertools.count())
+    try:
+        written = write_bounded(table, paths, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression)
+    finally:  # a failed write leaves no temporary files behind
+        for tmp in qa_dir.glob(f".{safe_name(scene_id)}-*.parquet.*.tmp"):
+            tmp.unlink(missing_ok=True)
+    keep = set(written)
+    for p in old:
+        if p not in keep:
+            p.unlink(missing_ok=True)
+    return written

@@ -1,0 +1,92 @@
+"""QA Parquet shards: size bounds, deterministic names, atomic replace, three readers agree."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from conftest_writers import make_qa_table
+from generator.writers.parquet import qa_shard_path, scene_qa_shards, write_qa_shards
+from schemas.config import WriterConfig
+from schemas.tables import QA
+
+
+def _read_all(paths) -> pa.Table:
+    return pa.concat_tables([pq.read_table(p) for p in paths])
+
+
+def test_row_bound_names_and_roundtrip(tmp_path):
+    t = make_qa_table("scene/odd id", n=53, seed=1)
+    paths = write_qa_shards(t, tmp_path, "scene/odd id", WriterConfig(parquet_max_rows=10))
+    assert [p.name for p in paths] == [f"scene_odd_id-{k:05d}.parquet" for k in range(6)]
+    assert all(p.parent == tmp_path / "qa" for p in paths)
+    assert [pq.ParquetFile(p).metadata.num_rows for p in paths] == [10, 10, 10, 10, 10, 3]
+    back = _read_all(paths)
+    assert back.schema.equals(QA, check_metadata=False)
+    assert back.equals(t)
+    assert not list((tmp_path / "qa").glob(".*tmp")), "temporary files left behind"
+
+
+def test_byte_bound(tmp_path):
+    t = make_qa_table("s1", n=40, seed=2, pad_question=20_000)  # incompressible-ish text, ~20 kB per row
+    limit = 96 * 1024
+    paths = write_qa_shards(t, tmp_path, "s1", WriterConfig(parquet_max_bytes=limit))
+    assert len(paths) >= 40 * 15_000 // limit
+    for p in paths:
+        assert pq.read_table(p).nbytes <= limit
+        assert p.stat().st_size <= limit
+    assert _read_all(paths).equals(t)
+
+
+def test_rewrite_replaces_scene_exactly(tmp_path):
+    cfg = WriterConfig(parquet_max_rows=5)
+    other = write_qa_shards(make_qa_table("s1-00001", n=12), tmp_path, "s1-00001", cfg)  # prefix-alike scene
+    first = write_qa_shards(make_qa_table("s1", n=23, seed=3), tmp_path, "s1", cfg)
+    assert len(first) == 5
+    t2 = make_qa_table("s1", n=7, seed=4)
+    second = write_qa_shards(t2, tmp_path, "s1", cfg)
+    assert second == first[:2]
+    assert scene_qa_shards(tmp_path, "s1") == second
+    assert _read_all(second).equals(t2)
+    assert scene_qa_shards(tmp_path, "s1-00001") == other  # untouched
+    assert write_qa_shards(t2.slice(0, 0), tmp_path, "s1", cfg) == []
+    assert scene_qa_shards(tmp_path, "s1") == []
+    assert qa_shard_path(tmp_path, "s1", 3).name == "s1-00003.parquet"
+
+
+def test_rejects_bad_input(tmp_path):
+    t = make_qa_table("s1", n=4)
+    with pytest.raises(ValueError, match="scene 's2'.*scenes"):
+        write_qa_shards(t, tmp_path, "s2")
+    with pytest.raises(ValueError, match="missing \\['grounding'\\]"):
+        write_qa_shards(t.drop_columns(["grounding"]), tmp_path, "s1")
+
+
+def test_readers_pandas_and_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    t = pa.concat_tables([make_qa_table("a", n=15, seed=5), make_qa_table("b", n=9, seed=6)])
+    cfg = WriterConfig(parquet_max_rows=4)
+    pa_paths = write_qa_shards(t.filter(pa.compute.equal(t["scene_id"], "a")), tmp_path, "a", cfg)
+    pb_paths = write_qa_shards(t.filter(pa.compute.equal(t["scene_id"], "b")), tmp_path, "b", cfg)
+    files = [str(p) for p in pa_paths + pb_paths]
+    # pyarrow dataset over the folder
+    dset = ds.dataset(tmp_path / "qa", format="parquet")
+    assert dset.count_rows() == 24
+    # pandas
+    import pandas as pd
+    df = pd.read_parquet(tmp_path / "qa")
+    assert sorted(df["qa_id"]) == sorted(t["qa_id"].to_pylist())
+    g0 = df.set_index("qa_id").loc["a-000002", "grounding"]
+    assert g0[0]["mask_rle"]["counts"] == t.to_pylist()[2]["grounding"][0]["mask_rle"]["counts"]
+    # Hugging Face datasets
+    hf = datasets.load_dataset("parquet", data_files=files, split="train",
+                               cache_dir=str(tmp_path / "hf_cache"))
+    assert hf.num_rows == 24
+    rows = {r["qa_id"]: r for r in hf}
+    want = {r["qa_id"]: r for r in t.to_pylist()}
+    for qid in ("a-000003", "b-000008"):
+        assert rows[qid]["question"] == want[qid]["question"]
+        assert rows[qid]["value"] == pytest.approx(want[qid]["value"]) if want[qid]["value"] is not None \
+            else rows[qid]["value"] is None
+        assert [g["box_xyxy"] for g in rows[qid]["grounding"]] == [g["box_xyxy"] for g in want[qid]["grounding"]]
