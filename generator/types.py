@@ -149,6 +149,7 @@ class Scene:
     log_name: str
     frames: list[Frame]
     anchor_indices: list[int] = field(default_factory=list)
+    front_camera: str = "CAM_FRONT"  # the forward-facing camera's name (AV2: 'ring_front_center')
 
     def __post_init__(self) -> None:
         ts = [f.timestamp_us for f in self.frames]
