@@ -1,0 +1,259 @@
+"""CenterPoint's greedy closest-point tracker (PubTracker), vectorised, plus track velocities.
+
+Pure core: ``track_scene(timestamps_us, detections, cfg, city_SE3_ego) -> list[Boxes3D]``.
+
+What it does, frame by frame in time order (one scene at a time):
+  * every box is moved to the global (city) frame with its frame's ``city_SE3_ego``;
+  * a detection is compared with each live track's last position, the detection moved *back* by its
+    velocity times the time since that track was last seen (CenterPoint); when the detector gives no
+    velocity the track's own velocity moves the track forward instead (same geometry, other source);
+  * a pair is allowed only within the class's gate: ``max(min_gate_m, gates_mps[class] * dt)`` with
+    ``dt`` the time since the previous frame (the per-second gates of the config scaled to the log's
+    frame interval: 2 Hz nuScenes keyframes, 10 Hz AV2) and only between equal classes;
+  * greedy assignment, closest pair first. It is computed in vectorised rounds of mutual nearest
+    neighbours: the closest remaining pair is always mutually nearest, and every mutually nearest pair is
+    one the sequential greedy would pick, so the result equals CenterPoint's greedy loop;
+  * unmatched detections start tracks (birth); unmatched tracks coast and die when unseen for longer
+    than ``max_age_s``; coasted positions are not emitted as boxes (CenterPoint emits active tracks only);
+  * fragments are then linked (DRAMA-X, ``actors.track.linking``), tracks shorter than ``min_hits`` are
+    dropped, and every box gets a velocity from its track (``velocity_from_track``): the least-squares
+    slope of its global centre over its track's boxes within ``+-velocity_window_s``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from generator.geometry import SE3
+from generator.types import Boxes3D
+from schemas.config import DETECTION_CLASSES, TrackingConfig
+
+_CLASS_INDEX = {c: i for i, c in enumerate(DETECTION_CLASSES)}
+
+
+def class_indices(class_name: np.ndarray) -> np.ndarray:
+    """(N,) class names -> (N,) int indices into DETECTION_CLASSES (-1 for anything else)."""
+    return np.fromiter((_CLASS_INDEX.get(c, -1) for c in class_name), dtype=np.int64, count=len(class_name))
+
+
+def gate_speeds(cfg: TrackingConfig, table: str = "gates_mps") -> np.ndarray:
+    """(len(DETECTION_CLASSES) + 1,) gate speed per class index from ``cfg.<table>``; the last entry
+    (index -1) is for unknown classes (the largest gate)."""
+    d = getattr(cfg, table)
+    return np.array([d.get(c, 0.0) for c in DETECTION_CLASSES] + [max(d.values(), default=0.0)])
+
+
+def greedy_match(dist: np.ndarray) -> np.ndarray:
+    """Greedy closest-pair assignment. dist (N, T) with ``inf`` where a pair is not allowed.
+
+    Returns (N,) int: the column matched to each row, -1 for none. Equal to sorting all finite pairs
+    and taking each whose row and column are still free.
+    """
+    n, t = dist.shape
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or t == 0:
+        return out
+    d = dist.copy()
+    rows = np.arange(n)
+    while True:
+        best_col = d.argmin(axis=1)
+        best_row = d.argmin(axis=0)
+        dmin = d[rows, best_col]
+        mutual = np.isfinite(dmin) & (best_row[best_col] == rows)
+        if not mutual.any():
+            return out
+        r, c = rows[mutual], best_col[mutual]
+        out[r] = c
+        d[r, :] = np.inf
+        d[:, c] = np.inf
+
+
+def _stack_poses(poses: list[SE3]) -> tuple[np.ndarray, np.ndarray]:
+    R = np.stack([p.rotation for p in poses]) if poses else np.zeros((0, 3, 3))
+    t = np.stack([p.translation for p in poses]) if poses else np.zeros((0, 3))
+    return R, t
+
+
+def to_global(frame_of_box: np.ndarray, center_m: np.ndarray, velocity_mps: np.ndarray, yaw_rad: np.ndarray,
+              R: np.ndarray, t: np.ndarray):
+    """Ego-frame boxes -> global. frame_of_box (N,), center (N,3), velocity (N,2), yaw (N,), poses R (F,3,3), t (F,3).
+
+    Returns (center_global (N,3), velocity_global (N,2), yaw_global (N,))."""
+    Rb = R[frame_of_box]
+    c = np.einsum("nij,nj->ni", Rb, center_m) + t[frame_of_box]
+    v = np.einsum("nij,nj->ni", Rb[:, :2, :2], velocity_mps)
+    yaw = yaw_rad + np.arctan2(Rb[:, 1, 0], Rb[:, 0, 0])
+    return c, v, yaw
+
+
+def track_velocity(track_id: np.ndarray, t_s: np.ndarray, xy: np.ndarray, window_s: float) -> np.ndarray:
+    """Per-box velocity (N, 2) from its track: least-squares slope of ``xy`` (N, 2) over time ``t_s`` (N,)
+    using the boxes of the same track within ``+-window_s``. NaN for a box alone in its window.
+    Boxes with track_id < 0 get NaN. Vectorised with cumulative sums over (track, time)-sorted boxes."""
+    n = len(track_id)
+    out = np.full((n, 2), np.nan)
+    ok = track_id >= 0
+    if not ok.any():
+        return out
+    idx = np.nonzero(ok)[0]
+    order = idx[np.lexsort((t_s[idx], track_id[idx]))]
+    tid, tt, p = track_id[order], t_s[order], xy[order]
+    # A single sortable key: tracks far apart in "time" so windows never cross tracks.
+    span = float(tt.max() - tt.min()) + 4 * window_s + 1.0
+    _, rank = np.unique(tid, return_inverse=True)
+    key = rank * span + (tt - tt.min())
+    lo = np.searchsorted(key, key - window_s - 1e-9, side="left")
+    hi = np.searchsorted(key, key + window_s + 1e-9, side="right")
+    tc = tt - tt.mean()
+    cs = lambda a: np.concatenate([np.zeros((1,) + a.shape[1:]), np.cumsum(a, axis=0)])
+    S1, St, Stt = cs(np.ones_like(tc)), cs(tc), cs(tc * tc)
+    Sp, Stp = cs(p), cs(tc[:, None] * p)
+    cnt = S1[hi] - S1[lo]
+    st, stt = St[hi] - St[lo], Stt[hi] - Stt[lo]
+    sp, stp = Sp[hi] - Sp[lo], Stp[hi] - Stp[lo]
+    den = cnt * stt - st * st
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = (cnt[:, None] * stp - st[:, None] * sp) / den[:, None]
+    slope[(cnt < 2) | (np.abs(den) < 1e-12)] = np.nan
+    out[order] = slope
+    return out
+
+
+def _online_tracking(t_s: np.ndarray, frame_start: np.ndarray, pos: np.ndarray, vel: np.ndarray, cls: np.ndarray,
+                     cfg: TrackingConfig) -> np.ndarray:
+    """The online greedy tracker over all boxes of one scene (sorted by frame). Returns (N,) raw track ids."""
+    n_total = len(pos)
+    gates = gate_speeds(cfg)
+    birth_gates = gate_speeds(cfg, "max_speed_mps")
+    has_vel = np.all(np.isfinite(vel), axis=1)
+    track_of_box = np.full(n_total, -1, dtype=np.int64)
+    # Track state, capacity = every box could start a track.
+    last_pos = np.zeros((n_total, 2))
+    last_t = np.zeros(n_total)
+    t_vel = np.zeros((n_total, 2))
+    t_vel_known = np.zeros(n_total, dtype=bool)
+    t_cls = np.zeros(n_total, dtype=np.int64)
+    live = np.zeros(0, dtype=np.int64)
+    n_tracks = 0
+    a_gain, b_gain = cfg.filter_position_gain, cfg.filter_velocity_gain
+    prev_t = None
+    for k in range(len(frame_start) - 1):
+        s, e = frame_start[k], frame_start[k + 1]
+        tk = t_s[k]
+        dt_frame = (tk - prev_t) if prev_t is not None else 0.0
+        prev_t = tk
+        if len(live):
+            live = live[tk - last_t[live] <= cfg.max_age_s + 1e-6]
+        if e == s:
+            continue
+        p, v, c, hv = pos[s:e], vel[s:e], cls[s:e], has_vel[s:e]
+        if len(live):
+            gap = tk - last_t[live]  # (T,)
+            vt = np.where(t_vel_known[live, None], t_vel[live], 0.0)  # (T,2)
+            v_used = np.where(hv[:, None, None], v[:, None, :], vt[None, :, :])  # (N,T,2)
+            diff = p[:, None, :] - last_pos[live][None] - v_used * gap[None, :, None]
+            dist = np.sqrt((diff * diff).sum(-1))
+            # Gate: the class's per-second gate over the frame interval; while neither the detection nor the
+            # track has a velocity, the class's top speed over the time since the track was seen.
+            gate = np.maximum(cfg.min_gate_m, gates[c] * dt_frame)[:, None]
+            no_vel = ~hv[:, None] & ~t_vel_known[live][None, :]
+            gate = np.where(no_vel, np.maximum(gate, birth_gates[c][:, None] * gap[None, :]), gate)
+            allowed = (c[:, None] == t_cls[live][None, :]) & (dist <= gate)
+            m = greedy_match(np.where(allowed, dist, np.inf))
+        else:
+            m = np.full(e - s, -1, dtype=np.int64)
+        matched = m >= 0
+        if matched.any():
+            tr = live[m[matched]]
+            di = np.nonzero(matched)[0]
+            gap = tk - last_t[tr]
+            gap_c = np.maximum(gap, 1e-6)[:, None]
+            known = t_vel_known[tr, None]
+            # No detector velocity: an alpha-beta filter on the track (position gain a, velocity gain b);
+            # the first match initialises the velocity with the finite difference.
+            resid = p[di] - (last_pos[tr] + t_vel[tr] * gap_c)
+            ab_pos = np.where(known, p[di] - (1 - a_gain) * resid, p[di])
+            ab_vel = np.where(known, t_vel[tr] + b_gain * resid / gap_c, (p[di] - last_pos[tr]) / gap_c)
+            # Detector velocity (CenterPoint): the track takes the detection's velocity.
+            t_vel[tr] = np.where(hv[di, None], v[di], ab_vel)
+            t_vel_known[tr] = True
+            last_pos[tr] = np.where(hv[di, None] & (not cfg.filter_positions), p[di], ab_pos)
+            last_t[tr] = tk
+            track_of_box[s + di] = tr
+        born = np.nonzero(~matched)[0]
+        if len(born):
+            new = np.arange(n_tracks, n_tracks + len(born))
+            n_tracks += len(born)
+            last_pos[new] = p[born]
+            last_t[new] = tk
+            t_vel[new] = np.where(hv[born, None], v[born], 0.0)
+            t_vel_known[new] = hv[born]
+            t_cls[new] = c[born]
+            track_of_box[s + born] = new
+            live = np.concatenate([live, new])
+    return track_of_box
+
+
+def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
+                city_SE3_ego: list[SE3]) -> list[Boxes3D]:
+    """Track one scene's detections.
+
+    timestamps_us (F,) strictly increasing; detections: F Boxes3D in each frame's ego frame;
+    city_SE3_ego: F ego poses. Returns F Boxes3D (copies of the inputs, same order, minus boxes of
+    tracks shorter than ``cfg.min_hits``) with ``track_id`` >= 0 (consecutive from 0 in order of first
+    appearance, unique within the scene) and ``velocity_mps`` (ego frame of each frame) set by
+    ``cfg.velocity_from_track``: 'missing' fills NaN velocities from the track, 'always' replaces all,
+    'never' keeps the detector's.
+    """
+    from actors.track.linking import link_fragments
+
+    ts = np.asarray(timestamps_us, dtype=np.int64).reshape(-1)
+    f = len(ts)
+    if len(detections) != f or len(city_SE3_ego) != f:
+        raise ValueError(f"track_scene: {f} timestamps, {len(detections)} detection sets and "
+                         f"{len(city_SE3_ego)} poses; they must be equal")
+    if f > 1 and np.any(np.diff(ts) <= 0):
+        raise ValueError("track_scene: timestamps_us must be strictly increasing (one scene, in time order)")
+    if f == 0:
+        return []
+    counts = np.array([len(d) for d in detections], dtype=np.int64)
+    frame_start = np.concatenate([[0], np.cumsum(counts)])
+    allb = Boxes3D.concat(list(detections))
+    n = len(allb)
+    frame_of_box = np.repeat(np.arange(f), counts)
+    t_s = (ts - ts[0]) / 1e6
+    R, tr = _stack_poses(list(city_SE3_ego))
+    cg, vg, yawg = to_global(frame_of_box, allb.center_m, allb.velocity_mps, allb.yaw_rad, R, tr)
+    cls = class_indices(allb.class_name)
+    raw = _online_tracking(t_s, frame_start, cg[:, :2], vg, cls, cfg)
+    tb = t_s[frame_of_box]
+    if cfg.linking.enabled and n:
+        v_tr = track_velocity(raw, tb, cg[:, :2], cfg.velocity_window_s)
+        v_end = np.where(np.isfinite(vg), vg, v_tr)
+        raw = link_fragments(raw, tb, cg[:, :2], v_end, allb.size_lwh_m, cls, cfg,
+                             frame_interval_s=float(np.median(np.diff(t_s))) if f > 1 else 0.5)
+    keep = np.ones(n, dtype=bool)
+    if cfg.min_hits > 1 and n:
+        _, inv, hits = np.unique(raw, return_inverse=True, return_counts=True)
+        keep = hits[inv] >= cfg.min_hits
+    # Consecutive ids in order of first appearance.
+    tid = np.full(n, -1, dtype=np.int64)
+    if keep.any():
+        uniq, first = np.unique(raw[keep], return_index=True)
+        order = np.argsort(first)
+        remap = np.empty(len(uniq), dtype=np.int64)
+        remap[order] = np.arange(len(uniq))
+        tid[keep] = remap[np.searchsorted(uniq, raw[keep])]
+    vel = allb.velocity_mps.copy()
+    if cfg.velocity_from_track != "never" and n:
+        v_tr_g = track_velocity(np.where(keep, tid, -1), tb, cg[:, :2], cfg.velocity_window_s)
+        Rb = R[frame_of_box][:, :2, :2]
+        v_tr_e = np.einsum("nji,nj->ni", Rb, v_tr_g)  # global -> ego: R^T v
+        if cfg.velocity_from_track == "always":
+            vel = v_tr_e
+        else:
+            vel = np.where(np.isfinite(vel).all(axis=1)[:, None], vel, v_tr_e)
+    fields = {k: getattr(allb, k) for k in Boxes3D.fields()}
+    fields.update(track_id=tid, velocity_mps=vel)
+    out = Boxes3D(**fields)
+    return [out.subset(np.arange(frame_start[k], frame_start[k + 1])[keep[frame_start[k]:frame_start[k + 1]]])
+            for k in range(f)]
