@@ -1,12 +1,18 @@
 """Projection of 3D boxes into cameras.
 
-``project_boxes`` follows the nuScenes/mmdet3d convention for 2D boxes of 3D objects: the eight
-corners are moved into the camera frame, corners behind the camera are dropped, the rest are projected
-and the convex hull is intersected with the image; the 2D box is that intersection's bounds.
+``project_boxes`` follows the nuScenes/mmdet3d convention for the 2D box of a 3D object (nuScenes
+devkit ``export_2d_annotations_as_json`` / mmdet3d ``get_2d_boxes``): the eight corners are moved into
+the camera frame, corners at or behind the image plane (depth <= ``min_depth_m``) are dropped, the rest
+are projected, their convex hull is intersected with the image canvas and the 2D box is the bounds of
+that intersection. Clipping the corners' bounding box to the canvas instead gives a box that is too
+large whenever the hull leaves the image through a corner; the real nuScenes keyframe test
+(tests/test_projection_real.py) shows the difference (IoU 0.82 -> 0.96 on a truncated car).
+The hull clipping runs vectorised in shapely 2 (GEOS), a nuscenes-devkit dependency.
 """
 from __future__ import annotations
 
 import numpy as np
+import shapely
 
 from generator.geometry import box_corners, project_to_image
 from generator.types import Boxes3D, CameraCalib
@@ -19,35 +25,47 @@ def corners_in_camera(boxes: Boxes3D, cam: CameraCalib) -> np.ndarray:
     return cam_SE3_ego.transform_points(corners.reshape(-1, 3)).reshape(-1, 8, 3)
 
 
-def project_boxes(boxes: Boxes3D, cam: CameraCalib, min_depth_m: float = 0.1):
-    """Project ego-frame boxes into one camera.
+def hull_boxes_in_canvas(uv: np.ndarray, valid: np.ndarray, width_px: int, height_px: int) -> np.ndarray:
+    """Bounds of (convex hull of the valid points) intersected with the canvas [0, W] x [0, H].
 
-    Returns (box2d_xyxy (N, 4) float pixels clipped to the image, NaN where not visible; depth_m (N,)
-    depth of the box centre along the optical axis; in_image (N,) bool: some part of the box is in front
-    of the camera and inside the image).
+    uv (N, P, 2) pixel coordinates, valid (N, P) bool. Returns (N, 4) x1, y1, x2, y2; NaN rows where a
+    set has no valid point or its hull misses the canvas.
+    """
+    n = uv.shape[0]
+    out = np.full((n, 4), np.nan)
+    rows, cols = np.nonzero(valid)
+    if len(rows) == 0:
+        return out
+    present = np.unique(rows)
+    # shapely wants contiguous indices 0..k-1 for the output geometries
+    dense = np.searchsorted(present, rows)
+    mp = shapely.multipoints(uv[rows, cols], indices=dense)
+    hull = shapely.convex_hull(mp)
+    clipped = shapely.intersection(hull, shapely.box(0.0, 0.0, float(width_px), float(height_px)))
+    bounds = shapely.bounds(clipped)  # NaN for empty geometries
+    out[present] = bounds
+    return out
+
+
+def project_boxes(boxes: Boxes3D, cam: CameraCalib, min_depth_m: float = 0.0):
+    """Project ego-frame boxes into one camera (nuScenes 2D-box convention, see module docstring).
+
+    Returns (box2d_xyxy (N, 4) float pixels inside the image, NaN where not visible; depth_m (N,)
+    depth of the box centre along the optical axis (negative behind the camera); in_image (N,) bool:
+    some part of the box is in front of the camera and the clipped 2D box has positive area).
     """
     n = len(boxes)
-    out = np.full((n, 4), np.nan)
     if n == 0:
-        return out, np.zeros(0), np.zeros(0, dtype=bool)
+        return np.full((0, 4), np.nan), np.zeros(0), np.zeros(0, dtype=bool)
     pc = corners_in_camera(boxes, cam)
     depth_c = cam.ego_SE3_cam.inverse().transform_points(boxes.center_m)[:, 2]
-    uv, depth = project_to_image(pc, cam.K)
-    front = depth > min_depth_m
-    u = np.where(front, uv[..., 0], np.nan)
-    v = np.where(front, uv[..., 1], np.nan)
-    has = front.any(axis=1)
-    with np.errstate(invalid="ignore"), np.errstate(all="ignore"):
-        x1 = np.nanmin(np.where(has[:, None], u, 0), axis=1)
-        x2 = np.nanmax(np.where(has[:, None], u, 0), axis=1)
-        y1 = np.nanmin(np.where(has[:, None], v, 0), axis=1)
-        y2 = np.nanmax(np.where(has[:, None], v, 0), axis=1)
-    W, H = cam.width_px, cam.height_px
-    cx1, cy1 = np.clip(x1, 0, W), np.clip(y1, 0, H)
-    cx2, cy2 = np.clip(x2, 0, W), np.clip(y2, 0, H)
-    in_image = has & (cx2 > cx1) & (cy2 > cy1)
-    out[in_image] = np.stack([cx1, cy1, cx2, cy2], axis=1)[in_image]
-    return out, depth_c, in_image
+    front = pc[..., 2] > min_depth_m
+    uv, _ = project_to_image(np.where(front[..., None], pc, 1.0), cam.K)
+    box2d = hull_boxes_in_canvas(uv, front, cam.width_px, cam.height_px)
+    with np.errstate(invalid="ignore"):
+        in_image = (box2d[:, 2] > box2d[:, 0]) & (box2d[:, 3] > box2d[:, 1])
+    box2d[~in_image] = np.nan
+    return box2d, depth_c, in_image
 
 
 def box_iou_xyxy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
