@@ -1,0 +1,237 @@
+"""nuScenes-format logs through nuscenes-devkit (the real dataset or drivegen's generated logs).
+
+Frames are the scene's samples (2 Hz keyframes): the LIDAR_TOP sweep, the six cameras and the ego pose of
+the LIDAR_TOP sample_data. Camera extrinsics are motion-compensated into the LiDAR sample's ego frame
+(``ego_SE3_cam = inv(city_SE3_ego@lidar) o city_SE3_ego@camera o ego_SE3_cam(calibrated_sensor)``), the
+same compensation mmdet3d bakes into ``lidar2cam``; without it a 3D box projects up to tens of pixels
+off on a moving car (tests/test_projection_real.py measures it). Labels are the sample's annotations as
+``Boxes3D`` in that ego frame.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from generator.geometry import SE3, quat_wxyz_to_matrix, yaw_of_matrix
+from generator.sources.base import LogSource
+from generator.sources.keyframes import select_anchors
+from generator.types import CAMERA_NAMES, Boxes3D, CameraCalib, Frame, Scene, SourceError
+from schemas.config import KeyframeConfig
+
+LIDAR_CHANNEL = "LIDAR_TOP"
+
+
+def nuscenes_taxonomy() -> frozenset[str]:
+    """The general nuScenes category names, as the devkit defines them (its class colormap)."""
+    from nuscenes.utils.color_map import get_colormap
+
+    return frozenset(get_colormap())
+
+
+class NuScenesSource(LogSource):
+    """nuScenes tables at ``dataroot/version`` read with ``nuscenes.NuScenes``.
+
+    ``scenes``: optional scene names or tokens to restrict to. ``scene_ids()`` are scene names.
+    ``check_files``: ``load_scene`` checks that every LiDAR file exists with a whole number of point
+    records and every image exists (stat calls only), so a broken scene fails at the read stage.
+    """
+
+    name = "nuscenes"
+
+    def __init__(self, dataroot, version: str = "v1.0-mini", cfg: KeyframeConfig | None = None, scenes=None,
+                 check_files: bool = True):
+        from nuscenes import NuScenes
+
+        self.dataroot = Path(dataroot).resolve()
+        self.version = version
+        self.cfg = cfg or KeyframeConfig()
+        self.check_files = check_files
+        table_root = self.dataroot / version
+        if not (table_root / "scene.json").is_file():
+            raise SourceError(f"no nuScenes tables for version {version!r} (scene.json missing)",
+                              file=str(table_root), stage="open")
+        try:
+            self.nusc = NuScenes(version=version, dataroot=str(self.dataroot), verbose=False)
+        except (KeyError, AssertionError, ValueError, OSError) as err:  # json.JSONDecodeError is a ValueError
+            raise SourceError(f"nuScenes tables could not be loaded: {type(err).__name__}: {err}",
+                              file=str(table_root), stage="open") from None
+        self._by_name = {}
+        for rec in self.nusc.scene:
+            if rec["name"] in self._by_name:
+                raise SourceError(f"two scenes are named {rec['name']!r}", scene=rec["name"],
+                                  file=str(table_root / "scene.json"), stage="open")
+            self._by_name[rec["name"]] = rec
+        by_token = {rec["token"]: rec["name"] for rec in self.nusc.scene}
+        if scenes is None:
+            self._ids = [rec["name"] for rec in self.nusc.scene]
+        else:
+            wanted = [by_token.get(s, s) for s in scenes]
+            unknown = [s for s in wanted if s not in self._by_name]
+            if unknown:
+                raise SourceError(f"unknown scenes {unknown}", file=str(table_root / "scene.json"), stage="open")
+            self._ids = list(dict.fromkeys(wanted))
+        self._scene_filter = None if scenes is None else list(scenes)
+
+    # -- LogSource --------------------------------------------------------------------------------------
+    def scene_ids(self) -> list[str]:
+        return list(self._ids)
+
+    def describe(self) -> dict:
+        return {"kind": self.name, "dataroot": str(self.dataroot), "version": self.version,
+                "scenes": self._scene_filter, "check_files": self.check_files,
+                "keyframes": self.cfg.model_dump(mode="json")}
+
+    def load_scene(self, scene_id: str) -> Scene:
+        rec = self._by_name.get(scene_id)
+        if rec is None:
+            name = {r["token"]: r["name"] for r in self.nusc.scene}.get(scene_id)
+            rec = self._by_name.get(name)
+        if rec is None:
+            raise SourceError(f"unknown scene {scene_id!r}", scene=scene_id,
+                              file=str(self.dataroot / self.version / "scene.json"), stage="read")
+        name = rec["name"]
+        try:
+            return self._load(rec)
+        except SourceError:
+            raise
+        except KeyError as err:  # a token that points at no row
+            raise SourceError(f"a table row references a missing token {err}", scene=name,
+                              file=str(self.dataroot / self.version), stage="read") from None
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _table_file(self, table: str) -> str:
+        return str(self.dataroot / self.version / f"{table}.json")
+
+    def _path(self, scene: str, sd: dict) -> str:
+        """Absolute path of a sample_data file; refuses rows that point outside the dataroot."""
+        rel = sd.get("filename", "")
+        full = Path(self.nusc.get_sample_data_path(sd["token"])).resolve()
+        if not rel or os.path.isabs(rel) or not full.is_relative_to(self.dataroot):
+            raise SourceError(f"sample_data {sd['token']} filename {rel!r} points outside the dataroot "
+                              f"{self.dataroot}", scene=scene, file=self._table_file("sample_data"), stage="read")
+        return str(full)
+
+    def _pose(self, scene: str, sd: dict) -> SE3:
+        tok = sd.get("ego_pose_token", "")
+        try:
+            pose = self.nusc.get("ego_pose", tok)
+        except KeyError:
+            raise SourceError(f"no ego pose {tok!r} for sample_data {sd['token']} ({sd.get('channel')})",
+                              scene=scene, file=self._table_file("ego_pose"), stage="read") from None
+        try:
+            return SE3.from_quat(pose["rotation"], pose["translation"])
+        except (ValueError, KeyError) as err:
+            raise SourceError(f"ego pose {tok} is malformed: {err}", scene=scene,
+                              file=self._table_file("ego_pose"), stage="read") from None
+
+    def _calib(self, scene: str, sd: dict) -> tuple[SE3, dict]:
+        cs = self.nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
+        try:
+            return SE3.from_quat(cs["rotation"], cs["translation"]), cs
+        except (ValueError, KeyError) as err:
+            raise SourceError(f"calibrated_sensor {cs['token']} ({sd.get('channel')}) is malformed: {err}",
+                              scene=scene, file=self._table_file("calibrated_sensor"), stage="read") from None
+
+    def _check_lidar(self, scene: str, path: str) -> None:
+        if not os.path.isfile(path):
+            raise SourceError("LiDAR file is missing", scene=scene, file=path, stage="read")
+        size = os.path.getsize(path)
+        if size % 20:
+            raise SourceError(f"LiDAR file is truncated or corrupt: {size} bytes is not a multiple of the 20-byte "
+                              f"point record", scene=scene, file=path, stage="read")
+
+    def _load(self, rec: dict) -> Scene:
+        nusc, scene = self.nusc, rec["name"]
+        log = nusc.get("log", rec["log_token"])
+        samples = []
+        tok = rec["first_sample_token"]
+        while tok:
+            s = nusc.get("sample", tok)
+            samples.append(s)
+            tok = s["next"]
+        if len(samples) != rec.get("nbr_samples", len(samples)):
+            raise SourceError(f"scene lists {rec['nbr_samples']} samples but its sample chain has {len(samples)}",
+                              scene=scene, file=self._table_file("sample"), stage="read")
+        frames = [self._frame(scene, i, s) for i, s in enumerate(samples)]
+        ts = np.array([f.timestamp_us for f in frames], dtype=np.int64)
+        if np.any(np.diff(ts) <= 0):
+            raise SourceError("sample timestamps are not strictly increasing", scene=scene,
+                              file=self._table_file("sample"), stage="read")
+        anchors = select_anchors(ts, self.cfg)
+        for i in anchors:
+            frames[i].is_anchor = True
+        return Scene(scene_id=scene, source=self.name, log_name=log["logfile"], frames=frames,
+                     anchor_indices=[int(i) for i in anchors], front_camera="CAM_FRONT")
+
+    def _frame(self, scene: str, index: int, sample: dict) -> Frame:
+        nusc = self.nusc
+        if LIDAR_CHANNEL not in sample["data"]:
+            raise SourceError(f"sample {sample['token']} has no {LIDAR_CHANNEL} keyframe", scene=scene,
+                              file=self._table_file("sample_data"), stage="read")
+        lidar_sd = nusc.get("sample_data", sample["data"][LIDAR_CHANNEL])
+        city_SE3_ego = self._pose(scene, lidar_sd)
+        ego_SE3_lidar, _ = self._calib(scene, lidar_sd)
+        lidar_path = self._path(scene, lidar_sd)
+        if self.check_files:
+            self._check_lidar(scene, lidar_path)
+        ego_SE3_city = city_SE3_ego.inverse()
+        cameras, images = {}, {}
+        for cam in CAMERA_NAMES:
+            if cam not in sample["data"]:
+                continue
+            sd = nusc.get("sample_data", sample["data"][cam])
+            ego_cam_SE3_cam, cs = self._calib(scene, sd)
+            ego_SE3_cam = ego_SE3_city.compose(self._pose(scene, sd)).compose(ego_cam_SE3_cam)
+            try:
+                cameras[cam] = CameraCalib(cam, np.asarray(cs.get("camera_intrinsic"), dtype=np.float64),
+                                           ego_SE3_cam, int(sd["width"]), int(sd["height"]))
+            except (ValueError, TypeError) as err:
+                raise SourceError(f"calibration of {cam} (calibrated_sensor {cs['token']}) is invalid: {err}",
+                                  scene=scene, file=self._table_file("calibrated_sensor"), stage="read") from None
+            images[cam] = self._path(scene, sd)
+            if self.check_files and not os.path.isfile(images[cam]):
+                raise SourceError(f"image of {cam} is missing", scene=scene, file=images[cam], stage="read")
+        return Frame(scene_id=scene, frame_index=index, timestamp_us=int(sample["timestamp"]), token=sample["token"],
+                     city_SE3_ego=city_SE3_ego, ego_SE3_lidar=ego_SE3_lidar, lidar_path=lidar_path,
+                     lidar_format="nuscenes_bin", cameras=cameras, image_paths=images,
+                     labels=self._labels(scene, sample, ego_SE3_city))
+
+    def _labels(self, scene: str, sample: dict, ego_SE3_city: SE3) -> Boxes3D:
+        """The sample's annotations in the ego frame; categories without a detection class are dropped."""
+        from nuscenes.eval.detection.utils import category_to_detection_name
+
+        nusc, taxonomy = self.nusc, nuscenes_taxonomy()
+        anns = [nusc.get("sample_annotation", t) for t in sample["anns"]]
+        unknown = sorted({a["category_name"] for a in anns} - taxonomy)
+        if unknown:
+            raise SourceError(f"annotation categories {unknown} are not in the nuScenes taxonomy", scene=scene,
+                              file=self._table_file("category"), stage="read")
+        keep = [(a, category_to_detection_name(a["category_name"])) for a in anns]
+        keep = [(a, c) for a, c in keep if c is not None]
+        if not keep:
+            return Boxes3D.empty()
+        try:
+            t_city = np.array([a["translation"] for a, _ in keep], dtype=np.float64).reshape(-1, 3)
+            q_city = np.array([a["rotation"] for a, _ in keep], dtype=np.float64).reshape(-1, 4)
+            wlh = np.array([a["size"] for a, _ in keep], dtype=np.float64).reshape(-1, 3)
+        except ValueError as err:
+            raise SourceError(f"sample {sample['token']}: annotation translation/rotation/size malformed: {err}",
+                              scene=scene, file=self._table_file("sample_annotation"), stage="read") from None
+        if len(t_city) != len(keep) or not (np.isfinite(t_city).all() and np.isfinite(q_city).all()
+                                            and np.isfinite(wlh).all() and (wlh > 0).all()):
+            raise SourceError(f"sample {sample['token']}: annotations with non-finite or non-positive geometry",
+                              scene=scene, file=self._table_file("sample_annotation"), stage="read")
+        R = ego_SE3_city.rotation
+        center = ego_SE3_city.transform_points(t_city)
+        yaw = yaw_of_matrix(R[None] @ quat_wxyz_to_matrix(q_city))
+        v_city = np.array([nusc.box_velocity(a["token"]) for a, _ in keep], dtype=np.float64)
+        v_ego = v_city @ R.T
+        inst = [a["instance_token"] for a, _ in keep]
+        return Boxes3D(center_m=center, size_lwh_m=wlh[:, [1, 0, 2]], yaw_rad=yaw,
+                       class_name=np.array([c for _, c in keep], dtype=object),
+                       velocity_mps=v_ego[:, :2],
+                       track_id=np.array([nusc.getind("instance", t) for t in inst], dtype=np.int64),
+                       num_lidar_pts=np.array([a.get("num_lidar_pts", -1) for a, _ in keep], dtype=np.int32),
+                       instance_token=np.array(inst, dtype=object))
