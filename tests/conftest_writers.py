@@ -62,3 +62,23 @@ def make_qa_rows(scene_id: str, n: int, seed: int = 0, num_keyframes: int = 4, p
 
 def make_qa_table(scene_id: str = "scene-0001", n: int = 50, seed: int = 0, **kw) -> pa.Table:
     return pa.Table.from_pylist(make_qa_rows(scene_id, n, seed, **kw), schema=QA)
+
+
+def write_images_for(table: pa.Table, root, height: int = 90, width: int = 160, seed: int = 0) -> dict:
+    """Write a distinct JPEG for every grounding image_path of ``table`` under ``root``; returns
+    {relative path: jpeg bytes}."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for gl in table.column("grounding").to_pylist():
+        for g in gl or []:
+            rel = g["image_path"]
+            if rel in out:
+                continue
+            p = root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            img = rng.integers(0, 255, size=(height, width, 3), dtype=np.uint8)
+            assert cv2.imwrite(str(p), img)
+            out[rel] = p.read_bytes()
+    return out

@@ -1,0 +1,208 @@
+"""QA rows -> WebDataset shards named by scene (``OUT/wds/<safe scene>-<k:05d>.tar``).
+
+One sample per keyframe. Its members (``<key>.<suffix>``, written by ``webdataset.TarWriter``):
+
+* ``json``: ``{"scene_id", "keyframe_index", "timestamp_us", "images": [...], "qas": [...]}``; ``qas`` are
+  the keyframe's QA rows as ``schemas.tables.QA`` dicts (groundings with boxes and COCO RLE masks),
+  ``images`` lists every image the groundings reference as ``{"member", "frame_index", "camera",
+  "roles", "source_path"}`` (``member`` is the suffix of its tar member, null when the log has no image);
+* ``f<frame_index:06d>.<camera lower-case>.jpeg``: each referenced frame image (current, context and
+  future frames, every camera a grounding names). JPEG sources are stored byte for byte, others are
+  encoded to JPEG.
+
+Naming, chosen so both readers handle it with their defaults:
+
+* the sample key ``<safe scene>_kf<keyframe:06d>`` has no dot: both the ``webdataset`` library and
+  ``ray.data.read_webdataset`` split a member name at the first dot of its base name (key before,
+  suffix after);
+* suffixes are lower case (``webdataset`` lower-cases them by default, Ray does not);
+* images end in ``.jpeg``, not ``.jpg``. Samples reference different frames and cameras, so their member
+  sets differ. ``webdataset`` decodes ``.jpeg`` like ``.jpg`` (``.decode("rgb8")``). Ray's default decoder
+  decodes ``.jpg`` into numpy arrays and then fails to build a block from columns that are arrays in some
+  rows and missing in others; ``.jpeg`` members stay JPEG bytes in Ray (None where a sample lacks that
+  image), which Arrow stores without trouble. The ``json`` member is decoded by both; its ``images``
+  list names each sample's image members.
+
+Shards hold at most ``WriterConfig.wds_max_samples`` samples and roll over before
+``wds_max_bytes``; each is written under a temporary name and renamed into place, tar member times are
+fixed so the same input gives the same bytes, and a rewritten scene loses its stale higher shards.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import webdataset as wds
+
+from generator.runfolder import safe_name
+from generator.types import DrivegenError
+from schemas.config import WriterConfig
+from schemas.tables import QA, check_schema
+
+WDS_DIR = "wds"
+_TAR_OVERHEAD = 1024  # tar header + padding per member (upper bound)
+
+
+class WriterError(DrivegenError):
+    """A writer could not produce its output (missing image, bad input table)."""
+
+
+def wds_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
+    return Path(out_dir) / WDS_DIR / f"{safe_name(scene_id)}-{k:05d}.tar"
+
+
+def scene_wds_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
+    d = Path(out_dir) / WDS_DIR
+    if not d.is_dir():
+        return []
+    pat = re.compile(rf"^{re.escape(safe_name(scene_id))}-(\d{{5}})\.tar$")
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := pat.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def sample_key(scene_id: str, keyframe_index: int) -> str:
+    """Dot-free sample key (readers split member names at the first dot)."""
+    return f"{safe_name(scene_id).replace('.', '_')}_kf{int(keyframe_index):06d}"
+
+
+def image_member(frame_index: int, camera: str) -> str:
+    """Suffix of an image member: ``f<frame:06d>.<camera>.jpeg``, camera lower-cased and made dot-free
+    (see the module docstring for why)."""
+    cam = re.sub(r"[^a-z0-9_-]+", "_", camera.lower())
+    return f"f{int(frame_index):06d}.{cam}.jpeg"
+
+
+def _json_safe(x):
+    """NaN/inf -> None so the JSON is strict (readers such as ``json.loads`` in other languages choke)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _resolve(path: str, image_root: str | os.PathLike | None) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() or image_root is None else Path(image_root) / p
+
+
+def read_jpeg(path: Path, scene_id: str) -> bytes:
+    """The image at ``path`` as JPEG bytes (JPEG files verbatim, others re-encoded with OpenCV)."""
+    if not path.is_file():
+        raise WriterError(f"image referenced by a QA grounding is missing", scene=scene_id, file=str(path),
+                          stage="write_wds")
+    if path.suffix.lower() in (".jpg", ".jpeg"):
+        return path.read_bytes()
+    import cv2
+
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise WriterError("image is not decodable", scene=scene_id, file=str(path), stage="write_wds")
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    if not ok:
+        raise WriterError("JPEG encoding failed", scene=scene_id, file=str(path), stage="write_wds")
+    return buf.tobytes()
+
+
+def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike | None = None):
+    """Yield one WebDataset sample dict per keyframe of ``table`` (one scene's QA rows), keyframes in
+    ascending order. See the module docstring for the members."""
+    if table.num_rows == 0:
+        return
+    kf = table.column("keyframe_index").to_numpy(zero_copy_only=False)
+    order = np.argsort(kf, kind="stable")
+    kf_sorted = kf[order]
+    cuts = np.flatnonzero(np.diff(kf_sorted)) + 1
+    for idx in np.split(order, cuts):
+        rows = table.take(pa.array(idx)).to_pylist()
+        keyframe = int(rows[0]["keyframe_index"])
+        images: dict[tuple[int, str], dict] = {}
+        for r in rows:
+            for g in r["grounding"] or []:
+                k = (int(g["frame_index"]), g["camera"])
+                entry = images.setdefault(k, {"frame_index": k[0], "camera": k[1], "roles": set(),
+                                              "source_path": g["image_path"] or ""})
+                entry["roles"].add(g["role"])
+        sample = {"__key__": sample_key(scene_id, keyframe)}
+        listing = []
+        for (fi, cam), entry in sorted(images.items()):
+            member = None
+            if entry["source_path"]:
+                member = image_member(fi, cam)
+                sample[member] = read_jpeg(_resolve(entry["source_path"], image_root), scene_id)
+            listing.append({**entry, "roles": sorted(entry["roles"]), "member": member})
+        meta = {"scene_id": scene_id, "keyframe_index": keyframe, "timestamp_us": rows[0]["timestamp_us"],
+                "images": listing, "qas": rows}
+        sample["json"] = json.dumps(_json_safe(meta), allow_nan=False, ensure_ascii=False).encode("utf-8")
+        yield sample
+
+
+def _sample_bytes(sample: dict) -> int:
+    return sum(len(v) + _TAR_OVERHEAD for k, v in sample.items() if not k.startswith("__"))
+
+
+def write_wds_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
+                     cfg: WriterConfig | None = None, image_root: str | os.PathLike | None = None) -> list[Path]:
+    """Write one scene's QA rows as WebDataset shards ``out_dir/wds/<safe scene>-<k:05d>.tar``.
+
+    ``out_dir`` is the run folder root; ``table`` follows ``schemas.tables.QA`` with rows of ``scene_id``
+    only; relative grounding ``image_path`` values are resolved against ``image_root``. A referenced
+    image that is missing raises ``WriterError`` naming the scene and the file. Returns the shard paths.
+    """
+    cfg = cfg or WriterConfig()
+    table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
+    if table.num_rows and pc.unique(table.column("scene_id")).to_pylist() != [scene_id]:
+        raise ValueError(f"write_wds_shards(scene '{scene_id}'): table holds rows of scenes "
+                         f"{pc.unique(table.column('scene_id')).to_pylist()}; write one scene at a time")
+    wds_dir = Path(out_dir) / WDS_DIR
+    wds_dir.mkdir(parents=True, exist_ok=True)
+    old = scene_wds_shards(out_dir, scene_id)
+    written: list[Path] = []
+    paths = (wds_shard_path(out_dir, scene_id, k) for k in itertools.count())
+    writer = tmp = None
+    n = size = 0
+
+    def finish():
+        nonlocal writer, tmp
+        writer.close()
+        path = next(paths)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        written.append(path)
+        writer = tmp = None
+
+    try:
+        for sample in build_samples(table, scene_id, image_root):
+            b = _sample_bytes(sample)
+            if writer is not None and (n >= cfg.wds_max_samples or size + b > cfg.wds_max_bytes):
+                finish()
+            if writer is None:
+                tmp = wds_dir / f".{safe_name(scene_id)}.{uuid.uuid4().hex}.tar.tmp"
+                writer = wds.TarWriter(str(tmp), mtime=0.0, encoder=False)
+                n = size = 0
+            writer.write(sample)
+            n += 1
+            size += b
+        if writer is not None:
+            finish()
+    finally:
+        if writer is not None:
+            writer.close()
+        if tmp is not None and Path(tmp).exists():
+            Path(tmp).unlink()
+    keep = set(written)
+    for p in old:
+        if p not in keep:
+            p.unlink(missing_ok=True)
+    return written

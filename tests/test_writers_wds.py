@@ -1,0 +1,126 @@
+"""WebDataset shards: one sample per keyframe with every grounded image; readable by webdataset and Ray."""
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest_writers import make_qa_table, write_images_for
+from generator.writers.wds import WriterError, image_member, sample_key, scene_wds_shards, write_wds_shards
+from schemas.config import WriterConfig
+
+
+def _expected(table: pa.Table):
+    """keyframe -> (qa ids, {(frame, camera)}) straight from the rows."""
+    exp: dict[int, tuple[set, set]] = {}
+    for r in table.to_pylist():
+        ids, imgs = exp.setdefault(r["keyframe_index"], (set(), set()))
+        ids.add(r["qa_id"])
+        imgs.update((g["frame_index"], g["camera"]) for g in r["grounding"])
+    return exp
+
+
+@pytest.fixture
+def scene(tmp_path):
+    t = make_qa_table("scene.v1/a", n=40, seed=7, num_keyframes=5)
+    imgs = write_images_for(t, tmp_path / "logs")
+    return t, imgs, tmp_path / "logs", tmp_path / "run"
+
+
+def test_webdataset_reader_gets_every_keyframe_and_image(scene):
+    wds = pytest.importorskip("webdataset")
+    t, imgs, root, out = scene
+    paths = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=2), image_root=root)
+    exp = _expected(t)
+    assert len(paths) == -(-len(exp) // 2)
+    assert [p.name for p in paths] == [f"scene.v1_a-{k:05d}.tar" for k in range(len(paths))]
+    seen = {}
+    for s in wds.WebDataset([str(p) for p in paths], shardshuffle=False).decode("rgb8"):
+        meta = s["json"]
+        kf = meta["keyframe_index"]
+        assert s["__key__"] == sample_key("scene.v1/a", kf) and "." not in s["__key__"]
+        ids, want_imgs = exp[kf]
+        assert {q["qa_id"] for q in meta["qas"]} == ids
+        assert {(i["frame_index"], i["camera"]) for i in meta["images"]} == want_imgs
+        for i in meta["images"]:
+            arr = s[i["member"]]
+            assert arr.shape == (90, 160, 3) and arr.dtype == np.uint8
+        seen[kf] = meta
+    assert set(seen) == set(exp)
+    # raw bytes: JPEG sources are stored verbatim
+    raw = next(iter(wds.WebDataset(str(paths[0]), shardshuffle=False)))
+    meta = json.loads(raw["json"])
+    i0 = meta["images"][0]
+    assert raw[i0["member"]] == imgs[i0["source_path"]]
+    # groundings survive exactly (masks decode with pycocotools to the same area)
+    from pycocotools import mask as mu
+    by_id = {r["qa_id"]: r for r in t.to_pylist()}
+    q = meta["qas"][0]
+    g_out, g_in = q["grounding"][0], by_id[q["qa_id"]]["grounding"][0]
+    assert g_out["box_xyxy"] == g_in["box_xyxy"]
+    assert mu.area(g_out["mask_rle"]) == mu.area(g_in["mask_rle"]) > 0
+
+
+def test_deterministic_and_rewrite_removes_stale(scene):
+    t, _, root, out = scene
+    a = [p.read_bytes() for p in write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=1),
+                                                  image_root=root)]
+    b = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=1), image_root=root)
+    assert [p.read_bytes() for p in b] == a
+    small = t.filter(pa.compute.equal(t["keyframe_index"], t["keyframe_index"][0]))
+    c = write_wds_shards(small, out, "scene.v1/a", WriterConfig(wds_max_samples=1), image_root=root)
+    assert scene_wds_shards(out, "scene.v1/a") == c and len(c) == 1
+    assert not list((out / "wds").glob(".*"))
+
+
+def test_byte_bound_rolls_over(scene):
+    t, imgs, root, out = scene
+    per_image = np.mean([len(v) for v in imgs.values()])
+    limit = int(per_image * 8)
+    paths = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_bytes=limit), image_root=root)
+    assert len(paths) > 1
+    for p in paths[:-1]:
+        assert p.stat().st_size <= limit + 10 * 1024  # tar end-of-archive padding
+
+
+def test_missing_image_names_scene_and_file(scene):
+    t, imgs, root, out = scene
+    victim = sorted(imgs)[0]
+    (root / victim).unlink()
+    with pytest.raises(WriterError, match=r"missing.*scene=scene.v1/a.*file=.*" + victim.split("/")[-1]):
+        write_wds_shards(t, out, "scene.v1/a", image_root=root)
+    assert not list((out / "wds").glob("*"))
+
+
+def test_image_member_names():
+    assert image_member(12, "CAM_FRONT") == "f000012.cam_front.jpeg"
+    assert image_member(3, "ring.front Center") == "f000003.ring_front_center.jpeg"
+
+
+@pytest.mark.ray
+def test_ray_read_webdataset(scene):
+    ray = pytest.importorskip("ray")
+    t, _, root, out = scene
+    paths = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=2), image_root=root)
+    exp = _expected(t)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        rows = ray.data.read_webdataset([str(p) for p in paths]).take_all()
+    finally:
+        ray.shutdown()
+    import cv2
+
+    assert len(rows) == len(exp)
+    image_cols = {k for r in rows for k in r if k.endswith(".jpeg")}
+    for r in rows:
+        meta = r["json"]
+        kf = meta["keyframe_index"]
+        assert {q["qa_id"] for q in meta["qas"]} == exp[kf][0]
+        members = {i["member"] for i in meta["images"]}
+        assert {k for k in image_cols if r.get(k) is not None} == members
+        for m in members:
+            img = cv2.imdecode(np.frombuffer(r[m], np.uint8), cv2.IMREAD_COLOR)
+            assert img.shape == (90, 160, 3)
