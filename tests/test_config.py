@@ -1,0 +1,127 @@
+"""Pipeline config: paper defaults, refusal of bad files with the file and field named, overrides."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from schemas.config import ConfigError, KeyframeConfig, PipelineConfig, load_config, parse_config
+
+
+def write(tmp_path, text: str, name: str = "cfg.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_defaults_are_the_papers_values():
+    c = load_config(None)
+    # STRIDE-QA §4.2 keyframe sampling: 1 Hz, 2-17 s, context -2 s .. +3 s, four context frames at 2 Hz
+    k = c.keyframes
+    assert (k.rate_hz, k.window_start_s, k.window_end_s) == (1.0, 2.0, 17.0)
+    assert (k.context_before_s, k.context_after_s, k.context_rate_hz) == (2.0, 3.0, 2.0)
+    # STRIDE-QA §4.2 visibility filter: box IoU > 0.3, coverage > 0.8, SAM IoU score > 0.8
+    v = c.visibility
+    assert (v.box_iou_min, v.coverage_min, v.mask_score_min) == (0.3, 0.8, 0.8)
+    # STRIDE-QA App. C.3 tolerances: 25 % distance, 10 deg, 20 % speed or 0.5 m/s below 1 m/s
+    t = c.tolerances
+    assert (t.distance_rel, t.bearing_deg, t.speed_rel, t.speed_abs_mps, t.speed_abs_below_mps) == \
+        (0.25, 10.0, 0.2, 0.5, 1.0)
+    # STRIDE-QA §3 / App.: horizons 0..3 s, seed 42, front camera
+    assert c.qa.horizons_s == [0.0, 1.0, 2.0, 3.0] and c.qa.seed == 42 and c.qa.front_camera == "CAM_FRONT"
+    # DRAMA-X App. A.3 fragment linking thresholds: 0.2 for gaps <= 3 frames, 0.3 otherwise
+    lk = c.tracking.linking
+    assert (lk.short_gap_frames, lk.threshold_short_gap, lk.threshold_long_gap) == (3, 0.2, 0.3)
+    assert c == PipelineConfig()
+
+
+def test_round_trip_through_yaml(tmp_path):
+    c = load_config(None, overrides={"keyframes": {"rate_hz": 2.0}, "qa": {"seed": 7}})
+    again = load_config(write(tmp_path, c.to_yaml()))
+    assert again == c and again.keyframes.rate_hz == 2.0 and again.qa.seed == 7
+
+
+def test_partial_file_keeps_other_defaults(tmp_path):
+    c = load_config(write(tmp_path, "keyframes:\n  window_end_s: 12\nvisibility:\n  coverage_min: 0.5\n"))
+    assert c.keyframes.window_end_s == 12.0 and c.keyframes.window_start_s == 2.0
+    assert c.visibility.coverage_min == 0.5 and c.visibility.box_iou_min == 0.3
+
+
+@pytest.mark.parametrize("text, field", [
+    ("keyframes:\n  rate_hz: -1\n", "keyframes.rate_hz"),
+    ("keyframes:\n  rate_hz: fast\n", "keyframes.rate_hz"),
+    ("visibility:\n  coverage_min: 1.5\n", "visibility.coverage_min"),
+    ("detection:\n  backend: yolo\n", "detection.backend"),
+    ("ray:\n  actor_pool_size: 0\n", "ray.actor_pool_size"),
+])
+def test_bad_value_is_refused_naming_file_and_field(tmp_path, text, field):
+    p = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert str(p) in msg and f"'{field}'" in msg
+
+
+def test_unknown_field_is_refused(tmp_path):
+    p = write(tmp_path, "keyframes:\n  rate_hz: 1\n  rate: 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(p) in str(e.value) and "'keyframes.rate'" in str(e.value)
+    with pytest.raises(ConfigError, match="'keyframe'"):  # a misspelt section
+        load_config(write(tmp_path, "keyframe:\n  rate_hz: 1\n", "b.yaml"))
+
+
+def test_cross_field_check_window(tmp_path):
+    p = write(tmp_path, "keyframes:\n  window_start_s: 10\n  window_end_s: 5\n")
+    with pytest.raises(ConfigError, match="window_end_s must be greater"):
+        load_config(p)
+
+
+def test_unknown_detection_class_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="spaceship"):
+        load_config(write(tmp_path, "detection:\n  classes: [car, spaceship]\n"))
+
+
+@pytest.mark.parametrize("text, kind", [("- a\n- b\n", "list"), ("42\n", "int"), ("just text\n", "str")])
+def test_yaml_that_is_not_a_mapping(tmp_path, text, kind):
+    p = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(p) in str(e.value) and "mapping" in str(e.value) and kind in str(e.value)
+
+
+def test_invalid_yaml_and_missing_file(tmp_path):
+    p = write(tmp_path, "keyframes: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_empty_file_is_the_defaults(tmp_path):
+    assert load_config(write(tmp_path, "")) == PipelineConfig()
+
+
+def test_overrides_merge_deeply_and_are_validated(tmp_path):
+    p = write(tmp_path, "tracking:\n  max_age_s: 2.0\n  linking:\n    d_max_m: 5\n")
+    c = load_config(p, overrides={"tracking": {"linking": {"t_max_s": 1.0}}, "writers": {"webdataset": False}})
+    assert c.tracking.max_age_s == 2.0  # from the file
+    assert c.tracking.linking.d_max_m == 5.0 and c.tracking.linking.t_max_s == 1.0  # file + override merged
+    assert c.writers.webdataset is False
+    with pytest.raises(ConfigError) as e:
+        load_config(p, overrides={"tracking": {"linking": {"t_max_s": -1}}})
+    assert "'tracking.linking.t_max_s'" in str(e.value) and str(p) in str(e.value)
+
+
+def test_assignment_is_validated():
+    k = KeyframeConfig()
+    with pytest.raises(ValueError):
+        k.rate_hz = 0
+    c = parse_config({"qa": {"decimals": 3}})
+    assert c.qa.decimals == 3
+    with pytest.raises(ConfigError, match="'qa.decimals'"):
+        parse_config({"qa": {"decimals": 9}}, where="inline")
+
+
+def test_saved_yaml_is_a_plain_mapping():
+    data = yaml.safe_load(PipelineConfig().to_yaml())
+    assert isinstance(data, dict) and data["keyframes"]["rate_hz"] == 1.0 and data["version"] == 1
