@@ -1,0 +1,256 @@
+"""``run_pipeline``: the driver side of a run (embedded Ray, a Ray cluster, or in-process).
+
+1. The run folder gets ``config.yaml`` and ``source.json``; scenes that already have a manifest are skipped
+   (``--resume``); what killed workers or a killed driver left behind (``*.tmp``, staging) is removed.
+2. The pending scenes stream through the stages (``generator.pipeline.ray_exec``); the driver only sees one
+   small summary row per scene and shows progress over finished scenes.
+3. Reconciliation: a scene with neither a manifest nor an error row after the stream ended (its block was
+   skipped after Ray's retries, or lost with a node) is either recorded as failed, when one of its stages
+   was attempted more than ``ray.max_retries`` times (markers in ``_attempts/``), or streamed again in a
+   further round (at most ``ray.max_retries`` more). Every scene ends finished or in ``errors/``.
+4. ``summary.json``: scenes ok/failed/skipped, frames, objects, QA per family, drops by reason, errors,
+   wall time and throughput.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from generator.pipeline.core import (MANIFEST_DIR, PENDING_DIR, SceneWork, Stage, StageEnv, apply_stage, cached_model,
+                                     count_attempts, finish_scene, write_error)
+from generator.pipeline.store import ATTEMPTS_DIR, RunStore
+from generator.runfolder import safe_name
+from schemas.config import PipelineConfig
+from schemas.tables import ERRORS
+
+log = logging.getLogger("drivegen.pipeline")
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    rows: dict[str, dict] = field(default_factory=dict)  # scene_id -> summary row of this run
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.summary["scenes"]["failed"] else 0
+
+
+def finished_scenes(store: RunStore) -> set[str]:
+    """Safe names of the scenes whose manifest exists."""
+    return {rel.rsplit("/", 1)[-1][: -len(".json")] for rel in store.list(MANIFEST_DIR) if rel.endswith(".json")}
+
+
+# ------------------------------------------------------------------------------------------ ray setup
+def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False) -> bool:
+    """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster, otherwise
+    an embedded local Ray with ``cfg.ray.num_cpus`` CPUs (default: all), no dashboard, quiet logs.
+    Returns True when this call started Ray (the caller shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+    common = dict(logging_level=logging.INFO if verbose else logging.WARNING, log_to_driver=verbose,
+                  configure_logging=True)
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common)
+    return True
+
+
+# ------------------------------------------------------------------------------------------ the run
+class _Progress:
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        if enabled and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="scene", desc="scenes", file=sys.stderr, dynamic_ncols=True)
+        self.ok = self.failed = 0
+
+    def update(self, status: str) -> None:
+        self.ok += status == "ok"
+        self.failed += status != "ok"
+        if self.bar is not None:
+            self.bar.set_postfix(ok=self.ok, failed=self.failed, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _failed_row(error: dict) -> dict:
+    return {"scene_id": error["scene_id"], "status": "failed", "info": json.dumps({"error": error})}
+
+
+def run_pipeline(out: str, source: dict, cfg: PipelineConfig, scene_ids: list[str], stages: list[Stage],
+                 write: Callable, *, executor: str = "ray", progress: bool = True,
+                 finalize: Callable[[RunStore, dict], None] | None = None) -> RunResult:
+    """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``out``.
+
+    ``source`` is the log source's JSON description (``source.json``), ``executor`` 'ray' (Ray must be
+    initialised, see ``ensure_ray``) or 'local' (in-process, same stages, no Ray). ``finalize(store,
+    summary)`` runs at the end (dataset card). Returns the summary (also in ``OUT/summary.json``).
+    """
+    t0 = time.perf_counter()
+    store = RunStore(out)
+    store.mkdirs("")
+    store.write_bytes("config.yaml", cfg.to_yaml().encode())
+    store.write_json("source.json", source)
+    removed = store.cleanup_leftovers()
+    if removed:
+        log.info("removed %d temporary file(s) left by an interrupted run", len(removed))
+    done = finished_scenes(store)
+    skipped = [s for s in scene_ids if safe_name(s) in done]
+    pending = [s for s in scene_ids if safe_name(s) not in done]
+    log.info("%d scene(s): %d to run, %d already finished", len(scene_ids), len(pending), len(skipped))
+    rows: dict[str, dict] = {}
+    bar = _Progress(len(pending), progress)
+    try:
+        if executor == "local":
+            _run_local(pending, source, stages, write, cfg, store, rows, bar)
+        elif executor == "ray":
+            _run_ray(pending, source, stages, write, cfg, store, rows, bar, progress)
+        else:
+            raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
+    finally:
+        bar.close()
+        store.cleanup_leftovers()
+        store.delete_dir(ATTEMPTS_DIR)
+        if not store.list(PENDING_DIR):
+            store.delete_dir(PENDING_DIR)
+    summary = summarize(store, scene_ids, rows, skipped, time.perf_counter() - t0, executor)
+    if finalize is not None:
+        try:
+            finalize(store, summary)
+        except Exception as err:  # noqa: BLE001 - the card is a by-product; the rows are already committed
+            log.error("finalize (dataset card) failed: %s", err)
+            summary["finalize_error"] = f"{type(err).__name__}: {err}"
+    store.write_json("summary.json", summary)
+    return RunResult(summary, rows)
+
+
+def _run_local(pending, source, stages, write, cfg, store, rows, bar) -> None:
+    for sid in pending:
+        work = SceneWork(sid, source)
+        for st in stages:
+            apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
+        row = finish_scene(work, StageEnv(cfg, store), write)
+        rows[sid] = row
+        bar.update(row["status"])
+
+
+def _run_ray(pending, source, stages, write, cfg, store, rows, bar, progress) -> None:
+    from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
+
+    configure_data_context(progress_bars=False)
+    stage_order = [st.name for st in stages] + ["write"]
+    last_exc: BaseException | None = None
+    remaining = list(pending)
+    for round_no in range(cfg.ray.max_retries + 1):
+        if not remaining:
+            break
+        store.delete_dir(ATTEMPTS_DIR)
+        if round_no:
+            log.warning("round %d: streaming %d unfinished scene(s) again", round_no + 1, len(remaining))
+        ds = build_dataset(remaining, source, stages, write, cfg, store)
+        try:
+            for row in iter_summaries(ds):
+                if row["scene_id"] not in rows:
+                    rows[row["scene_id"]] = row
+                    bar.update(row["status"])
+        except Exception as err:  # noqa: BLE001 - the execution failed as a whole; reconcile and go again
+            last_exc = err
+            log.warning("Ray Data execution stopped: %s: %s", type(err).__name__, str(err).splitlines()[0][:300])
+        done = finished_scenes(store)
+        missing = [s for s in remaining if s not in rows and safe_name(s) not in done]
+        for sid in missing:
+            attempts = count_attempts(store, sid)
+            exhausted = [st for st in stage_order if attempts.get(st, 0) > cfg.ray.max_retries]
+            if exhausted:
+                st = exhausted[-1]
+                err = {"scene_id": sid, "stage": st, "file": None, "error_type": "WorkerDied",
+                       "message": (f"the worker running stage '{st}' of scene '{sid}' died {attempts[st]} times "
+                                   f"(ray.max_retries={cfg.ray.max_retries}); see the Ray worker logs")}
+                write_error(store, err, attempt=attempts[st])
+                rows[sid] = _failed_row(err)
+                bar.update("failed")
+        remaining = [s for s in missing if s not in rows]
+    for sid in remaining:  # rounds exhausted: never dropped silently
+        why = f"{type(last_exc).__name__}: {str(last_exc).splitlines()[0][:500]}" if last_exc else "never finished"
+        err = {"scene_id": sid, "stage": "pipeline", "file": None, "error_type": "Unfinished",
+               "message": f"scene '{sid}' did not finish after {cfg.ray.max_retries + 1} round(s): {why}"}
+        write_error(store, err)
+        rows[sid] = _failed_row(err)
+        bar.update("failed")
+
+
+# ------------------------------------------------------------------------------------------ summary
+def _add(total: dict, part: dict) -> None:
+    for k, v in part.items():
+        if isinstance(v, dict):
+            _add(total.setdefault(k, {}), v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            total[k] = total.get(k, 0) + v
+
+
+def read_errors(store: RunStore) -> list[dict]:
+    import pyarrow as pa
+
+    tables = [store.read_parquet(rel) for rel in store.list("errors") if rel.endswith(".parquet")]
+    return pa.concat_tables(tables).to_pylist() if tables else []
+
+
+def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skipped: list[str],
+              wall_s: float, executor: str) -> dict:
+    """Figures of this run (``this_run``: scenes streamed now) and of the run folder (``dataset``: every
+    finished scene, skipped ones included)."""
+    this_run: dict = {}
+    for row in rows.values():
+        if row["status"] == "ok":
+            _add(this_run, json.loads(row["info"])["counts"])
+    dataset: dict = {}
+    wanted = {safe_name(s) for s in scene_ids}
+    for rel in store.list(MANIFEST_DIR):
+        if rel.endswith(".json") and rel.rsplit("/", 1)[-1][:-5] in wanted:
+            _add(dataset, store.read_json(rel).get("counts", {}))
+    ok = sum(r["status"] == "ok" for r in rows.values())
+    failed = sum(r["status"] != "ok" for r in rows.values())
+    qa_now = sum(this_run.get("qa_by_family", {}).values())
+    frames_now = this_run.get("frames", 0)
+    errors = [e for e in read_errors(store) if e.get("scene_id") in set(scene_ids) or e.get("scene_id") is None]
+    return {
+        "out": store.uri, "executor": executor,
+        "scenes": {"total": len(scene_ids), "ok": ok, "failed": failed, "skipped": len(skipped)},
+        "frames": dataset.get("frames", 0), "objects": dataset.get("objects", 0),
+        "qa": {"total": sum(dataset.get("qa_by_family", {}).values()), "by_family": dataset.get("qa_by_family", {})},
+        "objects_dropped": dataset.get("dropped_by_reason", {}),
+        "this_run": this_run,
+        "errors": [{k: e.get(k) for k in ERRORS.names} for e in errors],
+        "wall_s": round(wall_s, 3),
+        "throughput": {"qa_per_s": round(qa_now / wall_s, 3) if wall_s else 0.0,
+                       "frames_per_s": round(frames_now / wall_s, 3) if wall_s else 0.0,
+                       "scenes_per_s": round(ok / wall_s, 4) if wall_s else 0.0},
+    }
+
+
+def format_summary(summary: dict) -> str:
+    sc = summary["scenes"]
+    lines = [f"scenes: {sc['ok']} ok, {sc['failed']} failed, {sc['skipped']} skipped (of {sc['total']})",
+             f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "
+             + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())),
+             "objects dropped: " + (", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
+                                    or "none"),
+             f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
+             f"{summary['throughput']['frames_per_s']:.1f} frames/s"]
+    for e in summary["errors"]:
+        lines.append(f"error: scene={e['scene_id']} stage={e['stage']} file={e['file']}: {e['message']}")
+    return "\n".join(lines)

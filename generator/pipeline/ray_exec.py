@@ -1,0 +1,111 @@
+"""The stages as ONE streaming Ray Dataset.
+
+Rows are scenes: the input holds one row per scene (``scene_id``) in one block per scene, built by
+``from_items`` from ids only; each stage maps a block of one scene to the next (``work``: the pickled
+``SceneWork``, no sensor data: workers load frames from the log source themselves). Nothing is
+materialised: the driver iterates the last stage's small summary rows as scenes finish.
+
+Resources (``cfg.ray``):
+* CPU stages are stateless Ray tasks (``map_batches`` with a function, ``cpu_stage_num_cpus`` each, at most
+  ``scenes_in_flight`` at a time); consecutive CPU stages fuse into one task per scene.
+* Model stages (``Stage.actor``: detection with mmdet3d, segmentation with sam2) are actor pools of
+  ``actor_pool_size`` callable-class actors that build their model once; they ask for ``actor_num_gpus``
+  GPUs each when the cluster has GPUs and for fractional CPUs (``actor_num_cpus``, default 0.5) so actor
+  pools can never hold every CPU and starve the read/CPU stages (Ray Data hangs on 2 CPUs otherwise).
+  A batch is one scene: its frames (tens to hundreds) are what the model batches on the device
+  (``detection.mmdet3d.batch_size``, ``segmentation.sam2.batch_images``).
+* Ray retries a task whose worker died ``max_retries`` times (actors: restarted, their calls retried as
+  often); a block that still fails is skipped (``max_errored_blocks=-1``) so the other scenes finish, and the
+  driver records that scene as failed (see ``generator.pipeline.driver``).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Iterator
+
+import numpy as np
+import ray
+
+from generator.pipeline.core import SceneWork, Stage, StageEnv, apply_stage, cached_model, finish_scene
+from generator.pipeline.store import RunStore
+from schemas.config import PipelineConfig
+
+
+def _begin(batch: dict, source: dict) -> dict:
+    ids = [str(s) for s in batch["scene_id"]]
+    return {"scene_id": np.array(ids, dtype=object),
+            "work": np.array([SceneWork(s, source).encode() for s in ids], dtype=object)}
+
+
+def _run_task_stage(batch: dict, stage: Stage, cfg: PipelineConfig, store: RunStore) -> dict:
+    env = StageEnv(cfg, store, cached_model(stage, cfg))
+    works = [apply_stage(stage, SceneWork.decode(b), env).encode() for b in batch["work"]]
+    return {"scene_id": batch["scene_id"], "work": np.array(works, dtype=object)}
+
+
+class _ActorStage:
+    """A model stage on an actor: the model is built once, in ``__init__``."""
+
+    def __init__(self, stage: Stage, cfg: PipelineConfig, store: RunStore):
+        self.stage = stage
+        self.env = StageEnv(cfg, store, stage.build(cfg) if stage.build else None)
+
+    def __call__(self, batch: dict) -> dict:
+        works = [apply_stage(self.stage, SceneWork.decode(b), self.env).encode() for b in batch["work"]]
+        return {"scene_id": batch["scene_id"], "work": np.array(works, dtype=object)}
+
+
+def _finish(batch: dict, write: Callable, cfg: PipelineConfig, store: RunStore) -> dict:
+    env = StageEnv(cfg, store)
+    rows = [finish_scene(SceneWork.decode(b), env, write) for b in batch["work"]]
+    return {k: np.array([r[k] for r in rows], dtype=object) for k in ("scene_id", "status", "info")}
+
+
+def cluster_gpus() -> float:
+    return float(ray.cluster_resources().get("GPU", 0.0))
+
+
+def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], write: Callable,
+                  cfg: PipelineConfig, store: RunStore) -> "ray.data.Dataset":
+    """The lazy Dataset: scenes -> stages -> write/commit -> summary rows (scene_id, status, info)."""
+    with warnings.catch_warnings():
+        # Retry limits (max_retries / max_restarts / max_task_retries) have no named parameter in Ray 2.60;
+        # they still go through ``**ray_remote_args``, which warns about its removal in 2.64 (pinned 2.60).
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
+        return _build(scene_ids, source, stages, write, cfg, store)
+
+
+def _build(scene_ids, source, stages, write, cfg, store):
+    rc = cfg.ray
+    gpus = cluster_gpus()
+    ds = ray.data.from_items([{"scene_id": s} for s in scene_ids], override_num_blocks=max(1, len(scene_ids)))
+    task_args = dict(batch_size=1, batch_format="numpy", num_cpus=rc.cpu_stage_num_cpus,
+                     compute=ray.data.TaskPoolStrategy(size=rc.scenes_in_flight), max_retries=rc.max_retries)
+    ds = ds.map_batches(_begin, fn_kwargs={"source": source}, **task_args)
+    for st in stages:
+        if st.actor:
+            ds = ds.map_batches(
+                _ActorStage, fn_constructor_kwargs={"stage": st, "cfg": cfg, "store": store}, batch_size=1,
+                batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=rc.actor_pool_size),
+                num_cpus=rc.actor_num_cpus, num_gpus=rc.actor_num_gpus if (st.gpu and gpus > 0) else 0,
+                max_restarts=-1, max_task_retries=rc.max_retries)
+        else:
+            ds = ds.map_batches(_run_task_stage, fn_kwargs={"stage": st, "cfg": cfg, "store": store}, **task_args)
+    return ds.map_batches(_finish, fn_kwargs={"write": write, "cfg": cfg, "store": store}, **task_args)
+
+
+def configure_data_context(progress_bars: bool) -> None:
+    import logging
+
+    logging.getLogger("ray.data").setLevel(logging.INFO if progress_bars else logging.WARNING)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = progress_bars
+    ctx.print_on_execution_start = progress_bars
+    ctx.max_errored_blocks = -1  # a scene whose retries are exhausted is skipped; the driver records it
+    ctx.execution_options.preserve_order = False
+    ctx.raise_original_map_exception = True
+
+
+def iter_summaries(ds: "ray.data.Dataset") -> Iterator[dict]:
+    for row in ds.iter_rows():
+        yield {"scene_id": str(row["scene_id"]), "status": str(row["status"]), "info": str(row["info"])}
