@@ -1,0 +1,110 @@
+"""Attributes on hand-computable points: bearing, clock, sides, distances, speeds, pair relations."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest_attributes import make_frames, make_objects, pose
+from generator.attributes import clock_from_bearing, compute_attributes, pair_relations
+from schemas.tables import ATTRIBUTES
+
+
+def _static_scene(n=3, dt=0.5):
+    return make_frames("s0", np.arange(n) * dt, [pose(0, 0, 0)] * n)
+
+
+POINTS = [  # (x, y, z) -> bearing, clock, side, front_back
+    ((10.0, 0.0, 0.0), 0.0, 12, "left", "front"),
+    ((0.0, 10.0, 0.0), 90.0, 9, "left", "front"),
+    ((0.0, -10.0, 0.0), -90.0, 3, "right", "front"),
+    ((-10.0, 10.0, 0.0), 135.0, 8, "left", "behind"),  # behind-left: +135, tie 7|8 -> 8 (towards the front)
+    ((-10.0, -10.0, 0.0), -135.0, 4, "right", "behind"),  # mirror image: tie 4|5 -> 4
+    ((-10.0, 0.0, 0.0), 180.0, 6, "left", "behind"),
+    ((-10.0, 2.0, 0.0), 180.0 - math.degrees(math.atan2(2, 10)), 6, "left", "behind"),
+    ((-10.0, 8.0, 0.0), 180.0 - math.degrees(math.atan2(8, 10)), 7, "left", "behind"),  # 141.3 deg
+    ((10.0, -10.0 * math.tan(math.radians(20)), 0.0), -20.0, 1, "right", "front"),
+    ((10.0, 10.0 * math.tan(math.radians(50)), 0.0), 50.0, 10, "left", "front"),
+    ((math.cos(math.radians(15)), math.sin(math.radians(15)), 0.0), 15.0, 12, "left", "front"),  # tie 12|11
+    ((3.0, -4.0, 12.0), math.degrees(math.atan2(-4, 3)), 2, "right", "front"),  # -53.13 deg
+]
+
+
+def test_bearing_clock_side_on_known_points():
+    frames = _static_scene()
+    rows = [{"frame_index": 0, "track_id": i, "center_ego": p} for i, (p, *_r) in enumerate(POINTS)]
+    attrs = compute_attributes(make_objects(frames, rows), frames)
+    assert attrs.schema.equals(ATTRIBUTES, check_metadata=False)
+    got = attrs.to_pydict()
+    for i, (p, bearing, clock, side, fb) in enumerate(POINTS):
+        assert got["bearing_deg"][i] == pytest.approx(bearing, abs=1e-9), p
+        assert got["clock"][i] == clock, (p, got["bearing_deg"][i])
+        assert got["side"][i] == side, p
+        assert got["front_back"][i] == fb, p
+        assert got["distance_m"][i] == pytest.approx(math.sqrt(sum(c * c for c in p)), abs=1e-12)
+    assert got["distance_m"][-1] == pytest.approx(13.0)
+    assert all(-180.0 <= b <= 180.0 for b in got["bearing_deg"])
+
+
+def test_clock_covers_each_hour_with_30_degree_sectors():
+    # sweep the circle clockwise from ahead: 12, 1, 2, ... 11 at the sector centres
+    centres = (-np.arange(12) * 30.0 + 180.0) % 360.0 - 180.0  # 0, -30, ..., -180, 150, ..., 30
+    assert clock_from_bearing(centres).tolist() == [12] + list(range(1, 12))
+    # just inside the edges of the 3 o'clock sector (-75 .. -105 deg)
+    assert clock_from_bearing(np.array([-75.01, -104.99, -74.99, -105.01])).tolist() == [3, 3, 2, 4]
+
+
+def test_sizes_heading_and_velocities():
+    # ego drives north (yaw +90 deg) at 5 m/s; frames 0.5 s apart
+    t = np.arange(4) * 0.5
+    frames = make_frames("s1", t, [pose(0.0, 5.0 * ti, math.pi / 2) for ti in t])
+    rows = [
+        # an object moving north at 3 m/s (given by the tracker): in ego axes that is straight ahead
+        {"frame_index": 1, "track_id": 1, "center_ego": [10, 0, 0], "size": [4.5, 1.9, 1.6], "yaw": math.pi / 2,
+         "velocity_global": [0.0, 3.0]},
+        # no tracker velocity: 2 m/s eastwards (city +x) from the track's centres; ego-frame centres shift
+        # because the ego moves 2.5 m north per frame, east = ego -y (right)
+    ]
+    for k in range(4):
+        rows.append({"frame_index": k, "track_id": 2, "center_ego": [20.0 - 2.5 * k, -(1.0 * k), 0.0]})
+    attrs = compute_attributes(make_objects(frames, rows), frames).to_pydict()
+    assert attrs["length_m"][0] == 4.5 and attrs["width_m"][0] == 1.9 and attrs["height_m"][0] == 1.6
+    assert attrs["heading_ego_deg"][0] == pytest.approx(90.0)
+    assert attrs["speed_mps"][0] == pytest.approx(3.0)
+    assert attrs["velocity_ego_mps"][0] == pytest.approx([3.0, 0.0], abs=1e-9)
+    for i in range(1, 5):
+        assert attrs["ego_speed_mps"][i] == pytest.approx(5.0)
+        assert attrs["speed_mps"][i] == pytest.approx(2.0)  # city frame: ego-frame y shift of 1 m/0.5 s east
+        assert attrs["velocity_ego_mps"][i] == pytest.approx([0.0, -2.0], abs=1e-9)
+
+
+def test_ego_speed_from_nonuniform_timestamps_and_missing_frame_error():
+    t = np.array([0.0, 0.1, 0.3, 0.6])  # 10 m/s along x with irregular spacing
+    frames = make_frames("s2", t, [pose(10.0 * ti, 0.0, 0.0) for ti in t])
+    objs = make_objects(frames, [{"frame_index": k, "track_id": 0, "center_ego": [5, 1, 0]} for k in range(4)])
+    attrs = compute_attributes(objs, frames)
+    assert np.allclose(attrs.column("ego_speed_mps").to_numpy(), 10.0)
+    bad = objs.set_column(1, "frame_index", pa.array([0, 1, 2, 9], pa.int32()))
+    with pytest.raises(ValueError, match=r"scene s2: objects refer to frame 9"):
+        compute_attributes(bad, frames)
+
+
+def test_pair_relations_hand_computed():
+    frames = _static_scene(1)
+    rows = [{"frame_index": 0, "track_id": 1, "center_ego": [10, 2, 0], "size": [4, 2, 1.5]},
+            {"frame_index": 0, "track_id": 2, "center_ego": [20, -3, 0], "size": [10, 2.5, 3.2]},
+            {"frame_index": 0, "track_id": 3, "center_ego": [10, 2, 1], "size": [0.5, 0.5, 1.8]}]
+    attrs = compute_attributes(make_objects(frames, rows), frames)
+    rel = pair_relations(attrs, np.array([0, 1, 0]), np.array([1, 0, 2])).to_pydict()
+    assert rel["a_left_of_b"] == [True, False, False]
+    assert rel["a_in_front_of_b"] == [False, True, False]
+    assert rel["a_bigger_than_b"] == [False, True, True]
+    assert rel["a_taller_than_b"] == [False, True, False]
+    assert rel["a_wider_than_b"] == [False, True, True]
+    assert rel["distance_m"][0] == pytest.approx(math.hypot(10, 5))
+    assert rel["distance_m"][2] == pytest.approx(1.0)
+    assert rel["direction_deg"][0] == pytest.approx(math.degrees(math.atan2(-5, 10)))  # B ahead-right of A
+    assert rel["direction_deg"][1] == pytest.approx(math.degrees(math.atan2(5, -10)))  # A behind-left of B
+    assert rel["direction_clock"][:2] == [1, 7]
