@@ -212,6 +212,9 @@ class RayConfig(_Model):
     actor_pool_size: int = Field(1, ge=1)
     max_retries: int = Field(2, ge=0)
     scenes_in_flight: int = Field(4, ge=1)
+    # Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends
+    # (mmdet3d, sam2) and tasks for the CPU ones; 'actors' / 'tasks' force one way for every backend.
+    model_stages: Literal["auto", "actors", "tasks"] = "auto"
 
 
 class PipelineConfig(_Model):
