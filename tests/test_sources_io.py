@@ -1,0 +1,109 @@
+"""LiDAR and image readers: frame conventions and specific errors for broken files."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pytest
+
+from generator.geometry import SE3, quat_wxyz_to_matrix
+from generator.sources.io import load_image, load_lidar_ego
+from generator.types import CameraCalib, Frame, SourceError
+
+
+def make_frame(lidar_path, fmt="nuscenes_bin", ego_SE3_lidar=None, image=None, size=(64, 48)):
+    cam = CameraCalib("CAM_FRONT", np.array([[50.0, 0, 32], [0, 50.0, 24], [0, 0, 1]]),
+                      SE3(quat_wxyz_to_matrix(np.array([0.5, -0.5, 0.5, -0.5])), np.zeros(3)), *size)
+    return Frame(scene_id="scene-x", frame_index=3, timestamp_us=1_000_000, token="tok", city_SE3_ego=SE3.identity(),
+                 ego_SE3_lidar=ego_SE3_lidar or SE3.identity(), lidar_path=str(lidar_path), lidar_format=fmt,
+                 cameras={"CAM_FRONT": cam}, image_paths={"CAM_FRONT": str(image) if image else ""})
+
+
+def write_bin(path, pts5):
+    np.asarray(pts5, dtype=np.float32).tofile(path)
+    return path
+
+
+def test_nuscenes_bin_goes_through_ego_SE3_lidar(tmp_path):
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(100, 5)).astype(np.float32)
+    p = write_bin(tmp_path / "sweep.pcd.bin", pts)
+    # the nuScenes LIDAR_TOP mounting: rotated -90 deg about z, 1.84 m up
+    e = SE3(quat_wxyz_to_matrix(np.array([np.cos(-np.pi / 4), 0, 0, np.sin(-np.pi / 4)])), [0.94, 0.0, 1.84])
+    out = load_lidar_ego(make_frame(p, ego_SE3_lidar=e))
+    assert out.shape == (100, 4) and out.dtype == np.float32
+    assert np.allclose(out[:, :3], e.transform_points(pts[:, :3]), atol=1e-5)
+    assert np.allclose(out[:, 3], pts[:, 3])  # intensity kept, ring index dropped
+
+
+def test_av2_feather_is_already_in_ego_frame(tmp_path):
+    xyz = np.array([[1.0, 2.0, 3.0], [-4.0, 5.5, 0.25]], dtype=np.float16)
+    t = pa.table({"x": xyz[:, 0], "y": xyz[:, 1], "z": xyz[:, 2], "intensity": np.array([7, 200], np.uint8),
+                  "laser_number": np.array([1, 2], np.uint8), "offset_ns": np.array([0, 5], np.int32)})
+    feather.write_feather(t, tmp_path / "1.feather")
+    out = load_lidar_ego(make_frame(tmp_path / "1.feather", fmt="av2_feather",
+                                    ego_SE3_lidar=SE3(np.eye(3), [9.0, 9.0, 9.0])))  # ignored: already ego
+    assert out.dtype == np.float32 and np.allclose(out, [[1, 2, 3, 7], [-4, 5.5, 0.25, 200]])
+
+
+def test_missing_lidar_names_scene_and_file(tmp_path):
+    with pytest.raises(SourceError) as e:
+        load_lidar_ego(make_frame(tmp_path / "absent.pcd.bin"))
+    assert e.value.scene == "scene-x" and e.value.file.endswith("absent.pcd.bin") and "missing" in str(e.value)
+
+
+def test_truncated_lidar(tmp_path):
+    p = write_bin(tmp_path / "t.pcd.bin", np.zeros((10, 5)))
+    data = p.read_bytes()
+    p.write_bytes(data[:-6])
+    with pytest.raises(SourceError, match="truncated") as e:
+        load_lidar_ego(make_frame(p))
+    assert e.value.file == str(p) and "194 bytes" in str(e.value)
+
+
+def test_nan_points_are_refused(tmp_path):
+    pts = np.zeros((5, 5))
+    pts[2, 1] = np.nan
+    with pytest.raises(SourceError, match="1 points with NaN"):
+        load_lidar_ego(make_frame(write_bin(tmp_path / "n.pcd.bin", pts)))
+
+
+def test_corrupt_av2_feather(tmp_path):
+    p = tmp_path / "2.feather"
+    p.write_bytes(b"ARROW1\x00\x00 not really")
+    with pytest.raises(SourceError, match="unreadable AV2 LiDAR feather") as e:
+        load_lidar_ego(make_frame(p, fmt="av2_feather"))
+    assert e.value.scene == "scene-x"
+    feather.write_feather(pa.table({"x": [1.0], "y": [2.0]}), tmp_path / "3.feather")  # no z/intensity
+    with pytest.raises(SourceError, match="unreadable AV2 LiDAR feather"):
+        load_lidar_ego(make_frame(tmp_path / "3.feather", fmt="av2_feather"))
+
+
+def test_unknown_lidar_format(tmp_path):
+    with pytest.raises(SourceError, match="unknown lidar_format 'pcd'"):
+        load_lidar_ego(make_frame(write_bin(tmp_path / "a.pcd.bin", np.zeros((1, 5))), fmt="pcd"))
+
+
+def test_image_reads_bgr_and_checks_calibrated_size(tmp_path):
+    img = np.zeros((48, 64, 3), np.uint8)
+    img[..., 2] = 255  # red in BGR order
+    cv2.imwrite(str(tmp_path / "ok.png"), img)
+    out = load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "ok.png"), "CAM_FRONT")
+    assert out.shape == (48, 64, 3) and out.dtype == np.uint8 and (out[..., 2] == 255).all() and out[..., 0].max() == 0
+    cv2.imwrite(str(tmp_path / "small.png"), img[:40])
+    with pytest.raises(SourceError, match="64x40 px but its calibration says 64x48") as e:
+        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "small.png"), "CAM_FRONT")
+    assert e.value.file.endswith("small.png") and e.value.scene == "scene-x"
+
+
+def test_image_errors(tmp_path):
+    (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    with pytest.raises(SourceError, match="unreadable"):
+        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.jpg"), "CAM_FRONT")
+    with pytest.raises(SourceError, match="missing"):
+        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "gone.jpg"), "CAM_FRONT")
+    with pytest.raises(SourceError, match="no image for camera"):
+        load_image(make_frame(tmp_path / "x.bin"), "CAM_FRONT")
+    with pytest.raises(SourceError, match="no calibration for camera 'CAM_BACK'"):
+        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.jpg"), "CAM_BACK")
