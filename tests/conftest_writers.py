@@ -12,6 +12,9 @@ from schemas.tables import QA
 FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
 CLASSES = ("car", "pedestrian", "truck", "bicycle")
 CAMERAS = ("CAM_FRONT", "CAM_FRONT_LEFT")
+QUESTION_TYPES = ("distance", "bearing", "speed", "height", "distance_future")
+QUANTITY = {"distance": (1.0, 120.0, "m"), "bearing": (-180.0, 180.0, "deg"), "speed": (0.0, 35.0, "m/s"),
+            "height": (0.5, 4.0, "m"), "distance_future": (0.5, 60.0, "m")}
 
 
 def rle_of_box(box_xyxy, height: int = 90, width: int = 160) -> dict:
@@ -43,15 +46,17 @@ def make_qa_rows(scene_id: str, n: int, seed: int = 0, num_keyframes: int = 4, p
                 grounding.append({"role": role, "frame_index": fi, "timestamp_us": 1_000_000 + fi * 500_000,
                                   "camera": cam, "image_path": f"samples/{cam}/{scene_id}_{fi}.jpg",
                                   "track_id": t, "region_id": r, "box_xyxy": box, "mask_rle": rle_of_box(box)})
-        value = float(rng.uniform(1, 60)) if kind == "quantitative" else None
+        qtype = QUESTION_TYPES[i % len(QUESTION_TYPES)]
+        lo, hi, unit = QUANTITY[qtype]
+        value = float(rng.uniform(lo, hi)) if kind == "quantitative" else None
         pad = "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz "), size=pad_question)) if pad_question else ""
         q = f"How far is Region [0] from the ego vehicle? {pad}"
         rows.append({
             "qa_id": f"{scene_id}-{i:06d}", "scene_id": scene_id, "split": "train" if i % 5 else "val",
             "keyframe_index": kf, "timestamp_us": 1_000_000 + kf * 500_000, "family": fam, "kind": kind,
-            "question_type": ["distance", "bearing", "speed", "heading"][i % 4], "template_id": f"t{i % 7}",
-            "question": q, "answer": f"About {value:.2f} meters." if value is not None else "Yes.",
-            "value": value, "unit": "m" if value is not None else None,
+            "question_type": qtype, "template_id": f"t{i % 7}",
+            "question": q, "answer": f"About {value:.2f} {unit}." if value is not None else "Yes.",
+            "value": value, "unit": unit if value is not None else None,
             "horizon_s": float(i % 4) if fam == "ego_spatiotemporal" else None,
             "region_ids": list(range(ntr)), "track_ids": tids,
             "class_names": [CLASSES[t % len(CLASSES)] for t in tids],
