@@ -1,0 +1,81 @@
+"""``drivegen run``: logs -> detection -> tracking -> segmentation -> visibility -> attributes -> QA ->
+writers, as one streaming Ray Dataset (see ``generator.pipeline``).
+
+    drivegen run --out OUT                                    # a few generated scenes, embedded local Ray
+    drivegen run --out OUT --source av2 --data LOGS           # your logs (nuscenes: --version V)
+    drivegen run --out s3://bucket/run --address auto ...     # join a Ray cluster (or set RAY_ADDRESS)
+    drivegen run --resume OUT                                 # finish an interrupted run
+
+Exit codes: 0 = every scene finished, 1 = some scene failed (see OUT/errors/ and OUT/summary.json),
+2 = unusable input (message names the file and what to do).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+log = logging.getLogger("drivegen.run")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("run", help="generate a QA dataset from driving logs (Ray Data pipeline)",
+                              description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--out", default=None, help="run folder: local path or URI (file://, s3://, gs://, ...)")
+    p.add_argument("--source", choices=("nuscenes", "av2"), default=None,
+                   help="log format of --data (default without --data: generated nuScenes-format logs)")
+    p.add_argument("--data", default=None, help="nuScenes dataroot or AV2 folder (of logs, or one log)")
+    p.add_argument("--version", default=None, help="nuScenes table version (default: the only one present)")
+    p.add_argument("--config", default=None, help="pipeline config YAML (default: built-in paper defaults)")
+    p.add_argument("--address", default=None,
+                   help="join this Ray cluster ('auto', host:port; default: RAY_ADDRESS, else embedded Ray)")
+    p.add_argument("--resume", nargs="?", const=True, default=None, metavar="OUT",
+                   help="finish an interrupted run: reads OUT/config.yaml, OUT/source.json, OUT/scenes.json "
+                        "and skips scenes that have a manifest")
+    p.add_argument("--scenes", type=int, default=None, metavar="N",
+                   help="only the first N scenes (generated logs: how many to generate, default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated logs")
+    p.add_argument("--local", action="store_true", help="run the same stages in this process, without Ray")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _fail(msg: str) -> int:
+    print(f"drivegen run: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(args) -> int:
+    from generator.pipeline import RunStore, run
+    from generator.types import DrivegenError
+    from schemas.config import ConfigError
+
+    out = args.out
+    if isinstance(args.resume, str):
+        if out and out != args.resume:
+            return _fail(f"--resume {args.resume} and --out {out} name different run folders")
+        out = args.resume
+    if not out:
+        return _fail("give --out OUT (or --resume OUT)")
+    resume = args.resume is not None
+    if resume and (args.config or args.source or args.data or args.version):
+        return _fail("--resume reuses the run's own config.yaml and source.json; drop --config/--source/--data/--version")
+    if args.data and not args.source:
+        return _fail("--data needs --source nuscenes|av2")
+    if args.source and not args.data:
+        return _fail(f"--source {args.source} needs --data PATH (the logs)")
+    try:
+        result = run(out, source=args.source, data=args.data, version=args.version, config=args.config,
+                     address=args.address, resume=resume, scenes=args.scenes, seed=args.seed,
+                     executor="local" if args.local else "ray", progress=not args.no_progress,
+                     verbose=getattr(args, "verbose", False))
+    except (ConfigError, DrivegenError, FileExistsError, FileNotFoundError) as err:
+        return _fail(str(err))
+    from generator.pipeline.driver import format_summary
+
+    print(format_summary(result.summary))
+    print(f"summary: {RunStore(out).full('summary.json')}")
+    return result.exit_code
