@@ -16,6 +16,7 @@ camera model is the pinhole part of AV2's intrinsics (radial distortion is ignor
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,7 @@ class AV2Source(LogSource):
     name = "av2"
 
     def __init__(self, root, cfg: KeyframeConfig | None = None):
-        self.root = Path(root).resolve()
+        self.root = Path(os.path.abspath(root))
         self.cfg = cfg or KeyframeConfig()
         if not self.root.is_dir():
             raise SourceError("AV2 root folder does not exist", file=str(self.root), stage="open")

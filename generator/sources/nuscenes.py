@@ -44,7 +44,7 @@ class NuScenesSource(LogSource):
                  check_files: bool = True):
         from nuscenes import NuScenes
 
-        self.dataroot = Path(dataroot).resolve()
+        self.dataroot = Path(os.path.abspath(dataroot))
         self.version = version
         self.cfg = cfg or KeyframeConfig()
         self.check_files = check_files
@@ -105,13 +105,18 @@ class NuScenesSource(LogSource):
         return str(self.dataroot / self.version / f"{table}.json")
 
     def _path(self, scene: str, sd: dict) -> str:
-        """Absolute path of a sample_data file; refuses rows that point outside the dataroot."""
+        """Absolute path of a sample_data file; refuses rows that point outside the dataroot.
+
+        The check is lexical (``..`` and absolute names), so a dataroot whose ``samples/`` folder is a
+        symlink to other storage still works.
+        """
         rel = sd.get("filename", "")
-        full = Path(self.nusc.get_sample_data_path(sd["token"])).resolve()
-        if not rel or os.path.isabs(rel) or not full.is_relative_to(self.dataroot):
-            raise SourceError(f"sample_data {sd['token']} filename {rel!r} points outside the dataroot "
-                              f"{self.dataroot}", scene=scene, file=self._table_file("sample_data"), stage="read")
-        return str(full)
+        full = os.path.normpath(os.path.join(str(self.dataroot), rel)) if isinstance(rel, str) else ""
+        if not rel or os.path.isabs(rel) or os.path.commonpath([full, str(self.dataroot)]) != str(self.dataroot):
+            raise SourceError(f"sample_data {sd['token']} ({sd.get('channel')}) filename {rel!r} points outside the "
+                              f"dataroot {self.dataroot}", scene=scene, file=self._table_file("sample_data"),
+                              stage="read")
+        return full
 
     def _pose(self, scene: str, sd: dict) -> SE3:
         tok = sd.get("ego_pose_token", "")
