@@ -49,6 +49,12 @@ class LidarDetectorConfig(_Model):
     cluster_eps_m: float = Field(0.7, gt=0)
     cluster_min_points: int = Field(5, ge=1)
     min_box_points: int = Field(8, ge=1)
+    ground_cell_m: float = Field(2.0, gt=0)  # BEV cell of the per-cell ground refinement
+    ground_cell_tolerance_m: float = Field(0.4, ge=0)  # a cell's lowest point is ground within this of the plane
+    max_height_m: float = Field(4.5, gt=0)  # points higher above the ground are ignored (trees, signs)
+    ego_half_length_m: float = Field(3.0, ge=0)  # the ego vehicle's own returns are cropped
+    ego_half_width_m: float = Field(1.3, ge=0)
+    beam_spacing_deg: float = Field(1.33, ge=0)  # vertical beam spacing (nuScenes 32-beam: 1.33): height tolerance
 
 
 class LabelNoiseConfig(_Model):
