@@ -1,0 +1,78 @@
+"""``drivegen validate RUN``: detection and tracking metrics of a run against its labelled logs.
+
+Writes ``validate/report.md`` and ``validate/report.json`` into the run folder (or ``--out``) and prints
+the Markdown. Exit codes: 0 = done and every requested gate met, 1 = a gate not met, 2 = unusable input
+(message on stderr says which input and what to do).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "validate", help="detection/tracking metrics (nuScenes devkit) of a run against labelled logs",
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("run", help="finished run folder (local path or URI)")
+    p.add_argument("--logs", default=None,
+                   help="the labelled logs (nuScenes dataroot or AV2 folder); default: the one in RUN/source.json")
+    p.add_argument("--out", default=None, help="write report.md/report.json here instead of RUN/validate/")
+    p.add_argument("--scenes", nargs="+", default=None, help="only these scene ids")
+    p.add_argument("--tracking-thresholds", type=int, default=40,
+                   help="recall thresholds AMOTA averages over (devkit: 40; cost is linear in it)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for per-class tracking evaluation (default: min(classes, CPUs))")
+    p.add_argument("--no-label-agreement", action="store_true",
+                   help="skip re-running attributes and QA on the labels")
+    p.add_argument("--min-map", type=float, default=None, help="fail (exit 1) when mAP is below")
+    p.add_argument("--min-nds", type=float, default=None, help="fail when NDS is below")
+    p.add_argument("--min-amota", type=float, default=None, help="fail when AMOTA is below")
+    p.add_argument("--max-idsw", type=float, default=None, help="fail when ID switches exceed")
+    p.add_argument("--min-label-agreement", type=float, default=None,
+                   help="fail when the share of QA answers within tolerance is below")
+    p.add_argument("--quiet", action="store_true", help="do not print the Markdown report")
+    return p
+
+
+def main(args) -> int:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the devkit's GT loader draws progress bars
+    from generator.pipeline.store import RunStore
+    from generator.types import DrivegenError
+    from generator.validate.report import to_json, to_markdown
+    from generator.validate.run import ValidateOptions, validate_run
+
+    if args.tracking_thresholds < 2:
+        print("drivegen validate: error: --tracking-thresholds must be at least 2", file=sys.stderr)
+        return 2
+    gates = {"min_map": args.min_map, "min_nds": args.min_nds, "min_amota": args.min_amota,
+             "max_idsw": args.max_idsw, "min_label_agreement": args.min_label_agreement}
+    if args.min_label_agreement is not None and args.no_label_agreement:
+        print("drivegen validate: error: --min-label-agreement needs the label agreement; drop "
+              "--no-label-agreement", file=sys.stderr)
+        return 2
+    opts = ValidateOptions(logs=args.logs, scenes=args.scenes, tracking_thresholds=args.tracking_thresholds,
+                           workers=args.workers, label_agreement=not args.no_label_agreement,
+                           gates={k: v for k, v in gates.items() if v is not None})
+    try:
+        report = validate_run(args.run, opts)
+    except DrivegenError as err:
+        print(f"drivegen validate: error: {err}", file=sys.stderr)
+        return 2
+    md = to_markdown(report)
+    store, prefix = (RunStore(args.out), "") if args.out else (RunStore(args.run), "validate/")
+    store.write_bytes(f"{prefix}report.md", md.encode())
+    store.write_bytes(f"{prefix}report.json", to_json(report).encode())
+    if not args.quiet:
+        print(md)
+    log.info("wrote %s", store.full(f"{prefix}report.md"))
+    if not report["passed"]:
+        failed = [f"{k} ({v['metric']} = {v['value']}, threshold {v['threshold']})"
+                  for k, v in report["gates"].items() if not v["ok"]]
+        print("drivegen validate: gates not met: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0

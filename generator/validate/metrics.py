@@ -1,0 +1,328 @@
+"""Detection and tracking metrics through nuscenes-devkit's own evaluation code.
+
+The devkit's ``DetectionEval`` / ``TrackingEval`` load a result JSON and a NuScenes split in their
+constructors. drivegen's logs are custom (generated nuScenes-format logs, Argoverse 2), so the two
+evaluators are subclassed with a constructor that takes ready ``EvalBoxes`` (detection) or tracks
+(tracking); their ``evaluate`` methods run unchanged: ``accumulate`` / ``calc_ap`` / ``calc_tp`` /
+``DetectionMetrics`` with the cone/barrier NaN rules, and ``TrackingEvaluation`` over recall thresholds
+with the AMOTA/AMOTP averaging and best-MOTA threshold pick.
+
+Two documented departures, both opt-in or only where the devkit's definition has no data:
+- ``TrackingOptions.num_thresholds`` (default 40 = ``tracking_nips_2019``) sets the number of recall
+  thresholds AMOTA averages over; the evaluation cost is linear in it (see ``evaluate_tracking``).
+- NDS on logs without attributes (e.g. Argoverse 2): the devkit would count mAAE as 1 (``cummean`` of an
+  all-NaN error is 1). ``_Metrics`` drops TP metrics that are NaN for every class, so NDS is then
+  ``(5 mAP + sum of the four other TP scores) / 9``. With attributes it equals the devkit's NDS exactly.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import multiprocessing as mp
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from nuscenes.eval.common.config import config_factory
+from nuscenes.eval.common.data_classes import EvalBoxes
+from nuscenes.eval.detection.constants import TP_METRICS
+from nuscenes.eval.detection.data_classes import DetectionConfig, DetectionMetrics
+from nuscenes.eval.detection.evaluate import DetectionEval
+from nuscenes.eval.tracking.data_classes import TrackingConfig, TrackingMetrics
+from nuscenes.eval.tracking.evaluate import TrackingEval
+from nuscenes.eval.tracking.loaders import interpolate_tracks
+
+log = logging.getLogger(__name__)
+
+DETECTION_CONFIG = "detection_cvpr_2019"
+TRACKING_CONFIG = "tracking_nips_2019"
+# Summary names as in the nuScenes leaderboard and STRIDE-QA Table 6.
+TP_SUMMARY = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
+TRACKING_SUMMARY = ("amota", "amotp", "recall", "motar", "mota", "motp", "mt", "ml", "faf", "tp", "fp", "fn", "ids",
+                    "frag", "tid", "lgd", "gt")
+
+
+def detection_config() -> DetectionConfig:
+    return config_factory(DETECTION_CONFIG)
+
+
+def tracking_config(num_thresholds: int | None = None) -> TrackingConfig:
+    """``tracking_nips_2019``; ``num_thresholds`` overrides its 40 recall thresholds (must be >= 2)."""
+    cfg = config_factory(TRACKING_CONFIG)
+    if num_thresholds is not None and num_thresholds != cfg.num_thresholds:
+        if num_thresholds < 2:
+            raise ValueError(f"tracking needs at least 2 recall thresholds, got {num_thresholds}")
+        cfg = TrackingConfig.deserialize({**cfg.serialize(), "num_thresholds": int(num_thresholds)})
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------------- detection
+class _Metrics(DetectionMetrics):
+    """``DetectionMetrics`` summarised over a subset of classes, with NDS leaving out TP metrics that no
+    summarised class has data for (see module doc). With all ten classes and attributes present this is
+    the devkit's summary exactly.
+    """
+
+    def __init__(self, cfg: DetectionConfig, classes: list[str] | None = None):
+        super().__init__(cfg)
+        self.classes = list(cfg.class_names) if classes is None else list(classes)
+
+    @property
+    def mean_dist_aps(self) -> dict[str, float]:
+        return {c: float(np.mean(list(self._label_aps[c].values()))) for c in self.classes}
+
+    @property
+    def mean_ap(self) -> float:
+        return float(np.mean(list(self.mean_dist_aps.values()))) if self.classes else float("nan")
+
+    @property
+    def tp_errors(self) -> dict[str, float]:
+        out = {}
+        for name in TP_METRICS:
+            vals = np.array([self.get_label_tp(c, name) for c in self.classes], dtype=float)
+            out[name] = float(np.nanmean(vals)) if np.any(~np.isnan(vals)) else float("nan")
+        return out
+
+    @property
+    def tp_scores(self) -> dict[str, float]:
+        errors = self.tp_errors
+        return {k: max(0.0, 1.0 - v) for k, v in errors.items() if not np.isnan(v)}
+
+
+class BoxesDetectionEval(DetectionEval):
+    """``DetectionEval`` over ready, filtered ``EvalBoxes`` (no NuScenes split, no result file).
+
+    ``gt_boxes``/``pred_boxes`` must share sample tokens, carry ``ego_translation`` and already have the
+    devkit's ``filter_eval_boxes`` applied (``generator.validate.groundtruth`` does both).
+    ``evaluate()`` is the devkit's. When ``has_attributes`` is False every class's attribute error is
+    NaN instead of the devkit's 1 (the logs carry no attributes to compare against).
+    """
+
+    def __init__(self, gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, config: DetectionConfig | None = None,
+                 has_attributes: bool = True, verbose: bool = False):
+        # DetectionEval.__init__ reads files and a NuScenes split; set exactly what evaluate() uses.
+        self.cfg = config or detection_config()
+        self.gt_boxes = gt_boxes
+        self.pred_boxes = pred_boxes
+        self.verbose = verbose
+        self.has_attributes = has_attributes
+        self.sample_tokens = gt_boxes.sample_tokens
+        missing = set(gt_boxes.sample_tokens) ^ set(pred_boxes.sample_tokens)
+        if missing:
+            raise ValueError(f"GT and predictions cover different samples ({len(missing)} differ)")
+
+    def evaluate(self, classes: list[str] | None = None):
+        """The devkit's evaluation; the summary (``_Metrics``) covers ``classes`` (default: all ten)."""
+        metrics, md_list = super().evaluate()
+        out = _Metrics(self.cfg, classes)
+        out._label_aps = metrics._label_aps
+        out._label_tp_errors = metrics._label_tp_errors
+        out.eval_time = metrics.eval_time
+        if not self.has_attributes:
+            for c in self.cfg.class_names:
+                out.add_label_tp(c, "attr_err", np.nan)
+        return out, md_list
+
+
+def _f(x) -> float | None:
+    x = float(x)
+    return None if np.isnan(x) else x
+
+
+def evaluate_detection(gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, has_attributes: bool = True,
+                       config: DetectionConfig | None = None) -> dict:
+    """mAP (AP averaged over the 0.5/1/2/4 m centre-distance thresholds, then over classes), mATE, mASE,
+    mAOE, mAVE, mAAE and NDS, overall and per class, as JSON-able numbers (None = no data).
+
+    Headline figures average over the classes that have GT in the evaluated samples (a small log set
+    rarely holds all ten; the devkit would count an absent class as AP 0 and TP errors 1, and gives NaN
+    for an absent class in tracking). ``all_classes`` holds the devkit's literal ten-class summary.
+    """
+    ev = BoxesDetectionEval(gt_boxes, pred_boxes, config, has_attributes=has_attributes)
+    gt_count = defaultdict(int)
+    for b in gt_boxes.all:
+        gt_count[b.detection_name] += 1
+    pred_count = defaultdict(int)
+    for b in pred_boxes.all:
+        pred_count[b.detection_name] += 1
+    present = [c for c in ev.cfg.class_names if gt_count[c] > 0]
+    metrics, _ = ev.evaluate(classes=present)
+    every = _Metrics(ev.cfg)
+    every._label_aps, every._label_tp_errors = metrics._label_aps, metrics._label_tp_errors
+
+    def summary(m: _Metrics) -> dict:
+        errors = m.tp_errors
+        return {"mAP": _f(m.mean_ap), **{TP_SUMMARY[k]: _f(errors[k]) for k in TP_METRICS},
+                "NDS": _f(m.nd_score) if m.classes else None,
+                "nds_terms": ["mAP"] + [TP_SUMMARY[k] for k in TP_METRICS if k in m.tp_scores]}
+
+    per_class = {}
+    for c in ev.cfg.class_names:
+        per_class[c] = {
+            "AP": _f(np.mean([metrics.get_label_ap(c, d) for d in ev.cfg.dist_ths])),
+            "AP_by_dist": {str(d): _f(metrics.get_label_ap(c, d)) for d in ev.cfg.dist_ths},
+            **{TP_SUMMARY[m][1:]: _f(metrics.get_label_tp(c, m)) for m in TP_METRICS},  # ATE, ASE, ...
+            "num_gt": int(gt_count[c]), "num_pred": int(pred_count[c]), "has_gt": gt_count[c] > 0,
+        }
+    return {
+        **summary(metrics),
+        "classes": present,
+        "all_classes": summary(every),
+        "has_attributes": has_attributes,
+        "per_class": per_class,
+        "num_samples": len(ev.sample_tokens),
+        "num_gt": len(gt_boxes.all),
+        "num_pred": len(pred_boxes.all),
+        "eval_time_s": float(metrics.eval_time),
+        "config": DETECTION_CONFIG,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ tracking
+Tracks = dict  # {scene: {timestamp_us: [TrackingBox, ...]}}
+
+
+def build_tracks(boxes: EvalBoxes, sample_scene: dict[str, str], sample_time_us: dict[str, int],
+                 gt: bool) -> Tracks:
+    """Group filtered ``TrackingBox``es into the devkit's track layout and fill holes.
+
+    This is what ``nuscenes.eval.tracking.loaders.create_tracks`` does once it has the split's scenes:
+    every evaluated sample gets an entry (possibly empty), predicted boxes take their track's mean score
+    (the devkit's rule, applied before interpolation), then the devkit's ``interpolate_tracks`` fills
+    frames a track skips (e.g. GT boxes removed by the zero-points filter).
+    """
+    tracks: dict = defaultdict(lambda: defaultdict(list))
+    for tok in sorted(sample_scene, key=lambda t: (sample_scene[t], sample_time_us[t])):
+        tracks[sample_scene[tok]][sample_time_us[tok]] = list(boxes[tok]) if tok in boxes.boxes else []
+    if not gt:
+        for scene_tracks in tracks.values():
+            scores = defaultdict(list)
+            for frame in scene_tracks.values():
+                for b in frame:
+                    scores[b.tracking_id].append(b.tracking_score)
+            mean = {k: float(np.mean(v)) for k, v in scores.items()}
+            for frame in scene_tracks.values():
+                for b in frame:
+                    b.tracking_score = mean[b.tracking_id]
+    for scene in list(tracks):
+        filled = interpolate_tracks(tracks[scene])
+        tracks[scene] = defaultdict(list, sorted(filled.items(), key=lambda kv: kv[0]))
+    return tracks
+
+
+class TracksTrackingEval(TrackingEval):
+    """``TrackingEval`` over ready tracks (``build_tracks``); ``evaluate()`` is the devkit's.
+
+    ``class_names`` restricts the evaluated classes (the config's ``class_names`` on a shallow copy), which
+    is how ``evaluate_tracking`` runs one class per worker process.
+    """
+
+    def __init__(self, tracks_gt: Tracks, tracks_pred: Tracks, config: TrackingConfig,
+                 class_names: list[str] | None = None, verbose: bool = False):
+        # TrackingEval.__init__ loads NuScenes + a split; set exactly what evaluate() uses.
+        self.cfg = copy.copy(config)
+        if class_names is not None:
+            self.cfg.class_names = list(class_names)
+        self.tracks_gt = tracks_gt
+        self.tracks_pred = tracks_pred
+        self.verbose = verbose
+        self.output_dir = None
+        self.render_classes = None
+        missing = set(tracks_gt) ^ set(tracks_pred)
+        if missing:
+            raise ValueError(f"GT and predicted tracks cover different scenes: {sorted(missing)}")
+
+
+# Inputs for forked workers: set just before the pool forks, so tracks are inherited, never pickled.
+_WORK: dict = {}
+
+
+def _eval_class(class_name: str) -> tuple[str, dict, float]:
+    import sklearn
+
+    t0 = time.perf_counter()
+    ev = TracksTrackingEval(_WORK["gt"], _WORK["pred"], _WORK["cfg"], class_names=[class_name])
+    # The devkit calls sklearn's euclidean_distances once per frame and threshold; its input validation
+    # is a third of the time on small frames. Inputs are finite box centres, so skip it (same numbers).
+    with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+        metrics, _ = ev.evaluate()
+    return class_name, {m: metrics.label_metrics[m][class_name] for m in metrics.label_metrics}, \
+        time.perf_counter() - t0
+
+
+def evaluate_tracking(tracks_gt: Tracks, tracks_pred: Tracks, config: TrackingConfig | None = None,
+                      workers: int | None = None) -> dict:
+    """AMOTA, AMOTP, recall, MOTA, MOTP, IDSW (``ids``), fragmentations (``frag``) and the other devkit
+    tracking metrics, overall (devkit's ``compute_metric('all')``: mean over classes, sums for counts)
+    and per class.
+
+    Cost: per class, one matching pass to find the recall thresholds plus one motmetrics pass per
+    threshold, each over every evaluated frame: O(classes x (num_thresholds + 1) x frames x boxes^2).
+    Classes run in parallel in forked processes (``workers``, default min(classes, cpu count)); the
+    classes are independent so this is exact. ``workers=1`` runs in-process.
+    """
+    cfg = config or tracking_config()
+    classes = [c for c in cfg.class_names]
+    gt_present = set()
+    for scene in tracks_gt.values():
+        for frame in scene.values():
+            gt_present.update(b.tracking_name for b in frame)
+    todo = [c for c in classes if c in gt_present]  # classes without GT are all-NaN in the devkit anyway
+    if workers is None:
+        workers = min(len(todo), os.cpu_count() or 1)
+    t0 = time.perf_counter()
+    _WORK.update(gt=tracks_gt, pred=tracks_pred, cfg=cfg)
+    try:
+        if workers > 1 and len(todo) > 1 and "fork" in mp.get_all_start_methods():
+            with mp.get_context("fork").Pool(min(workers, len(todo))) as pool:
+                # Largest classes first so the slowest worker starts early.
+                order = sorted(todo, key=lambda c: -_count(tracks_gt, c))
+                results = pool.map(_eval_class, order, chunksize=1)
+        else:
+            results = [_eval_class(c) for c in todo]
+    finally:
+        _WORK.clear()
+    merged = TrackingMetrics(cfg)
+    class_time = {}
+    for c, values, dt in results:
+        class_time[c] = dt
+        for m, v in values.items():
+            merged.add_label_metric(m, c, v)
+    wall = time.perf_counter() - t0
+    merged.add_runtime(wall)
+    per_class = {c: {m: _f(merged.label_metrics[m][c]) for m in TRACKING_SUMMARY} for c in classes}
+    for c in classes:
+        per_class[c]["has_gt"] = c in gt_present
+        per_class[c]["num_gt_tracks"] = _count_tracks(tracks_gt, c)
+    out = {m.upper() if m in ("amota", "amotp", "mota", "motp") else m: _f(merged.compute_metric(m))
+           for m in TRACKING_SUMMARY}
+    out.update({
+        "IDSW": out.pop("ids"), "FRAG": out.pop("frag"),
+        "per_class": per_class,
+        "num_scenes": len(tracks_gt),
+        "num_frames": sum(len(s) for s in tracks_gt.values()),
+        "num_gt_tracks": sum(_count_tracks(tracks_gt, c) for c in classes),
+        "num_thresholds": int(cfg.num_thresholds),
+        "workers": int(workers),
+        "eval_time_s": wall,
+        "class_time_s": class_time,
+        "config": TRACKING_CONFIG,
+    })
+    return out
+
+
+def _count(tracks: Tracks, class_name: str) -> int:
+    return sum(1 for s in tracks.values() for f in s.values() for b in f if b.tracking_name == class_name)
+
+
+def _count_tracks(tracks: Tracks, class_name: str) -> int:
+    return len({(k, b.tracking_id) for k, s in tracks.items() for f in s.values() for b in f
+                if b.tracking_name == class_name})
+
+
+@dataclass
+class TrackingOptions:
+    num_thresholds: int = 40
+    workers: int | None = None

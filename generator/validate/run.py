@@ -1,0 +1,245 @@
+"""``validate_run``: a finished run folder against the labelled logs it came from.
+
+Which frames count: a run's perceived frames (``perception/frames/<scene>.parquet``; without it, the
+frames its objects are on) that coincide with an annotated sample of a labelled scene (timestamps equal
+within ``match_tolerance_us``). nuScenes samples are 2 Hz keyframes; AV2 annotations are 10 Hz. Objects on
+other frames (nuScenes sweeps between keyframes) are not scored and are counted in the report.
+Scenes of the run without any annotation are listed as unlabelled and excluded.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from generator.pipeline.store import RunStore
+from generator.validate.boxes import BoxArrays, cap_per_sample, objects_to_arrays, to_detection_boxes, \
+    to_tracking_boxes
+from generator.validate.groundtruth import LogGroundTruth, ValidateInputError, open_ground_truth
+from generator.validate.metrics import (build_tracks, detection_config, evaluate_detection, evaluate_tracking,
+                                        tracking_config)
+from schemas.tables import FRAMES, OBJECTS, check_schema
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ValidateOptions:
+    """Knobs of ``drivegen validate`` (CLI flags of the same names)."""
+
+    logs: str | None = None  # labelled logs; default: the dataroot in the run's source.json
+    scenes: list[str] | None = None  # restrict to these scene ids
+    tracking_thresholds: int = 40  # recall thresholds AMOTA averages over (devkit: 40)
+    workers: int | None = None  # processes for per-class tracking evaluation (default: min(classes, CPUs))
+    label_agreement: bool = True
+    match_tolerance_us: int = 20_000  # a perceived frame matches an annotated sample within this
+    gates: dict = field(default_factory=dict)  # {'min_map': 0.5, ...} see generator.validate.report.GATES
+
+
+@dataclass
+class RunData:
+    store: RunStore
+    source: dict
+    objects: pa.Table
+    frames: pa.Table | None
+    config_yaml: str | None
+
+
+def read_run(run: str) -> RunData:
+    """The run folder's source.json, config and perception tables (objects required, frames optional)."""
+    store = RunStore(run)
+    if not store.exists(""):
+        raise ValidateInputError(f"run folder {run} does not exist")
+    if not store.exists("source.json"):
+        raise ValidateInputError(f"run folder {run} has no source.json: it is not a drivegen run folder (or the run "
+                                 f"never started); run `drivegen run` first")
+    source = store.read_json("source.json")
+    obj_files = [p for p in store.list("perception/objects") if p.endswith(".parquet") and not _hidden(p)]
+    if not obj_files:
+        raise ValidateInputError(f"run folder {run} has no perception tables (perception/objects/*.parquet); "
+                                 f"validate needs a run that finished perception: run `drivegen run` (or resume "
+                                 f"it) and try again")
+    objects = _concat([_read(store, p, OBJECTS) for p in obj_files], OBJECTS)
+    fr_files = [p for p in store.list("perception/frames") if p.endswith(".parquet") and not _hidden(p)]
+    frames = _concat([_read(store, p, FRAMES) for p in fr_files], FRAMES) if fr_files else None
+    cfg = store.read_bytes("config.yaml").decode() if store.exists("config.yaml") else None
+    return RunData(store, source, objects, frames, cfg)
+
+
+def _hidden(rel: str) -> bool:
+    return rel.rsplit("/", 1)[-1].startswith(".")
+
+
+def _read(store: RunStore, rel: str, schema: pa.Schema) -> pa.Table:
+    try:
+        t = store.read_parquet(rel)
+    except Exception as err:
+        raise ValidateInputError(f"cannot read {rel}: {type(err).__name__}: {err}", file=store.full(rel)) from None
+    try:
+        return check_schema(t, schema, where=store.full(rel))
+    except (ValueError, pa.ArrowInvalid) as err:
+        raise ValidateInputError(str(err), file=store.full(rel)) from None
+
+
+def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _match(sample_ts: np.ndarray, ts: np.ndarray, tol_us: int) -> np.ndarray:
+    """Index of the sample each timestamp coincides with (within tol), -1 where none. sample_ts sorted."""
+    if len(sample_ts) == 0:
+        return np.full(len(ts), -1)
+    pos = np.searchsorted(sample_ts, ts).clip(1, len(sample_ts)) - 1
+    nxt = (pos + 1).clip(0, len(sample_ts) - 1)
+    best = np.where(np.abs(sample_ts[nxt] - ts) < np.abs(sample_ts[pos] - ts), nxt, pos)
+    return np.where(np.abs(sample_ts[best] - ts) <= tol_us, best, -1)
+
+
+@dataclass
+class EvalSet:
+    """What gets scored: sample tokens with their scene and time, and the predictions on them."""
+
+    tokens: list[str]
+    scene_of: dict[str, str]
+    time_of: dict[str, int]
+    pred: BoxArrays
+    pred_rows: np.ndarray  # row of run.objects for each pred box
+    scenes: list[str]
+    unlabelled: list[str]
+    objects_off_samples: int
+    frames_without_sample: int
+
+
+def select(run: RunData, gt: LogGroundTruth, opts: ValidateOptions) -> EvalSet:
+    obj = run.objects
+    run_scenes = list(dict.fromkeys(obj.column("scene_id").to_pylist()
+                                    + (run.frames.column("scene_id").to_pylist() if run.frames is not None else [])))
+    if opts.scenes:
+        unknown = [s for s in opts.scenes if s not in run_scenes]
+        if unknown:
+            raise ValidateInputError(f"--scenes {unknown} are not scenes of this run (it has {run_scenes[:10]}"
+                                     f"{' ...' if len(run_scenes) > 10 else ''})")
+        run_scenes = [s for s in run_scenes if s in opts.scenes]
+    absent = [s for s in run_scenes if gt.resolve(s) is None]
+    if absent:
+        raise ValidateInputError(
+            f"{len(absent)} scene(s) of the run are not in the logs ({gt.kind} at {_root(run, opts)}): "
+            f"{absent[:10]}{' ...' if len(absent) > 10 else ''}; pass --logs with the logs the run was made from")
+    labelled = [s for s in run_scenes if gt.is_labelled(s)]
+    unlabelled = [s for s in run_scenes if s not in labelled]
+    tokens, scene_of, time_of = [], {}, {}
+    rows_all, toks_all = [], []
+    off, frames_without = 0, 0
+    obj_scene = np.asarray(obj.column("scene_id").to_pylist(), dtype=object)
+    obj_ts = obj.column("timestamp_us").to_numpy()
+    for s in labelled:
+        smp = gt.samples(s)
+        order = np.argsort(smp.timestamp_us)
+        sts, stok = smp.timestamp_us[order], smp.tokens[order]
+        if run.frames is not None:
+            fts = pc.filter(run.frames.column("timestamp_us"), pc.equal(run.frames.column("scene_id"), s)).to_numpy()
+        else:
+            fts = np.unique(obj_ts[obj_scene == s])
+        hit = _match(sts, fts, opts.match_tolerance_us)
+        frames_without += int((hit < 0).sum())
+        used = np.unique(hit[hit >= 0])
+        for i in used:
+            tok = str(stok[i])
+            tokens.append(tok)
+            scene_of[tok] = s
+            time_of[tok] = int(sts[i])
+        rows = np.flatnonzero(obj_scene == s)
+        m = _match(sts, obj_ts[rows], opts.match_tolerance_us)
+        ok = (m >= 0) & np.isin(m, used)
+        off += int((~ok).sum())
+        rows_all.append(rows[ok])
+        toks_all.append(stok[m[ok]])
+    rows = np.concatenate(rows_all) if rows_all else np.zeros(0, dtype=np.int64)
+    toks = np.concatenate(toks_all) if toks_all else np.zeros(0, dtype=object)
+    pred = objects_to_arrays(obj.take(pa.array(rows, type=pa.int64())), toks)
+    return EvalSet(tokens, scene_of, time_of, pred, rows, labelled, unlabelled, off, frames_without)
+
+
+def _root(run: RunData, opts: ValidateOptions) -> str:
+    return str(opts.logs or run.source.get("dataroot") or run.source.get("root"))
+
+
+def _filtered(gt: LogGroundTruth, boxes, class_range):
+    from nuscenes.eval.common.loaders import add_center_dist, filter_eval_boxes
+
+    boxes = add_center_dist(gt.tables, boxes)
+    if not boxes.all:  # the devkit's filter needs one box to know the box type; nothing to filter anyway
+        return boxes
+    return filter_eval_boxes(gt.tables, boxes, class_range, verbose=False)
+
+
+def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
+    """Score a run folder's perception against its labelled logs. Returns the report dict (see report.py).
+
+    Raises ``ValidateInputError`` for unusable inputs (message says which and what to do).
+    """
+    from generator.validate.report import check_gates
+
+    opts = opts or ValidateOptions()
+    timings = {}
+    t0 = time.perf_counter()
+    rd = read_run(run)
+    gt = open_ground_truth(rd.source, opts.logs)
+    es = select(rd, gt, opts)
+    if not es.scenes:
+        raise ValidateInputError(
+            f"none of the run's scenes is labelled in the logs at {_root(rd, opts)} (unlabelled: {es.unlabelled[:10]}); "
+            f"validate needs annotated scenes")
+    if not es.tokens:
+        raise ValidateInputError(
+            f"no perceived frame of the labelled scenes {es.scenes[:10]} coincides with an annotated sample "
+            f"(tolerance {opts.match_tolerance_us} us): the run and the logs do not match; pass --logs with the "
+            f"logs the run was made from")
+    dcfg = detection_config()
+    tcfg = tracking_config(opts.tracking_thresholds)
+    pred, dropped = cap_per_sample(es.pred, dcfg.max_boxes_per_sample)
+    gt_det = _filtered(gt, gt.boxes(es.tokens, "detection"), dcfg.class_range)
+    pr_det = _filtered(gt, to_detection_boxes(pred, es.tokens, gt=False), dcfg.class_range)
+    gt_trk = _filtered(gt, gt.boxes(es.tokens, "tracking"), tcfg.class_range)
+    pr_trk = _filtered(gt, to_tracking_boxes(pred, es.tokens, gt=False), tcfg.class_range)
+    timings["load_s"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    detection = evaluate_detection(gt_det, pr_det, has_attributes=gt.has_attributes, config=dcfg)
+    timings["detection_s"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    tracks_gt = build_tracks(gt_trk, es.scene_of, es.time_of, gt=True)
+    tracks_pr = build_tracks(pr_trk, es.scene_of, es.time_of, gt=False)
+    tracking = evaluate_tracking(tracks_gt, tracks_pr, tcfg, workers=opts.workers)
+    timings["tracking_s"] = time.perf_counter() - t1
+
+    agreement = None
+    if opts.label_agreement:
+        t1 = time.perf_counter()
+        from generator.validate.agreement import label_agreement
+
+        agreement = label_agreement(rd, gt, es)
+        timings["label_agreement_s"] = time.perf_counter() - t1
+    timings["total_s"] = time.perf_counter() - t0
+
+    report = {
+        "run": str(run),
+        "source": {k: v for k, v in rd.source.items() if k in ("kind", "dataroot", "root", "version")},
+        "logs": _root(rd, opts),
+        "scenes": {"evaluated": es.scenes, "unlabelled": es.unlabelled,
+                   "unlabelled_note": "scenes without any annotation; excluded from every metric",
+                   "num_samples": len(es.tokens), "perceived_frames_without_sample": es.frames_without_sample,
+                   "objects_off_samples": es.objects_off_samples, "objects_over_cap": dropped},
+        "detection": detection,
+        "tracking": tracking,
+        "label_agreement": agreement,
+        "options": {k: v for k, v in asdict(opts).items() if k != "gates"},
+        "timings": timings,
+    }
+    report["gates"], report["passed"] = check_gates(report, opts.gates)
+    return report
