@@ -3,8 +3,12 @@
 A scene's shards are its whole QA set: rewriting a scene (``regenerate``) writes shards 0..n-1 under
 temporary names, renames each into place atomically, then removes that scene's stale shards numbered
 n and above, so readers never see a half-written file and never see rows from an older run mixed in.
-The files are plain Parquet with the ``schemas.tables.QA`` schema (metadata included), readable by
-``pyarrow``, ``pandas`` and ``datasets.load_dataset("parquet", data_files=...)``.
+The files are plain Parquet readable by ``pyarrow``, ``pandas`` and
+``datasets.load_dataset("parquet", data_files=...)``, with the ``schemas.tables.QA`` columns and schema
+metadata, except that fixed-size lists (boxes ``[4]``, RLE ``size [2]``) are stored as variable-size
+lists: pyarrow 25.0.1 writes nullable fixed-size lists that hold a null (e.g. a grounding without a box)
+but cannot read them back ("Expected all lists to be of size=4 but index 1 had size=0"), top level or
+nested. ``read_qa(paths)`` (or ``check_schema(table, QA)``) casts back to the exact QA types.
 """
 from __future__ import annotations
 
@@ -47,6 +51,31 @@ def all_qa_shards(out_dir: str | os.PathLike) -> list[Path]:
     """Every committed QA shard of a run folder, sorted by name (temporary files excluded)."""
     d = Path(out_dir) / QA_DIR
     return sorted(p for p in d.glob("*.parquet") if not p.name.startswith(".")) if d.is_dir() else []
+
+
+def storage_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with every fixed-size list (at any depth) replaced by a variable-size list."""
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
+        f = t.value_field
+        return pa.list_(pa.field(f.name, storage_type(f.type), f.nullable, f.metadata))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, storage_type(f.type), f.nullable, f.metadata) for f in t])
+    return t
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema shards are written with (see module docstring): same names, metadata and nullability."""
+    return pa.schema([pa.field(f.name, storage_type(f.type), f.nullable, f.metadata) for f in schema],
+                     metadata=schema.metadata)
+
+
+def read_qa(paths) -> pa.Table:
+    """QA shards (a path, a folder or a list of paths) as one table with the exact ``schemas.tables.QA``
+    types."""
+    import pyarrow.dataset as ds
+
+    src = [str(p) for p in paths] if isinstance(paths, (list, tuple)) else str(paths)
+    return check_schema(ds.dataset(src, format="parquet").to_table(), QA, where=f"QA shards {src}")
 
 
 def _footer_bytes(schema: pa.Schema, compression: str) -> int:
@@ -111,6 +140,7 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     """
     cfg = cfg or WriterConfig()
     table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
+    table = table.cast(storage_schema(QA))
     if table.num_rows:
         scenes = pc.unique(table.column("scene_id")).to_pylist()
         if scenes != [scene_id]:
