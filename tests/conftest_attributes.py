@@ -92,3 +92,46 @@ def make_projections(objects: pa.Table, visible: dict | None = None, camera_of=N
         out["visible"].append(vis)
         out["drop_reason"].append(None if vis else "coverage")
     return pa.table(out, schema=PROJECTIONS)
+
+
+def random_scene(scene_id: str, seed: int, n_tracks: int = 15, n_frames: int = 41, dt: float = 0.5,
+                 anchors=(4, 8, 12, 16, 20, 24, 28), visible_prob: float = 0.85):
+    """A scene of ``n_tracks`` objects on straight random paths around an ego driving a gentle curve, with
+    projections in the camera the bearing points to (front within +-35 deg, back beyond +-145 deg, else a
+    side camera) and random visibility. Returns (frames, objects, projections)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n_frames) * dt
+    yaw = 0.02 * t
+    ego_xy = np.stack([np.cumsum(np.r_[0, 8 * dt * np.cos(yaw[:-1])]), np.cumsum(np.r_[0, 8 * dt * np.sin(yaw[:-1])])], 1)
+    poses = [pose(x, y, w) for (x, y), w in zip(ego_xy, yaw)]
+    cams = ("CAM_FRONT", "CAM_FRONT_LEFT", "CAM_FRONT_RIGHT", "CAM_BACK")
+    frames = make_frames(scene_id, t, poses, anchors=list(anchors), cameras=cams)
+    classes = np.array(["car", "truck", "pedestrian", "bicycle", "bus", "traffic_cone"])
+    p0 = rng.uniform([-30, -25], [80, 25], size=(n_tracks, 2))
+    vel = rng.normal(0, 4, size=(n_tracks, 2))
+    size = rng.uniform([0.5, 0.5, 1.0], [12, 3, 4], size=(n_tracks, 3))
+    cls = classes[rng.integers(0, len(classes), n_tracks)]
+    rows = []
+    for k, ti in enumerate(t):
+        T = poses[k]
+        for j in range(n_tracks):
+            if rng.random() < 0.05:  # occasional missed detection
+                continue
+            g = p0[j] + vel[j] * ti
+            c = T[:3, :3].T @ (np.r_[g, 0.8] - T[:3, 3])
+            rows.append({"frame_index": k, "track_id": 100 + j, "class_name": str(cls[j]), "center_ego": c.tolist(),
+                         "size": size[j].tolist(), "yaw": float(rng.uniform(-3, 3)),
+                         "velocity_global": vel[j].tolist()})
+    objects = make_objects(frames, rows)
+
+    def camera_of(r):
+        b = np.degrees(np.arctan2(r["center_ego_m"][1], r["center_ego_m"][0]))
+        if abs(b) <= 35:
+            return "CAM_FRONT"
+        if abs(b) >= 145:
+            return "CAM_BACK"
+        return "CAM_FRONT_LEFT" if b > 0 else "CAM_FRONT_RIGHT"
+
+    hidden = {(r["frame_index"], r["track_id"]): False for r in objects.select(["frame_index", "track_id"]).to_pylist()
+              if rng.random() > visible_prob}
+    return frames, objects, make_projections(objects, hidden, camera_of)
