@@ -157,3 +157,43 @@ def test_tables_and_description_round_trip(scene, av2_log):
     assert rebuilt.describe() == src.describe() and rebuilt.scene_ids() == [LOG]
     assert len(rebuilt.load_scene(LOG).anchor_indices) == 4  # 2, 3, 4, 5 s: the config travelled
 
+
+
+def test_camera_images_are_matched_and_motion_compensated(av2_log, tmp_path, scene):
+    """Images (absent from the excerpt) are matched to the nearest sweep within 50 ms and their extrinsics
+    moved into the sweep's ego frame through the ego pose at the image's own timestamp."""
+    import cv2
+
+    from generator.sources.io import load_image
+
+    d = tmp_path / LOG
+    d.mkdir()
+    for f in ("annotations.feather", "city_SE3_egovehicle.feather"):
+        shutil.copy(av2_log / f, d / f)
+    shutil.copytree(av2_log / "calibration", d / "calibration")
+    cam_dir = d / "sensors" / "cameras" / "ring_front_center"
+    cam_dir.mkdir(parents=True)
+    f10 = scene.frames[10]
+    t_img = int(f10.token) + 30_000_000  # 30 ms after sweep 10
+    cv2.imwrite(str(cam_dir / f"{t_img}.jpg"), np.zeros((2048, 1550, 3), np.uint8))
+    got = AV2Source(d).load_scene(LOG)
+    paths = [f.image_paths["ring_front_center"] for f in got.frames]
+    assert paths[10].endswith(f"{t_img}.jpg") and sum(bool(p) for p in paths) == 1  # 70 ms from sweep 11
+    assert load_image(got.frames[10], "ring_front_center").shape == (2048, 1550, 3)
+
+    poses = feather.read_table(d / "city_SE3_egovehicle.feather")
+    ts = poses["timestamp_ns"].to_numpy()
+    j = np.searchsorted(ts, t_img)  # the pose file is dense (~170 Hz): bracket the image time
+    a = (t_img - ts[j - 1]) / (ts[j] - ts[j - 1])
+    t_city = (1 - a) * np.array([poses[c][j - 1].as_py() for c in ("tx_m", "ty_m", "tz_m")]) + \
+        a * np.array([poses[c][j].as_py() for c in ("tx_m", "ty_m", "tz_m")])
+    static = scene.frames[10].cameras["ring_front_center"].ego_SE3_cam
+    comp = got.frames[10].cameras["ring_front_center"].ego_SE3_cam
+    # the camera centre in the city frame is where the ego (at the image time) carries it
+    cam_city = f10.city_SE3_ego.transform_points(comp.translation[None])[0]
+    R_img = f10.city_SE3_ego.rotation  # rotation changes little in 30 ms; the translation is what matters
+    expected = t_city + R_img @ static.translation
+    assert np.linalg.norm(cam_city - expected) < 0.02
+    assert np.linalg.norm(comp.translation - static.translation) > 0.05  # the ego moved in those 30 ms
+    # a frame without a matched image keeps the static calibration
+    assert np.allclose(got.frames[11].cameras["ring_front_center"].ego_SE3_cam.translation, static.translation)

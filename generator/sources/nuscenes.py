@@ -96,8 +96,11 @@ class NuScenesSource(LogSource):
             return self._load(rec)
         except SourceError:
             raise
-        except KeyError as err:  # a token that points at no row
-            raise SourceError(f"a table row references a missing token {err}", scene=name,
+        except KeyError as err:  # a token or field that is not there
+            raise SourceError(f"a table row references a missing token or lacks field {err}", scene=name,
+                              file=str(self.dataroot / self.version), stage="read") from None
+        except (TypeError, ValueError) as err:  # a field of the wrong type or shape
+            raise SourceError(f"malformed table row: {type(err).__name__}: {err}", scene=name,
                               file=str(self.dataroot / self.version), stage="read") from None
 
     # -- internals -------------------------------------------------------------------------------------
