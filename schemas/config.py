@@ -151,9 +151,9 @@ class Sam2Config(_Model):
 
 
 class CpuSegmenterConfig(_Model):
-    dilate_px: int = Field(9, ge=0)
-    close_px: int = Field(15, ge=0)
-    grabcut_iterations: int = Field(0, ge=0)  # 0 = LiDAR projection + morphology only
+    dilate_px: int = Field(3, ge=0)  # margin grown around the hull of the object's projected LiDAR points
+    close_px: int = Field(15, ge=0)  # closing kernel applied to a GrabCut-refined mask
+    grabcut_iterations: int = Field(0, ge=0)  # 0 = LiDAR hull + margin only (see actors/segment/cpu.py)
 
 
 class SegmentationConfig(_Model):

@@ -1,0 +1,25 @@
+"""Instance masks for the projected 3D boxes: ``build_segmenter(cfg) -> Segmenter``.
+
+Backends (``SegmentationConfig.backend``): ``sam2`` (SAM 2.1 with box prompts, torch-only preprocessing)
+and ``cpu`` (weight-free: the object's LiDAR points in the image closed with OpenCV morphology).
+Masks are stored as COCO RLE (``actors.segment.rle``).
+"""
+from __future__ import annotations
+
+from actors.segment.base import Segmenter
+from schemas.config import SegmentationConfig
+
+
+def build_segmenter(cfg: SegmentationConfig) -> Segmenter:
+    if cfg.backend == "cpu":
+        from actors.segment.cpu import CpuSegmenter
+
+        return CpuSegmenter(cfg)
+    if cfg.backend == "sam2":
+        from actors.segment.sam2_backend import Sam2Segmenter
+
+        return Sam2Segmenter(cfg)
+    raise ValueError(f"unknown segmentation backend {cfg.backend!r}")
+
+
+__all__ = ["Segmenter", "build_segmenter"]
