@@ -1,0 +1,306 @@
+"""STRIDE-QA-Bench export.
+
+The format test re-states, as assertions, what the public toolkit (turingmotors/STRIDE-QA-Dataset,
+benchmarks/STRIDE-QA-Bench) does with the files: ``inference/inference.py`` (glob, horizon from the file
+stem, rle buckets decoded with pycocotools, images opened under --image-folder), ``benchmark.py``
+(TIME_BUCKET / EGO_TARGET_DISTINCTION category names, group id from the question id, gt_value/unit per
+qa_type, tolerance keys, annotation_sheet.csv columns, LSR pairing of distance and direction) and
+``config/tolerance.yaml``. A drift in any of them fails here.
+"""
+from __future__ import annotations
+
+import json
+import re
+from numbers import Real
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from pycocotools import mask as mask_utils
+
+from conftest_bench import AGENTS, EGO_V, NAME_OF_TRACK, SCENE, T0_US, TIMES, agent_state, ego_xy, make_bench_run
+from generator.writers.bench_export import (SCENARIOS, ScenarioThresholds, classify_scenario, export_bench,
+                                            is_dynamic)
+
+# --- the toolkit's expectations, restated (benchmark.py, config/tolerance.yaml, inference.py) ---------
+TIME_BUCKET = {"ego_distance_data": 0, "ego_speed_data": 0, "target_speed_data": 0, "target_bearing_angle_data": 0,
+               **{f"{c}_4d_t{t}": t for t in (1, 2, 3) for c in ("ego_distance_data", "ego_speed_data",
+                                                                   "target_speed_data")}}
+EGO_OR_TARGET = {c: ("ego" if c.startswith("ego_speed") else "target") for c in TIME_BUCKET}
+TOLERANCE_KEYS = {"direction", "distance", "velocity"}
+BUCKETS = ["prev_3", "prev_2", "prev_1", "current"]
+OBJECT_TYPES = {"vehicle", "large vehicle", "pedestrian", "bicycle", "bus", "motorcycle"}
+NUM = r"([-+]?\d+(?:\.\d+)?)"
+
+
+def parse_gt(qa_type: str, text: str):
+    """Numbers with units the toolkit's parser accepts (utils/parser.py), written independently."""
+    pat = {"distance": rf"{NUM}\s*meters\b(?!/)", "direction": rf"{NUM}\s*degrees\b", "velocity": rf"{NUM}\s*m/s"}[qa_type]
+    m = re.search(pat, text)
+    return float(m.group(1)) if m else None
+
+
+def judge(qa_type: str, gt: float, pred: float) -> bool:
+    """config/tolerance.yaml: distance relative 0.25, direction +-10 deg, velocity relative 0.2 with an
+    absolute floor of 0.5 * 0.2 below 0.5 m/s."""
+    if qa_type == "direction":
+        return abs((pred - gt + 180) % 360 - 180) <= 10
+    if qa_type == "velocity" and gt < 0.5:
+        return abs(pred - gt) <= 0.5 * 0.2
+    r = 0.25 if qa_type == "distance" else 0.2
+    return gt * (1 - r) <= pred <= gt * (1 + r)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    br = make_bench_run(root)
+    summary = export_bench(br.run)
+    return br, br.run / "bench", summary
+
+
+def _load(bench_dir: Path) -> dict[int, list[dict]]:
+    ann = bench_dir / "annotation_files"
+    files = sorted(ann.glob("strideqa_bench*.json"))  # inference.py's glob
+    assert [f.name for f in files] == [f"strideqa_bench_t{t}.json" for t in range(4)]
+    return {int(f.stem[-1]): json.loads(f.read_text(encoding="utf-8")) for f in files}  # t = int(stem[-1])
+
+
+def test_files_are_what_the_toolkit_reads(bench):
+    _, bench_dir, summary = bench
+    per_t = _load(bench_dir)
+    sheet = pd.read_csv(bench_dir / "annotation_files" / "annotation_sheet.csv")
+    assert {"group_id", "object_type", "relation"} <= set(sheet.columns)
+    assert sheet["group_id"].is_unique and sheet["relation"].isin(SCENARIOS).all()
+    assert sheet["object_type"].isin(OBJECT_TYPES).all()
+    by_group: dict[str, list[dict]] = {}
+    qids = set()
+    for t, recs in per_t.items():
+        assert isinstance(recs, list) and recs
+        for q in recs:
+            # inference.py
+            assert "rle" in q and "current" in q["rle"]
+            assert isinstance(q["question"], str) and isinstance(q["region_id"], int)
+            assert len(q["images"]) == len(BUCKETS) == 4
+            for img, bucket in zip(q["images"], BUCKETS):
+                path = bench_dir / img
+                assert path.is_file(), img
+                m = mask_utils.decode(q["rle"][bucket])
+                import cv2
+                im = cv2.imread(str(path))
+                assert m.shape == im.shape[:2] and m.sum() > 0
+            # benchmark.py
+            assert re.fullmatch(r"q\d+_g\d+", q["question_id"]) and q["question_id"] not in qids
+            qids.add(q["question_id"])
+            gid = "g" + q["question_id"].split("_g")[1]
+            assert gid == q["group_id"]
+            assert TIME_BUCKET[q["qa_category"]] == t
+            assert isinstance(q["gt"], str) and isinstance(q["gt_value"], dict) and q["gt_value"]
+            assert set(q["gt_value"]) <= TOLERANCE_KEYS and set(q["unit"]) == set(q["gt_value"])
+            for k, v in q["gt_value"].items():
+                assert isinstance(v, Real) and not isinstance(v, bool) and isinstance(q["unit"][k], str)
+                assert parse_gt(k, q["gt"]) == pytest.approx(v)  # the gt sentence states the value
+                assert judge(k, v, parse_gt(k, q["gt"]))  # and would score as a success
+            by_group.setdefault(gid, []).append(q)
+    assert set(by_group) == set(sheet["group_id"])
+    assert summary["groups"] == len(by_group) and summary["questions"] == len(qids) == 13 * len(by_group)
+    for gid, qs in by_group.items():
+        assert sorted(q["qa_category"] for q in qs) == sorted(TIME_BUCKET)  # 13, one per category
+        assert len({json.dumps(q["images"]) for q in qs}) == 1 and len({json.dumps(q["rle"]) for q in qs}) == 1
+        for t in range(4):  # LSR pairs distance and direction per (group, time, target)
+            kinds = {k for q in qs if TIME_BUCKET[q["qa_category"]] == t and EGO_OR_TARGET[q["qa_category"]] == "target"
+                     for k in q["gt_value"]}
+            assert {"distance", "direction"} <= kinds
+        ego = [q for q in qs if EGO_OR_TARGET[q["qa_category"]] == "ego"]
+        assert len(ego) == 4 and all(set(q["gt_value"]) == {"velocity"} for q in ego)
+
+
+def test_values_match_the_scripted_trajectories(bench):
+    _, bench_dir, _ = bench
+    per_t = _load(bench_dir)
+    sheet = pd.read_csv(bench_dir / "annotation_files" / "annotation_sheet.csv").set_index("group_id")
+    checked = 0
+    for t, recs in per_t.items():
+        for q in recs:
+            g = sheet.loc[q["group_id"]]
+            tt = TIMES[int(g["keyframe_index"])] + t
+            xyz, yaw, _, _ = agent_state(NAME_OF_TRACK[int(g["track_id"])], np.array([tt]))
+            rel = xyz[0] - np.array([*ego_xy(tt), 0.0])
+            gv = q["gt_value"]
+            if "distance" in gv:
+                assert gv["distance"] == pytest.approx(np.linalg.norm(rel), abs=0.006)
+            if "direction" in gv:
+                assert gv["direction"] == pytest.approx(np.degrees(np.arctan2(rel[1], rel[0])), abs=0.006)
+            if "velocity" in gv:
+                want = EGO_V if q["qa_category"].startswith("ego_speed") else \
+                    np.linalg.norm(np.gradient(agent_state(NAME_OF_TRACK[int(g["track_id"])], TIMES)[0][:, :2],
+                                               0.5, axis=0)[int(g["keyframe_index"]) + 2 * t])
+                assert gv["velocity"] == pytest.approx(want, abs=0.006)
+            checked += 1
+    assert checked == 13 * len(sheet)
+
+
+def test_groups_scenarios_oov_and_drops(bench):
+    br, bench_dir, summary = bench
+    sheet = pd.read_csv(bench_dir / "annotation_files" / "annotation_sheet.csv")
+    sheet["name"] = sheet["track_id"].map(NAME_OF_TRACK)
+    rel = sheet.groupby("name")["relation"].apply(set).to_dict()
+    assert "parked" not in rel and summary["dropped"]["static"] > 0  # a standing car is not dynamic
+    assert "Oncoming Pass" in rel["oncoming"] and "Overtake" in rel["overtaken"]
+    assert rel["maintain"] == {"Maintain State"}
+    assert "Pulling Away From Ego" in rel["pulling"] and "Path Divergence" in rel["diverging"]
+    assert rel["crossing"] == {"Minor Relations"}
+    # OOV: the passing cars leave the front camera, the car ahead never does
+    oov = sheet.groupby("relation")["oov"].agg(["min", "max"])
+    assert oov.loc["Oncoming Pass", "min"] and oov.loc["Overtake", "min"]
+    assert not sheet[sheet["name"] == "maintain"]["oov"].any()
+    # the oncoming pass is centred: its keyframe lies within 3 s before the scripted pass (t = 10.5 s)
+    k = sheet[(sheet["name"] == "oncoming") & (sheet["relation"] == "Oncoming Pass")]["keyframe_index"]
+    assert ((TIMES[k] < 10.5) & (TIMES[k] >= 7.5)).all()
+    # repetitions: one target and scenario never twice within the 3 s horizon
+    for _, g in sheet.groupby(["track_id", "relation"]):
+        assert (np.diff(np.sort(TIMES[g["keyframe_index"].to_numpy()])) >= 3.0 - 1e-9).all()
+    # images: exactly the context frames used, JPEG bytes copied verbatim
+    imgs = sorted((bench_dir / "images" / "CAM_FRONT").glob("*.jpg"))
+    assert len(imgs) == summary["images"]
+    src = br.images / f"{SCENE}_{int(imgs[0].stem.rsplit('_', 1)[1]):03d}.jpg"
+    assert imgs[0].read_bytes() == src.read_bytes()
+
+
+def test_context_mask_missing_drops_group_and_rewrite_is_clean(tmp_path):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from generator.runfolder import RunFolder
+    from generator.writers.parquet import storage_schema
+
+    br = make_bench_run(tmp_path)
+    first = export_bench(br.run)
+    rf = RunFolder(br.run)
+    p = rf.perception("projections", SCENE)
+    proj = pq.read_table(p)
+    # the maintained car loses its mask in every frame at t = 4.5 s (a prev_3 frame of the t=6 s keyframe)
+    k = int(np.flatnonzero(np.isclose(TIMES, 4.5))[0])
+    hit = pc.and_(pc.equal(proj["track_id"], AGENTS["maintain"][0]), pc.equal(proj["frame_index"], k))
+    masks = proj["mask_rle"].to_pylist()
+    masks = [None if h else m for m, h in zip(masks, hit.to_pylist())]
+    proj = proj.set_column(proj.schema.get_field_index("mask_rle"), "mask_rle", pa.array(masks, proj.schema.field("mask_rle").type))
+    pq.write_table(proj.cast(storage_schema(proj.schema)), p)
+    second = export_bench(br.run)
+    assert second["dropped"]["no_front_mask"] >= 1
+    sheet = pd.read_csv(br.run / "bench" / "annotation_files" / "annotation_sheet.csv")
+    m = sheet[sheet["track_id"] == AGENTS["maintain"][0]]
+    frames_with_gap = {k + d for d in range(0, 4)}  # keyframes whose context (3 frames back) includes frame k
+    assert not set(m["keyframe_index"]) & frames_with_gap
+    # a rewrite replaces the folder: no images of groups that are gone, no temporary folders
+    used = {img for f in (br.run / "bench" / "annotation_files").glob("*.json")
+            for q in json.loads(f.read_text()) for img in q["images"]}
+    on_disk = {str(p.relative_to(br.run / "bench")) for p in (br.run / "bench" / "images").rglob("*.jpg")}
+    assert used == on_disk
+    assert not [p for p in br.run.iterdir() if p.name.startswith(".bench")]
+    assert first["groups"] >= second["groups"]
+
+
+def test_without_qa_rows_candidates_come_from_anchors(tmp_path):
+    br = make_bench_run(tmp_path, with_qa=False)
+    summary = export_bench(br.run, tmp_path / "b2")
+    assert summary["groups"] > 0
+    sheet = pd.read_csv(tmp_path / "b2" / "annotation_files" / "annotation_sheet.csv")
+    assert set(TIMES[sheet["keyframe_index"]]) <= set(np.arange(2.0, 18.0))  # anchors only
+
+
+def test_cli(tmp_path, capsys):
+    from generator.cli import main
+
+    br = make_bench_run(tmp_path)
+    assert main(["export_bench", str(br.run), "--out", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] > 0
+    assert (tmp_path / "out" / "annotation_files" / "strideqa_bench_t3.json").is_file()
+    assert main(["export_bench", str(tmp_path / "nothing")]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+    assert main(["export_bench", str(br.run), "--split", "train", "--out", str(tmp_path / "o2")]) == 0
+    assert json.loads((tmp_path / "o2" / "export_summary.json").read_text())["groups"] == 0
+
+
+# --- the scenario classifier against scripted scenes -----------------------------------------------
+OFFSETS = np.array([-1.5, -1.0, -0.5, 0.0, 1.0, 2.0, 3.0])
+
+
+def _relative(ego, track, t0, grid):
+    t = t0 + OFFSETS
+    ex, ey, eyaw = (np.interp(t, grid, a) for a in (ego.x, ego.y, np.unwrap(ego.yaw)))
+    tx, ty, tyaw = (np.interp(t, grid, a) for a in (track.x, track.y, np.unwrap(track.yaw)))
+    dx, dy = tx - ex, ty - ey
+    c, s = np.cos(eyaw), np.sin(eyaw)
+    return np.stack([c * dx + s * dy, -s * dx + c * dy], 1), np.degrees(tyaw - eyaw)
+
+
+def test_classifier_agrees_with_scripted_scenarios():
+    """Windows are placed from the scripts' own event times (details, ego manoeuvre labels), never from
+    the classifier; the expected label is the scripted scenario."""
+    from generator.synth.world import TIME_GRID_S as grid
+    from generator.synth.world import script_scene
+
+    def ego_straight(ego, a, b):
+        sel = (grid >= a - 1e-9) & (grid <= b + 1e-9)
+        return bool((ego.maneuver[sel] == "Straight").all())
+
+    results: dict[str, list[str]] = {}
+    for idx in range(30):
+        sc = script_scene(0, idx)
+        ego = sc.ego
+        for tr in sc.tracks:
+            d, s = tr.details, tr.scenario
+            if s == "oncoming_pass":
+                t0, want = d["pass_time_s"] - 1.5, "Oncoming Pass"
+            elif s == "overtake":
+                t0, want = d["pass_time_s"] - 1.0, "Overtake"
+            elif s == "pulling_away":
+                t0, want = d["accel_start_s"] + 0.5, "Pulling Away From Ego"
+            elif s == "ped_crossing":
+                t0, want = d["cross_time_s"] - 1.0, "Minor Relations"
+            elif s == "maintain_state":  # a stretch where neither the ego nor the car ahead turns
+                ok = [t for t in np.arange(2.0, 15.0) if ego_straight(ego, t - 1.5, t + 8.0)]
+                if not ok:
+                    continue
+                t0, want = ok[0], "Maintain State"
+            elif s == "path_divergence":  # the window holds the turn of whichever of the two turns
+                want = "Path Divergence"
+                if d["agent_turn"] != "straight":
+                    t0 = d["intersection_time_s"] + 0.5
+                else:
+                    turning = np.flatnonzero(np.char.startswith(ego.maneuver.astype(str), "Turn")
+                                             & (grid > d["intersection_time_s"]))
+                    if not len(turning):
+                        continue
+                    t0 = grid[turning[0]] + 0.5
+            else:
+                continue
+            if not 1.5 <= t0 <= 17.0:
+                continue
+            if s != "path_divergence" and not ego_straight(ego, t0 - 1.5, t0 + 3.0):
+                continue  # the ego turning makes any of these a divergence
+            p, h = _relative(ego, tr, t0, grid)
+            results.setdefault(want, []).append(classify_scenario(p, OFFSETS, h))
+    assert set(results) == {"Oncoming Pass", "Overtake", "Pulling Away From Ego", "Minor Relations",
+                            "Maintain State", "Path Divergence"}
+    for want, got in results.items():
+        acc = np.mean([g == want for g in got])
+        assert len(got) >= 3 and acc >= 0.9, (want, len(got), acc, got)
+
+
+def test_classifier_rules_and_input_checks():
+    t = OFFSETS
+    ahead = np.stack([np.full(7, 20.0), np.zeros(7)], 1)
+    assert classify_scenario(ahead, t, np.zeros(7)) == "Maintain State"
+    away = ahead + np.stack([np.clip(t, 0, None) * 3.0, np.zeros(7)], 1)
+    assert classify_scenario(away, t, np.zeros(7)) == "Pulling Away From Ego"
+    th = ScenarioThresholds(pull_away_m=20.0)
+    assert classify_scenario(away, t, np.zeros(7), thresholds=th) == "Minor Relations"
+    with pytest.raises(ValueError, match="same length"):
+        classify_scenario(ahead[:3], t, np.zeros(7))
+    with pytest.raises(ValueError, match="increase"):
+        classify_scenario(ahead, t[::-1], np.zeros(7))
+    assert is_dynamic([0.1, 0.2, np.nan], 0.5) is False and is_dynamic([0.4, 0.9], 0.5) is True
