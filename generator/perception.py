@@ -1,0 +1,269 @@
+"""Perception of one scene: detect -> track -> segment -> visibility filter, into Arrow tables.
+
+``perceive_scene(scene, cfg, detector=None, segmenter=None) -> PerceptionResult`` (pure of Ray: give it a
+built detector/segmenter to reuse models across scenes; otherwise they are built from ``cfg``):
+
+  * ``objects``: ``schemas.tables.OBJECTS``, one row per tracked box and frame, ego and global boxes;
+  * ``projections``: ``schemas.tables.PROJECTIONS``, one row per (object, camera) with the projected box,
+    the mask (COCO RLE) and the visibility decision; every dropped row names its reason
+    (``generator.visibility.DROP_REASONS``);
+  * ``drop_counts``: rows per drop reason; ``issues``: frame/camera-level problems that were recorded and
+    skipped instead of stopping the scene (unreadable sweep, missing or wrong-sized image, detector failure).
+
+Cameras: ``segmentation.cameras`` that the frame has; when none of them exist in the log (AV2 names its
+cameras ``ring_*``), all of the frame's cameras. Objects are segmented only in cameras where they pass the
+geometric checks; a camera without an image decides by geometry only (see ``generator.visibility``).
+LiDAR points per box are counted from the sweep only where the box's count is unknown (detector output)
+or the cpu segmenter needs them (its masks are drawn from the object's own points).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from actors.segment import rle
+from actors.track.pubtracker import track_scene
+from generator.geometry import points_in_boxes, project_to_image
+from generator.projection import corners_in_camera, project_boxes
+from generator.types import Boxes3D, DrivegenError, Frame, Scene
+from generator.visibility import decide_visibility, geometric_reasons
+from schemas.config import PipelineConfig
+from schemas.tables import OBJECTS, PROJECTIONS, RLE, check_schema
+
+
+@dataclass
+class PerceptionResult:
+    scene_id: str
+    boxes: list[Boxes3D]  # tracked boxes per frame (ego frame), as in ``objects``
+    objects: pa.Table
+    projections: pa.Table
+    drop_counts: dict[str, int] = field(default_factory=dict)
+    issues: list[dict] = field(default_factory=list)  # {frame_index, camera, stage, reason, message}
+
+
+def _issue(frame: Frame, camera: str | None, stage: str, reason: str, err: BaseException | str) -> dict:
+    return {"frame_index": frame.frame_index, "camera": camera, "stage": stage, "reason": reason, "message": str(err)}
+
+
+def detect_frames(scene: Scene, detector, issues: list[dict]) -> list[Boxes3D]:
+    """Detections for every frame; a frame whose input cannot be read gets no boxes and an issue."""
+    try:
+        return list(detector(scene.frames))
+    except (DrivegenError, ValueError, OSError):
+        pass  # find the bad frame(s): one at a time
+    out = []
+    for fr in scene.frames:
+        try:
+            out.append(detector([fr])[0])
+        except (DrivegenError, ValueError, OSError) as err:
+            issues.append(_issue(fr, None, "detect", "detector_input_unreadable", err))
+            out.append(Boxes3D.empty())
+    return out
+
+
+def _fsl(values: np.ndarray, width: int, valid: np.ndarray | None = None) -> pa.Array:
+    """(N, width) float array -> fixed-size-list Arrow array, null where ``valid`` is False."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1, width)
+    arr = pa.FixedSizeListArray.from_arrays(pa.array(v.ravel(), pa.float64()), width)
+    if valid is None:
+        return arr
+    return pa.FixedSizeListArray.from_arrays(pa.array(v.ravel(), pa.float64()), width,
+                                            mask=pa.array(~np.asarray(valid, dtype=bool)))
+
+
+def _nullable(v: np.ndarray) -> pa.Array:
+    v = np.asarray(v, dtype=np.float64)
+    return pa.array(v, pa.float64(), mask=~np.isfinite(v))
+
+
+def objects_table(scene: Scene, boxes: list[Boxes3D], source: str) -> pa.Table:
+    """OBJECTS rows of the tracked boxes (ego frame) with their global poses."""
+    counts = [len(b) for b in boxes]
+    allb = Boxes3D.concat(boxes)
+    n = len(allb)
+    fi = np.repeat(np.arange(len(boxes)), counts)
+    R = np.stack([f.city_SE3_ego.rotation for f in scene.frames]) if scene.frames else np.zeros((0, 3, 3))
+    t = np.stack([f.city_SE3_ego.translation for f in scene.frames]) if scene.frames else np.zeros((0, 3))
+    Rb = R[fi] if n else np.zeros((0, 3, 3))
+    cg = np.einsum("nij,nj->ni", Rb, allb.center_m) + (t[fi] if n else np.zeros((0, 3)))
+    yg = allb.yaw_rad + (np.arctan2(Rb[:, 1, 0], Rb[:, 0, 0]) if n else 0.0)
+    vg = np.einsum("nij,nj->ni", Rb[:, :2, :2], allb.velocity_mps) if n else np.zeros((0, 2))
+    frame_idx = np.array([f.frame_index for f in scene.frames], dtype=np.int32)
+    ts = np.array([f.timestamp_us for f in scene.frames], dtype=np.int64)
+    cols = {
+        "scene_id": pa.array([scene.scene_id] * n, pa.string()),
+        "frame_index": pa.array(frame_idx[fi] if n else np.zeros(0, np.int32), pa.int32()),
+        "timestamp_us": pa.array(ts[fi] if n else np.zeros(0, np.int64), pa.int64()),
+        "track_id": pa.array(allb.track_id, pa.int64()),
+        "class_name": pa.array(allb.class_name.astype(str).tolist(), pa.string()),
+        "score": pa.array(allb.score, pa.float64()),
+        "center_ego_m": _fsl(allb.center_m, 3), "size_lwh_m": _fsl(allb.size_lwh_m, 3),
+        "yaw_ego_rad": pa.array(allb.yaw_rad, pa.float64()),
+        "center_global_m": _fsl(cg, 3), "yaw_global_rad": pa.array(np.arctan2(np.sin(yg), np.cos(yg)), pa.float64()),
+        "velocity_ego_mps": _fsl(allb.velocity_mps, 2), "velocity_global_mps": _fsl(vg, 2),
+        "num_lidar_pts": pa.array(allb.num_lidar_pts, pa.int32()),
+        "instance_token": pa.array(allb.instance_token.astype(str).tolist(), pa.string()),
+        "source": pa.array([source] * n, pa.string()),
+    }
+    return check_schema(pa.table(cols), OBJECTS, f"objects of scene {scene.scene_id}")
+
+
+def _cameras(frame: Frame, wanted: list[str]) -> list[str]:
+    names = [c for c in wanted if c in frame.cameras]
+    return names or list(frame.cameras)
+
+
+def perceive_scene(scene: Scene, cfg: PipelineConfig, detector=None, segmenter=None) -> PerceptionResult:
+    """Detect, track, segment and filter one scene; see the module docstring."""
+    from generator.sources import io
+
+    from actors.detect import build_detector
+
+    if detector is None:
+        detector = build_detector(cfg.detection)
+    issues: list[dict] = []
+    dets = detect_frames(scene, detector, issues)
+    tracked = track_scene(scene.timestamps_us, dets, cfg.tracking, [f.city_SE3_ego for f in scene.frames])
+    vcfg = cfg.visibility
+    cpu_seg = cfg.segmentation.backend == "cpu"
+    proj_parts: list[dict] = []
+    for fr, boxes in zip(scene.frames, tracked):
+        n = len(boxes)
+        if n == 0:
+            continue
+        cams = _cameras(fr, cfg.segmentation.cameras)
+        has_images = any(fr.image_paths.get(c, "") for c in cams)
+        size_ok = (np.isfinite(boxes.center_m).all(1) & np.isfinite(boxes.size_lwh_m).all(1) & np.isfinite(boxes.yaw_rad)
+                   & (boxes.size_lwh_m > 0).all(1))
+        safe = boxes.copy()  # invalid boxes projected as tiny dummies (their row says zero_size_box)
+        safe.center_m[~size_ok] = 0.0
+        safe.size_lwh_m[~size_ok] = 1e-3
+        safe.yaw_rad[~size_ok] = 0.0
+        pts = member = None
+        need_pts = (boxes.num_lidar_pts < 0).any() or (cpu_seg and has_images)
+        if need_pts:
+            try:
+                pts = io.load_lidar_ego(fr)[:, :3]
+            except DrivegenError as err:
+                issues.append(_issue(fr, None, "visibility", "lidar_unavailable", err))
+        if pts is not None:
+            member = points_in_boxes(pts, safe.center_m, safe.size_lwh_m, safe.yaw_rad) & size_ok[:, None]
+            counted = member.sum(axis=1).astype(np.int32)
+            boxes.num_lidar_pts = np.where(boxes.num_lidar_pts >= 0, boxes.num_lidar_pts, counted).astype(np.int32)
+        per_cam = []
+        seg_items, seg_owner = [], []
+        for cam_name in cams:
+            cam = fr.cameras[cam_name]
+            box2d, depth, in_image = project_boxes(safe, cam)
+            front = (corners_in_camera(safe, cam)[..., 2] > 0.1).any(axis=1)
+            geo = geometric_reasons(size_ok, front, in_image, boxes.num_lidar_pts, box2d, vcfg)
+            rec = dict(camera=cam_name, box2d=box2d, depth=depth, geo=geo, masks=None, scores=None, image_ok=True)
+            path = fr.image_paths.get(cam_name, "")
+            ok_idx = np.nonzero(geo == "")[0]
+            if path:
+                try:
+                    img = io.load_image(fr, cam_name)
+                except DrivegenError as err:
+                    issues.append(_issue(fr, cam_name, "segment", "image_unavailable", err))
+                    rec["image_ok"] = False
+                    img = None
+                if img is not None:
+                    if cpu_seg:
+                        if member is None:
+                            uv = [np.zeros((0, 2))] * len(ok_idx)
+                        else:
+                            cam_SE3_ego = cam.ego_SE3_cam.inverse()
+                            uv = [project_to_image(cam_SE3_ego.transform_points(pts[member[i]]), cam.K)[0] for i in ok_idx]
+                    else:
+                        uv = None
+                    seg_items.append((img, box2d[ok_idx], uv))
+                    seg_owner.append(len(per_cam))
+            per_cam.append(rec)
+        if seg_items:
+            if segmenter is None:
+                from actors.segment import build_segmenter
+
+                segmenter = build_segmenter(cfg.segmentation)
+            for owner, (masks, scores) in zip(seg_owner, segmenter.segment_many(seg_items)):
+                per_cam[owner]["masks"], per_cam[owner]["scores"] = masks, scores
+        for rec in per_cam:
+            d = decide_visibility(rec["geo"], rec["box2d"], rec["masks"], rec["scores"], vcfg, rec["image_ok"])
+            rles = [None] * n
+            if rec["masks"] is not None:
+                ok_idx = np.nonzero(rec["geo"] == "")[0]
+                for i, r in zip(ok_idx, rle.encode(rec["masks"])):
+                    rles[i] = r
+            proj_parts.append(dict(frame_index=fr.frame_index, track_id=boxes.track_id, camera=rec["camera"],
+                                   box2d=rec["box2d"], depth=rec["depth"], rle=rles, **d))
+    projections = _projections_table(scene.scene_id, proj_parts)
+    reasons = projections.column("drop_reason").drop_null().to_pylist()
+    return PerceptionResult(scene.scene_id, tracked, objects_table(scene, tracked, cfg.detection.backend), projections,
+                            dict(Counter(reasons)), issues)
+
+
+def _projections_table(scene_id: str, parts: list[dict]) -> pa.Table:
+    if not parts:
+        return PROJECTIONS.empty_table()
+    cat = lambda k: np.concatenate([np.asarray(p[k]) for p in parts])
+    box2d, mb = cat("box2d").reshape(-1, 4), cat("mask_box_xyxy").reshape(-1, 4)
+    n = len(box2d)
+    rles = [r for p in parts for r in p["rle"]]
+    cols = {
+        "scene_id": pa.array([scene_id] * n, pa.string()),
+        "frame_index": pa.array(np.concatenate([np.full(len(p["box2d"]), p["frame_index"]) for p in parts]), pa.int32()),
+        "track_id": pa.array(cat("track_id"), pa.int64()),
+        "camera": pa.array([p["camera"] for p in parts for _ in range(len(p["box2d"]))], pa.string()),
+        "box2d_proj_xyxy": _fsl(np.nan_to_num(box2d), 4, np.isfinite(box2d).all(1)),
+        "depth_m": _nullable(cat("depth")),
+        "mask_rle": pa.array(rles, RLE),
+        "mask_box_xyxy": _fsl(np.nan_to_num(mb), 4, np.isfinite(mb).all(1)),
+        "mask_score": _nullable(cat("mask_score")), "box_iou": _nullable(cat("box_iou")),
+        "coverage": _nullable(cat("coverage")),
+        "visible": pa.array(cat("visible").astype(bool), pa.bool_()),
+        "drop_reason": pa.array(cat("drop_reason").tolist(), pa.string()),
+    }
+    return check_schema(pa.table(cols), PROJECTIONS, f"projections of scene {scene_id}")
+
+
+class PerceptionActor:
+    """Ray Data callable class: builds the detector and segmenter once, perceives whole scenes.
+
+    ``__call__(batch)`` takes a batch with a ``scene`` column (``Scene`` objects) and returns ``scene_id``,
+    ``objects`` and ``projections`` (Arrow IPC stream bytes of the two tables), ``drop_counts`` and ``issues``
+    (JSON strings). Use with ``ds.map_batches(PerceptionActor, fn_constructor_args=(cfg,), batch_format="numpy",
+    compute=ray.data.ActorPoolStrategy(size=...))``.
+    """
+
+    def __init__(self, cfg: PipelineConfig):
+        from actors.detect import build_detector
+        from actors.segment import build_segmenter
+
+        self.cfg = cfg
+        self.detector = build_detector(cfg.detection)
+        self.segmenter = build_segmenter(cfg.segmentation)
+
+    def __call__(self, batch: dict) -> dict:
+        out = {"scene_id": [], "objects": [], "projections": [], "drop_counts": [], "issues": []}
+        for scene in batch["scene"]:
+            res = perceive_scene(scene, self.cfg, self.detector, self.segmenter)
+            out["scene_id"].append(res.scene_id)
+            out["objects"].append(table_to_ipc(res.objects))
+            out["projections"].append(table_to_ipc(res.projections))
+            out["drop_counts"].append(json.dumps(res.drop_counts))
+            out["issues"].append(json.dumps(res.issues))
+        return {k: np.array(v, dtype=object) for k, v in out.items()}
+
+
+def table_to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def table_from_ipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
