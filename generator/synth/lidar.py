@@ -42,84 +42,104 @@ class Sweep:
 
 
 def cast_sweep(frame_SE3_lidar: SE3, dirs_lidar: np.ndarray, boxes: BoxSet, ground_intensity, rng: np.random.Generator,
-               max_range_m: float = LIDAR_MAX_RANGE_M, range_noise_m: float = 0.015) -> Sweep:
-    """Cast every ray of ``dirs_lidar`` (R, A, 3) from the LiDAR at ``frame_SE3_lidar``.
-
-    ``ground_intensity(x, y) -> (N,)`` gives the intensity of ground hits at frame coordinates.
+               max_range_m: float = LIDAR_MAX_RANGE_M, range_noise_m: float = 0.015,
+               elevation_deg: np.ndarray | None = None) -> Sweep:
+    """Cast every ray of ``dirs_lidar`` (R, A, 3) (rings ordered by increasing elevation) from the LiDAR at
+    ``frame_SE3_lidar``. ``ground_intensity(x, y) -> (N,)`` gives the intensity of ground hits at frame
+    coordinates.
     """
     n_ring, n_az = dirs_lidar.shape[:2]
     R, o = frame_SE3_lidar.rotation, frame_SE3_lidar.translation
-    d_l = dirs_lidar.reshape(-1, 3)
-    D = d_l @ R.T  # (K, 3) in the frame
-    K = len(D)
-    best_t = np.full(K, np.inf)
+    dirs32 = dirs_lidar.astype(np.float32, copy=False)
+    R32 = R.astype(np.float32)
+    Dx = dirs32 @ R32[0]  # ray directions in the frame, one (R, A) array per axis
+    Dy = dirs32 @ R32[1]
+    Dz = dirs32 @ R32[2]
     with np.errstate(divide="ignore"):
-        tg = np.where(D[:, 2] < -1e-9, -o[2] / D[:, 2], np.inf)
-    best_t[:] = tg
-    best_id = np.full(K, -1, dtype=np.int64)
-    best_exit = best_t.copy()
+        iz = np.float32(1.0) / Dz
+    best_t = np.where(Dz < -1e-6, np.float32(-o[2]) * iz, np.float32(np.inf)).astype(np.float32)
+    best_id = np.full((n_ring, n_az), -1, dtype=np.int32)
+    best_exit = np.zeros((n_ring, n_az), dtype=np.float32)
+    if elevation_deg is None:
+        elevation_deg = np.rad2deg(np.arcsin(np.clip(dirs_lidar[:, 0, 2], -1, 1)))
+    elev = np.deg2rad(np.asarray(elevation_deg))
     nb = len(boxes)
     unocc = np.zeros(nb, dtype=np.int64)
+    tilt = np.arccos(np.clip(R[2, 2], -1, 1)) + np.deg2rad(0.5)  # LiDAR z vs frame z, plus a margin
     if nb:
-        # cull boxes out of range
-        rad = 0.5 * np.linalg.norm(boxes.size_lwh_m[:, :2], axis=1)
-        dist = np.linalg.norm(boxes.center_m[:, :2] - o[:2], axis=1) - rad
+        half = boxes.size_lwh_m / 2
+        cy, sy = np.cos(boxes.yaw_rad), np.sin(boxes.yaw_rad)
+        oc = o[None, :] - boxes.center_m
+        ob = np.stack([cy * oc[:, 0] + sy * oc[:, 1], -sy * oc[:, 0] + cy * oc[:, 1], oc[:, 2]], axis=1)
+        # horizontal distance from the sensor to each footprint (min) and to its farthest corner (max)
+        dmin = np.hypot(np.maximum(np.abs(ob[:, 0]) - half[:, 0], 0), np.maximum(np.abs(ob[:, 1]) - half[:, 1], 0))
+        dmax = np.hypot(np.abs(ob[:, 0]) + half[:, 0], np.abs(ob[:, 1]) + half[:, 1])
+        ztop, zbot = -ob[:, 2] + half[:, 2], -ob[:, 2] - half[:, 2]  # box top/bottom relative to the sensor
+        el_hi = np.arctan2(ztop, np.where(ztop > 0, np.maximum(dmin, 1e-3), dmax))
+        el_lo = np.arctan2(zbot, np.where(zbot < 0, np.maximum(dmin, 1e-3), dmax))
+        r0 = np.searchsorted(elev, el_lo - tilt, side="left")
+        r1 = np.searchsorted(elev, el_hi + tilt, side="right")
         corners = box_corners(boxes.center_m, boxes.size_lwh_m, boxes.yaw_rad)  # (N, 8, 3)
         cl = (corners - o) @ R  # in the LiDAR frame
-        az = np.arctan2(cl[..., 1], cl[..., 0])  # (N, 8)
+        az = np.arctan2(cl[..., 1], cl[..., 0])
         cen = (boxes.center_m - o) @ R
         az_c = np.arctan2(cen[:, 1], cen[:, 0])
         rel = (az - az_c[:, None] + np.pi) % (2 * np.pi) - np.pi
         step = 2 * np.pi / n_az
         j0 = np.floor((az_c + rel.min(1)) / step).astype(np.int64)
         j1 = np.ceil((az_c + rel.max(1)) / step).astype(np.int64)
-        rings = np.arange(n_ring)[:, None] * n_az
-        cy, sy = np.cos(boxes.yaw_rad), np.sin(boxes.yaw_rad)
-        for b in np.nonzero(dist < max_range_m)[0]:
-            span = j1[b] - j0[b] + 1
-            if span <= 0:
-                continue
-            if span >= n_az:  # the sensor is inside the box's footprint span: test every ray
-                cols = np.arange(n_az)
+        inside = (dmin <= 0) | (j1 - j0 + 1 >= n_az)
+        lo32 = (-half - ob).astype(np.float32)  # slab bounds relative to the sensor, box frame
+        hi32 = (half - ob).astype(np.float32)
+        todo = np.nonzero((dmin < max_range_m) & (r1 > r0))[0]
+        for b in todo:
+            if inside[b]:
+                spans = [(0, n_az)]
             else:
-                cols = np.arange(j0[b], j1[b] + 1) % n_az
-            idx = (rings + cols[None, :]).reshape(-1)
-            d = D[idx]
-            # into the box frame
-            oc = o - boxes.center_m[b]
-            ob = np.array([cy[b] * oc[0] + sy[b] * oc[1], -sy[b] * oc[0] + cy[b] * oc[1], oc[2]])
-            db = np.stack([cy[b] * d[:, 0] + sy[b] * d[:, 1], -sy[b] * d[:, 0] + cy[b] * d[:, 1], d[:, 2]], axis=1)
-            half = boxes.size_lwh_m[b] / 2
-            with np.errstate(divide="ignore", invalid="ignore"):
-                inv = 1.0 / db
-                t1 = (-half - ob) * inv
-                t2 = (half - ob) * inv
-            tmin = np.nanmax(np.minimum(t1, t2), axis=1)
-            tmax = np.nanmin(np.maximum(t1, t2), axis=1)
-            hit = (tmax > tmin) & (tmin > 0) & (tmin < max_range_m)
-            unocc[b] = int(hit.sum())
-            better = hit & (tmin < best_t[idx])
-            ii = idx[better]
-            best_t[ii] = tmin[better]
-            best_exit[ii] = tmax[better]
-            best_id[ii] = b
-    valid = best_t < max_range_m
-    ids = best_id[valid]
-    t = best_t[valid]
-    noise = np.abs(rng.normal(0.0, range_noise_m, len(t))) + 0.004
+                a0, a1 = j0[b] % n_az, j1[b] % n_az
+                spans = [(a0, a1 + 1)] if a0 <= a1 else [(a0, n_az), (0, a1 + 1)]
+            for c0, c1 in spans:
+                sl = (slice(r0[b], r1[b]), slice(c0, c1))
+                dx, dy = Dx[sl], Dy[sl]
+                cyb, syb = np.float32(cy[b]), np.float32(sy[b])
+                lo_, hi_ = lo32[b], hi32[b]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ix = 1.0 / (cyb * dx + syb * dy)
+                    iy = 1.0 / (cyb * dy - syb * dx)
+                    izz = iz[sl]
+                    a1_, a2_ = lo_[0] * ix, hi_[0] * ix
+                    b1_, b2_ = lo_[1] * iy, hi_[1] * iy
+                    c1_, c2_ = lo_[2] * izz, hi_[2] * izz
+                    tmin = np.maximum(np.maximum(np.minimum(a1_, a2_), np.minimum(b1_, b2_)), np.minimum(c1_, c2_))
+                    tmax = np.minimum(np.minimum(np.maximum(a1_, a2_), np.maximum(b1_, b2_)), np.maximum(c1_, c2_))
+                    hit = (tmax > tmin) & (tmin > 0) & (tmin < max_range_m)
+                unocc[b] += int(np.count_nonzero(hit))
+                bt = best_t[sl]
+                better = hit & (tmin < bt)
+                if better.any():
+                    bt[better] = tmin[better]
+                    best_exit[sl][better] = tmax[better]
+                    best_id[sl][better] = b
+    valid = np.flatnonzero(best_t < max_range_m)
+    ids = best_id.reshape(-1)[valid]
+    t = best_t.reshape(-1)[valid].astype(np.float64)
     on_box = ids >= 0
-    depth_in = np.minimum(noise, 0.5 * (best_exit[valid] - t))
-    t = np.where(on_box, t + depth_in, t + rng.normal(0.0, range_noise_m, len(t)))
-    pts_l = d_l[valid] * t[:, None]
-    ring = np.repeat(np.arange(n_ring), n_az)[valid]
+    noise = rng.normal(0.0, range_noise_m, len(t))
+    depth_in = np.minimum(np.abs(noise) + 0.004, 0.5 * (best_exit.reshape(-1)[valid] - t))
+    t = np.where(on_box, t + depth_in, t + noise)
+    pts = np.empty((len(t), 5), dtype=np.float32)
+    pts[:, :3] = dirs_lidar.reshape(-1, 3)[valid] * t[:, None]
+    pts[:, 4] = valid // n_az
     inten = np.empty(len(t))
     if on_box.any():
         inten[on_box] = boxes.intensity[ids[on_box]]
-    g = ~on_box
-    if g.any():
-        pg = o + D[valid][g] * t[g, None]
-        inten[g] = ground_intensity(pg[:, 0], pg[:, 1])
-    inten = np.clip(inten * rng.uniform(0.8, 1.2, len(t)), 0, 255)
-    pts = np.concatenate([pts_l, inten[:, None], ring[:, None]], axis=1).astype(np.float32)
+    g = np.flatnonzero(~on_box)
+    if len(g):
+        vg = valid[g]
+        tg = t[g]
+        gx = o[0] + Dx.reshape(-1)[vg] * tg
+        gy = o[1] + Dy.reshape(-1)[vg] * tg
+        inten[g] = ground_intensity(gx, gy)
+    pts[:, 3] = np.clip(inten * (1.0 + 0.2 * np.tanh(noise / range_noise_m)), 0, 255)
     hits = np.bincount(ids[on_box], minlength=nb) if nb else np.zeros(0, dtype=np.int64)
     return Sweep(points=pts, box_index=ids, hits=hits, unoccluded=unocc)

@@ -9,6 +9,8 @@ object's pixels identifies its class.
 """
 from __future__ import annotations
 
+import warnings
+
 import cv2
 import numpy as np
 
@@ -87,6 +89,55 @@ def clip_guard(uv: np.ndarray, W: int, H: int) -> np.ndarray:
     return uv
 
 
+def paint_order(footprints: np.ndarray, cam_xy: np.ndarray, rect: np.ndarray) -> list[int]:
+    """Back-to-front drawing order of vertical boxes standing on the ground.
+
+    footprints (N, 4, 2) ground rectangles, cam_xy (2,) camera position, rect (N, 4) image bounds
+    (x1, y1, x2, y2). For two disjoint footprints some edge normal separates them; a box on the far side
+    of that line from the camera cannot hide the near one, so it is drawn first. Only pairs whose image
+    rectangles overlap are constrained; the rest, and any cycle, fall back to far-to-near by distance.
+    """
+    n = len(footprints)
+    centre = footprints.mean(axis=1)
+    dist = np.linalg.norm(centre - cam_xy, axis=1)
+    if n <= 1:
+        return list(range(n))
+    edges = np.stack([footprints[:, 1] - footprints[:, 0], footprints[:, 2] - footprints[:, 1]], axis=1)  # (N,2,2)
+    axes = edges / np.maximum(np.linalg.norm(edges, axis=-1, keepdims=True), 1e-9)
+    proj = np.einsum("nad,mcd->nmac", axes, footprints)  # (N axes-owner, M boxes, 2 axes, 4 corners)
+    pmin, pmax = proj.min(-1), proj.max(-1)  # (N, M, 2)
+    pc = axes @ cam_xy  # (N, 2)
+    # for the pair (i, j) try the axes of i and of j: arrays (N, N, 4)
+    lo_i = np.concatenate([np.diagonal(pmin, axis1=0, axis2=1).T[:, None, :].repeat(n, 1),
+                           pmin.transpose(1, 0, 2)], axis=2)
+    hi_i = np.concatenate([np.diagonal(pmax, axis1=0, axis2=1).T[:, None, :].repeat(n, 1),
+                           pmax.transpose(1, 0, 2)], axis=2)
+    lo_j = np.concatenate([pmin, np.diagonal(pmin, axis1=0, axis2=1).T[None, :, :].repeat(n, 0)], axis=2)
+    hi_j = np.concatenate([pmax, np.diagonal(pmax, axis1=0, axis2=1).T[None, :, :].repeat(n, 0)], axis=2)
+    cam_ij = np.concatenate([pc[:, None, :].repeat(n, 1), pc[None, :, :].repeat(n, 0)], axis=2)
+    sep_i_low = hi_i < lo_j  # i entirely below j on that axis
+    sep_j_low = hi_j < lo_i
+    # j drawn before i when j is beyond a separating line as seen from the camera
+    j_first = (sep_i_low & (cam_ij < lo_j) & ~(cam_ij > hi_i)) | (sep_j_low & (cam_ij > hi_j) & ~(cam_ij < lo_i))
+    overlap = (np.minimum(rect[:, None, 2], rect[None, :, 2]) > np.maximum(rect[:, None, 0], rect[None, :, 0])) & \
+        (np.minimum(rect[:, None, 3], rect[None, :, 3]) > np.maximum(rect[:, None, 1], rect[None, :, 1]))
+    before = j_first.any(axis=2) & overlap  # before[i, j]: j must be drawn before i
+    np.fill_diagonal(before, False)
+    before &= ~before.T | (dist[None, :] > dist[:, None])  # contradictory pairs: trust distance
+    pending = before.sum(axis=1)
+    done = np.zeros(n, dtype=bool)
+    order = []
+    far_first = np.argsort(-dist, kind="stable")
+    for _ in range(n):
+        ready = far_first[(pending[far_first] == 0) & ~done[far_first]]
+        k = int(ready[0]) if len(ready) else int(far_first[~done[far_first]][0])
+        order.append(k)
+        done[k] = True
+        pending -= before[:, k]
+        pending[k] = 1 << 30
+    return order
+
+
 class CameraRenderer:
     """Renders one camera of the rig; backgrounds are computed once per camera."""
 
@@ -129,11 +180,12 @@ class CameraRenderer:
         if lines is not None:
             cv2.polylines(img, [pts], True, lines, 1, cv2.LINE_8, shift=2)
 
-    def render(self, frame_SE3_cam, statics, agents) -> np.ndarray:
+    def render(self, frame_SE3_cam, statics, agents, paint=None) -> np.ndarray:
         """One BGR uint8 image (H, W, 3).
 
         ``statics``: list of (center (3,), size lwh (3,), yaw, rgb, kind) for buildings/poles;
         ``agents``: list of (center (3,), size lwh (3,), yaw, category). Frame = the scene's local frame.
+        ``paint``: ``roads.marking_quads`` near the camera (computed here when None).
         """
         cam = self.cam
         W, H = cam.width_px, cam.height_px
@@ -142,7 +194,7 @@ class CameraRenderer:
         cam_pos = frame_SE3_cam.translation
         for poly in road_polygons():
             self._fill(img, self._to_cam(cam_SE3_frame, poly), _bgr(ASPHALT_RGB))
-        quads, paint = marking_quads(cam_pos[:2], 60.0)
+        quads, paint = marking_quads(cam_pos[:2], 60.0) if paint is None else paint
         if len(quads):
             qc = self._to_cam(cam_SE3_frame, quads.reshape(-1, 3)).reshape(-1, 4, 3)
             ok = (qc[..., 2] > 1.0).all(axis=1)
@@ -178,49 +230,90 @@ class CameraRenderer:
         out_t = np.where(front, uv[..., 1] < 0, True).all(1)
         out_b = np.where(front, uv[..., 1] > H, True).all(1)
         vis &= ~(full & (out_l | out_r | out_t | out_b))
-        dist = np.linalg.norm(centers - cam_pos, axis=1)
-        order = sorted(np.nonzero(vis)[0], key=lambda i: (items[i][0], -dist[i]))
+        vis_idx = np.nonzero(vis)[0]
+        if not len(vis_idx):
+            return cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos)
+        # image rectangles of the boxes (whole image for boxes crossing the near plane)
+        u_in = np.where(front, uv[..., 0], np.nan)
+        v_in = np.where(front, uv[..., 1], np.nan)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rect = np.stack([np.nanmin(u_in, 1), np.nanmin(v_in, 1), np.nanmax(u_in, 1), np.nanmax(v_in, 1)], 1)
+        rect[~full] = [-np.inf, -np.inf, np.inf, np.inf]
+        order = paint_order(corners[vis_idx, 4:, :2], cam_pos[:2], rect[vis_idx])
+        order = [int(vis_idx[k]) for k in order]
+        # camera-facing faces and their shading, for all boxes at once
+        cyaw, syaw = np.cos(yaws), np.sin(yaws)
+        nx = FACE_NORMALS_BOX[None, :, 0] * cyaw[:, None] - FACE_NORMALS_BOX[None, :, 1] * syaw[:, None]
+        ny = FACE_NORMALS_BOX[None, :, 0] * syaw[:, None] + FACE_NORMALS_BOX[None, :, 1] * cyaw[:, None]
+        nz = np.broadcast_to(FACE_NORMALS_BOX[None, :, 2], nx.shape)
+        fc = corners[:, FACES].mean(axis=2)  # (N, 5, 3)
+        to_cam = cam_pos - fc
+        facing = nx * to_cam[..., 0] + ny * to_cam[..., 1] + nz * to_cam[..., 2] > 0
+        shade = 0.55 + 0.45 * np.maximum(0.0, nx * SUN[0] + ny * SUN[1] + nz * SUN[2])
+        guard = full & (uv[..., 0] > -W).all(1) & (uv[..., 0] < 2 * W).all(1) & (uv[..., 1] > -H).all(1) & \
+            (uv[..., 1] < 2 * H).all(1)
         for i in order:
-            layer, c, s, yaw, rgb, kind = items[i]
-            cy, sy = np.cos(yaw), np.sin(yaw)
-            Rz = np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
-            normals = FACE_NORMALS_BOX @ Rz.T  # (5, 3)
-            face_pts = corners[i][FACES]  # (5, 4, 3)
-            fc = face_pts.mean(axis=1)
-            facing = np.einsum("fd,fd->f", normals, cam_pos - fc) > 0
-            base = np.array(rgb, dtype=np.float64)
-            for f in np.nonzero(facing)[0]:
-                shade = 0.55 + 0.45 * max(0.0, float(normals[f] @ SUN))
-                col = base * shade
-                pc = cc[i][FACES[f]]
-                self._fill(img, pc, _bgr(col), lines=_bgr(col * 0.45))
-                if f < 4:
-                    self._texture(img, pc, kind, col, f)
+            kind = items[i][5]
+            base = np.array(items[i][4], dtype=np.float64)
+            faces = np.nonzero(facing[i])[0]
+            decals = _DECALS.get(kind, ())
+            if guard[i]:
+                pts = np.round(uv[i] * 4).astype(np.int32)
+                for f in faces:
+                    col = base * shade[i, f]
+                    poly = pts[FACES[f]]
+                    cv2.fillConvexPoly(img, poly, _bgr(col), cv2.LINE_8, 2)
+                    cv2.polylines(img, [poly], True, _bgr(col * 0.45), 1, cv2.LINE_8, 2)
+                if decals:
+                    quads, cols = self._decals(cc[i], faces, decals, base, shade[i])
+                    if len(quads):
+                        q = quads.reshape(-1, 3) @ cam.K.T
+                        q = np.round(q[:, :2] / q[:, 2:3] * 4).astype(np.int32).reshape(-1, 4, 2)
+                        for poly, col in zip(q, cols):
+                            cv2.fillConvexPoly(img, poly, col, cv2.LINE_8, 2)
+            else:  # crosses the near plane or the guard band: clip each polygon
+                for f in faces:
+                    col = base * shade[i, f]
+                    self._fill(img, cc[i][FACES[f]], _bgr(col), lines=_bgr(col * 0.45))
+                if decals:
+                    quads, cols = self._decals(cc[i], faces, decals, base, shade[i])
+                    for quad, col in zip(quads, cols):
+                        self._fill(img, quad, col)
         return cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos)
 
-    def _texture(self, img, pc, kind, col, face):
-        """Decals on a side face: pc (4, 3) = (top a, top b, bottom b, bottom a) in the camera frame."""
-        ta, tb, bb, ba = pc
+    @staticmethod
+    def _decals(cc, faces, decals, base, shade):
+        """Texture quads (M, 4, 3) in the camera frame and their BGR colours for the visible side faces."""
+        quads, cols = [], []
+        for f in faces:
+            if f >= 4:
+                continue
+            ta, tb, bb, ba = cc[FACES[f]]
+            eu, ev = tb - ta, ba - ta
+            for on_faces, (u0, u1, v0, v1), colour in decals:
+                if f not in on_faces:
+                    continue
+                quads.append([ta + u0 * eu + v0 * ev, ta + u1 * eu + v0 * ev, ta + u1 * eu + v1 * ev,
+                              ta + u0 * eu + v1 * ev])
+                c = base * shade[f] * colour if np.isscalar(colour) else np.array(colour) * shade[f]
+                cols.append(_bgr(c))
+        return np.array(quads).reshape(-1, 4, 3), cols
 
-        def quad(u0, u1, v0, v1):
-            p = lambda u, v: ta + u * (tb - ta) + v * (ba - ta)
-            return np.array([p(u0, v0), p(u1, v0), p(u1, v1), p(u0, v1)])
 
-        if kind in ("vehicle.car", "vehicle.truck", "vehicle.bus.rigid", "vehicle.construction"):
-            if kind == "vehicle.car":
-                self._fill(img, quad(0.12, 0.88, 0.08, 0.42), _bgr(col * 0.35))
-            elif kind == "vehicle.bus.rigid" and face >= 2:
-                self._fill(img, quad(0.05, 0.95, 0.12, 0.45), _bgr(col * 0.35))
-            elif face == 0:  # cab windscreen
-                self._fill(img, quad(0.1, 0.9, 0.1, 0.4), _bgr(col * 0.35))
-            self._fill(img, quad(0.0, 1.0, 0.85, 1.0), _bgr(col * 0.3))  # wheels/underbody band
-        elif kind.startswith("human.pedestrian"):
-            self._fill(img, quad(0.2, 0.8, 0.0, 0.14), _bgr(col * 0.5))  # head
-            self._fill(img, quad(0.0, 1.0, 0.55, 1.0), _bgr(col * 0.6))  # legs
-        elif kind == "movable_object.trafficcone":
-            self._fill(img, quad(0.0, 1.0, 0.3, 0.45), _bgr((250, 250, 250)))
-        elif kind == "movable_object.barrier" and face >= 2:
-            for k in range(0, 6, 2):
-                self._fill(img, quad(k / 6, (k + 1) / 6, 0.0, 0.6), _bgr((220, 30, 30)))
-        elif kind in ("vehicle.bicycle", "vehicle.motorcycle"):
-            self._fill(img, quad(0.0, 1.0, 0.6, 1.0), _bgr(col * 0.4))
+_ALL, _FRONT, _SIDES, _ENDS = (0, 1, 2, 3), (0,), (2, 3), (0, 1)
+_UNDER = (_ALL, (0.0, 1.0, 0.85, 1.0), 0.3)
+# per class: (faces, (u0, u1, v0, v1) on the face, colour factor of the class colour or a fixed RGB)
+_DECALS = {
+    "vehicle.car": ((_ALL, (0.12, 0.88, 0.08, 0.42), 0.35), _UNDER),
+    "vehicle.truck": ((_FRONT, (0.1, 0.9, 0.1, 0.4), 0.35), _UNDER),
+    "vehicle.construction": ((_FRONT, (0.1, 0.9, 0.1, 0.4), 0.35), _UNDER),
+    "vehicle.bus.rigid": ((_SIDES, (0.05, 0.95, 0.12, 0.45), 0.35), (_FRONT, (0.1, 0.9, 0.1, 0.45), 0.35), _UNDER),
+    "vehicle.trailer": (_UNDER,),
+    "human.pedestrian.adult": ((_ALL, (0.2, 0.8, 0.0, 0.14), 0.5), (_ALL, (0.0, 1.0, 0.55, 1.0), 0.6)),
+    "human.pedestrian.child": ((_ALL, (0.2, 0.8, 0.0, 0.16), 0.5), (_ALL, (0.0, 1.0, 0.55, 1.0), 0.6)),
+    "movable_object.trafficcone": ((_ALL, (0.0, 1.0, 0.3, 0.45), (250, 250, 250)),),
+    "movable_object.barrier": tuple((_ENDS, (k / 6, (k + 1) / 6, 0.0, 0.6), (220, 30, 30)) for k in (0, 2, 4)),
+    "vehicle.bicycle": ((_ALL, (0.0, 1.0, 0.6, 1.0), 0.4),),
+    "vehicle.motorcycle": ((_ALL, (0.0, 1.0, 0.6, 1.0), 0.4),),
+}

@@ -33,15 +33,17 @@ def road_uv(road: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nda
 def _paint_on_road(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Paint code per point of one road (-1 none, WHITE, YELLOW), u, v in that road's frame."""
     out = np.full(u.shape, -1, dtype=np.int8)
-    lines_ok = np.abs(u) >= PAINT_FREE_U_M
+    au, av = np.abs(u), np.abs(v)
+    lines_ok = au >= PAINT_FREE_U_M
     for off, w, dash, period, paint in LINES:
-        on = lines_ok & (np.abs(v - off) <= w / 2) & (np.mod(u, period) < dash)
-        out[on] = paint
-    au = np.abs(u)
-    zebra = (au >= CROSSWALK_U_M[0]) & (au <= CROSSWALK_U_M[1]) & (np.abs(v) <= ZEBRA_HALF_V_M) & \
-        (np.mod(v + ZEBRA_HALF_V_M, ZEBRA_PERIOD_M) < ZEBRA_STRIPE_M)
+        cand = np.nonzero(lines_ok & (np.abs(v - off) <= w / 2))[0]
+        if period > dash:
+            cand = cand[np.mod(u[cand], period) < dash]
+        out[cand] = paint
+    zebra = np.nonzero((au >= CROSSWALK_U_M[0]) & (au <= CROSSWALK_U_M[1]) & (av <= ZEBRA_HALF_V_M))[0]
+    zebra = zebra[np.mod(v[zebra] + ZEBRA_HALF_V_M, ZEBRA_PERIOD_M) < ZEBRA_STRIPE_M]
     out[zebra] = WHITE
-    stop = (au >= STOP_LINE_U_M) & (au <= STOP_LINE_U_M + STOP_LINE_W_M) & (np.abs(v) <= ROAD_HALF_M) & \
+    stop = (au >= STOP_LINE_U_M) & (au <= STOP_LINE_U_M + STOP_LINE_W_M) & (av <= ROAD_HALF_M) & \
         (np.sign(v) == np.sign(u))
     out[stop] = WHITE
     return out
@@ -52,14 +54,11 @@ def ground_surface(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     surf = np.full(x.shape, SURFACE_SIDEWALK, dtype=np.int8)
     for road, _ in ROADS:
         u, v = road_uv(road, x, y)
-        on = np.abs(v) < PARK_HALF_M
-        surf[on] = SURFACE_ASPHALT
-    for road, _ in ROADS:
-        u, v = road_uv(road, x, y)
-        on = np.abs(v) < PARK_HALF_M
-        paint = _paint_on_road(u, v)
-        surf[on & (paint == WHITE)] = SURFACE_WHITE
-        surf[on & (paint == YELLOW)] = SURFACE_YELLOW
+        on = np.nonzero(np.abs(v) < PARK_HALF_M)[0]
+        surf[on] = np.maximum(surf[on], SURFACE_ASPHALT)
+        paint = _paint_on_road(u[on], v[on])
+        surf[on[paint == WHITE]] = SURFACE_WHITE
+        surf[on[paint == YELLOW]] = SURFACE_YELLOW
     return surf
 
 

@@ -386,17 +386,30 @@ def _rect(track: Track, margin: float):
 
 
 def collides(track: Track, ego: EgoScript, others: list[Track], ego_margin: float = 0.6, margin: float = 0.3) -> bool:
+    """Whether ``track`` (inflated by the margins) touches the ego or any of ``others`` between -0.5 and 19.6 s."""
     sel = _CHECK
     T = int(sel.sum())
     ex, ey = ego.box_center()
     e = (ex[sel], ey[sel], ego.yaw[sel], np.full(T, EGO_SIZE_LWH_M[0]), np.full(T, EGO_SIZE_LWH_M[1]))
-    if boxes_overlap(_rect(track, ego_margin), e).any():
+    r_e = _rect(track, ego_margin)
+    if _overlap_any(r_e, e):
         return True
     r = _rect(track, margin)
     for o in others:
-        if boxes_overlap(r, _rect(o, 0.0)).any():
+        if _overlap_any(r, _rect(o, 0.0)):
             return True
     return False
+
+
+def _overlap_any(a, b) -> bool:
+    """Any-time overlap of two rectangle tracks; times whose centres are farther apart than the sum of the
+    half-diagonals are skipped before the exact separating-axis test."""
+    ra = 0.5 * np.hypot(a[3], a[4])
+    rb = 0.5 * np.hypot(b[3], b[4])
+    near = np.hypot(a[0] - b[0], a[1] - b[1]) < ra + rb
+    if not near.any():
+        return False
+    return bool(boxes_overlap(tuple(x[near] for x in a), tuple(x[near] for x in b)).any())
 
 
 # ------------------------------------------------------------------------------------------- agents

@@ -21,7 +21,7 @@ from generator.types import CAMERA_NAMES, DrivegenError
 from generator.synth import rig
 from generator.synth.lidar import BoxSet, cast_sweep
 from generator.synth.render import CameraRenderer
-from generator.synth.roads import SURFACE_INTENSITY, ground_surface, road_polygons
+from generator.synth.roads import SURFACE_INTENSITY, ground_surface, marking_quads, road_polygons
 from generator.synth.world import (SIDEWALK_HALF_M, TIME_GRID_S, SceneScript, Track,
                                    script_scene)
 
@@ -280,9 +280,10 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
         key_unocc[k] = sw.unoccluded[:n_agents]
         agents_draw = [(np.array([A_x[a, j], A_y[a, j], A_z[a]]), A_size_lwh[a], A_yaw[a, j], tracks[a].category)
                        for a in range(n_agents)]
+        paint = marking_quads(np.array([ex[j], ey[j]]), 62.0)
         for name in CAMERA_NAMES:
             cam = rig_cams[name]
-            img = renderers[name].render(local_SE3_ego.compose(cam.ego_SE3_cam), static_draw, agents_draw)
+            img = renderers[name].render(local_SE3_ego.compose(cam.ego_SE3_cam), static_draw, agents_draw, paint)
             cfile = f"samples/{name}/{logfile}__{name}__{ts}.jpg"
             cpath = root / cfile
             cpath.parent.mkdir(parents=True, exist_ok=True)
