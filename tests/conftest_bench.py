@@ -110,7 +110,10 @@ def _box_rle(box):
     return {"size": [H, W], "counts": r["counts"].decode()}
 
 
-def make_bench_run(root: Path, with_qa: bool = True) -> BenchRun:
+def make_bench_run(root: Path, with_qa: bool | str = True) -> BenchRun:
+    """Write the scripted run folder under ``root``. ``with_qa``: True = minimal hand-made QA rows (one
+    ego_spatiotemporal row per anchor and visible target), "generated" = the project's QA generator
+    (``generator.qa.generate.generate_qa``) over the tables, False = no QA shards."""
     import cv2
 
     rf = RunFolder(root / "run")
@@ -167,7 +170,14 @@ def make_bench_run(root: Path, with_qa: bool = True) -> BenchRun:
     att = compute_attributes(objects_t, frames_t)
     rf.attributes(SCENE).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(att, rf.attributes(SCENE))
-    if with_qa:
+    if with_qa == "generated":
+        from generator.qa.generate import generate_qa
+        from generator.qa.templates import load_templates
+        from schemas.config import PipelineConfig
+
+        cfg = PipelineConfig()
+        write_qa_shards(generate_qa(frames_t, att, proj_t, cfg, load_templates(cfg)), rf.root, SCENE)
+    elif with_qa:
         qa = []
         vis_now = {(r["frame_index"], r["track_id"]) for r in projections if r["visible"]}
         for f in frames:

@@ -203,6 +203,35 @@ def test_context_mask_missing_drops_group_and_rewrite_is_clean(tmp_path):
     assert first["groups"] >= second["groups"]
 
 
+def test_agrees_with_the_qa_generator(tmp_path):
+    """Candidates from the project's generated QA rows; the bench values, computed here from attributes,
+    must equal the generator's own ego_spatiotemporal answers (two implementations, one truth)."""
+    from generator.writers.parquet import read_qa
+
+    br = make_bench_run(tmp_path, with_qa="generated")
+    summary = export_bench(br.run)
+    assert summary["groups"] > 0
+    qa = read_qa(br.run / "qa").to_pandas()
+    st = qa[qa["family"] == "ego_spatiotemporal"]
+    by_id = st.set_index("qa_id")
+    sheet = pd.read_csv(br.run / "bench" / "annotation_files" / "annotation_sheet.csv").set_index("group_id")
+    kinds = {"distance": "distance", "direction": "bearing"}
+    n = 0
+    for t, recs in _load(br.run / "bench").items():
+        for q in recs:
+            g = sheet.loc[q["group_id"]]
+            key = f"{SCENE}:{g['keyframe_index']}:ego_spatiotemporal:{{}}:{g['track_id']}:+{t}s"
+            for k, v in q["gt_value"].items():
+                qt = kinds.get(k) or ("ego_speed" if q["qa_category"].startswith("ego_speed") else "target_speed")
+                assert v == pytest.approx(by_id.loc[key.format(qt), "value"], abs=0.006), (q["qa_category"], key)
+                n += 1
+            if t > 0:  # OOV = the generator's out_of_view at some future horizon
+                fut = [by_id.loc[f"{SCENE}:{g['keyframe_index']}:ego_spatiotemporal:distance:{g['track_id']}:+{h}s",
+                                 "out_of_view"] for h in (1, 2, 3)]
+                assert bool(g["oov"]) == any(fut)
+    assert n == 16 * summary["groups"]
+
+
 def test_without_qa_rows_candidates_come_from_anchors(tmp_path):
     br = make_bench_run(tmp_path, with_qa=False)
     summary = export_bench(br.run, tmp_path / "b2")

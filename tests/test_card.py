@@ -101,3 +101,24 @@ def test_mismatched_track_and_class_lists_are_refused():
                        pa.array([["car"]] * 5, pa.list_(pa.string())))
     with pytest.raises(ValueError, match="track_ids and class_names"):
         compute_stats(bad)
+
+
+def test_card_on_generated_qa(tmp_path):
+    """The project's QA generator output (real units 'm', 'degrees', 'm/s', sizes in 'm')."""
+    from conftest_bench import make_bench_run
+    from generator.writers.parquet import read_qa
+
+    br = make_bench_run(tmp_path, with_qa="generated")
+    stats = write_card(br.run / "qa", br.run, run_extra(br.run))
+    df = read_qa(br.run / "qa").to_pandas()
+    assert stats["num_qa"] == len(df) > 0
+    assert sum(n for f in stats["qa_counts"].values() for k in f.values() for n in k.values()) == len(df)
+    q = df[df["kind"] == "quantitative"]
+    sizes = q["question_type"].isin(["width", "height", "length"])
+    assert sum(stats["histograms"]["distance"]["counts"]) + stats["histograms"]["distance"]["above"] == \
+        int(((q["unit"] == "m") & ~sizes).sum())
+    assert sum(stats["histograms"]["heading"]["counts"]) == int((q["unit"] == "degrees").sum()) > 0
+    assert sum(stats["histograms"]["velocity"]["counts"]) + stats["histograms"]["velocity"]["above"] == \
+        int((q["unit"] == "m/s").sum()) > 0
+    assert stats["visibility_drops"] == {"out_of_image": int((~pq.read_table(
+        br.run / "perception" / "projections" / "bench-scene-1.parquet")["visible"].to_numpy()).sum())}

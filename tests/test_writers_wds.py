@@ -106,7 +106,8 @@ def test_ray_read_webdataset(scene):
     t, _, root, out = scene
     paths = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=2), image_root=root)
     exp = _expected(t)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": our own instance even while another process on this machine runs a Ray cluster
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         rows = ray.data.read_webdataset([str(p) for p in paths]).take_all()
     finally:
@@ -124,3 +125,22 @@ def test_ray_read_webdataset(scene):
         for m in members:
             img = cv2.imdecode(np.frombuffer(r[m], np.uint8), cv2.IMREAD_COLOR)
             assert img.shape == (90, 160, 3)
+
+
+def test_generated_qa_round_trip(tmp_path):
+    """WebDataset shards of the project's QA generator output carry every keyframe's QAs and images."""
+    wds = pytest.importorskip("webdataset")
+    from conftest_bench import SCENE, make_bench_run
+    from generator.writers.parquet import read_qa
+
+    br = make_bench_run(tmp_path, with_qa="generated")
+    qa = read_qa(br.run / "qa")
+    paths = write_wds_shards(qa, br.run, SCENE, WriterConfig(wds_max_samples=5))
+    exp = _expected(qa)
+    got = {}
+    for s in wds.WebDataset([str(p) for p in paths], shardshuffle=False).decode("rgb8"):
+        meta = s["json"]
+        got[meta["keyframe_index"]] = ({q["qa_id"] for q in meta["qas"]},
+                                       {(i["frame_index"], i["camera"]) for i in meta["images"]})
+        assert all(s[i["member"]].shape == (180, 320, 3) for i in meta["images"])
+    assert got == exp

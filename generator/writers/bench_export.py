@@ -347,6 +347,7 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
     win_t = win_off
     groups: list[Group] = []
     inst = _instance_tokens(inp.objects, ctx_frames[:, 3], tid)
+    token_of = dict(zip(fidx.tolist(), frames.column("token").to_pylist()))
     for g in np.flatnonzero(ok):
         if not is_dynamic(A["speed_mps"][g], qcfg.dynamic_speed_mps):
             drops["static"] += 1
@@ -358,7 +359,7 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
             scene_id=inp.scene_id, keyframe_index=int(cand["keyframe_index"][g]), track_id=int(tid[g]),
             class_name=str(A["class_name"][g, hc[0]]), instance_token=inst[g], split=cand["split"][g],
             context_frames=[int(f) for f in ctx_frames[g]], horizon_frames=[int(f) for f in win_frames[g, hc]],
-            context_tokens=[str(frames_token) for frames_token in _tokens(frames, ctx_frames[g])],
+            context_tokens=[token_of.get(int(f)) or "" for f in ctx_frames[g]],
             image_paths=[str(p) for p in img[g]],
             rles=[{"size": [int(s) for s in masks[r]["size"]], "counts": masks[r]["counts"]} for r in prow[g]],
             distance_m=A["distance_m"][g, hc].astype(np.float64), bearing_deg=A["bearing_deg"][g, hc].astype(np.float64),
@@ -366,11 +367,6 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
             target_speed_mps=A["speed_mps"][g, hc].astype(np.float64),
             oov=bool(oov[g]), scenario=scen, front_camera=front))
     return _drop_repeats(groups, float(hor_off.max()), ts_of, drops)
-
-
-def _tokens(frames: pa.Table, frame_indices) -> list[str]:
-    tok = dict(zip(frames.column("frame_index").to_pylist(), frames.column("token").to_pylist()))
-    return [tok.get(int(f)) or "" for f in frame_indices]
 
 
 def _instance_tokens(objects: pa.Table | None, frame_index: np.ndarray, track_id: np.ndarray) -> list[str]:
