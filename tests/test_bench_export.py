@@ -333,3 +333,75 @@ def test_classifier_rules_and_input_checks():
     with pytest.raises(ValueError, match="increase"):
         classify_scenario(ahead, t[::-1], np.zeros(7))
     assert is_dynamic([0.1, 0.2, np.nan], 0.5) is False and is_dynamic([0.4, 0.9], 0.5) is True
+
+
+def test_classifier_on_generated_logs(synth_root):
+    """Against ``drivegen_scenarios.json`` of the generated nuScenes-format logs: relative trajectories
+    from the devkit's ego poses and sample annotations at the 2 Hz keyframes; windows from the scripted
+    event times (rounded to the keyframe grid) and the ego's manoeuvre segments."""
+    from nuscenes.nuscenes import NuScenes
+
+    from conftest import SYNTH_VERSION
+    from generator.geometry import SE3
+
+    nusc = NuScenes(version=SYNTH_VERSION, dataroot=str(synth_root), verbose=False)
+    side = json.loads((synth_root / SYNTH_VERSION / "drivegen_scenarios.json").read_text())
+    checked = []
+    for sc in nusc.scene:
+        info = side["scenes"][sc["token"]]
+        toks, tok = [], sc["first_sample_token"]
+        while tok:
+            toks.append(tok)
+            tok = nusc.get("sample", tok)["next"]
+        ts = np.array([nusc.get("sample", k)["timestamp"] for k in toks])
+        tk = (ts - ts[0]) / 1e6
+        ego = [SE3.from_quat(p["rotation"], p["translation"]) for p in
+               (nusc.get("ego_pose", nusc.get("sample_data", nusc.get("sample", k)["data"]["LIDAR_TOP"])["ego_pose_token"])
+                for k in toks)]
+        segs = [((s["start_timestamp"] - ts[0]) / 1e6, (s["end_timestamp"] - ts[0]) / 1e6, s["maneuver"])
+                for s in info["ego"]["segments"]]
+
+        def straight(a, b):
+            return all(m == "Straight" for s0, s1, m in segs if s1 >= a - 1e-6 and s0 <= b + 1e-6)
+
+        for inst, d in info["instances"].items():
+            s, det = d["scenario"], d["details"]
+            if s == "oncoming_pass":
+                t0, want = det["pass_time_s"] - 1.5, "Oncoming Pass"
+            elif s == "overtake":
+                t0, want = det["pass_time_s"] - 1.0, "Overtake"
+            elif s == "pulling_away":
+                t0, want = det["accel_start_s"] + 0.5, "Pulling Away From Ego"
+            elif s == "ped_crossing":
+                t0, want = det["cross_time_s"] - 1.0, "Minor Relations"
+            elif s == "maintain_state":
+                ok = [t for t in np.arange(2.0, 15.0) if straight(t - 1.5, t + 8.0)]
+                if not ok:
+                    continue
+                t0, want = ok[0], "Maintain State"
+            elif s == "path_divergence":
+                want = "Path Divergence"
+                turns = [s0 for s0, _, m in segs if m.startswith("Turn") and s0 > det["intersection_time_s"]]
+                if det["agent_turn"] != "straight":
+                    t0 = det["intersection_time_s"] + 0.5
+                elif turns:
+                    t0 = turns[0] + 0.5
+                else:
+                    continue
+            else:
+                continue
+            t0 = round(t0 * 2) / 2
+            if not 1.5 <= t0 <= 17.0 or (s != "path_divergence" and not straight(t0 - 1.5, t0 + 3.0)):
+                continue
+            anns = {a["sample_token"]: a for a in (nusc.get("sample_annotation", t) for t in
+                                                    nusc.field2token("sample_annotation", "instance_token", inst))}
+            idx = [int(np.argmin(np.abs(tk - (t0 + o)))) for o in OFFSETS]
+            if any(toks[i] not in anns for i in idx):
+                continue
+            rel = [ego[i].inverse().compose(SE3.from_quat(anns[toks[i]]["rotation"], anns[toks[i]]["translation"]))
+                   for i in idx]
+            got = classify_scenario(np.array([r.translation[:2] for r in rel]), OFFSETS,
+                                    np.degrees([r.yaw_rad for r in rel]))
+            checked.append((want, got))
+    assert len(checked) >= 5 and len({w for w, _ in checked}) >= 4
+    assert np.mean([w == g for w, g in checked]) >= 0.9, checked
