@@ -149,21 +149,24 @@ def test_lidar_detector_handles_empty_and_nan_clouds():
 
 
 def test_lidar_detector_on_generated_logs(synth_root):
-    """Recall of vehicles within 40 m (centre distance <= 2 m) on the generated logs' ray-cast sweeps."""
+    """Recall of vehicles within 40 m that the LiDAR sees (>= 10 points in the box; the generated labels also
+    list fully occluded cars), centre distance <= 2 m, on every 4th keyframe of the generated logs."""
     from generator.sources import open_source
 
     src = open_source("nuscenes", synth_root)
     det = build_detector(DetectionConfig(backend="lidar"))
     hits = total = 0
     for sid in src.scene_ids():
-        scene = src.load_scene(sid)
-        frames = scene.frames[::8]
+        frames = src.load_scene(sid).frames[::4]
         for fr, boxes in zip(frames, det(frames)):
-            rec, n = _recall(fr.labels, boxes, ["car", "truck", "bus"])
+            seen = fr.labels.subset(np.nonzero(fr.labels.num_lidar_pts >= 10)[0])
+            rec, n = _recall(seen, boxes, ["car", "truck", "bus"])
             if n:
                 hits += rec * n
                 total += n
-    assert total >= 20
+    # Measured: 0.85 over 52 vehicle boxes (misses: cars seen face-on far away taken for bicycles, a car
+    # merged with a tall neighbour).
+    assert total >= 30
     assert hits / total >= 0.8, f"lidar recall {hits / total:.2f} over {total} vehicles"
 
 
