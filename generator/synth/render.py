@@ -81,7 +81,7 @@ def _clip_halfplane(poly: np.ndarray, axis: int, bound: float, keep_below: bool)
 def clip_guard(uv: np.ndarray, W: int, H: int) -> np.ndarray:
     """Clip a convex pixel polygon (n, 2) to a guard band around the image so OpenCV's fixed-point
     rasteriser never sees huge coordinates; the visible part is unchanged."""
-    for axis, lo, hi in ((0, -W, 2 * W), (1, -H, 2 * H)):
+    for axis, lo, hi in ((0, -4 * W, 5 * W), (1, -4 * H, 5 * H)):
         if len(uv) and (uv[:, axis].min() < lo or uv[:, axis].max() > hi):
             uv = _clip_halfplane(uv, axis, lo, keep_below=False)
             if len(uv):
@@ -251,8 +251,8 @@ class CameraRenderer:
         to_cam = cam_pos - fc
         facing = nx * to_cam[..., 0] + ny * to_cam[..., 1] + nz * to_cam[..., 2] > 0
         shade = 0.55 + 0.45 * np.maximum(0.0, nx * SUN[0] + ny * SUN[1] + nz * SUN[2])
-        guard = full & (uv[..., 0] > -W).all(1) & (uv[..., 0] < 2 * W).all(1) & (uv[..., 1] > -H).all(1) & \
-            (uv[..., 1] < 2 * H).all(1)
+        guard = full & (uv[..., 0] > -4 * W).all(1) & (uv[..., 0] < 5 * W).all(1) & (uv[..., 1] > -4 * H).all(1) & \
+            (uv[..., 1] < 5 * H).all(1)
         for i in order:
             kind = items[i][5]
             base = np.array(items[i][4], dtype=np.float64)

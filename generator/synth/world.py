@@ -285,14 +285,15 @@ def script_ego(rng: np.random.Generator) -> EgoScript:
     turn = [None, "left", "right"][int(rng.choice(3, p=[0.4, 0.3, 0.3]))]
     stop = bool(rng.random() < 0.4)
     v_cruise = float(rng.uniform(7.0, 13.5))
-    t_int = float(rng.uniform(6.0, 12.0) if (turn or stop) else rng.uniform(3.0, 16.0))
+    # when the ego reaches the stop line: early enough that a stop (2.5-5 s) and a turn fit in the 20 s
+    t_int = float(rng.uniform(5.0, 9.0) if stop else rng.uniform(6.0, 13.0) if turn else rng.uniform(3.0, 16.0))
     v_prog = np.full(len(t), v_cruise)
     t_change = float(rng.uniform(2.0, 16.0))
     v_prog[t >= t_change] = float(np.clip(v_cruise + rng.uniform(-3.5, 2.5), 5.0, 15.0))
     lane_turn = lane_for_turn(turn, rng)
     route = Route(0.0, lane_turn, turn, turn_radius_m(turn))
     s_start = -STOP_LINE_U_M - v_cruise * (t_int - t[0])
-    hold = float(rng.uniform(3.0, 7.0))
+    hold = float(rng.uniform(2.5, 5.0))
     s, v = simulate_longitudinal(route, t, s_start, v_prog, stop_s=EGO_STOP_S_M if stop else None, stop_hold_s=hold)
 
     # lane changes: lateral offset from the route's lane, + = left
@@ -728,8 +729,8 @@ def script_agents(rng: np.random.Generator, ego: EgoScript) -> list[Track]:
     wanted = {
         "parked": int(rng.integers(3, 8)),
         "static": int(rng.integers(1, 3)),
-        "maintain_state": int(rng.random() < 0.5),
-        "pulling_away": int(rng.random() < 0.5),
+        "maintain_state": int(rng.random() < 0.7),
+        "pulling_away": int(rng.random() < 0.7),
         "path_divergence": int(rng.integers(1, 3)),
         "overtake": int(rng.integers(0, 2)) + int(bool(ego.plan["lane_changes"])),
         "oncoming_pass": int(rng.integers(2, 6)),
