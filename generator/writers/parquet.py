@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,6 @@ from schemas.config import WriterConfig
 from schemas.tables import QA, check_schema
 
 QA_DIR = "qa"
-_SHARD_RE = r"^{stem}-(\d{{5}})\.parquet$"
 
 
 def qa_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
@@ -37,14 +35,16 @@ def qa_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
 
 
 def scene_qa_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
-    """The scene's existing QA shards in shard order (only exact ``<stem>-<5 digits>.parquet`` names,
-    so scene ``a`` never claims scene ``a-00001``'s files)."""
-    d = Path(out_dir) / QA_DIR
-    if not d.is_dir():
-        return []
-    pat = re.compile(_SHARD_RE.format(stem=re.escape(safe_name(scene_id))))
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := pat.match(p.name))]
-    return [p for _, p in sorted(found)]
+    """The scene's existing QA shards in shard order: ``<stem>-00000``, ``-00001``, ... probed until the
+    first missing number (a scene's shards are always numbered contiguously from 0, see
+    ``write_qa_shards``), so the cost does not grow with the number of scenes in the folder."""
+    out = []
+    for k in itertools.count():
+        p = qa_shard_path(out_dir, scene_id, k)
+        if not p.exists():
+            return out
+        out.append(p)
+    return out
 
 
 def all_qa_shards(out_dir: str | os.PathLike) -> list[Path]:
@@ -80,6 +80,16 @@ def read_qa(paths) -> pa.Table:
 
 def _footer_bytes(schema: pa.Schema, compression: str) -> int:
     """Size of an empty Parquet file with ``schema``: the fixed cost (footer, schema, metadata) of a shard."""
+    key = (schema.serialize().to_pybytes(), compression)
+    if key not in _FOOTER_CACHE:
+        _FOOTER_CACHE[key] = _empty_file_bytes(schema, compression)
+    return _FOOTER_CACHE[key]
+
+
+_FOOTER_CACHE: dict[tuple[bytes, str], int] = {}
+
+
+def _empty_file_bytes(schema: pa.Schema, compression: str) -> int:
     sink = pa.BufferOutputStream()
     pq.write_table(schema.empty_table(), sink, compression=compression)
     return sink.getvalue().size
@@ -155,8 +165,8 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     finally:  # a failed write leaves no temporary files behind
         for tmp in qa_dir.glob(f".{safe_name(scene_id)}-*.parquet.*.tmp"):
             tmp.unlink(missing_ok=True)
-    keep = set(written)
-    for p in old:
-        if p not in keep:
-            p.unlink(missing_ok=True)
+    # stale shards of an earlier, longer write: removed from the highest number down, so an interrupted
+    # cleanup still leaves the numbers contiguous from 0
+    for p in reversed(old[len(written):]):
+        p.unlink(missing_ok=True)
     return written

@@ -60,12 +60,14 @@ def wds_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
 
 
 def scene_wds_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
-    d = Path(out_dir) / WDS_DIR
-    if not d.is_dir():
-        return []
-    pat = re.compile(rf"^{re.escape(safe_name(scene_id))}-(\d{{5}})\.tar$")
-    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := pat.match(p.name))]
-    return [p for _, p in sorted(found)]
+    """The scene's existing shards, probed from 0 up to the first missing number (numbers are contiguous)."""
+    out = []
+    for k in itertools.count():
+        p = wds_shard_path(out_dir, scene_id, k)
+        if not p.exists():
+            return out
+        out.append(p)
+    return out
 
 
 def sample_key(scene_id: str, keyframe_index: int) -> str:
@@ -201,8 +203,6 @@ def write_wds_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
             writer.close()
         if tmp is not None and Path(tmp).exists():
             Path(tmp).unlink()
-    keep = set(written)
-    for p in old:
-        if p not in keep:
-            p.unlink(missing_ok=True)
+    for p in reversed(old[len(written):]):  # highest first: numbers stay contiguous if interrupted
+        p.unlink(missing_ok=True)
     return written
