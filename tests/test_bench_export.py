@@ -232,6 +232,28 @@ def test_agrees_with_the_qa_generator(tmp_path):
     assert n == 16 * summary["groups"]
 
 
+def test_non_finite_values_drop_the_group(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from generator.runfolder import RunFolder
+
+    br = make_bench_run(tmp_path)
+    p = RunFolder(br.run).attributes(SCENE)
+    att = pq.read_table(p)
+    k = int(np.flatnonzero(np.isclose(TIMES, 9.0))[0])
+    hit = (att["track_id"].to_numpy() == AGENTS["pulling"][0]) & (att["frame_index"].to_numpy() == k)
+    speed = np.where(hit, np.nan, att["speed_mps"].to_numpy())
+    pq.write_table(att.set_column(att.schema.get_field_index("speed_mps"), "speed_mps", pa.array(speed)), p)
+    summary = export_bench(br.run)
+    assert summary["dropped"]["non_finite_value"] >= 1
+    for f in (br.run / "bench" / "annotation_files").glob("*.json"):
+        assert "NaN" not in f.read_text()
+    sheet = pd.read_csv(br.run / "bench" / "annotation_files" / "annotation_sheet.csv")
+    kf = TIMES[sheet[sheet["track_id"] == AGENTS["pulling"][0]]["keyframe_index"].to_numpy()]
+    assert not ((kf - 1.5 <= 9.0) & (kf + 3.0 >= 9.0)).any()  # no kept window spans t = 9 s
+
+
 def test_without_qa_rows_candidates_come_from_anchors(tmp_path):
     br = make_bench_run(tmp_path, with_qa=False)
     summary = export_bench(br.run, tmp_path / "b2")

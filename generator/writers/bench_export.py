@@ -30,7 +30,8 @@ Values: distance = 3D distance ego origin -> box centre, direction = bearing (0 
 [-180, 180]), both in the ego frame at the target time; velocities are ground speeds (ATTRIBUTES
 ``ego_speed_mps`` / ``speed_mps``). A group is dropped when a frame of its window is missing, the
 target is not tracked over the whole window, it has no mask in the front camera in one of the four
-context frames or is not visible there at t0, the images are missing, or it is not dynamic.
+context frames or is not visible there at t0, the images are missing, a value is not finite (e.g. the
+speed of a single-observation track), or it is not dynamic.
 """
 from __future__ import annotations
 
@@ -348,6 +349,11 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
     groups: list[Group] = []
     inst = _instance_tokens(inp.objects, ctx_frames[:, 3], tid)
     token_of = dict(zip(fidx.tolist(), frames.column("token").to_pylist()))
+    finite = np.ones(n, dtype=bool)
+    for c in ("distance_m", "bearing_deg", "speed_mps", "ego_speed_mps", "x_ego_m", "y_ego_m", "heading_ego_deg"):
+        finite &= np.isfinite(A[c].astype(np.float64)).all(axis=1)
+    drops["non_finite_value"] += int((ok & ~finite).sum())
+    ok &= finite
     for g in np.flatnonzero(ok):
         if not is_dynamic(A["speed_mps"][g], qcfg.dynamic_speed_mps):
             drops["static"] += 1
