@@ -73,21 +73,27 @@ def unique_strings(*arrays) -> pa.Array:
 
 
 def dense_pair_codes(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense codes (0..M-1) of integer pairs (a, b), ordered lexicographically; returns (codes, M)."""
+    """Dense codes (0..M-1) of integer pairs (a, b), ordered lexicographically; returns (codes, M).
+    Two 1-D ``np.unique`` passes (b's values first, then the combined small key) - no row-wise sort."""
     if len(a) == 0:
         return np.zeros(0, dtype=np.int64), 0
-    pairs = np.stack([np.asarray(a, np.int64), np.asarray(b, np.int64)], axis=1)
-    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), len(uniq)
+    a = np.asarray(a, np.int64)
+    ub, inv_b = np.unique(np.asarray(b, np.int64), return_inverse=True)
+    a_min = a.min()
+    key = (a - a_min) * len(ub) + inv_b.reshape(-1)
+    uk, inv = np.unique(key, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uk)
 
 
 class KeyIndex:
-    """Lookup of int64 keys -> row positions (keys must be unique). ``find`` returns -1 for missing keys."""
+    """Lookup of unique int64 keys -> ``values`` (default: the key's position). ``find`` returns -1 for
+    missing keys."""
 
-    def __init__(self, keys: np.ndarray):
+    def __init__(self, keys: np.ndarray, values: np.ndarray | None = None):
         keys = np.asarray(keys, dtype=np.int64)
-        self.order = np.argsort(keys, kind="stable")
-        self.sorted = keys[self.order]
+        order = np.argsort(keys, kind="stable")
+        self.sorted = keys[order]
+        self.order = order if values is None else np.asarray(values, dtype=np.int64)[order]
         if len(self.sorted) > 1 and np.any(self.sorted[1:] == self.sorted[:-1]):
             dup = self.sorted[1:][self.sorted[1:] == self.sorted[:-1]][0]
             raise ValueError(f"duplicate key {dup} in lookup table")

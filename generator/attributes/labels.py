@@ -5,7 +5,10 @@ Ego maneuver at frame time t, from the ego poses in the window [t - W/2, t + W/2
 W = ``maneuver_window_s``; no label when less than ``min_window_s`` of it is available):
 
 - ``Stop``: planar ego speed at t below ``stop_speed_mps``;
-- ``Turn Left`` / ``Turn Right``: mean yaw rate over the window |dyaw/dt| >= ``turn_rate_deg_s`` (sign: left = CCW);
+- ``Turn Left`` / ``Turn Right``: the ego is turning now — mean yaw rate over [t - T/2, t + T/2]
+  (T = ``turn_window_s``) at least ``turn_rate_deg_s`` — and the heading changes by at least
+  ``turn_min_heading_deg`` over the whole window W (a lane change turns out and back: its net change is
+  small); sign: left = counter-clockwise;
 - ``Change Lane Left`` / ``Change Lane Right``: otherwise, when the window's end point lies at least
   ``lane_change_m`` to the left (right) both of the chord direction (start heading + half the heading
   change) and of the start heading, drawn through the start point. A constant-curvature arc (a curved road)
@@ -53,7 +56,9 @@ class LabelThresholds:
     maneuver_window_s: float = 6.0
     min_window_s: float = 1.0
     stop_speed_mps: float = 0.5
-    turn_rate_deg_s: float = 6.0
+    turn_window_s: float = 1.0
+    turn_rate_deg_s: float = 8.0
+    turn_min_heading_deg: float = 20.0
     lane_change_m: float = 0.9
     accel_half_window_s: float = 0.5
     accel_mps2: float = 0.5
@@ -99,13 +104,17 @@ def ego_labels(ego: EgoStates, th: LabelThresholds) -> dict[str, np.ndarray]:
     off_end = -np.sin(yaw1) * d[:, 0] + np.cos(yaw1) * d[:, 1]  # left of the end heading
     same = (off_chord * off_start > 0) & (off_chord * off_end > 0)
     lateral = np.where(same, np.sign(off_chord) * np.minimum(np.abs(off_chord), np.abs(off_start)), 0.0)
+    tt0 = np.maximum(t - th.turn_window_s / 2, s_lo)
+    tt1 = np.minimum(t + th.turn_window_s / 2, s_hi)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.degrees(dyaw) / dur
+        rate = np.degrees(ego.interp(ego.yaw_rad, ego.scene_code, tt1)
+                          - ego.interp(ego.yaw_rad, ego.scene_code, tt0)) / (tt1 - tt0)
+    turning = np.abs(np.degrees(dyaw)) >= th.turn_min_heading_deg
     man = np.zeros(n, dtype=np.int64)  # Straight
     man = np.where(lateral >= th.lane_change_m, 3, man)
     man = np.where(lateral <= -th.lane_change_m, 4, man)
-    man = np.where(rate >= th.turn_rate_deg_s, 1, man)
-    man = np.where(rate <= -th.turn_rate_deg_s, 2, man)
+    man = np.where(turning & (rate >= th.turn_rate_deg_s), 1, man)
+    man = np.where(turning & (rate <= -th.turn_rate_deg_s), 2, man)
     man = np.where(ego.speed_mps < th.stop_speed_mps, 5, man)
     man = np.where((dur >= th.min_window_s) & np.isfinite(ego.speed_mps), man, -1)
 

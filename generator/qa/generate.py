@@ -14,7 +14,8 @@ horizon. What it does, in order:
    (A, B) inside a pair is also drawn from the hash so yes/no answers are balanced. Qualitative relations
    whose margin is within ``RELATION_MARGINS`` (e.g. two objects 0.2 m apart laterally for left/right) are
    not asked: their answer would be a coin flip of detection noise.
-3. ego_spatiotemporal: candidates also visible in ``cfg.qa.front_camera`` at the keyframe. Context frames
+3. ego_spatiotemporal: candidates also visible in the front camera at the keyframe (``cfg.qa.front_camera``, or
+   when a scene has no camera of that name, its camera looking most forward, e.g. AV2's ring_front_center). Context frames
    at -1.5, -1.0, -0.5 s and the keyframe (four frames at 2 Hz), and targets at each ``cfg.qa.horizons_s``
    after it: the frame nearest each wanted time within ``cfg.keyframes.match_tolerance_s``. At a horizon
    the target's distance, bearing and speed are read from its attributes row in that frame (in that frame's
@@ -86,11 +87,13 @@ def scene_split(scene_ids, val_fraction: float) -> list[str]:
 # ------------------------------------------------------------------------------------------ containers
 @dataclass
 class Batch:
-    """Questions of one type before rendering: metadata arrays (numpy, length n) and field columns."""
+    """Questions of one type before rendering, rows in canonical order (keyframe group, regions, horizon).
+
+    Metadata arrays are numpy (length n). Text fields are lazy: ``(vocabulary Arrow array, index array)``,
+    materialised with one ``take`` only when a template uses them; quantities are float64 arrays."""
 
     qt: QuestionType
-    scene: np.ndarray  # scene code
-    frame_row: np.ndarray  # keyframe's FRAMES row
+    group: np.ndarray  # keyframe group (dense, in (scene, keyframe index) order)
     a: np.ndarray  # candidate index of target A
     b: np.ndarray | None  # candidate index of target B (object_spatial) else None
     horizon_idx: np.ndarray | None  # index into the horizons (spatiotemporal)
@@ -103,7 +106,7 @@ class Batch:
 
     @property
     def n(self) -> int:
-        return len(self.scene)
+        return len(self.a)
 
 
 @dataclass
@@ -172,8 +175,10 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     cam_paths = pc.struct_field(flat_cams, "image_path")
     cam_universe = unique_strings(cam_names, projections.column("camera"))
     n_cam = max(len(cam_universe), 1)
-    img_index = KeyIndex(cam_parent * n_cam + codes(cam_names, cam_universe))
-    front_code = codes(pa.array([qa_cfg.front_camera]), cam_universe)[0]
+    cam_code = codes(cam_names, cam_universe)
+    img_index = KeyIndex(cam_parent * n_cam + cam_code)
+    front_of_scene = _front_cameras(f_sc[cam_parent], cam_code, cam_names, flat_cams, qa_cfg.front_camera,
+                                    len(scenes))
 
     # attributes rows -> frame rows; tracked objects only
     a_sc = codes(column(attributes, "scene_id"), scenes)
@@ -210,7 +215,7 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     first[1:] = p_key[o][1:] != p_key[o][:-1]
     best_rows = o[first]
     best_index = KeyIndex(p_key[best_rows], best_rows)
-    front_rows = vis_rows[p_cam[vis_rows] == front_code]
+    front_rows = vis_rows[p_cam[vis_rows] == front_of_scene[p_sc[vis_rows]]]
     front_rows = front_rows[_first_unique_rows(p_key[front_rows])]
     front_index = KeyIndex(p_key[front_rows], front_rows)
 
@@ -220,14 +225,16 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     at_anchor = f_anchor[a_fr] & (best_index.find(a_key) >= 0) & is_first
     c_attr = np.nonzero(at_anchor)[0]
     dist = to_numpy(column(attributes, "distance_m"), np.float64, fill=np.nan)
-    o = np.lexsort((a_tr[c_attr], np.nan_to_num(dist[c_attr], nan=np.inf), a_fr[c_attr]))
+    o = np.lexsort((a_tr[c_attr], np.nan_to_num(dist[c_attr], nan=np.inf), f_fi[a_fr[c_attr]], a_sc[c_attr]))
     c_attr = c_attr[o]
     region = rank_in_group(a_fr[c_attr])
     ok = region < qa_cfg.max_objects_per_keyframe
     c_attr, region = c_attr[ok], region[ok]
+    kf_first = np.ones(len(c_attr), bool)
+    kf_first[1:] = a_fr[c_attr][1:] != a_fr[c_attr][:-1]
     cand = {"attr": c_attr, "frame_row": a_fr[c_attr], "scene": a_sc[c_attr], "track": a_tr[c_attr],
             "region": region.astype(np.int64), "proj": best_index.find(a_key[c_attr]),
-            "front_proj": front_index.find(a_key[c_attr])}
+            "front_proj": front_index.find(a_key[c_attr]), "group": np.cumsum(kf_first) - 1}
 
     classes = column(attributes, "class_name")
     cls_c = pc.take(classes, pa.array(c_attr))
@@ -262,6 +269,23 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     if not batches:
         return QA.empty_table()
     return _assemble(ctx, batches, pool, templates)
+
+
+def _front_cameras(entry_scene, entry_cam, names, flat_cams, preferred: str, n_scenes: int) -> np.ndarray:
+    """Camera code of each scene's front camera: ``preferred`` (cfg.qa.front_camera) where the scene has
+    it, else the camera whose optical axis points most along the ego's +x (e.g. AV2 'ring_front_center')."""
+    out = np.full(n_scenes, -1, np.int64)
+    if len(entry_cam) == 0:
+        return out
+    T = fixed_list_to_numpy(pc.struct_field(flat_cams, "ego_SE3_cam"), 16)
+    fwd = np.nan_to_num(T[:, 2], nan=-2.0)  # x component of the optical (z) axis in the ego frame
+    is_pref = to_numpy(pc.equal(names, preferred), bool, fill=False)
+    score = np.where(is_pref, 10.0, fwd)
+    o = np.lexsort((entry_cam, -score, entry_scene))
+    first = np.ones(len(o), bool)
+    first[1:] = entry_scene[o][1:] != entry_scene[o][:-1]
+    out[entry_scene[o][first]] = entry_cam[o][first]
+    return out
 
 
 def _first_unique_rows(keys: np.ndarray) -> np.ndarray:
@@ -319,28 +343,35 @@ def _attr(ctx: Context, name: str, rows: np.ndarray) -> np.ndarray:
 
 
 def _single(ctx: Context, qt_name: str, family: str, sel: np.ndarray, value: np.ndarray, text=None,
-            quantities=None, pool_start=None, pool_len=None, horizon_idx=None, out_of_view=None,
-            cand_idx=None) -> Batch:
-    """A batch about one candidate per row (``cand_idx``, default ``sel``)."""
+            quantities=None, pool_start=None, pool_len=None, horizon_idx=None, out_of_view=None) -> Batch:
+    """A batch about one candidate per row (``sel`` = candidate indices, in canonical order)."""
     c = ctx.cand
-    ci = sel if cand_idx is None else cand_idx
     qt = QUESTION_TYPES[(family, qt_name)]
-    t = {"region": pc.take(c["region_text"], pa.array(ci)), "class_name": pc.take(c["class_text"], pa.array(ci))}
+    t = {"region": (c["region_text"], sel), "class_name": (c["class_text"], sel)}
     t.update(text or {})
-    return Batch(qt=qt, scene=c["scene"][ci], frame_row=c["frame_row"][ci], a=ci, b=None, horizon_idx=horizon_idx,
+    return Batch(qt=qt, group=c["group"][sel], a=sel, b=None, horizon_idx=horizon_idx,
                  value=np.asarray(value, np.float64), out_of_view=out_of_view,
-                 g_start=(ci if pool_start is None else pool_start)[:, None],
-                 g_len=(np.ones(len(ci), np.int64) if pool_len is None else pool_len)[:, None],
+                 g_start=(sel if pool_start is None else pool_start)[:, None],
+                 g_len=(np.ones(len(sel), np.int64) if pool_len is None else pool_len)[:, None],
                  text=t, quantities=quantities or {})
 
 
-def _words(mask: np.ndarray, yes: str, no: str) -> pa.Array:
-    return pc.if_else(pa.array(mask), yes, no)
+_VOCAB: dict[tuple, pa.Array] = {}
 
 
-def _clock_text(clock: np.ndarray) -> pa.Array:
-    table = pa.array([f"{h} o'clock" for h in range(13)], pa.string())
-    return pc.take(table, pa.array(np.asarray(clock, np.int64)))
+def _words(mask: np.ndarray, yes: str, no: str) -> tuple[pa.Array, np.ndarray]:
+    """Lazy text field: ``yes`` where mask else ``no``."""
+    key = (yes, no)
+    if key not in _VOCAB:
+        _VOCAB[key] = pa.array([yes, no], pa.string())
+    return _VOCAB[key], np.where(mask, 0, 1)
+
+
+_CLOCKS = pa.array([f"{h} o'clock" for h in range(13)], pa.string())
+
+
+def _clock_text(clock: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    return _CLOCKS, np.asarray(clock, np.int64)
 
 
 def _ego_spatial(ctx: Context) -> list[Batch]:
@@ -401,39 +432,34 @@ def _pairs_within_groups(group_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _object_spatial(ctx: Context) -> list[Batch]:
     c = ctx.cand
     seed = ctx.cfg.qa.seed
-    i, j = _pairs_within_groups(c["frame_row"])  # candidates are sorted by frame row
+    i, j = _pairs_within_groups(c["group"])  # candidates are sorted by keyframe group
     if len(i) == 0:
         return []
     fi = ctx.frames_fi[c["frame_row"][i]]
     h = hash_fields(seed, ctx.scene_hash[c["scene"][i]].view(np.int64), fi, c["track"][i], c["track"][j],
                     np.full(len(i), 0x9A1))
     # cap pairs per keyframe: the lowest hashes win
-    o = np.lexsort((h, c["frame_row"][i]))
+    o = np.lexsort((h, c["group"][i]))
     i, j, h = i[o], j[o], h[o]
-    keep = rank_in_group(c["frame_row"][i]) < ctx.cfg.qa.max_pairs_per_keyframe
+    keep = rank_in_group(c["group"][i]) < ctx.cfg.qa.max_pairs_per_keyframe
     i, j, h = i[keep], j[keep], h[keep]
     swap = (h >> np.uint64(17)) & np.uint64(1)
     a = np.where(swap == 1, j, i)
     b = np.where(swap == 1, i, j)
-    o = np.lexsort((c["region"][b], c["region"][a], c["frame_row"][a]))
+    o = np.lexsort((c["region"][b], c["region"][a], c["group"][a]))
     a, b = a[o], b[o]
     rel = pair_relations(ctx.attrs, c["attr"][a], c["attr"][b])
     r = {k: to_numpy(rel.column(k)) for k in rel.column_names}
     m = RELATION_MARGINS
     out = []
-    text_a = pc.take(c["region_text"], pa.array(a))
-    text_b = pc.take(c["region_text"], pa.array(b))
-    cls_a = pc.take(c["class_text"], pa.array(a))
-    cls_b = pc.take(c["class_text"], pa.array(b))
 
     def batch(qt_name, sel, value, text=None, quantities=None):
         qt = QUESTION_TYPES[("object_spatial", qt_name)]
-        s = pa.array(sel)
-        t = {"region_a": pc.take(text_a, s), "region_b": pc.take(text_b, s), "class_a": pc.take(cls_a, s),
-             "class_b": pc.take(cls_b, s)}
-        t.update(text or {})
         aa, bb = a[sel], b[sel]
-        return Batch(qt=qt, scene=c["scene"][aa], frame_row=c["frame_row"][aa], a=aa, b=bb, horizon_idx=None,
+        t = {"region_a": (c["region_text"], aa), "region_b": (c["region_text"], bb),
+             "class_a": (c["class_text"], aa), "class_b": (c["class_text"], bb)}
+        t.update(text or {})
+        return Batch(qt=qt, group=c["group"][aa], a=aa, b=bb, horizon_idx=None,
                      value=np.asarray(value, np.float64), out_of_view=None,
                      g_start=np.stack([aa, bb], axis=1), g_len=np.ones((len(aa), 2), np.int64), text=t,
                      quantities=quantities or {})
@@ -532,12 +558,10 @@ def _spatiotemporal(ctx: Context, ego, attr_index, n_tr, a_tc, front_index, p_ca
     out = []
 
     def batch(qt_name, sel, fname, value):
-        s = pa.array(sel)
-        return _single(ctx, qt_name, "ego_spatiotemporal", st_rep[sel], value,
-                       text={"when": pc.take(when, pa.array(hidx[sel]))},
+        return _single(ctx, qt_name, "ego_spatiotemporal", st_rep[sel], value, text={"when": (when, hidx[sel])},
                        quantities={fname: value, "horizon_s": horizons[hidx[sel]]},
-                       pool_start=gs[sel], pool_len=gl[sel], horizon_idx=hidx[sel], out_of_view=oov_flat[sel],
-                       cand_idx=st_rep[sel]) if len(sel) else None
+                       pool_start=gs[sel], pool_len=gl[sel], horizon_idx=hidx[sel],
+                       out_of_view=oov_flat[sel]) if len(sel) else None
 
     has_row = attr_flat >= 0
     safe = np.maximum(attr_flat, 0)
@@ -554,37 +578,41 @@ def _spatiotemporal(ctx: Context, ego, attr_index, n_tr, a_tc, front_index, p_ca
 
 # -------------------------------------------------------------------------------------------- assembly
 def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, templates: TemplateSet) -> pa.Table:
+    """Render every batch and lay all rows out in canonical order.
+
+    Each batch's rows are already in (keyframe group, regions, horizon) order, so the canonical order
+    (group, family, type, regions, horizon) is a stable sort on one integer key (group, batch number);
+    only the rendered question/answer strings need one reordering take (they come out grouped by template)."""
     cfg = ctx.cfg
     c = ctx.cand
     fam_code = {f: i for i, f in enumerate(FAMILIES)}
-    type_names = sorted({b.qt.name for b in batches})
-    type_code = {t: i for i, t in enumerate(type_names)}
-    type_hash = {b.qt.key: stable_hash(f"{b.qt.family}/{b.qt.name}") for b in batches}
+    batches = sorted(batches, key=lambda bt: (fam_code[bt.qt.family], bt.qt.name))
+    nb = len(batches)
     horizons = ctx.horizons
     horizon_ms = np.round(horizons * 1000).astype(np.int64)
+    kf_rows = c["frame_row"][_group_starts(c["group"])]  # keyframe FRAMES row per group
+    kf_scene = c["scene"][_group_starts(c["group"])]
 
-    # concatenate metadata; render each batch by template variant (rows grouped by variant)
-    meta = {k: [] for k in ("scene", "frame_row", "a", "b", "hidx", "fam", "type", "value", "oov", "tpl",
-                            "render_pos")}
-    seg_start, seg_len = [], []
     q_chunks, a_chunks, tpl_ids = [], [], []
+    meta = {k: [] for k in ("group", "a", "b", "hidx", "batch", "value", "oov", "tpl", "render_pos", "gs", "gl")}
     offset = 0
-    for bt in batches:
+    for bi, bt in enumerate(batches):
         n = bt.n
         variants = templates.variants(bt.qt.family, bt.qt.name)
-        a = bt.a
         b = bt.b if bt.b is not None else np.full(n, -1)
         hidx = bt.horizon_idx if bt.horizon_idx is not None else np.full(n, -1)
-        fi = ctx.frames_fi[bt.frame_row]
-        h = hash_fields(cfg.qa.seed, ctx.scene_hash[bt.scene].view(np.int64), fi,
-                        np.full(n, type_hash[bt.qt.key]).astype(np.uint64).view(np.int64), c["track"][a],
+        g = bt.group
+        h = hash_fields(cfg.qa.seed, ctx.scene_hash[kf_scene[g]], ctx.frames_fi[kf_rows[g]],
+                        np.full(n, stable_hash(f"{bt.qt.family}/{bt.qt.name}"), np.uint64), c["track"][bt.a],
                         np.where(b >= 0, c["track"][np.maximum(b, 0)], -1),
                         np.where(hidx >= 0, horizon_ms[np.maximum(hidx, 0)], -1))
         var = (h % np.uint64(len(variants))).astype(np.int64)
         order = np.argsort(var, kind="stable")
         counts = np.bincount(var, minlength=len(variants))
-        cols = FieldColumns(bt.qt, {k: pc.take(v, pa.array(order)) for k, v in bt.text.items()},
-                            {k: np.asarray(v)[order] for k, v in bt.quantities.items()}, cfg.qa.decimals)
+        used = {p.name for tpl in variants for p in tpl.question + tpl.answer if hasattr(p, "name")}
+        cols = FieldColumns(bt.qt, {k: (v[0], v[1][order]) for k, v in bt.text.items() if k in used},
+                            {k: np.asarray(v)[order] for k, v in bt.quantities.items() if k in used},
+                            cfg.qa.decimals)
         start = 0
         base_tpl = len(tpl_ids)
         for k, tpl in enumerate(variants):
@@ -596,110 +624,88 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
             q_chunks.append(q)
             a_chunks.append(ans)
             start += cnt
-        # this batch's rows in render order are ``order``; their render positions are offset + 0..n-1
         pos = np.empty(n, np.int64)
-        pos[order] = offset + np.arange(n)
+        pos[order] = offset + np.arange(n)  # where each row of the batch sits among the rendered strings
         offset += n
-        meta["render_pos"].append(pos)
-        meta["scene"].append(bt.scene)
-        meta["frame_row"].append(bt.frame_row)
-        meta["a"].append(a)
-        meta["b"].append(b)
-        meta["hidx"].append(hidx)
-        meta["fam"].append(np.full(n, fam_code[bt.qt.family]))
-        meta["type"].append(np.full(n, type_code[bt.qt.name]))
-        meta["value"].append(bt.value)
-        meta["oov"].append(bt.out_of_view if bt.out_of_view is not None else np.zeros(n, bool))
-        meta["tpl"].append(base_tpl + var)
         k = bt.g_start.shape[1]
-        s2 = np.full((n, 2), 0, np.int64)
-        l2 = np.zeros((n, 2), np.int64)
-        s2[:, :k], l2[:, :k] = bt.g_start, bt.g_len
-        seg_start.append(s2)
-        seg_len.append(l2)
+        gs = np.zeros((n, 2), np.int64)
+        gl = np.zeros((n, 2), np.int64)
+        gs[:, :k], gl[:, :k] = bt.g_start, bt.g_len
+        for key, val in (("group", g), ("a", bt.a), ("b", b), ("hidx", hidx), ("batch", np.full(n, bi)),
+                         ("value", bt.value), ("oov", bt.out_of_view if bt.out_of_view is not None
+                                                   else np.zeros(n, bool)),
+                         ("tpl", base_tpl + var), ("render_pos", pos), ("gs", gs), ("gl", gl)):
+            meta[key].append(val)
     m = {k: np.concatenate(v) for k, v in meta.items()}
-    seg_start = np.concatenate(seg_start)
-    seg_len = np.concatenate(seg_len)
-    is_st = m["hidx"] >= 0
-    has_b = m["b"] >= 0
-    ra = c["region"][m["a"]]
-    rb = np.where(has_b, c["region"][np.maximum(m["b"], 0)], -1)
-
-    # canonical order: scene, keyframe, family, type, regions, horizon
-    final = np.lexsort((m["hidx"], rb, ra, m["type"], m["fam"], ctx.frames_fi[m["frame_row"]], m["scene"]))
-    mf = {k: v[final] for k, v in m.items()}
+    final = np.argsort(m["group"] * nb + m["batch"], kind="stable")
+    m = {k: v[final] for k, v in m.items()}
     n = len(final)
-    questions = pa.chunked_array(q_chunks, pa.string()).take(pa.array(mf["render_pos"]))
-    answers = pa.chunked_array(a_chunks, pa.string()).take(pa.array(mf["render_pos"]))
+    questions = pa.chunked_array(q_chunks, pa.string()).take(pa.array(m["render_pos"]))
+    answers = pa.chunked_array(a_chunks, pa.string()).take(pa.array(m["render_pos"]))
 
-    scene_ids = ctx.scenes
-    sc = pa.array(mf["scene"])
-    scene_col = pc.take(scene_ids, sc)
-    kf_index = ctx.frames_fi[mf["frame_row"]]
-    kf_str = pc.cast(pa.array(kf_index), pa.string())
-    fam_names = pa.array(list(FAMILIES), pa.string())
-    type_arr = pa.array(type_names, pa.string())
-    fam_col = pc.take(fam_names, pa.array(mf["fam"]))
-    type_col = pc.take(type_arr, pa.array(mf["type"]))
-    a_idx, b_idx = mf["a"], mf["b"]
-    hb = has_b[final]
-    ta = c["track"][a_idx]
-    tb = np.where(hb, c["track"][np.maximum(b_idx, 0)], -1)
-    tracks_str = pc.if_else(pa.array(hb),
-                            pc.binary_join_element_wise(pc.cast(pa.array(ta), pa.string()),
-                                                        pc.cast(pa.array(tb), pa.string()), "-"),
-                            pc.cast(pa.array(ta), pa.string()))
-    h_tab = pa.array([f"+{h:g}s" for h in horizons] + [""], pa.string())
-    hsel = np.where(mf["hidx"] >= 0, mf["hidx"], len(horizons))
-    h_str = pc.take(h_tab, pa.array(hsel))
-    qa_id = pc.binary_join_element_wise(scene_col, kf_str, fam_col, type_col, tracks_str, ":")
-    qa_id = pc.if_else(pa.array(mf["hidx"] >= 0), pc.binary_join_element_wise(qa_id, h_str, ":"), qa_id)
+    # ids: "scene:keyframe:" per group + "family:type:" per batch + tracks + ":+Hs"
+    grp = pa.array(m["group"])
+    kf_index = ctx.frames_fi[kf_rows]
+    prefix = pc.binary_join_element_wise(pc.take(ctx.scenes, pa.array(kf_scene)),
+                                         pc.cast(pa.array(kf_index), pa.string()), "", ":")
+    famtype = pa.array([f"{bt.qt.family}:{bt.qt.name}:" for bt in batches], pa.string())
+    track_str = pc.cast(pa.array(c["track"]), pa.string())
+    b_str = pc.binary_join_element_wise("-", track_str, "")
+    has_b = m["b"] >= 0
+    b_str = pa.concat_arrays([b_str, pa.array([""], pa.string())])
+    h_tab = pa.array([f":+{h:g}s" for h in horizons] + [""], pa.string())
+    batch_idx = pa.array(m["batch"])
+    qa_id = pc.binary_join_element_wise(
+        pc.take(prefix, grp), pc.take(famtype, batch_idx), pc.take(track_str, pa.array(m["a"])),
+        pc.take(b_str, pa.array(np.where(has_b, m["b"], len(c["track"])))),
+        pc.take(h_tab, pa.array(np.where(m["hidx"] >= 0, m["hidx"], len(horizons)))), "")
 
-    splits = pa.array(scene_split(scene_ids.to_pylist(), cfg.qa.val_fraction), pa.string())
-    kinds = pa.array(["qualitative", "quantitative"], pa.string())
-    # per-type kind and unit
-    type_kind = {}
-    type_unit = {}
-    for bt in batches:
-        type_kind[(bt.qt.family, bt.qt.name)] = 0 if bt.qt.kind == "qualitative" else 1
-        type_unit[(bt.qt.family, bt.qt.name)] = UNIT_TEXT.get(bt.qt.unit, bt.qt.unit)
-    keys = sorted(type_kind)
-    key_index = {k: i for i, k in enumerate(keys)}
-    lut = np.full((len(FAMILIES), len(type_names)), -1)
-    for (f, t), i in key_index.items():
-        lut[fam_code[f], type_code[t]] = i
-    ft = lut[mf["fam"], mf["type"]]
-    kind_col = pc.take(kinds, pa.array(np.array([type_kind[k] for k in keys])[ft]))
-    unit_col = pc.take(pa.array([type_unit[k] for k in keys], pa.string()), pa.array(ft))
+    row_scene = kf_scene[m["group"]]
+    splits = pa.array(scene_split(ctx.scenes.to_pylist(), cfg.qa.val_fraction), pa.string())
+    fam_arr = pa.array([bt.qt.family for bt in batches], pa.string())
+    type_arr = pa.array([bt.qt.name for bt in batches], pa.string())
+    kind_arr = pa.array([bt.qt.kind for bt in batches], pa.string())
+    unit_arr = pa.array([UNIT_TEXT.get(bt.qt.unit, bt.qt.unit) for bt in batches], pa.string())
 
-    # list columns
-    nper = np.where(hb, 2, 1)
+    # list columns: one or two targets per row
+    nper = np.where(has_b, 2, 1)
     offs = np.zeros(n + 1, np.int32)
     offs[1:] = np.cumsum(nper)
-    flat_c = np.stack([a_idx, np.maximum(b_idx, 0)], axis=1).reshape(-1)[np.stack(
-        [np.ones(n, bool), hb], axis=1).reshape(-1)]
+    flat_c = np.stack([m["a"], m["b"]], axis=1).reshape(-1)
+    flat_c = flat_c[flat_c >= 0]
     offs_arr = pa.array(offs)
     region_ids = pa.ListArray.from_arrays(offs_arr, pa.array(c["region"][flat_c].astype(np.int32)))
     track_ids = pa.ListArray.from_arrays(offs_arr, pa.array(c["track"][flat_c]))
     class_raw = pc.take(column(ctx.attrs, "class_name"), pa.array(c["attr"][flat_c]))
     class_names = pa.ListArray.from_arrays(offs_arr, class_raw)
 
-    # grounding: concatenated pool segments
-    ss, sl = seg_start[final], seg_len[final]
-    flat_idx = ranges_to_indices(ss.reshape(-1), sl.reshape(-1))
+    # grounding: the rows' pool segments, concatenated
+    flat_idx = ranges_to_indices(m["gs"].reshape(-1), m["gl"].reshape(-1))
     g_offs = np.zeros(n + 1, np.int32)
-    g_offs[1:] = np.cumsum(sl.sum(axis=1))
+    g_offs[1:] = np.cumsum(m["gl"].sum(axis=1))
     grounding = pa.ListArray.from_arrays(pa.array(g_offs), pool.take(pa.array(flat_idx)))
 
-    horizon_col = np.where(mf["hidx"] >= 0, horizons[np.maximum(mf["hidx"], 0)], np.nan)
-    tpl_col = pc.take(pa.array(tpl_ids, pa.string()), pa.array(mf["tpl"]))
+    is_st = m["hidx"] >= 0
+    horizon_col = np.where(is_st, horizons[np.maximum(m["hidx"], 0)], np.nan)
     table = pa.table({
-        "qa_id": qa_id, "scene_id": scene_col, "split": pc.take(splits, sc),
-        "keyframe_index": pa.array(kf_index.astype(np.int32)), "timestamp_us": pa.array(ctx.frames_ts[mf["frame_row"]]),
-        "family": fam_col, "kind": kind_col, "question_type": type_col, "template_id": tpl_col,
-        "question": questions, "answer": answers, "value": pa.array(mf["value"]), "unit": unit_col,
-        "horizon_s": pa.array(horizon_col, mask=~np.isfinite(horizon_col)),
+        "qa_id": qa_id, "scene_id": pc.take(ctx.scenes, pa.array(row_scene)),
+        "split": pc.take(splits, pa.array(row_scene)),
+        "keyframe_index": pa.array(kf_index[m["group"]].astype(np.int32)),
+        "timestamp_us": pa.array(ctx.frames_ts[kf_rows][m["group"]]),
+        "family": pc.take(fam_arr, batch_idx), "kind": pc.take(kind_arr, batch_idx),
+        "question_type": pc.take(type_arr, batch_idx),
+        "template_id": pc.take(pa.array(tpl_ids, pa.string()), pa.array(m["tpl"])),
+        "question": questions, "answer": answers, "value": pa.array(m["value"]),
+        "unit": pc.take(unit_arr, batch_idx),
+        "horizon_s": pa.array(horizon_col, mask=~is_st),
         "region_ids": region_ids, "track_ids": track_ids, "class_names": class_names,
-        "out_of_view": pa.array(mf["oov"], mask=~is_st[final]), "grounding": grounding,
+        "out_of_view": pa.array(m["oov"], mask=~is_st), "grounding": grounding,
     })
     return table.cast(QA)
+
+
+def _group_starts(group: np.ndarray) -> np.ndarray:
+    """Positions of the first row of each group (groups numbered 0..G-1 in sorted order)."""
+    first = np.ones(len(group), bool)
+    first[1:] = group[1:] != group[:-1]
+    return np.nonzero(first)[0]

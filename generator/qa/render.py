@@ -48,14 +48,14 @@ def format_fixed(values: np.ndarray, decimals: int, suffix: str = "") -> pa.Arra
 
 
 class FieldColumns:
-    """The field values of one batch of questions of one type: text fields as Arrow string arrays, quantity
-    fields as float64 numpy arrays. Formatted/transformed variants are cached so several templates share them."""
+    """The field values of one batch of questions of one type. Text fields are either Arrow string arrays or
+    lazy ``(vocabulary, index array)`` pairs (materialised by one ``take`` when a template first uses them);
+    quantity fields are float64 numpy arrays. Formatted/transformed columns are cached so that the templates
+    of a batch share them."""
 
-    def __init__(self, qt: QuestionType, text: dict[str, pa.Array], quantities: dict[str, np.ndarray],
-                 default_decimals: int):
+    def __init__(self, qt: QuestionType, text: dict, quantities: dict[str, np.ndarray], default_decimals: int):
         missing = [f.name for f in qt.fields if f.name not in text and f.name not in quantities]
-        if missing:
-            raise ValueError(f"{qt.family}/{qt.name}: generator did not provide fields {missing}")
+        self.missing = set(missing)
         self.qt = qt
         self.text = text
         self.quantities = quantities
@@ -64,21 +64,31 @@ class FieldColumns:
 
     def slice(self, start: int, length: int) -> "FieldColumns":
         sub = FieldColumns.__new__(FieldColumns)
-        sub.qt, sub.decimals, sub._cache = self.qt, self.decimals, {}
-        sub.text = {k: v.slice(start, length) for k, v in self.text.items()}
+        sub.qt, sub.decimals, sub._cache, sub.missing = self.qt, self.decimals, {}, self.missing
+        sub.text = {k: (v[0], v[1][start:start + length]) if isinstance(v, tuple) else v.slice(start, length)
+                    for k, v in self.text.items()}
         sub.quantities = {k: v[start:start + length] for k, v in self.quantities.items()}
         return sub
+
+    def _text(self, name: str) -> pa.Array:
+        v = self.text[name]
+        if isinstance(v, tuple):
+            v = pc.take(v[0], pa.array(v[1]))
+            self.text[name] = v
+        return v
 
     def column(self, ph: Placeholder) -> pa.Array:
         key = (ph.name, ph.spec)
         if key in self._cache:
             return self._cache[key]
+        if ph.name in self.missing:
+            raise ValueError(f"{self.qt.family}/{self.qt.name}: generator did not provide field '{ph.name}'")
         f = self.qt.field(ph.name)
         if f.kind == "quantity":
             dec = int(ph.spec[1]) if ph.spec else self.decimals
             out = format_fixed(self.quantities[ph.name], dec, " " + UNIT_TEXT[f.unit])
         else:
-            out = self.text[ph.name]
+            out = self._text(ph.name)
             if ph.spec == "upper":
                 out = pc.utf8_upper(out)
             elif ph.spec == "lower":

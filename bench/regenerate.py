@@ -1,0 +1,204 @@
+"""Regeneration throughput: QA pairs per minute per core, and the cost relative to a bare Parquet write.
+
+Builds a synthetic run folder (perception/frames, perception/projections, attributes per scene; 20 s scenes
+at 2 Hz, 16 anchors, ``--tracks`` objects with mask RLE strings of realistic length), then:
+
+1. runs ``generator.qa.regenerate.regenerate`` on it (read tables -> generate_qa -> write_qa_shards), and
+2. for the same batches, times a bare ``pyarrow.parquet.write_table`` of the same QA rows.
+
+Everything runs on one core (Arrow's CPU and I/O pools set to 1 thread). Goals (task brief): >= 10 M QA per
+minute per core for regeneration, and generate+write <= 2x the bare write of the same rows.
+
+    python bench/regenerate.py [--scenes 350] [--tracks 30] [--keep DIR]
+"""
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from generator.attributes import compute_attributes  # noqa: E402
+from generator.qa import generate_qa, load_templates  # noqa: E402
+from generator.qa.regenerate import load_scenes, regenerate, run_scenes, split_by_scene  # noqa: E402
+from generator.runfolder import RunFolder  # noqa: E402
+from schemas.config import PipelineConfig  # noqa: E402
+from schemas.tables import FRAMES, OBJECTS, PROJECTIONS  # noqa: E402
+
+CAMS = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_BACK_RIGHT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_FRONT_LEFT")
+CAM_YAW = np.radians([0, -55, -110, 180, 110, 55])
+
+
+def _fixed(values: np.ndarray, width: int) -> pa.Array:
+    return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(values, np.float64).reshape(-1)), width)
+
+
+def synthetic_scene(scene_id: str, rng: np.random.Generator, n_tracks: int, n_frames: int = 41, dt: float = 0.5):
+    """(frames, objects, projections) of one synthetic scene, built columnar."""
+    t = np.arange(n_frames) * dt
+    ts = (1_533_151_600_000_000 + np.round(t * 1e6)).astype(np.int64)
+    speed, yaw_rate = rng.uniform(0, 12), rng.normal(0, 0.03)
+    yaw = yaw_rate * t
+    x = np.cumsum(np.r_[0, speed * dt * np.cos(yaw[:-1])])
+    y = np.cumsum(np.r_[0, speed * dt * np.sin(yaw[:-1])])
+    T = np.tile(np.eye(4), (n_frames, 1, 1))
+    T[:, 0, 0], T[:, 0, 1], T[:, 1, 0], T[:, 1, 1] = np.cos(yaw), -np.sin(yaw), np.sin(yaw), np.cos(yaw)
+    T[:, 0, 3], T[:, 1, 3] = x, y
+    anchors = np.zeros(n_frames, bool)
+    anchors[4:35:2] = True  # 1 Hz from 2 s to 17 s
+    cam_T = np.tile(np.eye(4), (len(CAMS), 1, 1))
+    for k, a in enumerate(CAM_YAW):  # optical z axis along the camera's yaw
+        cam_T[k, :3, :3] = [[-np.sin(a), 0, np.cos(a)], [np.cos(a), 0, np.sin(a)], [0, -1, 0]]
+    cam_struct = pa.StructArray.from_arrays([
+        pa.array(np.tile(CAMS, n_frames)),
+        pa.array([f"samples/{c}/{scene_id}__{c}__{s}.jpg" for s in ts for c in CAMS]),
+        pa.array(np.full(n_frames * len(CAMS), 1600, np.int32)), pa.array(np.full(n_frames * len(CAMS), 900, np.int32)),
+        _fixed(np.tile([1266.0, 0, 816, 0, 1266, 491, 0, 0, 1], n_frames * len(CAMS)), 9),
+        _fixed(np.tile(cam_T.reshape(len(CAMS), 16), (n_frames, 1)), 16)],
+        fields=list(FRAMES.field("cameras").type.value_type))
+    frames = pa.table({
+        "scene_id": [scene_id] * n_frames, "frame_index": np.arange(n_frames, dtype=np.int32), "timestamp_us": ts,
+        "token": [f"{scene_id}-{i}" for i in range(n_frames)], "is_anchor": anchors,
+        "city_SE3_ego": _fixed(T.reshape(n_frames, 16), 16), "ego_SE3_lidar": _fixed(np.tile(np.eye(4).reshape(-1), n_frames), 16),
+        "lidar_path": [""] * n_frames, "lidar_format": ["nuscenes_bin"] * n_frames,
+        "cameras": pa.ListArray.from_arrays(pa.array(np.arange(n_frames + 1, dtype=np.int32) * len(CAMS)), cam_struct),
+    }).cast(FRAMES)
+
+    p0 = rng.uniform([-40, -30], [90, 30], size=(n_tracks, 2)) + np.c_[x[0], y[0]]
+    vel = rng.normal(0, 3, size=(n_tracks, 2))
+    size = rng.uniform([0.5, 0.5, 1.0], [10, 2.8, 3.8], size=(n_tracks, 3))
+    cls = np.array(["car", "truck", "pedestrian", "bicycle", "bus", "motorcycle"])[rng.integers(0, 6, n_tracks)]
+    fi = np.repeat(np.arange(n_frames), n_tracks)
+    tr = np.tile(np.arange(n_tracks), n_frames)
+    g = p0[tr] + vel[tr] * t[fi][:, None]
+    gz = np.c_[g, np.full(len(g), 0.9)]
+    R, tt = T[fi, :3, :3], T[fi, :3, 3]
+    c = np.einsum("nji,nj->ni", R, gz - tt)
+    n = len(fi)
+    nan2 = np.full((n, 2), np.nan)
+    objects = pa.table({
+        "scene_id": pa.array([scene_id]).take(pa.array(np.zeros(n, np.int32))),
+        "frame_index": fi.astype(np.int32), "timestamp_us": ts[fi], "track_id": tr.astype(np.int64),
+        "class_name": pa.array(cls).take(pa.array(tr)), "score": np.ones(n),
+        "center_ego_m": _fixed(c, 3), "size_lwh_m": _fixed(size[tr], 3), "yaw_ego_rad": rng.uniform(-3, 3, n),
+        "center_global_m": _fixed(gz, 3), "yaw_global_rad": np.zeros(n), "velocity_ego_mps": _fixed(nan2, 2),
+        "velocity_global_mps": _fixed(vel[tr], 2), "num_lidar_pts": np.full(n, 20, np.int32),
+        "instance_token": pa.array(np.char.add("inst", tr.astype(str))), "source": pa.array(["gt"]).take(
+            pa.array(np.zeros(n, np.int32))),
+    }).cast(OBJECTS)
+
+    # one projection per object, in the camera its bearing points to; ~85 % pass the visibility filter
+    bearing = np.arctan2(c[:, 1], c[:, 0])
+    cam = np.argmin(np.abs((bearing[:, None] - CAM_YAW[None, :] + np.pi) % (2 * np.pi) - np.pi), axis=1)
+    x1 = rng.uniform(0, 1400, n)
+    y1 = rng.uniform(200, 700, n)
+    box = np.c_[x1, y1, x1 + rng.uniform(20, 200, n), y1 + rng.uniform(20, 200, n)]
+    visible = rng.random(n) < 0.85
+    counts = pa.array([f"{rng.integers(1e9)}" * 12 for _ in range(n)])  # ~120-char RLE strings, all distinct
+    rle = pa.StructArray.from_arrays([pa.FixedSizeListArray.from_arrays(pa.array(np.tile([900, 1600], n),
+                                                                                    pa.int32()), 2), counts],
+                                     fields=list(PROJECTIONS.field("mask_rle").type))
+    projections = pa.table({
+        "scene_id": objects.column("scene_id"), "frame_index": objects.column("frame_index"),
+        "track_id": objects.column("track_id"), "camera": pa.array(CAMS).take(pa.array(cam)),
+        "box2d_proj_xyxy": _fixed(box, 4), "depth_m": np.abs(c[:, 0]), "mask_rle": rle, "mask_box_xyxy": _fixed(box, 4),
+        "mask_score": np.full(n, 0.9), "box_iou": np.full(n, 0.8), "coverage": np.full(n, 0.9), "visible": visible,
+        "drop_reason": pc.if_else(pa.array(visible), pa.scalar(None, pa.string()), "coverage"),
+    }).cast(PROJECTIONS)
+    return frames, objects, projections
+
+
+def build_run(root: Path, n_scenes: int, n_tracks: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    rf = RunFolder(root)
+    for k in range(n_scenes):
+        sid = f"bench-{k:05d}"
+        frames, objects, projections = synthetic_scene(sid, rng, n_tracks)
+        for name, tab in (("frames", frames), ("objects", objects), ("projections", projections)):
+            p = rf.perception(name, sid)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(tab, p)
+        p = rf.attributes(sid)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(compute_attributes(objects, frames), p)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenes", type=int, default=350)
+    ap.add_argument("--tracks", type=int, default=30)
+    ap.add_argument("--batch-scenes", type=int, default=64)
+    ap.add_argument("--keep", default=None, help="build the synthetic run here and keep it")
+    args = ap.parse_args(argv)
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="drivegen-bench-regen-"))
+    try:
+        t = time.perf_counter()
+        run = work / "run"
+        if not (run / "attributes").is_dir():
+            build_run(run, args.scenes, args.tracks)
+        print(f"synthetic run: {args.scenes} scenes x 41 frames x {args.tracks} objects, built in "
+              f"{time.perf_counter() - t:.1f} s")
+        cfg = PipelineConfig()
+        templates = load_templates(cfg)
+        out = work / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        s = regenerate(run, out, cfg, templates, batch_scenes=args.batch_scenes)
+
+        # the same rows, written bare: one file per batch, and one file per scene (the shards' layout)
+        scenes = run_scenes(run)
+        gen_c, bare_c, bare_scene_c, rows, nbytes = 0.0, 0.0, 0.0, 0, 0
+        bare_dir = work / "bare"
+        bare_dir.mkdir(exist_ok=True)
+        for k in range(0, len(scenes), args.batch_scenes):
+            frames, attrs, proj = load_scenes(run, scenes[k:k + args.batch_scenes])
+            c = time.process_time()
+            qa = generate_qa(frames, attrs, proj, cfg, templates)
+            gen_c += time.process_time() - c
+            c = time.process_time()
+            pq.write_table(qa, bare_dir / f"b{k}.parquet", compression=cfg.writers.compression)
+            bare_c += time.process_time() - c
+            per_scene = split_by_scene(qa)
+            c = time.process_time()
+            for sid, part in per_scene.items():
+                pq.write_table(part, bare_dir / f"{sid}.parquet", compression=cfg.writers.compression)
+            bare_scene_c += time.process_time() - c
+            rows += qa.num_rows
+            nbytes += qa.nbytes
+        assert rows == s["qa"], (rows, s["qa"])
+        cpu = s["cpu_s"]
+        print(f"QA rows: {rows:,} ({', '.join(f'{k} {v:,}' for k, v in s['by_family'].items())}); "
+              f"{nbytes / rows:.0f} B/row in memory; CPU seconds of this process (Arrow pools: 1 thread)")
+        print(f"regenerate: read {s['read_cpu_s']:.2f} s + generate_qa {s['generate_cpu_s']:.2f} s + write_qa_shards "
+              f"{s['write_cpu_s']:.2f} s = {cpu:.2f} CPU s ({s['wall_s']:.2f} s wall on a shared machine)")
+        print(f"  -> {rows / cpu * 60 / 1e6:.1f} M QA/min/core end to end (goal >= 10); generate_qa alone "
+              f"{rows / gen_c * 60 / 1e6:.1f} M QA/min/core ({rows / gen_c / 1e6:.2f} M rows/s)")
+        print(f"bare pyarrow write of the same rows: {bare_c:.2f} s as one file per batch "
+              f"({rows / bare_c / 1e6:.2f} M rows/s), {bare_scene_c:.2f} s as one file per scene")
+        gw = s["generate_cpu_s"] + s["write_cpu_s"]
+        print(f"  ratio (generate_qa + write_qa_shards) / bare write: {gw / bare_scene_c:.2f}x vs per-scene files "
+              f"(goal <= 2), {gw / bare_c:.2f}x vs one file per batch; end to end incl. reading "
+              f"{cpu / bare_scene_c:.2f}x / {cpu / bare_c:.2f}x")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

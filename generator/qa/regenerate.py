@@ -1,0 +1,192 @@
+"""Rebuild a finished run's QA with other templates or another seed, from its saved tables only.
+
+Reads ``perception/frames``, ``perception/projections`` and ``attributes`` of each scene (attributes are
+recomputed from ``perception/objects`` when a scene has none) — no model, image or LiDAR file is touched —
+runs ``generate_qa`` on batches of scenes and writes each scene's rows with
+``generator.writers.parquet.write_qa_shards`` into ``OUT/qa/``. ``OUT`` also gets ``config.yaml`` (the
+effective config: seed and template folders included) and ``regenerate.json`` (counts, files, timings).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from generator.attributes import compute_attributes
+from generator.attributes.arrays import codes, column, unique_strings
+from generator.qa.generate import generate_qa
+from generator.qa.templates import TemplateSet
+from generator.runfolder import RunFolder, atomic_write_bytes
+from schemas.tables import ATTRIBUTES, FRAMES, OBJECTS, PROJECTIONS
+
+log = logging.getLogger(__name__)
+
+
+class RegenerateError(ValueError):
+    """A run folder cannot be regenerated; the message names the folder or file and what is missing."""
+
+
+def run_scenes(run_dir: str | Path) -> list[str]:
+    """Scene ids of a run folder: the finished ones (``manifest/*.json``) when the run has manifests, else
+    every scene with a ``perception/frames`` file."""
+    rf = RunFolder(run_dir)
+    manifests = sorted(p for p in rf.path("manifest").glob("*.json") if not p.name.startswith(".")) \
+        if rf.path("manifest").is_dir() else []
+    if manifests:
+        out = []
+        for p in manifests:
+            try:
+                out.append(json.loads(p.read_text())["scene_id"])
+            except (OSError, ValueError, KeyError) as err:
+                raise RegenerateError(f"{p}: unreadable manifest ({err})") from None
+        return sorted(set(out))
+    frames_dir = rf.path("perception", "frames")
+    if not frames_dir.is_dir():
+        raise RegenerateError(f"{run_dir}: not a run folder (no manifest/ and no perception/frames/)")
+    out = []
+    for p in sorted(frames_dir.glob("*.parquet")):
+        if p.name.startswith("."):
+            continue
+        sid = pq.read_table(p, columns=["scene_id"]).column("scene_id")
+        if len(sid):
+            out.append(sid[0].as_py())
+    return sorted(set(out))
+
+
+def _conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
+    """``table`` with ``schema``'s columns, order and types (e.g. stored variable lists back to fixed size)."""
+    have = set(table.column_names)
+    missing = [n for n in schema.names if n not in have]
+    if missing:
+        raise RegenerateError(f"{where}: missing columns {missing}")
+    try:
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowException, ValueError) as err:
+        raise RegenerateError(f"{where}: columns do not match schema "
+                              f"'{schema.metadata[b'drivegen.schema'].decode()}': {err}") from None
+
+
+def _read(path: Path, schema: pa.Schema, scene_id: str) -> pa.Table:
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as err:
+        raise RegenerateError(f"scene {scene_id}: cannot read {path}: {err}") from None
+    return _conform(table, schema, f"scene {scene_id}: {path}")
+
+
+def load_scene_tables(run_dir: str | Path, scene_id: str) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(frames, attributes, projections) of one scene of a run folder."""
+    rf = RunFolder(run_dir)
+    paths = {t: rf.perception(t, scene_id) for t in ("frames", "projections", "objects")}
+    for t in ("frames", "projections"):
+        if not paths[t].exists():
+            raise RegenerateError(f"scene {scene_id}: missing {paths[t]}")
+    frames = _read(paths["frames"], FRAMES, scene_id)
+    projections = _read(paths["projections"], PROJECTIONS, scene_id)
+    att = rf.attributes(scene_id)
+    if att.exists():
+        attributes = _read(att, ATTRIBUTES, scene_id)
+    elif paths["objects"].exists():
+        attributes = compute_attributes(_read(paths["objects"], OBJECTS, scene_id), frames)
+    else:
+        raise RegenerateError(f"scene {scene_id}: neither {att} nor {paths['objects']} exists")
+    return frames, attributes, projections
+
+
+def _read_many(paths: list[Path], schema: pa.Schema, what: str) -> pa.Table:
+    """Several files of one table kind in one dataset scan (much less per-file overhead than one read per
+    file); falls back to reading them one by one when their stored types differ."""
+    try:
+        table = ds.dataset([str(p) for p in paths], format="parquet").to_table()
+    except (OSError, pa.ArrowException):
+        return pa.concat_tables([_read(p, schema, what) for p in paths])
+    return _conform(table, schema, f"{what} ({len(paths)} files from {paths[0].parent})")
+
+
+def load_scenes(run_dir: str | Path, scene_ids: list[str]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(frames, attributes, projections) of several scenes of a run folder, concatenated."""
+    rf = RunFolder(run_dir)
+    for sid in scene_ids:
+        for t in ("frames", "projections"):
+            if not rf.perception(t, sid).exists():
+                raise RegenerateError(f"scene {sid}: missing {rf.perception(t, sid)}")
+    frames = _read_many([rf.perception("frames", s) for s in scene_ids], FRAMES, "frames")
+    projections = _read_many([rf.perception("projections", s) for s in scene_ids], PROJECTIONS, "projections")
+    with_att = [s for s in scene_ids if rf.attributes(s).exists()]
+    parts = [_read_many([rf.attributes(s) for s in with_att], ATTRIBUTES, "attributes")] if with_att else []
+    have = set(with_att)
+    for sid in scene_ids:
+        if sid in have:
+            continue
+        parts.append(load_scene_tables(run_dir, sid)[1])  # recomputed from perception/objects
+    return frames, pa.concat_tables(parts) if parts else ATTRIBUTES.empty_table(), projections
+
+
+def split_by_scene(qa: pa.Table) -> dict[str, pa.Table]:
+    """Zero-copy slices of a QA table whose rows are grouped by scene (generate_qa's order)."""
+    if qa.num_rows == 0:
+        return {}
+    scenes = unique_strings(qa.column("scene_id"))
+    sc = codes(column(qa, "scene_id"), scenes)
+    if np.any(np.diff(sc) < 0):
+        raise ValueError("QA rows are not grouped by scene")
+    bounds = np.searchsorted(sc, np.arange(len(scenes) + 1))
+    return {s: qa.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
+            for i, s in enumerate(scenes.to_pylist())}
+
+
+def regenerate(run_dir: str | Path, out_dir: str | Path, cfg, templates: TemplateSet,
+               batch_scenes: int = 64, scene_ids: list[str] | None = None) -> dict:
+    """Regenerate the QA of ``run_dir`` into ``out_dir`` (see module doc). Returns a summary dict."""
+    from generator.writers.parquet import write_qa_shards
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.resolve() == run_dir.resolve():
+        raise RegenerateError(f"--out {out_dir} is the run folder itself: its manifests list the original QA "
+                              "shards; write regenerated QA to another folder")
+    scenes = run_scenes(run_dir) if scene_ids is None else list(scene_ids)
+    t0, c0 = time.perf_counter(), time.process_time()
+    timings = {"read_s": 0.0, "generate_s": 0.0, "write_s": 0.0}  # wall
+    cpu = {"read_cpu_s": 0.0, "generate_cpu_s": 0.0, "write_cpu_s": 0.0}  # this process's CPU time
+    by_family: dict[str, int] = {}
+    files: list[str] = []
+    total = 0
+    for k in range(0, len(scenes), max(1, batch_scenes)):
+        batch = scenes[k:k + batch_scenes]
+        t, c = time.perf_counter(), time.process_time()
+        frames, attributes, projections = load_scenes(run_dir, batch)
+        timings["read_s"] += time.perf_counter() - t
+        cpu["read_cpu_s"] += time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+        qa = generate_qa(frames, attributes, projections, cfg, templates)
+        timings["generate_s"] += time.perf_counter() - t
+        cpu["generate_cpu_s"] += time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
+        per_scene = split_by_scene(qa)
+        for s in batch:
+            part = per_scene.get(s, qa.schema.empty_table())
+            files += [str(p.relative_to(out_dir)) for p in write_qa_shards(part, out_dir, s, cfg.writers)]
+        timings["write_s"] += time.perf_counter() - t
+        cpu["write_cpu_s"] += time.process_time() - c
+        total += qa.num_rows
+        fam, cnt = np.unique(qa.column("family").to_numpy(zero_copy_only=False), return_counts=True) \
+            if qa.num_rows else ([], [])
+        for f, c in zip(fam, cnt):
+            by_family[str(f)] = by_family.get(str(f), 0) + int(c)
+        log.info("regenerate: %d/%d scenes, %d QA so far", min(k + batch_scenes, len(scenes)), len(scenes), total)
+    wall = time.perf_counter() - t0
+    cpu["cpu_s"] = time.process_time() - c0
+    summary = {"run_dir": str(run_dir), "out_dir": str(out_dir), "scenes": len(scenes), "qa": total,
+               "by_family": dict(sorted(by_family.items())), "seed": cfg.qa.seed,
+               "template_files": templates.files, "templates": len(templates), "shards": files,
+               "wall_s": round(wall, 3), **{k: round(v, 3) for k, v in {**timings, **cpu}.items()},
+               "qa_per_s": round(total / wall, 1) if wall > 0 else None}
+    atomic_write_bytes(out_dir / "config.yaml", cfg.to_yaml().encode())
+    atomic_write_bytes(out_dir / "regenerate.json", json.dumps(summary, indent=2).encode())
+    return summary

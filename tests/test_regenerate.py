@@ -1,0 +1,134 @@
+"""``drivegen regenerate``: rebuild QA from a run folder's tables with other templates / seed."""
+from __future__ import annotations
+
+import hashlib
+import re
+import textwrap
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from conftest_attributes import random_scene
+from generator.attributes import compute_attributes
+from generator.cli import main as cli
+from generator.qa import generate_qa, load_templates
+from generator.qa.regenerate import RegenerateError, load_scene_tables, regenerate, run_scenes
+from generator.runfolder import RunFolder
+from generator.writers.parquet import read_qa, scene_qa_shards, storage_schema
+from schemas.config import PipelineConfig
+
+SCENES = ("rg-a", "rg-b", "rg-c")
+
+USER_TEMPLATES = """
+family: ego_spatial
+templates:
+  - id: ego_spatial.distance.plain
+    type: distance
+    question: "RANGE CHECK: {region}?"
+    answer: "Range to {region}: {distance_m:.1f}."
+"""
+
+
+def _digest(folder):
+    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    """A run folder as ``drivegen run`` lays it out (stored with the writers' storage types); scene rg-c has
+    no attributes file (regenerate recomputes them from perception/objects)."""
+    rf = RunFolder(tmp_path / "run")
+    cfg = PipelineConfig()
+    rf.root.mkdir()
+    (rf.root / "config.yaml").write_text(cfg.to_yaml())
+    for i, sid in enumerate(SCENES):
+        frames, objects, projections = random_scene(sid, seed=10 + i)
+        for name, tab in (("frames", frames), ("objects", objects), ("projections", projections)):
+            p = rf.perception(name, sid)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(tab.cast(storage_schema(tab.schema)), p)
+        if sid != "rg-c":
+            rf.attributes(sid).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(compute_attributes(objects, frames), rf.attributes(sid))
+    return rf.root
+
+
+def _expected(run_dir, cfg, templates):
+    parts = []
+    for sid in SCENES:
+        frames, attrs, proj = load_scene_tables(run_dir, sid)
+        parts.append(generate_qa(frames, attrs, proj, cfg, templates))
+    return pa.concat_tables(parts)
+
+
+def test_cli_regenerates_with_user_templates_and_seed(run_dir, tmp_path, capsys):
+    tdir = tmp_path / "tpl"
+    tdir.mkdir()
+    (tdir / "mine.yaml").write_text(textwrap.dedent(USER_TEMPLATES).lstrip())
+    before = _digest(run_dir)
+    out = tmp_path / "out"
+    rc = cli(["regenerate", str(run_dir), "--templates", str(tdir), "--seed", "5", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    assert "regenerated" in capsys.readouterr().out
+    assert _digest(run_dir) == before  # the run folder is only read
+    for sid in SCENES:
+        assert scene_qa_shards(out, sid), sid
+    got = read_qa(sorted((out / "qa").glob("*.parquet")))
+    cfg = PipelineConfig()
+    cfg.qa.seed = 5
+    cfg.qa.template_dirs = [str(tdir)]
+    want = _expected(run_dir, cfg, load_templates(cfg))
+    assert got.sort_by("qa_id").equals(want.sort_by("qa_id"))
+    plain = got.filter(pc.equal(got.column("template_id"), "ego_spatial.distance.plain")).to_pylist()
+    assert plain and all(r["question"].startswith("RANGE CHECK: Region [") for r in plain)
+    for r in plain:
+        m = re.fullmatch(r"Range to Region \[\d+\]: (\d+\.\d) m\.", r["answer"])
+        assert m and abs(float(m.group(1)) - r["value"]) <= 0.05 + 1e-9, r["answer"]
+    assert (out / "regenerate.json").exists() and "seed: 5" in (out / "config.yaml").read_text()
+    # the default seed gives other phrasings for the same questions and values
+    out2 = tmp_path / "out2"
+    assert cli(["regenerate", str(run_dir), "--out", str(out2)]) == 0
+    other = read_qa(sorted((out2 / "qa").glob("*.parquet"))).sort_by("qa_id")
+    ego = lambda t: t.filter(pc.equal(t.column("family"), "ego_spatiotemporal"))  # noqa: E731
+    a, b = ego(got.sort_by("qa_id")), ego(other)
+    assert a.column("qa_id").equals(b.column("qa_id")) and a.column("value").equals(b.column("value"))
+    assert not a.column("template_id").equals(b.column("template_id"))
+
+
+def test_bad_template_is_refused_with_file_and_line(run_dir, tmp_path, capsys):
+    tdir = tmp_path / "tpl"
+    tdir.mkdir()
+    bad = tdir / "bad.yaml"
+    bad.write_text(textwrap.dedent(USER_TEMPLATES).lstrip().replace("{distance_m:.1f}", "{distnace_m}"))
+    rc = cli(["regenerate", str(run_dir), "--templates", str(tdir), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{bad}:6:" in err and "distnace_m" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_refusals(run_dir, tmp_path):
+    cfg = PipelineConfig()
+    with pytest.raises(RegenerateError, match="run folder itself"):
+        regenerate(run_dir, run_dir, cfg, load_templates(cfg))
+    with pytest.raises(RegenerateError, match="not a run folder"):
+        run_scenes(tmp_path)
+    RunFolder(run_dir).perception("projections", "rg-b").unlink()
+    with pytest.raises(RegenerateError, match=r"scene rg-b: missing .*projections"):
+        regenerate(run_dir, tmp_path / "o", cfg, load_templates(cfg))
+
+
+def test_stale_shards_of_a_scene_are_replaced(run_dir, tmp_path):
+    cfg = PipelineConfig()
+    cfg.writers.parquet_max_rows = 500  # several shards per scene
+    out = tmp_path / "o"
+    s1 = regenerate(run_dir, out, cfg, load_templates(cfg), batch_scenes=2)
+    n1 = len(scene_qa_shards(out, "rg-a"))
+    assert n1 > 1 and s1["qa"] == sum(pq.read_metadata(p).num_rows for p in (out / "qa").glob("*.parquet"))
+    cfg.qa.families = ["ego_spatial"]
+    s2 = regenerate(run_dir, out, cfg, load_templates(cfg))
+    assert len(scene_qa_shards(out, "rg-a")) < n1
+    assert s2["qa"] == read_qa(sorted((out / "qa").glob("*.parquet"))).num_rows
+    assert set(s2["by_family"]) == {"ego_spatial"}
