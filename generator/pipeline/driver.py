@@ -61,7 +61,8 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
     if address:
         ray.init(address=address, **common)
     else:
-        ray.init(num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common)
+        # address='local': always a new embedded instance, never another user's Ray found on this machine
+        ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common)
     return True
 
 

@@ -80,7 +80,7 @@ def _build(scene_ids, source, stages, write, cfg, store):
     gpus = cluster_gpus()
     ds = ray.data.from_items([{"scene_id": s} for s in scene_ids], override_num_blocks=max(1, len(scene_ids)))
     task_args = dict(batch_size=1, batch_format="numpy", num_cpus=rc.cpu_stage_num_cpus,
-                     compute=ray.data.TaskPoolStrategy(size=rc.scenes_in_flight), max_retries=rc.max_retries)
+                     compute=ray.data.TaskPoolStrategy(size=max(1, min(rc.scenes_in_flight, len(scene_ids)))), max_retries=rc.max_retries)
     ds = ds.map_batches(_begin, fn_kwargs={"source": source}, **task_args)
     for st in stages:
         if st.actor:
@@ -97,7 +97,9 @@ def _build(scene_ids, source, stages, write, cfg, store):
 def configure_data_context(progress_bars: bool) -> None:
     import logging
 
-    logging.getLogger("ray.data").setLevel(logging.INFO if progress_bars else logging.WARNING)
+    level = logging.INFO if progress_bars else logging.ERROR  # quiet: failures still show, info does not
+    for name in ["ray.data"] + [n for n in logging.root.manager.loggerDict if n.startswith("ray.data.")]:
+        logging.getLogger(name).setLevel(level)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress_bars
     ctx.print_on_execution_start = progress_bars

@@ -1,0 +1,180 @@
+"""Helpers for tests/test_pipeline.py and tests/test_faults.py: a local multi-node Ray cluster, the CLI as a
+subprocess, reading a run's rows, a log set with one corrupted LiDAR file, finding busy Ray workers."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.compute as pc
+import pytest
+import yaml
+
+from generator.pipeline.read import check_run, read_table
+
+REPO = Path(__file__).resolve().parents[1]
+SYNTH_VERSION = "v1.0-drivegen"
+
+
+def drivegen(*args, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``drivegen ARGS`` in a subprocess (a real driver process); fails the test when it hangs."""
+    cmd = [sys.executable, "-m", "generator.cli", *map(str, args)]
+    full_env = {**os.environ, "TQDM_DISABLE": "1", **(env or {})}
+    full_env.pop("RAY_ADDRESS", None)
+    try:
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"drivegen {' '.join(map(str, args))} did not finish in {timeout} s (hang?)\n"
+                    f"{(err.stderr or b'')[-3000:]}")
+
+
+def popen_drivegen(*args) -> subprocess.Popen:
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, "-m", "generator.cli", *map(str, args)], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def write_config(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# A lighter pipeline for the fault tests: two cameras, no WebDataset/card (same stages otherwise).
+LIGHT = {"segmentation": {"cameras": ["CAM_FRONT", "CAM_BACK"]}, "writers": {"webdataset": False, "card": False}}
+
+
+def qa_keys(out) -> list[tuple[str, str]]:
+    """Sorted (scene_id, qa_id) of the committed QA rows."""
+    t = read_table(str(out), "qa")
+    if t is None:
+        return []
+    return sorted(zip(t.column("scene_id").to_pylist(), t.column("qa_id").to_pylist()))
+
+
+def qa_rows(out):
+    """The committed QA rows (every column), in a canonical order."""
+    t = read_table(str(out), "qa")
+    return t.sort_by([("scene_id", "ascending"), ("qa_id", "ascending")])
+
+
+def assert_exactly_once(out, reference_keys: list) -> None:
+    """No row missing, none duplicated, no partial shard or temporary file visible."""
+    keys = qa_keys(out)
+    assert len(keys) == len(set(keys)), "duplicated QA rows"
+    assert set(keys) == set(reference_keys), (f"{len(set(reference_keys) - set(keys))} rows missing, "
+                                              f"{len(set(keys) - set(reference_keys))} unexpected")
+    assert check_run(out) == []
+    assert not list(Path(str(out).removeprefix("file://")).rglob("*.tmp"))
+
+
+# ------------------------------------------------------------------------------------------ cluster
+class LocalCluster:
+    """``ray.cluster_utils.Cluster``: a head without CPUs (GCS, driver objects) and worker nodes with 2
+    logical CPUs each (1-CPU nodes hang Ray Data)."""
+
+    def __init__(self, workers: int = 2):
+        from ray.cluster_utils import Cluster
+
+        self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+        self.workers = [self.cluster.add_node(num_cpus=2) for _ in range(workers)]
+        self.cluster.wait_for_nodes()
+        self.address = self.cluster.address
+
+    def raylet_pid(self, node) -> int:
+        from ray._private import ray_constants
+
+        return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+
+    def node_of(self, pid: int):
+        """The worker node whose raylet started process ``pid`` (None: the head or unknown)."""
+        try:
+            parents = {p.pid for p in psutil.Process(pid).parents()}
+        except psutil.NoSuchProcess:
+            return None
+        for node in self.workers:
+            if self.raylet_pid(node) in parents:
+                return node
+        return None
+
+    def remove(self, node) -> None:
+        self.cluster.remove_node(node)
+        self.workers.remove(node)
+
+    def add_worker(self):
+        node = self.cluster.add_node(num_cpus=2)
+        self.workers.append(node)
+        self.cluster.wait_for_nodes()
+        return node
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+def busy_pipeline_workers() -> list[psutil.Process]:
+    """Ray worker processes running a pipeline map task or model actor right now (Ray sets the process
+    title to ``ray::MapBatches(...)`` / ``ray::MapWorker(...)`` while it executes one)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info.get("cmdline") or []
+        if cmd and cmd[0].startswith("ray::") and "Map" in cmd[0] and "IDLE" not in cmd[0]:
+            out.append(p)
+    return out
+
+
+def wait_for(pred, timeout: float, what: str, poll: float = 0.05):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(poll)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def manifest_count(out) -> int:
+    d = Path(str(out).removeprefix("file://")) / "manifest"
+    return len(list(d.glob("*.json"))) if d.is_dir() else 0
+
+
+# ------------------------------------------------------------------------------------------ logs
+def link_synth_cache(synth_root: Path, base: Path, seed: int = 0, n: int = 2) -> Path:
+    """Make ``synth_root`` (make_dataset(n=2, seed=0)) the cached generated logs ``drivegen run`` uses, so
+    the default run reads the very same files without generating them again."""
+    base.mkdir(parents=True, exist_ok=True)
+    link = base / f"{SYNTH_VERSION}-seed{seed}-n{n}"
+    if not link.exists():
+        link.symlink_to(synth_root, target_is_directory=True)
+    (synth_root / ".complete").touch()
+    return base
+
+
+def corrupt_lidar_logs(synth_root: Path, dst: Path, scene_name: str = "scene-0001") -> Path:
+    """A copy of the generated log set (tables copied, sensor folders linked) in which one LiDAR keyframe of
+    ``scene_name`` is truncated mid-record. Returns the truncated file's path."""
+    dst.mkdir(parents=True)
+    for sub in ("maps", "samples", "sweeps"):
+        (dst / sub).symlink_to(synth_root / sub, target_is_directory=True)
+    shutil.copytree(synth_root / SYNTH_VERSION, dst / SYNTH_VERSION)
+    tables = dst / SYNTH_VERSION
+    scene_token = next(s["token"] for s in json.loads((tables / "scene.json").read_text()) if s["name"] == scene_name)
+    samples = {s["token"] for s in json.loads((tables / "sample.json").read_text()) if s["scene_token"] == scene_token}
+    sd = json.loads((tables / "sample_data.json").read_text())
+    rec = next(r for r in sd if r["sample_token"] in samples and r["is_key_frame"]
+               and r["filename"].startswith("samples/LIDAR_TOP/"))
+    data = (synth_root / rec["filename"]).read_bytes()
+    bad = dst / "corrupt" / Path(rec["filename"]).name
+    bad.parent.mkdir()
+    bad.write_bytes(data[: (len(data) // 2) // 20 * 20 + 7])  # not a whole number of 5 x float32 records
+    rec["filename"] = f"corrupt/{bad.name}"
+    (tables / "sample_data.json").write_text(json.dumps(sd))
+    return bad
+
+
+def count_values(table, column: str) -> dict:
+    return {d["values"]: d["counts"] for d in pc.value_counts(table.column(column)).to_pylist()}
