@@ -182,3 +182,12 @@ def test_lidar_detector_on_real_nuscenes_sweep(nuscenes_demo):
     well = np.isin(gt.class_name.astype(str), ["car", "truck", "bus"]) & (gt.num_lidar_pts >= 40)
     rec, n = _recall(gt.subset(np.nonzero(well)[0]), boxes, ["car", "truck", "bus"])
     assert n == 2 and rec == 1.0
+
+
+def test_detect_actor_adds_boxes_per_frame():
+    from actors.detect import DetectActor
+
+    frames = [_frame(street_boxes(), index=i) for i in range(3)]
+    batch = {"frame": np.array(frames, dtype=object)}
+    out = DetectActor(DetectionConfig(backend="labels"))(batch)
+    assert len(out["boxes"]) == 3 and all(len(b) == len(street_boxes()) for b in out["boxes"])

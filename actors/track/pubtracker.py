@@ -147,18 +147,28 @@ def _online_tracking(t_s: np.ndarray, frame_start: np.ndarray, pos: np.ndarray, 
             continue
         p, v, c, hv = pos[s:e], vel[s:e], cls[s:e], has_vel[s:e]
         if len(live):
+            lp, tvk, tc = last_pos[live], t_vel_known[live], t_cls[live]
             gap = tk - last_t[live]  # (T,)
-            vt = np.where(t_vel_known[live, None], t_vel[live], 0.0)  # (T,2)
-            v_used = np.where(hv[:, None, None], v[:, None, :], vt[None, :, :])  # (N,T,2)
-            diff = p[:, None, :] - last_pos[live][None] - v_used * gap[None, :, None]
-            dist = np.sqrt((diff * diff).sum(-1))
+            # Predicted offsets: detection velocity where given (CenterPoint back-projection), else the track's.
+            if hv.all():
+                pred = lp[None] + v[:, None, :] * gap[None, :, None]
+            else:
+                vt = np.where(tvk[:, None], t_vel[live], 0.0)
+                pred = lp + vt * gap[:, None]  # (T,2)
+                if hv.any():
+                    pred = np.where(hv[:, None, None], lp[None] + v[:, None, :] * gap[None, :, None], pred[None])
+                else:
+                    pred = pred[None]
+            diff = p[:, None, :] - pred
+            dist2 = np.einsum("ntk,ntk->nt", diff, diff)
             # Gate: the class's per-second gate over the frame interval; while neither the detection nor the
             # track has a velocity, the class's top speed over the time since the track was seen.
             gate = np.maximum(cfg.min_gate_m, gates[c] * dt_frame)[:, None]
-            no_vel = ~hv[:, None] & ~t_vel_known[live][None, :]
-            gate = np.where(no_vel, np.maximum(gate, birth_gates[c][:, None] * gap[None, :]), gate)
-            allowed = (c[:, None] == t_cls[live][None, :]) & (dist <= gate)
-            m = greedy_match(np.where(allowed, dist, np.inf))
+            if not (hv.all() or tvk.all()):
+                no_vel = ~hv[:, None] & ~tvk[None, :]
+                gate = np.where(no_vel, np.maximum(gate, birth_gates[c][:, None] * gap[None, :]), gate)
+            allowed = (c[:, None] == tc[None, :]) & (dist2 <= gate * gate)
+            m = greedy_match(np.where(allowed, dist2, np.inf))  # squared distances: same order
         else:
             m = np.full(e - s, -1, dtype=np.int64)
         matched = m >= 0
