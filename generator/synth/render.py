@@ -253,20 +253,25 @@ class CameraRenderer:
         shade = 0.55 + 0.45 * np.maximum(0.0, nx * SUN[0] + ny * SUN[1] + nz * SUN[2])
         guard = full & (uv[..., 0] > -4 * W).all(1) & (uv[..., 0] < 5 * W).all(1) & (uv[..., 1] > -4 * H).all(1) & \
             (uv[..., 1] < 5 * H).all(1)
-        for i in order:
+        # per visible box (row r of the subset): face colours, pixel polygons (x4 fixed point), facing flags
+        base_all = np.array([items[i][4] for i in order], dtype=np.float64)  # (n, 3) RGB
+        face_rgb = base_all[:, None, :] * shade[order][:, :, None]  # (n, 5, 3)
+        fill_bgr = np.round(face_rgb[..., ::-1]).astype(int).tolist()
+        edge_bgr = np.round(face_rgb[..., ::-1] * 0.45).astype(int).tolist()
+        face_polys = np.ascontiguousarray(
+            np.round(np.where(guard[order][:, None, None], uv[order], 0.0) * 4).astype(np.int32)[:, FACES])
+        facing_l = facing[order].tolist()
+        for r, i in enumerate(order):
             kind = items[i][5]
-            base = np.array(items[i][4], dtype=np.float64)
-            faces = np.nonzero(facing[i])[0]
             decals = _DECALS.get(kind, ())
+            faces = [f for f in range(5) if facing_l[r][f]]
             if guard[i]:
-                pts = np.round(uv[i] * 4).astype(np.int32)
                 for f in faces:
-                    col = base * shade[i, f]
-                    poly = pts[FACES[f]]
-                    cv2.fillConvexPoly(img, poly, _bgr(col), cv2.LINE_8, 2)
-                    cv2.polylines(img, [poly], True, _bgr(col * 0.45), 1, cv2.LINE_8, 2)
+                    poly = face_polys[r, f]
+                    cv2.fillConvexPoly(img, poly, fill_bgr[r][f], cv2.LINE_8, 2)
+                    cv2.polylines(img, [poly], True, edge_bgr[r][f], 1, cv2.LINE_8, 2)
                 if decals:
-                    quads, cols = self._decals(cc[i], faces, decals, base, shade[i])
+                    quads, cols = self._decals(cc[i], faces, decals, base_all[r], shade[i])
                     if len(quads):
                         q = quads.reshape(-1, 3) @ cam.K.T
                         q = np.round(q[:, :2] / q[:, 2:3] * 4).astype(np.int32).reshape(-1, 4, 2)
@@ -274,10 +279,9 @@ class CameraRenderer:
                             cv2.fillConvexPoly(img, poly, col, cv2.LINE_8, 2)
             else:  # crosses the near plane or the guard band: clip each polygon
                 for f in faces:
-                    col = base * shade[i, f]
-                    self._fill(img, cc[i][FACES[f]], _bgr(col), lines=_bgr(col * 0.45))
+                    self._fill(img, cc[i][FACES[f]], fill_bgr[r][f], lines=edge_bgr[r][f])
                 if decals:
-                    quads, cols = self._decals(cc[i], faces, decals, base, shade[i])
+                    quads, cols = self._decals(cc[i], faces, decals, base_all[r], shade[i])
                     for quad, col in zip(quads, cols):
                         self._fill(img, quad, col)
         return cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos)

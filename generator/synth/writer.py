@@ -361,7 +361,7 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
         else:
             segments.append({"maneuver": m, "start_timestamp": ts_of(TIME_GRID_S[i]),
                              "end_timestamp": ts_of(TIME_GRID_S[i])})
-    scenarios[scene_tok] = {"name": scene_name, "ego": {"plan": ego.plan, "segments": segments,
+    scenarios[scene_tok] = {"name": scene_name, "t0_timestamp": ts_of(0.0), "ego": {"plan": ego.plan, "segments": segments,
                                                        "keyframes": keyframes},
                             "instances": inst_scen}
     desc = ", ".join(dict.fromkeys(s["maneuver"] for s in segments))
