@@ -204,3 +204,22 @@ def test_nothing_visible_gives_no_rows():
     hidden = {(r["frame_index"], r["track_id"]): False for r in objects.to_pylist()}
     qa = run(frames, objects, make_projections(objects, hidden))
     assert qa.num_rows == 0 and qa.schema.equals(QA)
+
+
+def test_front_camera_falls_back_to_the_most_forward_camera():
+    """A log without cfg.qa.front_camera: the camera whose optical axis points along +x is the front one."""
+    frames, objects, _ = hand_scene()
+    fwd = np.array([[0, 0, 1, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1.0]])  # optical z -> ego +x
+    rear = np.array([[0, 0, -1, 0], [1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1.0]])  # optical z -> ego -x
+    cams = frames.column("cameras").to_pylist()
+    for per_frame in cams:
+        for c, name, T in zip(per_frame, ("rear_cam", "fwd_cam"), (rear, fwd)):
+            c["name"], c["ego_SE3_cam"] = name, T.reshape(-1).tolist()
+    frames = frames.set_column(frames.schema.get_field_index("cameras"), "cameras",
+                               pa.array(cams, frames.schema.field("cameras").type))
+    proj = make_projections(objects, {(k, 4): False for k in range(frames.num_rows)},
+                            lambda r: "fwd_cam" if r["center_ego_m"][0] >= 0 else "rear_cam")
+    df = run(frames, objects, proj).to_pandas()
+    st = df[df.family == "ego_spatiotemporal"]
+    assert len(st) and {g["camera"] for gl in st.grounding for g in gl} == {"fwd_cam"}
+    assert not st.track_ids.map(lambda t: 3 in t).any()  # the truck behind stays out of it

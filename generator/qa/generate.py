@@ -47,6 +47,7 @@ from generator.qa.render import FieldColumns, render
 from generator.qa.templates import TemplateSet
 from schemas.tables import QA, QA_GROUNDING
 
+FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
 CONTEXT_OFFSETS_S = (-1.5, -1.0, -0.5)  # plus the keyframe itself: four context frames at 2 Hz
 RELATION_MARGINS = {"lateral_m": 0.5, "longitudinal_m": 0.5, "volume_ratio": 1.1, "height_m": 0.1,
                     "width_m": 0.1, "ego_lateral_m": 0.5, "ego_longitudinal_m": 0.5}
@@ -273,14 +274,16 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
 
 def _front_cameras(entry_scene, entry_cam, names, flat_cams, preferred: str, n_scenes: int) -> np.ndarray:
     """Camera code of each scene's front camera: ``preferred`` (cfg.qa.front_camera) where the scene has
-    it, else the camera whose optical axis points most along the ego's +x (e.g. AV2 'ring_front_center')."""
+    it, else a known front camera of another log format (``FRONT_CAMERA_NAMES``: AV2 'ring_front_center'),
+    else the camera whose optical axis points most along the ego's +x."""
     out = np.full(n_scenes, -1, np.int64)
     if len(entry_cam) == 0:
         return out
     T = fixed_list_to_numpy(pc.struct_field(flat_cams, "ego_SE3_cam"), 16)
     fwd = np.nan_to_num(T[:, 2], nan=-2.0)  # x component of the optical (z) axis in the ego frame
     is_pref = to_numpy(pc.equal(names, preferred), bool, fill=False)
-    score = np.where(is_pref, 10.0, fwd)
+    is_known = to_numpy(pc.is_in(names, value_set=pa.array(FRONT_CAMERA_NAMES)), bool, fill=False)
+    score = np.where(is_pref, 20.0, np.where(is_known, 10.0, fwd))
     o = np.lexsort((entry_cam, -score, entry_scene))
     first = np.ones(len(o), bool)
     first[1:] = entry_scene[o][1:] != entry_scene[o][:-1]
