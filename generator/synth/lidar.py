@@ -92,45 +92,49 @@ def cast_sweep(frame_SE3_lidar: SE3, dirs_lidar: np.ndarray, boxes: BoxSet, grou
         lo32 = (-half - ob).astype(np.float32)  # slab bounds relative to the sensor, box frame
         hi32 = (half - ob).astype(np.float32)
         todo = np.nonzero((dmin < max_range_m) & (r1 > r0))[0]
-        for b in todo:
-            if inside[b]:
-                spans = [(0, n_az)]
-            else:
-                a0, a1 = j0[b] % n_az, j1[b] % n_az
-                spans = [(a0, a1 + 1)] if a0 <= a1 else [(a0, n_az), (0, a1 + 1)]
-            for c0, c1 in spans:
-                sl = (slice(r0[b], r1[b]), slice(c0, c1))
-                dx, dy = Dx[sl], Dy[sl]
-                cyb, syb = np.float32(cy[b]), np.float32(sy[b])
-                lo_, hi_ = lo32[b], hi32[b]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    ix = 1.0 / (cyb * dx + syb * dy)
-                    iy = 1.0 / (cyb * dy - syb * dx)
-                    izz = iz[sl]
-                    a1_, a2_ = lo_[0] * ix, hi_[0] * ix
-                    b1_, b2_ = lo_[1] * iy, hi_[1] * iy
-                    c1_, c2_ = lo_[2] * izz, hi_[2] * izz
-                    tmin = np.maximum(np.maximum(np.minimum(a1_, a2_), np.minimum(b1_, b2_)), np.minimum(c1_, c2_))
-                    tmax = np.minimum(np.minimum(np.maximum(a1_, a2_), np.maximum(b1_, b2_)), np.maximum(c1_, c2_))
-                    hit = (tmax > tmin) & (tmin > 0) & (tmin < max_range_m)
-                unocc[b] += int(np.count_nonzero(hit))
-                bt = best_t[sl]
-                better = hit & (tmin < bt)
-                if better.any():
-                    bt[better] = tmin[better]
-                    best_exit[sl][better] = tmax[better]
-                    best_id[sl][better] = b
+        # every (box, ray) pair of every box's ray window, flattened: no Python loop over boxes
+        c0 = np.where(inside, 0, j0 % n_az)[todo]
+        nc = np.where(inside, n_az, j1 - j0 + 1)[todo]
+        nr = (r1 - r0)[todo]
+        counts = nr * nc
+        total = int(counts.sum())
+        if total:
+            k = np.repeat(np.arange(len(todo)), counts)
+            local = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            ncs = nc[k]
+            ray = (r0[todo][k] + local // ncs) * n_az + (c0[k] + local % ncs) % n_az
+            box = todo[k]
+            dx, dy = Dx.reshape(-1)[ray], Dy.reshape(-1)[ray]
+            cyb, syb = cy.astype(np.float32)[box], sy.astype(np.float32)[box]
+            lo_, hi_ = lo32[box], hi32[box]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ix = 1.0 / (cyb * dx + syb * dy)
+                iy = 1.0 / (cyb * dy - syb * dx)
+                izz = iz.reshape(-1)[ray]
+                a1_, a2_ = lo_[:, 0] * ix, hi_[:, 0] * ix
+                b1_, b2_ = lo_[:, 1] * iy, hi_[:, 1] * iy
+                c1_, c2_ = lo_[:, 2] * izz, hi_[:, 2] * izz
+                tmin = np.maximum(np.maximum(np.minimum(a1_, a2_), np.minimum(b1_, b2_)), np.minimum(c1_, c2_))
+                tmax = np.minimum(np.minimum(np.maximum(a1_, a2_), np.maximum(b1_, b2_)), np.maximum(c1_, c2_))
+                hit = (tmax > tmin) & (tmin > 0) & (tmin < max_range_m)
+            ray, box, tmin, tmax = ray[hit], box[hit], tmin[hit], tmax[hit]
+            unocc = np.bincount(box, minlength=nb).astype(np.int64)
+            flat_t = best_t.reshape(-1)
+            np.minimum.at(flat_t, ray, tmin)
+            win = tmin == flat_t[ray]  # the nearest hit of its ray (exact ties: the later box wins)
+            best_id.reshape(-1)[ray[win]] = box[win]
+            best_exit.reshape(-1)[ray[win]] = tmax[win]
     valid = np.flatnonzero(best_t < max_range_m)
     ids = best_id.reshape(-1)[valid]
-    t = best_t.reshape(-1)[valid].astype(np.float64)
+    t = best_t.reshape(-1)[valid]
     on_box = ids >= 0
-    noise = rng.normal(0.0, range_noise_m, len(t))
-    depth_in = np.minimum(np.abs(noise) + 0.004, 0.5 * (best_exit.reshape(-1)[valid] - t))
-    t = np.where(on_box, t + depth_in, t + noise)
+    noise = rng.standard_normal(len(t), dtype=np.float32) * np.float32(range_noise_m)
+    depth_in = np.minimum(np.abs(noise) + np.float32(0.004), np.float32(0.5) * (best_exit.reshape(-1)[valid] - t))
+    t = t + np.where(on_box, depth_in, noise)
     pts = np.empty((len(t), 5), dtype=np.float32)
-    pts[:, :3] = dirs_lidar.reshape(-1, 3)[valid] * t[:, None]
+    pts[:, :3] = dirs32.reshape(-1, 3)[valid] * t[:, None]
     pts[:, 4] = valid // n_az
-    inten = np.empty(len(t))
+    inten = np.empty(len(t), dtype=np.float32)
     if on_box.any():
         inten[on_box] = boxes.intensity[ids[on_box]]
     g = np.flatnonzero(~on_box)
@@ -140,6 +144,6 @@ def cast_sweep(frame_SE3_lidar: SE3, dirs_lidar: np.ndarray, boxes: BoxSet, grou
         gx = o[0] + Dx.reshape(-1)[vg] * tg
         gy = o[1] + Dy.reshape(-1)[vg] * tg
         inten[g] = ground_intensity(gx, gy)
-    pts[:, 3] = np.clip(inten * (1.0 + 0.2 * np.tanh(noise / range_noise_m)), 0, 255)
+    pts[:, 3] = np.clip(inten * (1.0 + 0.2 * np.tanh(noise / np.float32(range_noise_m))), 0, 255)
     hits = np.bincount(ids[on_box], minlength=nb) if nb else np.zeros(0, dtype=np.int64)
     return Sweep(points=pts, box_index=ids, hits=hits, unoccluded=unocc)

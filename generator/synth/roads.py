@@ -34,17 +34,20 @@ def _paint_on_road(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Paint code per point of one road (-1 none, WHITE, YELLOW), u, v in that road's frame."""
     out = np.full(u.shape, -1, dtype=np.int8)
     au, av = np.abs(u), np.abs(v)
-    lines_ok = au >= PAINT_FREE_U_M
+    lines = np.flatnonzero(au >= PAINT_FREE_U_M)
+    avl = av[lines]
     for off, w, dash, period, paint in LINES:
-        cand = np.nonzero(lines_ok & (np.abs(v - off) <= w / 2))[0]
+        if off < 0:  # the lines come in mirrored pairs: test |v| against the positive offset
+            continue
+        cand = lines[np.abs(avl - off) <= w / 2]
         if period > dash:
             cand = cand[np.mod(u[cand], period) < dash]
         out[cand] = paint
     zebra = np.nonzero((au >= CROSSWALK_U_M[0]) & (au <= CROSSWALK_U_M[1]) & (av <= ZEBRA_HALF_V_M))[0]
     zebra = zebra[np.mod(v[zebra] + ZEBRA_HALF_V_M, ZEBRA_PERIOD_M) < ZEBRA_STRIPE_M]
     out[zebra] = WHITE
-    stop = (au >= STOP_LINE_U_M) & (au <= STOP_LINE_U_M + STOP_LINE_W_M) & (av <= ROAD_HALF_M) & \
-        (np.sign(v) == np.sign(u))
+    stop = np.flatnonzero((au >= STOP_LINE_U_M) & (au <= STOP_LINE_U_M + STOP_LINE_W_M))
+    stop = stop[(av[stop] <= ROAD_HALF_M) & (np.sign(v[stop]) == np.sign(u[stop]))]
     out[stop] = WHITE
     return out
 
