@@ -73,7 +73,8 @@ def synthetic_scene(scene_id: str, rng: np.random.Generator, n_tracks: int, n_fr
     frames = pa.table({
         "scene_id": [scene_id] * n_frames, "frame_index": np.arange(n_frames, dtype=np.int32), "timestamp_us": ts,
         "token": [f"{scene_id}-{i}" for i in range(n_frames)], "is_anchor": anchors,
-        "city_SE3_ego": _fixed(T.reshape(n_frames, 16), 16), "ego_SE3_lidar": _fixed(np.tile(np.eye(4).reshape(-1), n_frames), 16),
+        "city_SE3_ego": _fixed(T.reshape(n_frames, 16), 16),
+        "ego_SE3_lidar": _fixed(np.tile(np.eye(4).reshape(-1), n_frames), 16),
         "lidar_path": [""] * n_frames, "lidar_format": ["nuscenes_bin"] * n_frames,
         "cameras": pa.ListArray.from_arrays(pa.array(np.arange(n_frames + 1, dtype=np.int32) * len(CAMS)), cam_struct),
     }).cast(FRAMES)
@@ -109,9 +110,8 @@ def synthetic_scene(scene_id: str, rng: np.random.Generator, n_tracks: int, n_fr
     box = np.c_[x1, y1, x1 + rng.uniform(20, 200, n), y1 + rng.uniform(20, 200, n)]
     visible = rng.random(n) < 0.85
     counts = pa.array([f"{rng.integers(1e9)}" * 12 for _ in range(n)])  # ~120-char RLE strings, all distinct
-    rle = pa.StructArray.from_arrays([pa.FixedSizeListArray.from_arrays(pa.array(np.tile([900, 1600], n),
-                                                                                    pa.int32()), 2), counts],
-                                     fields=list(PROJECTIONS.field("mask_rle").type))
+    sizes = pa.FixedSizeListArray.from_arrays(pa.array(np.tile([900, 1600], n), pa.int32()), 2)
+    rle = pa.StructArray.from_arrays([sizes, counts], fields=list(PROJECTIONS.field("mask_rle").type))
     projections = pa.table({
         "scene_id": objects.column("scene_id"), "frame_index": objects.column("frame_index"),
         "track_id": objects.column("track_id"), "camera": pa.array(CAMS).take(pa.array(cam)),

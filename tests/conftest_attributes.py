@@ -38,8 +38,8 @@ def make_frames(scene_id: str, t_s, poses, anchors=None, cameras=CAMS) -> pa.Tab
 def make_objects(frames: pa.Table, rows: list[dict]) -> pa.Table:
     """OBJECTS rows from dicts with frame_index, track_id, class_name, center_ego (3), size (3), yaw, and
     optionally velocity_global (2). Global centres are derived from the frame's pose."""
-    poses = {fi: np.asarray(p).reshape(4, 4) for fi, p in zip(frames.column("frame_index").to_pylist(),
-                                                               frames.column("city_SE3_ego").to_pylist())}
+    fidx = frames.column("frame_index").to_pylist()
+    poses = {fi: np.asarray(p).reshape(4, 4) for fi, p in zip(fidx, frames.column("city_SE3_ego").to_pylist())}
     ts = dict(zip(frames.column("frame_index").to_pylist(), frames.column("timestamp_us").to_pylist()))
     scene = frames.column("scene_id")[0].as_py()
     out = {k: [] for k in OBJECTS.names}
@@ -102,7 +102,8 @@ def random_scene(scene_id: str, seed: int, n_tracks: int = 15, n_frames: int = 4
     rng = np.random.default_rng(seed)
     t = np.arange(n_frames) * dt
     yaw = 0.02 * t
-    ego_xy = np.stack([np.cumsum(np.r_[0, 8 * dt * np.cos(yaw[:-1])]), np.cumsum(np.r_[0, 8 * dt * np.sin(yaw[:-1])])], 1)
+    step = 8 * dt
+    ego_xy = np.stack([np.cumsum(np.r_[0, step * np.cos(yaw[:-1])]), np.cumsum(np.r_[0, step * np.sin(yaw[:-1])])], 1)
     poses = [pose(x, y, w) for (x, y), w in zip(ego_xy, yaw)]
     cams = ("CAM_FRONT", "CAM_FRONT_LEFT", "CAM_FRONT_RIGHT", "CAM_BACK")
     frames = make_frames(scene_id, t, poses, anchors=list(anchors), cameras=cams)

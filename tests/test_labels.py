@@ -1,16 +1,12 @@
 """Behaviour labels on scripted ego trajectories and VRU tracks with known answers."""
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pytest
 
 from conftest_attributes import make_frames, make_objects, pose
-from generator.attributes import compute_attributes, compute_labels
+from generator.attributes import compute_labels
 from schemas.tables import LABELS
 
 HZ = 10

@@ -14,8 +14,9 @@ horizon. What it does, in order:
    (A, B) inside a pair is also drawn from the hash so yes/no answers are balanced. Qualitative relations
    whose margin is within ``RELATION_MARGINS`` (e.g. two objects 0.2 m apart laterally for left/right) are
    not asked: their answer would be a coin flip of detection noise.
-3. ego_spatiotemporal: candidates also visible in the front camera at the keyframe (``cfg.qa.front_camera``, or
-   when a scene has no camera of that name, its camera looking most forward, e.g. AV2's ring_front_center). Context frames
+3. ego_spatiotemporal: candidates also visible in the front camera at the keyframe (``cfg.qa.front_camera``;
+   for a log without a camera of that name, a known front camera (AV2 ring_front_center) or the camera
+   looking most forward). Context frames
    at -1.5, -1.0, -0.5 s and the keyframe (four frames at 2 Hz), and targets at each ``cfg.qa.horizons_s``
    after it: the frame nearest each wanted time within ``cfg.keyframes.match_tolerance_s``. At a horizon
    the target's distance, bearing and speed are read from its attributes row in that frame (in that frame's
@@ -316,10 +317,10 @@ def _pool_entries(frames, projections, cam_paths, role, frame_rows, proj_rows, i
     img = pc.if_else(pa.array(img_rows >= 0), img, pa.scalar(None, pa.string()))
     mb = pc.take(column(projections, "mask_box_xyxy"), pr)
     pb = pc.take(column(projections, "box2d_proj_xyxy"), pr)
-    roles = role if isinstance(role, pa.Array) else pc.take(pa.array([role]), pa.array(np.zeros(len(proj_rows),
-                                                                                                 np.int32)))
+    if not isinstance(role, pa.Array):
+        role = pc.take(pa.array([role]), pa.array(np.zeros(len(proj_rows), np.int32)))
     return {
-        "role": roles,
+        "role": role,
         "frame_index": pa.array(f_fi[frame_rows].astype(np.int32)),
         "timestamp_us": pa.array(f_ts[frame_rows]),
         "camera": pc.take(column(projections, "camera"), pr),
@@ -634,10 +635,10 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
         gs = np.zeros((n, 2), np.int64)
         gl = np.zeros((n, 2), np.int64)
         gs[:, :k], gl[:, :k] = bt.g_start, bt.g_len
+        oov = bt.out_of_view if bt.out_of_view is not None else np.zeros(n, bool)
         for key, val in (("group", g), ("a", bt.a), ("b", b), ("hidx", hidx), ("batch", np.full(n, bi)),
-                         ("value", bt.value), ("oov", bt.out_of_view if bt.out_of_view is not None
-                                                   else np.zeros(n, bool)),
-                         ("tpl", base_tpl + var), ("render_pos", pos), ("gs", gs), ("gl", gl)):
+                         ("value", bt.value), ("oov", oov), ("tpl", base_tpl + var), ("render_pos", pos),
+                         ("gs", gs), ("gl", gl)):
             meta[key].append(val)
     m = {k: np.concatenate(v) for k, v in meta.items()}
     final = np.argsort(m["group"] * nb + m["batch"], kind="stable")
