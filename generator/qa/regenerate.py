@@ -59,14 +59,26 @@ def run_scenes(run_dir: str | Path) -> list[str]:
     return sorted(set(out))
 
 
-def _conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
-    """``table`` with ``schema``'s columns, order and types (e.g. stored variable lists back to fixed size)."""
+# The columns generate_qa reads (regeneration reads only these; the rest of a row is never needed).
+QA_INPUT_COLUMNS = {
+    "frames": ["scene_id", "frame_index", "timestamp_us", "is_anchor", "city_SE3_ego", "cameras"],
+    "projections": ["scene_id", "frame_index", "track_id", "camera", "box2d_proj_xyxy", "mask_rle", "mask_box_xyxy",
+                    "visible"],
+    "attributes": ["scene_id", "frame_index", "track_id", "class_name", "x_ego_m", "y_ego_m", "z_ego_m",
+                   "distance_m", "bearing_deg", "length_m", "width_m", "height_m", "speed_mps"],
+}
+
+
+def _conform(table: pa.Table, schema: pa.Schema, where: str, columns: list[str] | None = None) -> pa.Table:
+    """``table`` with ``schema``'s columns (or the subset ``columns``), order and types (e.g. stored
+    variable-size lists cast back to fixed size)."""
+    names = list(columns) if columns else schema.names
     have = set(table.column_names)
-    missing = [n for n in schema.names if n not in have]
+    missing = [n for n in names if n not in have]
     if missing:
         raise RegenerateError(f"{where}: missing columns {missing}")
     try:
-        return table.select(schema.names).cast(schema)
+        return table.select(names).cast(pa.schema([schema.field(n) for n in names], metadata=schema.metadata))
     except (pa.ArrowException, ValueError) as err:
         raise RegenerateError(f"{where}: columns do not match schema "
                               f"'{schema.metadata[b'drivegen.schema'].decode()}': {err}") from None
@@ -100,17 +112,19 @@ def load_scene_tables(run_dir: str | Path, scene_id: str) -> tuple[pa.Table, pa.
 
 
 def _read_many(paths: list[Path], schema: pa.Schema, what: str) -> pa.Table:
-    """Several files of one table kind in one dataset scan (much less per-file overhead than one read per
-    file); falls back to reading them one by one when their stored types differ."""
+    """The QA input columns of several files of one table kind in one dataset scan (much less per-file
+    overhead than one read per file); falls back to reading them one by one when their stored types differ."""
+    cols = QA_INPUT_COLUMNS[what]
     try:
-        table = ds.dataset([str(p) for p in paths], format="parquet").to_table()
+        table = ds.dataset([str(p) for p in paths], format="parquet").to_table(columns=cols)
     except (OSError, pa.ArrowException):
-        return pa.concat_tables([_read(p, schema, what) for p in paths])
-    return _conform(table, schema, f"{what} ({len(paths)} files from {paths[0].parent})")
+        return pa.concat_tables([_conform(_read(p, schema, p.stem), schema, str(p), cols) for p in paths])
+    return _conform(table, schema, f"{what} ({len(paths)} files from {paths[0].parent})", cols)
 
 
 def load_scenes(run_dir: str | Path, scene_ids: list[str]) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """(frames, attributes, projections) of several scenes of a run folder, concatenated."""
+    """(frames, attributes, projections) of several scenes of a run folder, concatenated: the columns
+    ``generate_qa`` reads (``QA_INPUT_COLUMNS``), typed as in the schemas."""
     rf = RunFolder(run_dir)
     for sid in scene_ids:
         for t in ("frames", "projections"):
@@ -124,7 +138,8 @@ def load_scenes(run_dir: str | Path, scene_ids: list[str]) -> tuple[pa.Table, pa
     for sid in scene_ids:
         if sid in have:
             continue
-        parts.append(load_scene_tables(run_dir, sid)[1])  # recomputed from perception/objects
+        att = load_scene_tables(run_dir, sid)[1]  # recomputed from perception/objects
+        parts.append(att.select(QA_INPUT_COLUMNS["attributes"]))
     return frames, pa.concat_tables(parts) if parts else ATTRIBUTES.empty_table(), projections
 
 
