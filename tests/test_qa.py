@@ -225,3 +225,28 @@ def test_front_camera_falls_back_to_the_most_forward_camera():
     st = df[df.family == "ego_spatiotemporal"]
     assert len(st) and {g["camera"] for gl in st.grounding for g in gl} == {"fwd_cam"}
     assert not st.track_ids.map(lambda t: 3 in t).any()  # the truck behind stays out of it
+
+
+def test_context_frames_follow_the_keyframe_helper():
+    """The vectorised frame search picks what generator.sources.keyframes.context_indices picks per anchor
+    (nearest frame within the tolerance, else none), across several scenes at once."""
+    from generator.qa.generate import CONTEXT_OFFSETS_S, nearest_frame_rows
+    from generator.sources.keyframes import context_indices
+
+    rng = np.random.default_rng(3)
+    offsets = np.array(list(CONTEXT_OFFSETS_S) + [0.0, 1.0, 2.0, 3.0])
+    scenes, ts = [], []
+    for s, step in enumerate((0.5, 0.1, 0.5)):  # nuScenes-like 2 Hz, AV2-like 10 Hz, 2 Hz with gaps
+        t = np.arange(0, 20, step) + rng.normal(0, 0.02, int(round(20 / step)))
+        if s == 2:
+            t = np.delete(t, [9, 10, 20])
+        scenes.append(np.full(len(t), s))
+        ts.append(np.round(1e15 + t * 1e6).astype(np.int64))
+    sc, tt = np.concatenate(scenes), np.concatenate(ts)
+    starts = np.cumsum([0] + [len(t) for t in ts])
+    for s in range(3):
+        for anchor in range(4, len(ts[s]) - 7, 3):
+            want = context_indices(ts[s], anchor, offsets, 0.06)
+            got = nearest_frame_rows(sc, tt, np.full(len(offsets), s), ts[s][anchor] + np.round(offsets * 1e6), 0.06)
+            got = np.where(got >= 0, got - starts[s], -1)
+            assert got.tolist() == want.tolist(), (s, anchor)

@@ -122,8 +122,7 @@ class Context:
     frames_ts: np.ndarray
     frames_sc: np.ndarray
     attrs: pa.Table
-    cand: dict
-    pool: dict
+    cand: dict  # candidate objects at the anchors, in (scene, keyframe, region) order
     horizons: np.ndarray
 
 
@@ -253,7 +252,7 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     scene_hash = np.array([stable_hash(s) for s in scenes.to_pylist()], dtype=np.uint64)
     horizons = np.asarray(qa_cfg.horizons_s, dtype=np.float64)
     ctx = Context(cfg=cfg, scenes=scenes, scene_hash=scene_hash, frames_fi=f_fi, frames_ts=f_ts, frames_sc=f_sc,
-                  attrs=attributes, cand=cand, pool={}, horizons=horizons)
+                  attrs=attributes, cand=cand, horizons=horizons)
 
     batches: list[Batch] = []
     if "ego_spatial" in qa_cfg.families:
