@@ -105,6 +105,8 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     assert cli_main(["synth", "--seed", "7", "--out", str(tmp_path / "a"), *kw]) == 0
     assert cli_main(["synth", "--seed", "7", "--out", str(tmp_path / "b"), *kw]) == 0
     assert cli_main(["synth", "--seed", "8", "--out", str(tmp_path / "c"), *kw]) == 0
+    with pytest.raises(FileExistsError, match="overwrite"):  # never mixes two datasets in one root
+        cli_main(["synth", "--seed", "8", "--out", str(tmp_path / "b"), *kw])
     a, b, c = (_tree_digest(tmp_path / x) for x in "abc")
     assert len(a) > 6 * 40 and a == b
     shared = set(a) & set(c)

@@ -19,6 +19,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="LiDAR rate incl. keyframes, even (10 = 4 sweeps between keyframes; 0 = keyframes only)")
     p.add_argument("--image-width", type=int, default=800, help="camera width in px (16:9; nuScenes is 1600)")
     p.add_argument("--first-scene", type=int, default=0, help="index of the first scene (to split work)")
+    p.add_argument("--overwrite", action="store_true", help="replace a table set already in OUT/VERSION")
     return p
 
 
@@ -28,7 +29,7 @@ def main(args) -> int:
     t0 = time.perf_counter()
     s = make_dataset(args.out, num_scenes=args.scenes, seed=args.seed, version=args.version, sweep_hz=args.sweep_hz,
                      image_width_px=args.image_width, image_height_px=args.image_width * 9 // 16,
-                     first_scene_index=args.first_scene)
+                     first_scene_index=args.first_scene, overwrite=args.overwrite)
     dt = time.perf_counter() - t0
     log.info("wrote %d scenes (%d samples, %d annotations, %.1f MB) to %s in %.1f s (%.2f s/scene)",
              len(s.scene_tokens), s.num_samples, s.num_annotations, s.bytes_written / 1e6, s.root, dt,

@@ -298,7 +298,6 @@ def script_ego(rng: np.random.Generator) -> EgoScript:
 
     # lane changes: lateral offset from the route's lane, + = left
     arc = route.arc_s
-    straight_ok = np.ones(len(t), dtype=bool)
     if arc is not None:
         straight_ok = (s < arc[0] - 8.0) | (s > arc[1] + 8.0)
     else:

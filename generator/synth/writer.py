@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -373,15 +374,23 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
 
 def make_dataset(root, num_scenes: int = 2, seed: int = 0, version: str = "v1.0-drivegen", *, sweep_hz: int = 10,
                  image_width_px: int = 800, image_height_px: int = 450, jpeg_quality: int = 90,
-                 num_azimuth: int = 1084, first_scene_index: int = 0) -> SynthSummary:
+                 num_azimuth: int = 1084, first_scene_index: int = 0, overwrite: bool = False) -> SynthSummary:
     """Write ``num_scenes`` scripted 20 s scenes (40 keyframes at 2 Hz) as a nuScenes log set under ``root``.
 
     ``sweep_hz``: LiDAR rate including keyframes (an even number: 10 gives 4 sweeps between keyframes;
     0 or 2 = keyframes only). ``image_width_px`` x ``image_height_px``: JPEG size (16:9), intrinsics scaled
     from nuScenes' 1600x900. ``num_azimuth``: LiDAR columns per revolution (x 32 beams). Scene i uses
     scene index ``first_scene_index + i``; the same (seed, index) always gives the same bytes.
+    A ``root`` that already holds ``<version>/scene.json`` is refused unless ``overwrite``, which first removes
+    ``<version>/``, ``samples/``, ``sweeps/`` and ``maps/`` under it (stale files would mix two datasets).
     """
     root = Path(root)
+    if (root / version / "scene.json").exists():
+        if not overwrite:
+            raise FileExistsError(f"{root / version} already holds a nuScenes table set; choose an empty --out "
+                                  f"or pass overwrite=True (--overwrite) to replace it")
+        for sub in (version, "samples", "sweeps", "maps"):
+            shutil.rmtree(root / sub, ignore_errors=True)
     if num_scenes < 1:
         raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
     if sweep_hz < 0 or sweep_hz % 2:
