@@ -1,7 +1,8 @@
 """Helpers for tests/test_validate*.py: a run folder made by running perception per scene.
 
 Layout as ``generator.runfolder`` (source.json, config.yaml, perception/{frames,objects}/<scene>.parquet),
-written with ``atomic_write_table``. Uses ``generator.perception.perceive_scene`` when present, else
+written with ``atomic_write_table``, plus perception/projections. Uses ``generator.perception.perceive_scene``
+when present, else
 detect (``actors.detect``) + ``actors.track.track_scene`` and the OBJECTS/FRAMES rows built here.
 """
 from __future__ import annotations
@@ -15,7 +16,9 @@ import pyarrow as pa
 from generator.runfolder import RunFolder, atomic_write_bytes, atomic_write_table
 from generator.types import Boxes3D, Scene
 from schemas.config import PipelineConfig
-from schemas.tables import FRAMES, OBJECTS, check_schema
+from generator.sources import frames_table
+from generator.writers.parquet import storage_schema
+from schemas.tables import FRAMES, OBJECTS, PROJECTIONS, check_schema
 
 
 def _objects_rows(scene: Scene, tracked: list[Boxes3D], backend: str) -> pa.Table:
@@ -47,25 +50,36 @@ def _objects_rows(scene: Scene, tracked: list[Boxes3D], backend: str) -> pa.Tabl
     return pa.Table.from_pydict(cols, schema=OBJECTS)
 
 
-def _frames_rows(scene: Scene) -> pa.Table:
-    rows = [{"scene_id": scene.scene_id, "frame_index": f.frame_index, "timestamp_us": f.timestamp_us,
-             "token": f.token, "is_anchor": f.is_anchor, "city_SE3_ego": f.city_SE3_ego.as_matrix().ravel().tolist(),
-             "ego_SE3_lidar": f.ego_SE3_lidar.as_matrix().ravel().tolist(), "lidar_path": f.lidar_path,
-             "lidar_format": f.lidar_format, "cameras": []} for f in scene.frames]
-    return pa.Table.from_pylist(rows, schema=FRAMES)
+def _projections_rows(scene: Scene, tracked: list[Boxes3D]) -> pa.Table:
+    """Stand-in for the segmentation + visibility stages: a tracked box is visible in a camera when its
+    projected 2D box is in the image and at least 16 px^2 (no masks)."""
+    from generator.projection import project_boxes
+
+    rows = []
+    for fr, b in zip(scene.frames, tracked):
+        for name, cam in fr.cameras.items():
+            xyxy, depth, inside = project_boxes(b, cam)
+            area = np.nan_to_num((xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1]))
+            for k in np.flatnonzero(inside):
+                vis = bool(area[k] >= 16.0)
+                rows.append({"scene_id": scene.scene_id, "frame_index": fr.frame_index, "track_id": int(b.track_id[k]),
+                             "camera": name, "box2d_proj_xyxy": xyxy[k].tolist(), "depth_m": float(depth[k]),
+                             # no nulls in fixed-size list fields: pyarrow 25 cannot read those back
+                             "mask_rle": {"size": [cam.height_px, cam.width_px], "counts": ""},
+                             "mask_box_xyxy": xyxy[k].tolist(), "mask_score": None, "box_iou": None,
+                             "coverage": None, "visible": vis, "drop_reason": None if vis else "small"})
+    return pa.Table.from_pylist(rows, schema=PROJECTIONS)
 
 
-def perceive(scene: Scene, cfg: PipelineConfig) -> tuple[pa.Table, pa.Table]:
-    """(objects, frames) tables of one scene."""
+def perceive(scene: Scene, cfg: PipelineConfig) -> dict[str, pa.Table]:
+    """objects, frames and projections tables of one scene."""
     try:
         from generator.perception import perceive_scene  # the pipeline's own stage, once it exists
     except ImportError:
         perceive_scene = None
     if perceive_scene is not None:
-        out = perceive_scene(scene, cfg)
-        if isinstance(out, dict):
-            return out["objects"], out["frames"]
-        return out[0], out[1]
+        res = perceive_scene(scene, cfg)
+        return {"objects": res.objects, "frames": frames_table(scene), "projections": res.projections}
     from actors.detect.labels import LabelsDetector
     from actors.track.pubtracker import track_scene
 
@@ -73,7 +87,8 @@ def perceive(scene: Scene, cfg: PipelineConfig) -> tuple[pa.Table, pa.Table]:
         raise NotImplementedError("without generator.perception only the labels backend is wired here")
     dets = LabelsDetector(cfg.detection)(scene.frames)
     tracked = track_scene(scene.timestamps_us, dets, cfg.tracking, [f.city_SE3_ego for f in scene.frames])
-    return _objects_rows(scene, tracked, cfg.detection.backend), _frames_rows(scene)
+    return {"objects": _objects_rows(scene, tracked, cfg.detection.backend), "frames": frames_table(scene),
+            "projections": _projections_rows(scene, tracked)}
 
 
 def make_run_folder(out: Path, source, cfg: PipelineConfig, scene_ids: list[str] | None = None) -> Path:
@@ -82,9 +97,11 @@ def make_run_folder(out: Path, source, cfg: PipelineConfig, scene_ids: list[str]
     atomic_write_bytes(rf.path("config.yaml"), cfg.to_yaml().encode())
     for sid in scene_ids or source.scene_ids():
         scene = source.load_scene(sid)
-        objects, frames = perceive(scene, cfg)
-        atomic_write_table(rf.perception("objects", sid), check_schema(objects, OBJECTS))
-        atomic_write_table(rf.perception("frames", sid), check_schema(frames, FRAMES))
+        tables = perceive(scene, cfg)
+        for name, schema in (("objects", OBJECTS), ("frames", FRAMES), ("projections", PROJECTIONS)):
+            if name in tables:  # stored as the pipeline's writers do (variable-size lists, see writers.parquet)
+                t = check_schema(tables[name], schema)
+                atomic_write_table(rf.perception(name, sid), t.cast(storage_schema(schema)))
     return out
 
 

@@ -27,6 +27,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="recall thresholds AMOTA averages over (devkit: 40; cost is linear in it)")
     p.add_argument("--workers", type=int, default=None,
                    help="processes for per-class tracking evaluation (default: min(classes, CPUs))")
+    p.add_argument("--keep-empty-predictions", action="store_true",
+                   help="score predicted boxes with no LiDAR point in them (the devkit's convention for submissions, "
+                        "num_pts -1); by default the devkit's zero-point filter removes them like empty GT boxes")
+    p.add_argument("--no-tracking", action="store_true", help="detection metrics only (skips TrackingEval)")
     p.add_argument("--no-label-agreement", action="store_true",
                    help="skip re-running attributes and QA on the labels")
     p.add_argument("--min-map", type=float, default=None, help="fail (exit 1) when mAP is below")
@@ -51,12 +55,18 @@ def main(args) -> int:
         return 2
     gates = {"min_map": args.min_map, "min_nds": args.min_nds, "min_amota": args.min_amota,
              "max_idsw": args.max_idsw, "min_label_agreement": args.min_label_agreement}
+    if args.no_tracking and (args.min_amota is not None or args.max_idsw is not None):
+        print("drivegen validate: error: --min-amota/--max-idsw need tracking metrics; drop --no-tracking",
+              file=sys.stderr)
+        return 2
     if args.min_label_agreement is not None and args.no_label_agreement:
         print("drivegen validate: error: --min-label-agreement needs the label agreement; drop "
               "--no-label-agreement", file=sys.stderr)
         return 2
     opts = ValidateOptions(logs=args.logs, scenes=args.scenes, tracking_thresholds=args.tracking_thresholds,
-                           workers=args.workers, label_agreement=not args.no_label_agreement,
+                           workers=args.workers, tracking=not args.no_tracking,
+                           label_agreement=not args.no_label_agreement,
+                           keep_empty_predictions=args.keep_empty_predictions,
                            gates={k: v for k, v in gates.items() if v is not None})
     try:
         report = validate_run(args.run, opts)
@@ -65,6 +75,7 @@ def main(args) -> int:
         return 2
     md = to_markdown(report)
     store, prefix = (RunStore(args.out), "") if args.out else (RunStore(args.run), "validate/")
+    store.mkdirs(prefix.rstrip("/"))
     store.write_bytes(f"{prefix}report.md", md.encode())
     store.write_bytes(f"{prefix}report.json", to_json(report).encode())
     if not args.quiet:

@@ -46,13 +46,17 @@ def check_gates(report: dict, gates: dict) -> tuple[dict, bool]:
     return out, ok_all
 
 
+def _count(v):
+    return None if v is None else int(round(v))
+
+
 def _fmt(v, digits: int = 3) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 10):
-        return f"{int(v)}"
+    if isinstance(v, int):
+        return f"{v}"
     return f"{v:.{digits}f}"
 
 
@@ -66,9 +70,10 @@ def to_markdown(r: dict) -> str:
          "| Task | Metric | Score |", "|---|---|---|"]
     rows = [("Detection", "mAP", d["mAP"]), ("", "mATE (m)", d["mATE"]), ("", "mASE", d["mASE"]),
             ("", "mAOE (rad)", d["mAOE"]), ("", "mAVE (m/s)", d["mAVE"]), ("", "mAAE", d["mAAE"]),
-            ("", "NDS", d["NDS"]),
-            ("Tracking", "AMOTA", t["AMOTA"]), ("", "AMOTP (m)", t["AMOTP"]), ("", "Recall", t["recall"]),
-            ("", "MOTA", t["MOTA"]), ("", "IDSW", t["IDSW"]), ("", "Fragmentations", t["FRAG"])]
+            ("", "NDS", d["NDS"])]
+    if t is not None:
+        rows += [("Tracking", "AMOTA", t["AMOTA"]), ("", "AMOTP (m)", t["AMOTP"]), ("", "Recall", t["recall"]),
+                 ("", "MOTA", t["MOTA"]), ("", "IDSW", _count(t["IDSW"])), ("", "Fragmentations", _count(t["FRAG"]))]
     if a is not None:
         rows.append(("Label noise", "QA answers within tolerance", a.get("agreement")))
     L += [f"| {task} | {m} | {_fmt(v)} |" for task, m, v in rows]
@@ -77,9 +82,11 @@ def to_markdown(r: dict) -> str:
               f"{'' if d['has_attributes'] else ' (the logs carry no attributes: mAAE is not defined)'}. "
               f"Devkit ten-class figures: mAP {_fmt(d['all_classes']['mAP'])}, "
               f"NDS {_fmt(d['all_classes']['NDS'])}.",
-          f"Tracking: {t['num_gt_tracks']} GT tracks over {t['num_frames']} frames, {t['num_thresholds']} recall "
-          f"thresholds (devkit: 40), {t['workers']} worker(s).", ""]
-    L += ["## Detection per class", "", "| Class | GT | Pred | AP | AP@0.5 | AP@1 | AP@2 | AP@4 | ATE | ASE | AOE | AVE | AAE |",
+          (f"Tracking: {t['num_gt_tracks']} GT tracks over {t['num_frames']} frames, {t['num_thresholds']} recall "
+           f"thresholds (devkit: 40), {t['workers']} worker(s)." if t is not None else "Tracking: not evaluated."),
+          ""]
+    L += ["## Detection per class", "",
+          "| Class | GT | Pred | AP | AP@0.5 | AP@1 | AP@2 | AP@4 | ATE | ASE | AOE | AVE | AAE |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c, m in d["per_class"].items():
         if not m["has_gt"] and not m["num_pred"]:
@@ -88,22 +95,25 @@ def to_markdown(r: dict) -> str:
         L.append(f"| {c} | {m['num_gt']} | {m['num_pred']} | {_fmt(m['AP'])} | {_fmt(ap['0.5'])} | {_fmt(ap['1.0'])} | "
                  f"{_fmt(ap['2.0'])} | {_fmt(ap['4.0'])} | {_fmt(m['ATE'])} | {_fmt(m['ASE'])} | {_fmt(m['AOE'])} | "
                  f"{_fmt(m['AVE'])} | {_fmt(m['AAE'])} |")
-    L += ["", "## Tracking per class", "", "| Class | GT tracks | AMOTA | AMOTP | Recall | MOTA | MOTP | IDSW | Frag | FP | FN |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c, m in t["per_class"].items():
+    if t is not None:
+        L += ["", "## Tracking per class", "",
+              "| Class | GT tracks | AMOTA | AMOTP | Recall | MOTA | MOTP | IDSW | Frag | FP | FN |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c, m in (t["per_class"] if t is not None else {}).items():
         if not m["has_gt"]:
             continue
         L.append(f"| {c} | {m['num_gt_tracks']} | {_fmt(m['amota'])} | {_fmt(m['amotp'])} | {_fmt(m['recall'])} | "
-                 f"{_fmt(m['mota'])} | {_fmt(m['motp'])} | {_fmt(m['ids'])} | {_fmt(m['frag'])} | {_fmt(m['fp'])} | "
-                 f"{_fmt(m['fn'])} |")
+                 f"{_fmt(m['mota'])} | {_fmt(m['motp'])} | {_fmt(_count(m['ids']))} | {_fmt(_count(m['frag']))} | "
+                 f"{_fmt(_count(m['fp']))} | {_fmt(_count(m['fn']))} |")
     if a is not None:
         L += ["", "## Label noise (QA re-run on the labels)", "", a.get("note", ""), ""]
         if a.get("by_question_type"):
             L += ["| Question type | Compared | Within tolerance | Share |", "|---|---|---|---|"]
             for q, m in sorted(a["by_question_type"].items()):
                 L.append(f"| {q} | {m['compared']} | {m['within']} | {_fmt(m['agreement'])} |")
-        L += ["", f"Quantitative perception answers: {a.get('perception_answers', 0)}; compared with a label answer: "
-                  f"{a.get('compared', 0)}; target not matched to a labelled object: {a.get('unmatched_target', 0)}; "
+        L += ["", f"Quantitative perception answers: {a.get('perception_answers', 0)}; compared with a label answer "
+                  f"(object-dependent types): {a.get('compared', 0)}; target not matched to a labelled object: "
+                  f"{a.get('unmatched_target', 0)}; "
                   f"no label answer for the matched target: {a.get('no_label_answer', 0)}."]
     if r.get("gates"):
         L += ["", "## Gates", "", "| Gate | Metric | Threshold | Value | OK |", "|---|---|---|---|---|"]

@@ -20,8 +20,7 @@ from generator.pipeline.store import RunStore
 from generator.validate.boxes import BoxArrays, cap_per_sample, objects_to_arrays, to_detection_boxes, \
     to_tracking_boxes
 from generator.validate.groundtruth import LogGroundTruth, ValidateInputError, open_ground_truth
-from generator.validate.metrics import (build_tracks, detection_config, evaluate_detection, evaluate_tracking,
-                                        tracking_config)
+from generator.validate.metrics import build_tracks, detection_config, evaluate_detection, tracking_config
 from schemas.tables import FRAMES, OBJECTS, check_schema
 
 log = logging.getLogger(__name__)
@@ -35,8 +34,14 @@ class ValidateOptions:
     scenes: list[str] | None = None  # restrict to these scene ids
     tracking_thresholds: int = 40  # recall thresholds AMOTA averages over (devkit: 40)
     workers: int | None = None  # processes for per-class tracking evaluation (default: min(classes, CPUs))
+    tracking: bool = True
     label_agreement: bool = True
     match_tolerance_us: int = 20_000  # a perceived frame matches an annotated sample within this
+    # Predictions carry the LiDAR point count the run measured in each box, so the devkit's zero-point
+    # filter removes empty predicted boxes as it removes empty GT boxes (drivegen's visibility filter
+    # drops them before QA anyway). True = the devkit's own submissions' convention (num_pts -1: never
+    # removed), so empty predicted boxes count as false positives.
+    keep_empty_predictions: bool = False
     gates: dict = field(default_factory=dict)  # {'min_map': 0.5, ...} see generator.validate.report.GATES
 
 
@@ -58,35 +63,63 @@ def read_run(run: str) -> RunData:
         raise ValidateInputError(f"run folder {run} has no source.json: it is not a drivegen run folder (or the run "
                                  f"never started); run `drivegen run` first")
     source = store.read_json("source.json")
-    obj_files = [p for p in store.list("perception/objects") if p.endswith(".parquet") and not _hidden(p)]
-    if not obj_files:
-        raise ValidateInputError(f"run folder {run} has no perception tables (perception/objects/*.parquet); "
-                                 f"validate needs a run that finished perception: run `drivegen run` (or resume "
-                                 f"it) and try again")
-    objects = _concat([_read(store, p, OBJECTS) for p in obj_files], OBJECTS)
-    fr_files = [p for p in store.list("perception/frames") if p.endswith(".parquet") and not _hidden(p)]
-    frames = _concat([_read(store, p, FRAMES) for p in fr_files], FRAMES) if fr_files else None
+    objects = read_folder(store, "perception/objects", OBJECTS)
+    if objects is None:
+        raise ValidateInputError(f"run folder {run} has no perception tables (perception/objects/*.parquet"
+                                 f"{' of a finished scene' if _has_manifests(store) else ''}); validate needs a run "
+                                 f"that finished perception: run `drivegen run` (or resume it) and try again")
+    frames = read_folder(store, "perception/frames", FRAMES)
     cfg = store.read_bytes("config.yaml").decode() if store.exists("config.yaml") else None
     return RunData(store, source, objects, frames, cfg)
+
+
+def _has_manifests(store: RunStore) -> bool:
+    return any(p.endswith(".json") for p in store.list("manifest"))
+
+
+def read_folder(store: RunStore, folder: str, schema: pa.Schema, scenes: list[str] | None = None) -> pa.Table | None:
+    """A run-folder table (``folder`` = 'perception/objects', 'qa', ...) with the exact ``schema`` types, or None.
+
+    When the run has manifests only files of finished scenes are read (``generator.pipeline.read``); a
+    folder written without the pipeline (no manifests) is read whole, skipping temporary files. Files
+    stored with variable-size lists in place of fixed-size ones (pyarrow 25 cannot read back a null fixed
+    list) are cast back.
+    """
+    if _has_manifests(store):
+        from generator.pipeline.read import read_table
+
+        prefix = folder.rstrip("/") + "/"
+        try:
+            table = read_table(store, folder)
+        except Exception as err:
+            raise ValidateInputError(f"cannot read {folder} of the run: {type(err).__name__}: {err}",
+                                     file=store.full(folder)) from None
+        tables = [] if table is None else [table]
+        where = store.full(prefix)
+    else:
+        files = [p for p in store.list(folder) if p.endswith(".parquet") and not _hidden(p)]
+        tables = [_read(store, p) for p in files]
+        where = store.full(folder)
+    if not tables:
+        return None
+    try:
+        out = pa.concat_tables([check_schema(t, schema, where=where) for t in tables])
+    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise ValidateInputError(str(err), file=where) from None
+    if scenes is not None:
+        out = out.filter(pc.is_in(out.column("scene_id"), pa.array(scenes, pa.string())))
+    return out
 
 
 def _hidden(rel: str) -> bool:
     return rel.rsplit("/", 1)[-1].startswith(".")
 
 
-def _read(store: RunStore, rel: str, schema: pa.Schema) -> pa.Table:
+def _read(store: RunStore, rel: str) -> pa.Table:
     try:
-        t = store.read_parquet(rel)
+        return store.read_parquet(rel)
     except Exception as err:
         raise ValidateInputError(f"cannot read {rel}: {type(err).__name__}: {err}", file=store.full(rel)) from None
-    try:
-        return check_schema(t, schema, where=store.full(rel))
-    except (ValueError, pa.ArrowInvalid) as err:
-        raise ValidateInputError(str(err), file=store.full(rel)) from None
-
-
-def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _match(sample_ts: np.ndarray, ts: np.ndarray, tol_us: int) -> np.ndarray:
@@ -164,6 +197,37 @@ def select(run: RunData, gt: LogGroundTruth, opts: ValidateOptions) -> EvalSet:
     return EvalSet(tokens, scene_of, time_of, pred, rows, labelled, unlabelled, off, frames_without)
 
 
+def run_config(rd: RunData):
+    """The run's PipelineConfig (config.yaml; defaults when the run folder has none)."""
+    import yaml
+
+    from schemas.config import ConfigError, parse_config
+
+    if rd.config_yaml is None:
+        return parse_config({})
+    try:
+        return parse_config(yaml.safe_load(rd.config_yaml), where=rd.store.full("config.yaml"))
+    except (ConfigError, yaml.YAMLError) as err:
+        raise ValidateInputError(f"the run's config.yaml is invalid: {err}",
+                                 file=rd.store.full("config.yaml")) from None
+
+
+def open_source_of(rd: RunData, opts: ValidateOptions):
+    """The run's LogSource (source.json), reading from ``opts.logs`` when given."""
+    from generator.sources import source_from_description
+    from generator.types import SourceError
+
+    desc = dict(rd.source)
+    if opts.logs:
+        desc["dataroot" if desc.get("kind") == "nuscenes" else "root"] = str(opts.logs)
+    desc.pop("scenes", None)
+    try:
+        return source_from_description(desc)
+    except (SourceError, ValueError, TypeError) as err:
+        raise ValidateInputError(f"cannot open the run's logs from source.json: {err}; pass --logs with the logs "
+                                 f"the run was made from", file=rd.store.full("source.json")) from None
+
+
 def _root(run: RunData, opts: ValidateOptions) -> str:
     return str(opts.logs or run.source.get("dataroot") or run.source.get("root"))
 
@@ -185,6 +249,8 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
     from generator.validate.report import check_gates
 
     opts = opts or ValidateOptions()
+    if opts.tracking:  # fail before any work when the devkit's tracking evaluation cannot be imported
+        import generator.validate.tracking  # noqa: F401
     timings = {}
     t0 = time.perf_counter()
     rd = read_run(run)
@@ -192,7 +258,8 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
     es = select(rd, gt, opts)
     if not es.scenes:
         raise ValidateInputError(
-            f"none of the run's scenes is labelled in the logs at {_root(rd, opts)} (unlabelled: {es.unlabelled[:10]}); "
+            f"none of the run's scenes is labelled in the logs at {_root(rd, opts)} "
+            f"(unlabelled: {es.unlabelled[:10]}); "
             f"validate needs annotated scenes")
     if not es.tokens:
         raise ValidateInputError(
@@ -202,28 +269,35 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
     dcfg = detection_config()
     tcfg = tracking_config(opts.tracking_thresholds)
     pred, dropped = cap_per_sample(es.pred, dcfg.max_boxes_per_sample)
+    if opts.keep_empty_predictions:
+        pred.num_pts = np.full(len(pred), -1, dtype=np.int64)
     gt_det = _filtered(gt, gt.boxes(es.tokens, "detection"), dcfg.class_range)
     pr_det = _filtered(gt, to_detection_boxes(pred, es.tokens, gt=False), dcfg.class_range)
-    gt_trk = _filtered(gt, gt.boxes(es.tokens, "tracking"), tcfg.class_range)
-    pr_trk = _filtered(gt, to_tracking_boxes(pred, es.tokens, gt=False), tcfg.class_range)
+    if opts.tracking:
+        gt_trk = _filtered(gt, gt.boxes(es.tokens, "tracking"), tcfg.class_range)
+        pr_trk = _filtered(gt, to_tracking_boxes(pred, es.tokens, gt=False), tcfg.class_range)
     timings["load_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     detection = evaluate_detection(gt_det, pr_det, has_attributes=gt.has_attributes, config=dcfg)
     timings["detection_s"] = time.perf_counter() - t1
 
-    t1 = time.perf_counter()
-    tracks_gt = build_tracks(gt_trk, es.scene_of, es.time_of, gt=True)
-    tracks_pr = build_tracks(pr_trk, es.scene_of, es.time_of, gt=False)
-    tracking = evaluate_tracking(tracks_gt, tracks_pr, tcfg, workers=opts.workers)
-    timings["tracking_s"] = time.perf_counter() - t1
+    tracking = None
+    if opts.tracking:
+        from generator.validate.tracking import evaluate_tracking
+
+        t1 = time.perf_counter()
+        tracks_gt = build_tracks(gt_trk, es.scene_of, es.time_of, gt=True)
+        tracks_pr = build_tracks(pr_trk, es.scene_of, es.time_of, gt=False)
+        tracking = evaluate_tracking(tracks_gt, tracks_pr, tcfg, workers=opts.workers)
+        timings["tracking_s"] = time.perf_counter() - t1
 
     agreement = None
     if opts.label_agreement:
         t1 = time.perf_counter()
         from generator.validate.agreement import label_agreement
 
-        agreement = label_agreement(rd, gt, es)
+        agreement = label_agreement(rd, es, open_source_of(rd, opts), run_config(rd))
         timings["label_agreement_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
 
