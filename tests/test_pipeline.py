@@ -11,12 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
 from ray import cloudpickle
 
+from conftest_pipeline import LocalCluster, drivegen, link_synth_cache, qa_rows, write_config
 from generator.pipeline import RunStore, run_pipeline
 from generator.pipeline.core import Stage
 from generator.pipeline.read import check_run, read_table
@@ -147,7 +149,7 @@ def test_unfinished_attempt_leftovers_are_replaced(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ Ray
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def ray2():
     """Embedded Ray with 2 CPUs (the smallest machine the default must complete on)."""
     if ray.is_initialized():
@@ -170,3 +172,104 @@ def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
     assert qa_keys(tmp_path / "ray") == qa_keys(tmp_path / "local")
     assert check_run(tmp_path / "ray") == []
     assert res.summary["errors"][0]["stage"] == "load"
+
+
+# ------------------------------------------------------------------------------------------ real runs
+@pytest.fixture(scope="module")
+def cluster3():
+    """A 3-node local cluster (CPU-less head + two 2-CPU workers); drivers join it from subprocesses."""
+    c = LocalCluster(workers=2)
+    yield c
+    c.shutdown()
+
+
+def _sorted(out, folder) -> pa.Table:
+    t = read_table(str(out), folder)
+    keys = [k for k in ("scene_id", "frame_index", "track_id", "camera", "subject", "qa_id") if k in t.column_names]
+    return t.sort_by([(k, "ascending") for k in keys]).combine_chunks()
+
+
+def _floats(arr: pa.ChunkedArray):
+    """The float leaves of a (nested list) column, or None when it holds none."""
+    a = arr.combine_chunks()
+    while pa.types.is_list(a.type) or pa.types.is_fixed_size_list(a.type) or pa.types.is_large_list(a.type):
+        a = a.flatten()
+    return a.to_numpy(zero_copy_only=False).astype(float) if pa.types.is_floating(a.type) else None
+
+
+def assert_same_rows(a_out, b_out, folder: str, exact: bool) -> None:
+    """Same rows in both run folders. ``exact``: bit for bit (QA answers are rounded, so they must be);
+    otherwise float columns may differ in the last bit (numpy's SIMD sin/cos/arctan2 give 1-ulp
+    differences depending on array alignment in the process) and everything else must be identical."""
+    a, b = _sorted(a_out, folder), _sorted(b_out, folder)
+    assert a.schema == b.schema and a.num_rows == b.num_rows, folder
+    for name in a.column_names:
+        fa, fb = _floats(a.column(name)), _floats(b.column(name))
+        if fa is None or exact:
+            assert a.column(name).to_pylist() == b.column(name).to_pylist() or (
+                fa is not None and np.array_equal(fa, fb, equal_nan=True)), f"{folder}.{name}"
+        else:
+            assert a.column(name).null_count == b.column(name).null_count, f"{folder}.{name}"
+            assert np.allclose(fa, fb, rtol=1e-12, atol=1e-12, equal_nan=True), f"{folder}.{name}"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tmp_path):
+    """``drivegen run --out A`` (generated logs, embedded Ray on 2 CPUs, the default config) and the same
+    logs on a 3-node cluster with a file:// run folder give identical rows, every table."""
+    cache = link_synth_cache(synth_root, tmp_path / "cache")
+    cfg = write_config(tmp_path / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
+    a = tmp_path / "embedded"
+    r = drivegen("run", "--out", a, "--scenes", 2, "--config", cfg, env={"DRIVEGEN_SYNTH_DIR": str(cache)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "scenes: 2 ok, 0 failed, 0 skipped" in r.stdout
+    src = json.loads((a / "source.json").read_text())
+    assert src["kind"] == "nuscenes" and Path(src["dataroot"]).resolve() == synth_root.resolve()
+    assert PipelineConfig.model_validate(__import__("yaml").safe_load((a / "config.yaml").read_text())).ray.num_cpus == 2
+    summary = json.loads((a / "summary.json").read_text())
+    qa = read_table(a, "qa")
+    fam = {d["values"]: d["counts"] for d in qa.column("family").value_counts().to_pylist()}
+    assert summary["qa"]["by_family"] == fam and summary["qa"]["total"] == qa.num_rows
+    assert summary["frames"] == read_table(a, "perception/frames").num_rows
+    assert summary["objects"] == read_table(a, "perception/objects").num_rows
+    proj = read_table(a, "perception/projections")
+    drops = {d["values"]: d["counts"] for d in proj.column("drop_reason").drop_null().value_counts().to_pylist()}
+    assert summary["objects_dropped"] == drops
+    assert summary["throughput"]["qa_per_s"] > 0 and summary["wall_s"] > 0
+    assert (a / "card" / "README.md").exists() and list((a / "wds").glob("scene-0000-*.tar"))
+    assert check_run(a) == []
+
+    b = tmp_path / "cluster"
+    r = drivegen("run", "--out", f"file://{b}", "--source", "nuscenes", "--data", src["dataroot"],
+                 "--address", cluster3.address)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert check_run(b) == []
+    assert_same_rows(a, b, "qa", exact=True)
+    for folder in ("perception/frames", "perception/objects", "perception/projections", "attributes", "labels"):
+        assert_same_rows(a, b, folder, exact=False)
+
+    # the run folder refuses a second run; --resume of a finished run does nothing and succeeds
+    r = drivegen("run", "--out", a, "--scenes", 2, env={"DRIVEGEN_SYNTH_DIR": str(cache)})
+    assert r.returncode == 2 and "already holds a run" in r.stderr
+    r = drivegen("run", "--resume", a, "--local")
+    assert r.returncode == 0 and "0 ok, 0 failed, 2 skipped" in r.stdout
+    r = drivegen("run", "--resume", tmp_path / "nothing")
+    assert r.returncode == 2 and "config.yaml is missing" in r.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_av2_log_embedded_equals_cluster(av2_log, cluster3, tmp_path):
+    """The real AV2 log (10 Hz, no images) through the whole pipeline, embedded and on the cluster."""
+    cfg = write_config(tmp_path / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
+    a, b = tmp_path / "embedded", tmp_path / "cluster"
+    r = drivegen("run", "--out", a, "--source", "av2", "--data", av2_log, "--config", cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = drivegen("run", "--out", b, "--source", "av2", "--data", av2_log, "--address", cluster3.address)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same_rows(a, b, "qa", exact=True)
+    for folder in ("perception/objects", "attributes"):
+        assert_same_rows(a, b, folder, exact=False)
+    summary = json.loads((a / "summary.json").read_text())
+    assert summary["scenes"]["ok"] == 1 and summary["frames"] == 156 and summary["qa"]["total"] > 0
