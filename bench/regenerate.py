@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from generator.attributes import compute_attributes  # noqa: E402
 from generator.qa import generate_qa, load_templates  # noqa: E402
-from generator.qa.regenerate import load_scenes, regenerate, run_scenes, split_by_scene  # noqa: E402
+from generator.qa.regenerate import (load_scenes, regenerate, run_scenes, split_by_scene,  # noqa: E402
+                                     use_retaining_memory_pool)
 from generator.runfolder import RunFolder  # noqa: E402
 from schemas.config import PipelineConfig  # noqa: E402
 from schemas.tables import FRAMES, OBJECTS, PROJECTIONS  # noqa: E402
@@ -143,9 +144,12 @@ def main(argv=None) -> int:
     ap.add_argument("--tracks", type=int, default=30)
     ap.add_argument("--batch-scenes", type=int, default=64)
     ap.add_argument("--keep", default=None, help="build the synthetic run here and keep it")
+    ap.add_argument("--default-pool", action="store_true", help="keep Arrow's default memory pool settings")
     args = ap.parse_args(argv)
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
+    if not args.default_pool:
+        print(f"memory pool: {use_retaining_memory_pool()} (freed memory kept for reuse)")
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="drivegen-bench-regen-"))
     try:
         t = time.perf_counter()

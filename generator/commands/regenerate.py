@@ -26,7 +26,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     from generator.qa import TemplateError, load_templates
-    from generator.qa.regenerate import RegenerateError, regenerate
+    from generator.qa.regenerate import RegenerateError, regenerate, use_retaining_memory_pool
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -42,6 +42,7 @@ def main(args) -> int:
         cfg.qa.seed = args.seed
     cfg.qa.template_dirs = [*cfg.qa.template_dirs, *[str(Path(d).resolve()) for d in args.templates]]
     out = Path(args.out) if args.out else run_dir / "regenerated"
+    use_retaining_memory_pool()
     try:
         templates = load_templates(cfg)
         summary = regenerate(run_dir, out, cfg, templates, batch_scenes=args.batch_scenes)
