@@ -125,6 +125,13 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
                         progress=False)
     assert res2.summary["scenes"] == {"total": 3, "ok": 0, "failed": 1, "skipped": 2}
     assert qa_keys(out) == before and res2.summary["qa"]["total"] == 7
+    # drivegen inspect: consistent now; a lost shard is reported
+    from generator.cli import main as cli
+
+    assert cli(["inspect", str(out)]) == 0
+    (out / "qa" / "s-1-00000.parquet").unlink()
+    assert cli(["inspect", str(out)]) == 1
+    assert check_run(out) == ["manifest lists a missing file: qa/s-1-00000.parquet"]
 
 
 def test_unfinished_attempt_leftovers_are_replaced(tmp_path):

@@ -97,9 +97,17 @@ def _build(scene_ids, source, stages, write, cfg, store):
 def configure_data_context(progress_bars: bool) -> None:
     import logging
 
-    level = logging.INFO if progress_bars else logging.ERROR  # quiet: failures still show, info does not
-    for name in ["ray.data"] + [n for n in logging.root.manager.loggerDict if n.startswith("ray.data.")]:
-        logging.getLogger(name).setLevel(level)
+    import ray.data  # its import configures Ray Data's loggers; adjust them afterwards
+
+    # Ray Data logs to its session file (kept as is) and to the console at INFO; keep the console to errors.
+    level = logging.INFO if progress_bars else logging.ERROR
+    for handler in logging.getLogger("ray.data").handlers:
+        if type(handler).__name__ == "PlainRayHandler":
+            handler.setLevel(level)
+    if not progress_bars:  # the driver shows its own progress over finished scenes; skip Ray's notice
+        from ray.util.debug import log_once
+
+        log_once("ray_data_progress_manager_disabled")
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress_bars
     ctx.print_on_execution_start = progress_bars
