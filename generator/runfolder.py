@@ -4,6 +4,7 @@ Layout (every per-scene file is named by scene id, written under a temporary nam
 
     OUT/config.yaml                         the PipelineConfig the run used
     OUT/source.json                         how to rebuild the log source (kind, dataroot, version, ...)
+    OUT/scenes.json                         {"scene_ids": [...]}: the scenes of the run (``--resume`` reads it)
     OUT/perception/frames/<scene>.parquet   schemas.tables.FRAMES
     OUT/perception/objects/<scene>.parquet  schemas.tables.OBJECTS (detections after tracking)
     OUT/perception/projections/<scene>.parquet  schemas.tables.PROJECTIONS (masks, visibility decisions)
@@ -16,6 +17,11 @@ Layout (every per-scene file is named by scene id, written under a temporary nam
     OUT/bench/                              STRIDE-QA-Bench export
     OUT/card/                               dataset card, stats.json, histograms
     OUT/summary.json                        end-of-run summary
+
+While a run is going (removed when it ends; see ``generator.pipeline``): ``OUT/_pending/<scene>.json``
+(files a scene is committing), ``OUT/_attempts/`` (stage attempt markers), ``OUT/.staging/`` (per-scene
+folders the workers build files in). A scene is finished exactly when ``manifest/<scene>.json`` exists;
+read a run's rows with ``generator.pipeline.read.read_table`` (manifest-listed files only).
 """
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
     """A model stage as an actor pool (fractional CPUs) next to CPU tasks completes on 2 CPUs (whole-CPU
     actors would starve the read stage and hang) and gives the same rows as the in-process run."""
     ids = [f"s-{i}" for i in range(4)] + ["bad-4"]
-    res = run_pipeline(str(tmp_path / "ray"), {"kind": "toy"}, toy_cfg(actor_pool_size=2), ids,
+    res = run_pipeline(str(tmp_path / "ray"), {"kind": "toy"}, toy_cfg(actor_pool_size=4), ids,
                        toy_stages(actor=True), toy_write, progress=False)
     local = run_pipeline(str(tmp_path / "local"), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write,
                          executor="local", progress=False)
@@ -280,3 +280,21 @@ def test_av2_log_embedded_equals_cluster(av2_log, cluster3, tmp_path):
         assert_same_rows(a, b, folder, exact=False)
     summary = json.loads((a / "summary.json").read_text())
     assert summary["scenes"]["ok"] == 1 and summary["frames"] == 156 and summary["qa"]["total"] > 0
+
+
+def test_resources_fit_the_cluster():
+    """Actor pools never take every CPU (the read stage must run) nor wait for GPUs that do not exist."""
+    from generator.pipeline.ray_exec import plan_resources
+
+    det = Stage("detect", toy_detect, actor=True, gpu=True)
+    seg = Stage("perceive", toy_qa, actor=True, gpu=True)
+    rc = toy_cfg(actor_pool_size=4).ray  # 0.5 CPU, 1 GPU per actor by default
+    r = plan_resources(rc, [Stage("load", toy_load), det, seg], cluster_cpus=2, cluster_gpus_=0)
+    assert r.actor_gpus == 0 and r.pool_size == 4
+    assert 8 * r.actor_cpus + r.task_cpus <= 2 and r.task_cpus > 0 and r.notes
+    r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)
+    assert r.gpu_pool_size == 1 and r.actor_gpus == 0.5  # two model stages share the one GPU
+    r = plan_resources(rc, [det, seg], cluster_cpus=64, cluster_gpus_=8)
+    assert (r.gpu_pool_size, r.actor_gpus, r.actor_cpus, r.task_cpus, r.notes) == (4, 1.0, 0.5, 1.0, ())
+    r = plan_resources(toy_cfg().ray, toy_stages(), cluster_cpus=2, cluster_gpus_=0)  # no actors: untouched
+    assert (r.task_cpus, r.notes) == (1.0, ())

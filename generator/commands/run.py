@@ -72,7 +72,7 @@ def main(args) -> int:
                      address=args.address, resume=resume, scenes=args.scenes, seed=args.seed,
                      executor="local" if args.local else "ray", progress=not args.no_progress,
                      verbose=getattr(args, "verbose", False))
-    except (ConfigError, DrivegenError, FileExistsError, FileNotFoundError) as err:
+    except (ConfigError, DrivegenError, FileExistsError, FileNotFoundError, ValueError) as err:
         return _fail(str(err))
     from generator.pipeline.driver import format_summary
 

@@ -102,6 +102,12 @@ def run_pipeline(out: str, source: dict, cfg: PipelineConfig, scene_ids: list[st
     summary)`` runs at the end (dataset card). Returns the summary (also in ``OUT/summary.json``).
     """
     t0 = time.perf_counter()
+    by_name: dict[str, list[str]] = {}
+    for sid in scene_ids:
+        by_name.setdefault(safe_name(sid), []).append(sid)
+    clash = {k: v for k, v in by_name.items() if len(v) > 1}
+    if clash:
+        raise ValueError(f"scene ids that map to the same file names (or repeat): {clash}; rename them")
     store = RunStore(out)
     store.mkdirs("")
     store.write_bytes("config.yaml", cfg.to_yaml().encode())
@@ -243,7 +249,7 @@ def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skip
     }
 
 
-def format_summary(summary: dict) -> str:
+def format_summary(summary: dict, max_errors: int = 20) -> str:
     sc = summary["scenes"]
     lines = [f"scenes: {sc['ok']} ok, {sc['failed']} failed, {sc['skipped']} skipped (of {sc['total']})",
              f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "
@@ -252,6 +258,8 @@ def format_summary(summary: dict) -> str:
                                     or "none"),
              f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
              f"{summary['throughput']['frames_per_s']:.1f} frames/s"]
-    for e in summary["errors"]:
+    for e in summary["errors"][:max_errors]:
         lines.append(f"error: scene={e['scene_id']} stage={e['stage']} file={e['file']}: {e['message']}")
+    if len(summary["errors"]) > max_errors:
+        lines.append(f"... and {len(summary['errors']) - max_errors} more errors (OUT/errors/, summary.json)")
     return "\n".join(lines)

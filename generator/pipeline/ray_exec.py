@@ -20,7 +20,9 @@ Resources (``cfg.ray``):
 """
 from __future__ import annotations
 
+import logging
 import warnings
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
@@ -29,6 +31,8 @@ import ray
 from generator.pipeline.core import SceneWork, Stage, StageEnv, apply_stage, cached_model, finish_scene
 from generator.pipeline.store import RunStore
 from schemas.config import PipelineConfig
+
+log = logging.getLogger("drivegen.pipeline")
 
 
 def _begin(batch: dict, source: dict) -> dict:
@@ -65,6 +69,53 @@ def cluster_gpus() -> float:
     return float(ray.cluster_resources().get("GPU", 0.0))
 
 
+@dataclass(frozen=True)
+class Resources:
+    """What each map worker asks for, fitted to the cluster (see ``plan_resources``)."""
+
+    task_cpus: float
+    actor_cpus: float
+    actor_gpus: float  # per GPU-capable model actor (0 on a cluster without GPUs)
+    pool_size: int
+    gpu_pool_size: int
+    notes: tuple[str, ...] = ()
+
+
+def plan_resources(rc, stages: list[Stage], cluster_cpus: float, cluster_gpus_: float) -> Resources:
+    """``cfg.ray`` fitted to the cluster so the pipeline can always make progress:
+
+    * actor pools must leave room for at least one CPU task (the read and CPU stages): otherwise Ray Data
+      waits forever (actors hold every CPU, the read never runs). Actor CPUs are scaled down to fit, and
+      the task CPUs too when even that is not enough (a 1-CPU machine);
+    * a fixed-size pool of GPU actors cannot be larger than the GPUs allow (it would wait for actors that
+      can never be placed).
+    """
+    notes = []
+    actors = [st for st in stages if st.actor]
+    pool, gpu_pool = rc.actor_pool_size, rc.actor_pool_size
+    actor_gpus = rc.actor_num_gpus if cluster_gpus_ > 0 else 0.0
+    n_gpu_stages = sum(st.gpu for st in actors)
+    if actor_gpus > 0 and n_gpu_stages:
+        fit = max(1, int(cluster_gpus_ // (actor_gpus * n_gpu_stages)))
+        if fit < gpu_pool:
+            notes.append(f"GPU actor pools reduced from {gpu_pool} to {fit} actor(s): {cluster_gpus_:g} GPU(s), "
+                         f"{n_gpu_stages} model stage(s) at {actor_gpus:g} GPU per actor")
+            gpu_pool = fit
+        if gpu_pool * n_gpu_stages * actor_gpus > cluster_gpus_:
+            shared = cluster_gpus_ / (gpu_pool * n_gpu_stages)
+            notes.append(f"{gpu_pool * n_gpu_stages} GPU actor(s) share {cluster_gpus_:g} GPU(s): "
+                         f"{shared:.2f} GPU each instead of {actor_gpus:g}")
+            actor_gpus = shared
+    n_actors = sum(gpu_pool if (st.gpu and actor_gpus > 0) else pool for st in actors)
+    actor_cpus, task_cpus = rc.actor_num_cpus, rc.cpu_stage_num_cpus
+    if n_actors and cluster_cpus > 0 and cluster_cpus - n_actors * actor_cpus < task_cpus:
+        task_cpus = min(task_cpus, max(0.25, cluster_cpus / 2))
+        actor_cpus = max(0.01, (cluster_cpus - task_cpus) / n_actors)
+        notes.append(f"{n_actors} model actor(s) at {rc.actor_num_cpus:g} CPU would leave no CPU for the read "
+                     f"and CPU stages on {cluster_cpus:g} CPUs: actors get {actor_cpus:.2f} CPU, tasks {task_cpus:g}")
+    return Resources(task_cpus, actor_cpus, actor_gpus, pool, gpu_pool, tuple(notes))
+
+
 def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], write: Callable,
                   cfg: PipelineConfig, store: RunStore) -> "ray.data.Dataset":
     """The lazy Dataset: scenes -> stages -> write/commit -> summary rows (scene_id, status, info)."""
@@ -77,17 +128,22 @@ def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], write
 
 def _build(scene_ids, source, stages, write, cfg, store):
     rc = cfg.ray
-    gpus = cluster_gpus()
+    res = plan_resources(rc, stages, float(ray.cluster_resources().get("CPU", 0.0)), cluster_gpus())
+    for note in res.notes:
+        log.warning(note)
     ds = ray.data.from_items([{"scene_id": s} for s in scene_ids], override_num_blocks=max(1, len(scene_ids)))
-    task_args = dict(batch_size=1, batch_format="numpy", num_cpus=rc.cpu_stage_num_cpus,
-                     compute=ray.data.TaskPoolStrategy(size=max(1, min(rc.scenes_in_flight, len(scene_ids)))), max_retries=rc.max_retries)
+    in_flight = max(1, min(rc.scenes_in_flight, len(scene_ids)))
+    task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,
+                     compute=ray.data.TaskPoolStrategy(size=in_flight), max_retries=rc.max_retries)
     ds = ds.map_batches(_begin, fn_kwargs={"source": source}, **task_args)
     for st in stages:
         if st.actor:
+            on_gpu = st.gpu and res.actor_gpus > 0
             ds = ds.map_batches(
                 _ActorStage, fn_constructor_kwargs={"stage": st, "cfg": cfg, "store": store}, batch_size=1,
-                batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=rc.actor_pool_size),
-                num_cpus=rc.actor_num_cpus, num_gpus=rc.actor_num_gpus if (st.gpu and gpus > 0) else 0,
+                batch_format="numpy",
+                compute=ray.data.ActorPoolStrategy(size=res.gpu_pool_size if on_gpu else res.pool_size),
+                num_cpus=res.actor_cpus, num_gpus=res.actor_gpus if on_gpu else 0,
                 max_restarts=-1, max_task_retries=rc.max_retries)
         else:
             ds = ds.map_batches(_run_task_stage, fn_kwargs={"stage": st, "cfg": cfg, "store": store}, **task_args)

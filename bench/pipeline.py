@@ -1,0 +1,190 @@
+"""Pipeline figures, measured in one run on generated logs (``generator.synth``, cached):
+
+1. overhead: the in-process run of the stages (``executor='local'``) vs the Ray run with one worker
+   (embedded Ray, 1 CPU: one scene at a time); goal <= 1.15x;
+2. scaling: the Ray run with two workers (2 CPUs) vs one worker; goal >= 1.8x (needs 2 free cores);
+3. streaming: peak memory (RSS of the driver + every Ray worker process, sampled every 0.2 s) with N vs
+   10 N scenes, two workers; goal <= 1.2x. The 10 N scenes are the N generated ones repeated under new
+   scene names and tokens (tables only; the sensor files are shared), so no extra generation is needed.
+
+Timed passes run on warm processes: each configuration first runs the same scenes once (imports, model
+and template loading, worker start-up), then the timed pass writes a fresh run folder. Cold figures are
+printed too. Everything uses one thread per process (OMP/BLAS), as Ray does for 1-CPU tasks.
+
+    python bench/pipeline.py [--scenes 2] [--repeat 10] [--keep DIR]
+"""
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import psutil  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from generator.pipeline import SYNTH_VERSION, run_pipeline, synth_logs  # noqa: E402
+from generator.pipeline.stages import default_stages, write_scene  # noqa: E402
+from generator.sources import open_source  # noqa: E402
+from schemas.config import PipelineConfig  # noqa: E402
+
+# nuScenes tables whose records belong to one scene (everything else -- sensors, calibration, categories,
+# attributes, visibility -- is shared by the copies).
+SCENE_TABLES = ("scene", "sample", "sample_data", "ego_pose", "sample_annotation", "instance", "log")
+
+
+def repeated_logs(src: Path, dst: Path, copies: int) -> Path:
+    """``src`` (a nuScenes dataroot) with every scene repeated ``copies`` times under new names/tokens."""
+    dst.mkdir(parents=True)
+    for sub in ("maps", "samples", "sweeps"):
+        if (src / sub).exists():
+            (dst / sub).symlink_to((src / sub).resolve(), target_is_directory=True)
+    tin, tout = src / SYNTH_VERSION, dst / SYNTH_VERSION
+    tout.mkdir()
+    tables = {p.stem: json.loads(p.read_text()) for p in tin.glob("*.json")}
+    own = {r["token"] for t in SCENE_TABLES for r in tables.get(t, [])}
+
+    def remap(v, k):
+        if isinstance(v, str) and v in own:
+            return f"{v}r{k}"
+        if isinstance(v, list):
+            return [remap(x, k) for x in v]
+        return v
+
+    for name in SCENE_TABLES:
+        recs = tables.get(name, [])
+        out = []
+        for k in range(copies):
+            for r in recs:
+                c = {key: (remap(val, k) if k else val) for key, val in r.items()}
+                if name == "scene" and k:
+                    c["name"] = f"{r['name']}-r{k}"
+                out.append(c)
+        tables[name] = out
+    for m in tables.get("map", []):
+        m["log_tokens"] = [remap(t, k) if k else t for k in range(copies) for t in m["log_tokens"]]
+    for name, recs in tables.items():
+        (tout / f"{name}.json").write_text(json.dumps(recs))
+    return dst
+
+
+class PeakMemory(threading.Thread):
+    """Samples the summed RSS of this process (the driver) and its Ray worker processes (``ray::*``
+    descendants: task workers and actors of the embedded Ray started by this process)."""
+
+    def __init__(self, interval_s: float = 0.2):
+        super().__init__(daemon=True)
+        self.interval_s, self.peak, self._halt = interval_s, 0, threading.Event()
+        self.me = psutil.Process()
+
+    def sample(self) -> int:
+        total = self.me.memory_info().rss
+        for p in self.me.children(recursive=True):
+            try:
+                if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
+                    total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def run(self):
+        while not self._halt.is_set():
+            self.peak = max(self.peak, self.sample())
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> int:
+        self._halt.set()
+        self.join()
+        return self.peak
+
+
+def timed(label, fn):
+    t0 = time.perf_counter()
+    res = fn()
+    dt = time.perf_counter() - t0
+    s = res.summary
+    print(f"  {label:<34s} {dt:7.1f} s  scenes ok {s['scenes']['ok']}/{s['scenes']['total']}  "
+          f"QA {s['qa']['total']}", flush=True)
+    assert s["scenes"]["failed"] == 0, s["errors"]
+    return dt, res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenes", type=int, default=2, help="N generated scenes (default 2)")
+    ap.add_argument("--repeat", type=int, default=10, help="memory run with N x REPEAT scenes (default 10)")
+    ap.add_argument("--keep", default=None, help="keep run folders here (default: a temporary folder)")
+    args = ap.parse_args(argv)
+
+    import ray
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="drivegen-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    logs = synth_logs(args.scenes, seed=0)
+    cfg = PipelineConfig()
+    cfg.writers.card = False  # a run-level by-product, not a stage
+    src = open_source("nuscenes", logs, cfg, version=SYNTH_VERSION)
+    ids, desc = src.scene_ids(), src.describe()
+    stages = default_stages(cfg)
+    print(f"drivegen pipeline bench: {len(ids)} generated scenes ({logs}), {psutil.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+
+    def go(name, executor="ray", scene_ids=ids, source=desc):
+        out = work / name
+        shutil.rmtree(out, ignore_errors=True)
+        return run_pipeline(str(out), source, cfg, scene_ids, stages, write_scene, executor=executor,
+                            progress=False)
+
+    print("1. in-process vs Ray with one worker")
+    cold_local, _ = timed("in-process (cold)", lambda: go("local-cold", "local"))
+    warm_local, _ = timed("in-process (warm)", lambda: go("local", "local"))
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    cold_ray1, _ = timed("Ray, 1 worker (cold)", lambda: go("ray1-cold"))
+    warm_ray1, _ = timed("Ray, 1 worker (warm)", lambda: go("ray1"))
+    ray.shutdown()
+    print(f"  -> Ray 1 worker / in-process: {warm_ray1 / warm_local:.2f}x warm (goal <= 1.15x), "
+          f"{cold_ray1 / cold_local:.2f}x cold")
+
+    print("2. two workers")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    timed("Ray, 2 workers (cold)", lambda: go("ray2-cold"))
+    mem_n = PeakMemory()
+    mem_n.start()
+    warm_ray2, _ = timed("Ray, 2 workers (warm)", lambda: go("ray2"))
+    peak_n = mem_n.stop()
+    print(f"  -> speed-up 2 workers vs 1: {warm_ray1 / warm_ray2:.2f}x (goal >= 1.8x; "
+          f"{psutil.cpu_count()} cores shared with other work, load average {os.getloadavg()[0]:.1f})")
+
+    print(f"3. streaming memory, N = {len(ids)} vs {args.repeat} N scenes (2 workers)")
+    big_logs = repeated_logs(Path(logs), work / "logs-repeated", args.repeat)
+    big = open_source("nuscenes", big_logs, cfg, version=SYNTH_VERSION)
+    mem_10n = PeakMemory()
+    mem_10n.start()
+    t_big, res_big = timed(f"Ray, 2 workers, {len(big.scene_ids())} scenes",
+                           lambda: go("ray2-big", scene_ids=big.scene_ids(), source=big.describe()))
+    peak_10n = mem_10n.stop()
+    ray.shutdown()
+    print(f"  peak RSS driver+workers: N {peak_n / 2**20:,.0f} MiB, {args.repeat} N {peak_10n / 2**20:,.0f} MiB "
+          f"-> {peak_10n / peak_n:.2f}x (goal <= 1.2x)")
+    print(f"  throughput at {args.repeat} N: {res_big.summary['qa']['total'] / t_big:,.0f} QA/s, "
+          f"{res_big.summary['frames'] / t_big:.1f} frames/s")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
