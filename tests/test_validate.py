@@ -135,6 +135,27 @@ def test_empty_predicted_boxes_count_only_when_asked(synth_runs, sweep_reports):
     assert strict["mATE"] == pytest.approx(0.0, abs=1e-6)
 
 
+@needs_motmetrics
+def test_pipeline_run_folder_validates(synth_root, tmp_path):
+    """A run folder written by ``drivegen run`` itself (manifests, QA shards, the writers' storage types):
+    validate reads only manifest-listed files and takes the perception answers from the run's QA shards."""
+    from generator.pipeline import run
+
+    cfg = _front_only(noise_config(0.0))
+    out = tmp_path / "run"
+    res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
+              progress=False)
+    assert res.summary["scenes"]["ok"] == 2
+    r = validate_run(str(out), ValidateOptions(tracking_thresholds=THRESHOLDS))
+    assert r["scenes"]["evaluated"] == ["scene-0000", "scene-0001"]
+    assert r["detection"]["mAP"] == pytest.approx(1.0, abs=1e-9)
+    assert r["tracking"]["AMOTA"] == pytest.approx(1.0, abs=1e-9)
+    a = r["label_agreement"]
+    assert "regenerated" not in a["note"] and a["agreement"] == 1.0
+    qa_rows = sum(pa.parquet.read_table(p).num_rows for p in (out / "qa").glob("*.parquet"))
+    assert a["perception_answers"] > 0 and a["perception_answers"] < qa_rows  # quantitative ones only
+
+
 def _copy_tables(src_root: Path, dst_root: Path) -> Path:
     """A dataroot whose tables are copies (editable) and whose sensor folders are links."""
     dst_root.mkdir()

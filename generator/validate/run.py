@@ -241,17 +241,23 @@ def _filtered(gt: LogGroundTruth, boxes, class_range):
     return filter_eval_boxes(gt.tables, boxes, class_range, verbose=False)
 
 
-def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
-    """Score a run folder's perception against its labelled logs. Returns the report dict (see report.py).
+@dataclass
+class Prepared:
+    """Everything the metrics read, after loading and the devkit's filtering (see ``prepare``)."""
 
-    Raises ``ValidateInputError`` for unusable inputs (message says which and what to do).
-    """
-    from generator.validate.report import check_gates
+    rd: RunData
+    gt: LogGroundTruth
+    es: EvalSet
+    gt_det: object  # EvalBoxes of DetectionBox
+    pr_det: object
+    tracks_gt: dict | None  # {scene: {timestamp_us: [TrackingBox]}} (build_tracks), None without tracking
+    tracks_pr: dict | None
+    boxes_over_cap: int
+    load_s: float
 
-    opts = opts or ValidateOptions()
-    if opts.tracking:  # fail before any work when the devkit's tracking evaluation cannot be imported
-        import generator.validate.tracking  # noqa: F401
-    timings = {}
+
+def prepare(run: str, opts: ValidateOptions) -> Prepared:
+    """Read the run and the logs, choose the scored samples, build and filter the devkit's boxes."""
     t0 = time.perf_counter()
     rd = read_run(run)
     gt = open_ground_truth(rd.source, opts.logs)
@@ -259,8 +265,7 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
     if not es.scenes:
         raise ValidateInputError(
             f"none of the run's scenes is labelled in the logs at {_root(rd, opts)} "
-            f"(unlabelled: {es.unlabelled[:10]}); "
-            f"validate needs annotated scenes")
+            f"(unlabelled: {es.unlabelled[:10]}); validate needs annotated scenes")
     if not es.tokens:
         raise ValidateInputError(
             f"no perceived frame of the labelled scenes {es.scenes[:10]} coincides with an annotated sample "
@@ -273,13 +278,33 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
         pred.num_pts = np.full(len(pred), -1, dtype=np.int64)
     gt_det = _filtered(gt, gt.boxes(es.tokens, "detection"), dcfg.class_range)
     pr_det = _filtered(gt, to_detection_boxes(pred, es.tokens, gt=False), dcfg.class_range)
+    tracks_gt = tracks_pr = None
     if opts.tracking:
         gt_trk = _filtered(gt, gt.boxes(es.tokens, "tracking"), tcfg.class_range)
         pr_trk = _filtered(gt, to_tracking_boxes(pred, es.tokens, gt=False), tcfg.class_range)
-    timings["load_s"] = time.perf_counter() - t0
+        tracks_gt = build_tracks(gt_trk, es.scene_of, es.time_of, gt=True)
+        tracks_pr = build_tracks(pr_trk, es.scene_of, es.time_of, gt=False)
+    return Prepared(rd, gt, es, gt_det, pr_det, tracks_gt, tracks_pr, dropped, time.perf_counter() - t0)
+
+
+def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
+    """Score a run folder's perception against its labelled logs. Returns the report dict (see report.py).
+
+    Raises ``ValidateInputError`` for unusable inputs (message says which and what to do).
+    """
+    from generator.validate.report import check_gates
+
+    opts = opts or ValidateOptions()
+    if opts.tracking:  # fail before any work when the devkit's tracking evaluation cannot be imported
+        import generator.validate.tracking  # noqa: F401
+    t0 = time.perf_counter()
+    p = prepare(run, opts)
+    rd, es = p.rd, p.es
+    timings = {"load_s": p.load_s}
 
     t1 = time.perf_counter()
-    detection = evaluate_detection(gt_det, pr_det, has_attributes=gt.has_attributes, config=dcfg)
+    detection = evaluate_detection(p.gt_det, p.pr_det, has_attributes=p.gt.has_attributes,
+                                   config=detection_config())
     timings["detection_s"] = time.perf_counter() - t1
 
     tracking = None
@@ -287,9 +312,8 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
         from generator.validate.tracking import evaluate_tracking
 
         t1 = time.perf_counter()
-        tracks_gt = build_tracks(gt_trk, es.scene_of, es.time_of, gt=True)
-        tracks_pr = build_tracks(pr_trk, es.scene_of, es.time_of, gt=False)
-        tracking = evaluate_tracking(tracks_gt, tracks_pr, tcfg, workers=opts.workers)
+        tracking = evaluate_tracking(p.tracks_gt, p.tracks_pr, tracking_config(opts.tracking_thresholds),
+                                     workers=opts.workers)
         timings["tracking_s"] = time.perf_counter() - t1
 
     agreement = None
@@ -308,7 +332,7 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
         "scenes": {"evaluated": es.scenes, "unlabelled": es.unlabelled,
                    "unlabelled_note": "scenes without any annotation; excluded from every metric",
                    "num_samples": len(es.tokens), "perceived_frames_without_sample": es.frames_without_sample,
-                   "objects_off_samples": es.objects_off_samples, "objects_over_cap": dropped},
+                   "objects_off_samples": es.objects_off_samples, "objects_over_cap": p.boxes_over_cap},
         "detection": detection,
         "tracking": tracking,
         "label_agreement": agreement,
