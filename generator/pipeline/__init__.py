@@ -54,6 +54,17 @@ def synth_logs(num_scenes: int = DEFAULT_SYNTH_SCENES, seed: int = 0, base: str 
     return root
 
 
+def _warn_if_not_shared(store: RunStore, desc: dict) -> None:
+    """On a cluster of several machines every worker writes the run folder and reads the logs itself."""
+    import ray
+
+    hosts = {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
+    if len(hosts) > 1 and store.is_local:
+        log.warning("the Ray cluster spans %d machines but the run folder %s is a local path: every machine "
+                    "writes its scenes to its own disk unless this path is shared storage (NFS/EFS); "
+                    "use a URI such as s3://bucket/run", len(hosts), store.uri)
+
+
 def _read_config(store: RunStore):
     import yaml
 
@@ -103,6 +114,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     started = False
     if executor == "ray":
         started = ensure_ray(cfg, address, verbose)
+        _warn_if_not_shared(store, desc)
     try:
         return run_pipeline(out, desc, cfg, ids, stages, write, executor=executor, progress=progress,
                             finalize=finalize)
