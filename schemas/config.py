@@ -141,6 +141,14 @@ class TrackingConfig(_Model):
     # Also filter track positions when the detector gives velocities (CenterPoint keeps the raw last detection).
     filter_positions: bool = True
     filter_velocity_gain: float = Field(0.1, gt=0, le=2)
+    # Boxes whose detector gives no velocity (the lidar L-shape fit: yaw known modulo pi only) take the
+    # heading their track moves in once its speed reaches the threshold; tracks that never do keep one
+    # orientation throughout (actors.track.heading). Annotations (instance_token set) are never changed.
+    heading_from_motion: bool = True
+    heading_from_motion_min_speed_mps: float = Field(1.0, gt=0)
+    # ... held without reversing over boxes spanning this long; keep it >= 2 * velocity_window_s (one jump of
+    # a fitted box centre fakes a speed over less than two windows).
+    heading_from_motion_min_duration_s: float = Field(1.0, ge=0)
 
 
 class Sam2Config(_Model):

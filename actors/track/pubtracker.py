@@ -17,7 +17,10 @@ What it does, frame by frame in time order (one scene at a time):
     than ``max_age_s``; coasted positions are not emitted as boxes (CenterPoint emits active tracks only);
   * fragments are then linked (DRAMA-X, ``actors.track.linking``), tracks shorter than ``min_hits`` are
     dropped, and every box gets a velocity from its track (``velocity_from_track``): the least-squares
-    slope of its global centre over its track's boxes within ``+-velocity_window_s``.
+    slope of its global centre over its track's boxes within ``+-velocity_window_s``;
+  * with ``heading_from_motion``, yaws a detector left ambiguous by pi (no velocity, no instance token)
+    are turned to the track's direction of travel, or kept in one orientation per static track
+    (``actors.track.heading``).
 """
 from __future__ import annotations
 
@@ -212,8 +215,11 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
     tracks shorter than ``cfg.min_hits``) with ``track_id`` >= 0 (consecutive from 0 in order of first
     appearance, unique within the scene) and ``velocity_mps`` (ego frame of each frame) set by
     ``cfg.velocity_from_track``: 'missing' fills NaN velocities from the track, 'always' replaces all,
-    'never' keeps the detector's.
+    'never' keeps the detector's. With ``cfg.heading_from_motion`` the yaws of boxes without detector
+    velocity and without ``instance_token`` may be turned by pi (``actors.track.heading``); all other
+    yaws are returned unchanged.
     """
+    from actors.track.heading import apply_flips, heading_flips
     from actors.track.linking import link_fragments
 
     ts = np.asarray(timestamps_us, dtype=np.int64).reshape(-1)
@@ -254,16 +260,25 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
         remap[order] = np.arange(len(uniq))
         tid[keep] = remap[np.searchsorted(uniq, raw[keep])]
     vel = allb.velocity_mps.copy()
-    if cfg.velocity_from_track != "never" and n:
+    v_tr_g = None
+    if (cfg.velocity_from_track != "never" or cfg.heading_from_motion) and n:
         v_tr_g = track_velocity(np.where(keep, tid, -1), tb, cg[:, :2], cfg.velocity_window_s)
+    if cfg.velocity_from_track != "never" and n:
         Rb = R[frame_of_box][:, :2, :2]
         v_tr_e = np.einsum("nji,nj->ni", Rb, v_tr_g)  # global -> ego: R^T v
         if cfg.velocity_from_track == "always":
             vel = v_tr_e
         else:
             vel = np.where(np.isfinite(vel).all(axis=1)[:, None], vel, v_tr_e)
+    yaw = allb.yaw_rad
+    if cfg.heading_from_motion and n:
+        # Yaw known modulo pi only where the detector gives no velocity; annotations (instance_token) are exact.
+        eligible = ~np.isfinite(allb.velocity_mps).all(axis=1) & (allb.instance_token == "")
+        flip = heading_flips(np.where(keep, tid, -1), tb, yawg, v_tr_g, eligible,
+                             cfg.heading_from_motion_min_speed_mps, cfg.heading_from_motion_min_duration_s)
+        yaw = apply_flips(yaw, flip)
     fields = {k: getattr(allb, k) for k in Boxes3D.fields()}
-    fields.update(track_id=tid, velocity_mps=vel)
+    fields.update(track_id=tid, velocity_mps=vel, yaw_rad=yaw)
     out = Boxes3D(**fields)
     return [out.subset(np.arange(frame_start[k], frame_start[k + 1])[keep[frame_start[k]:frame_start[k + 1]]])
             for k in range(f)]
