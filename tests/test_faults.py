@@ -107,8 +107,11 @@ def test_driver_killed_then_resume(cluster, clean, synth_root, tmp_path):
     try:
         wait_for(lambda: manifest_count(out) >= 1 or proc.poll() is not None, 240, "the first finished scene")
         assert proc.poll() is None, f"driver ended before it could be killed: {proc.stderr.read()[-2000:]}"
-        wait_for(lambda: (out / "_attempts").is_dir() and any((out / "_attempts").iterdir()), 60,
-                 "the second scene to start")
+        def second_started():  # a scene without a manifest has stage attempt markers
+            att = out / "_attempts"
+            return att.is_dir() and any(not (out / "manifest" / f"{d.name}.json").exists() for d in att.iterdir())
+
+        wait_for(second_started, 60, "the second scene to start")
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
