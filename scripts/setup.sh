@@ -25,7 +25,7 @@ if [ ! -f "$stamp" ]; then
   log "creating environment in $venv (first run takes a few minutes)"
   python3.11 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
   py="$venv/bin/python"
-  "$py" -m pip install -q --upgrade "pip>=24" "setuptools>=68,<81" wheel
+  "$py" -m pip install -q --upgrade "pip>=24" "setuptools>=77,<81" wheel
   # torch first, exactly the CPU wheel, so nothing later resolves CUDA torch.
   "$py" -m pip install -q "torch==2.13.0"
   "$py" -m pip install -q -e "$here[test]"
@@ -52,6 +52,7 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 else
   # Re-point the editable install at this checkout (cheap; a fresh clone lives elsewhere).
-  "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$here" >/dev/null
+  "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$here" >/dev/null 2>&1 \
+    || "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$here"
 fi
 log "environment ready: $venv"

@@ -245,6 +245,11 @@ def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tm
     assert summary["objects_dropped"] == drops
     assert summary["throughput"]["qa_per_s"] > 0 and summary["wall_s"] > 0
     assert (a / "card" / "README.md").exists() and list((a / "wds").glob("scene-0000-*.tar"))
+    # the STRIDE-QA-Bench export ran at the end: its groups are the summary's, 13 questions each
+    bench_t0 = json.loads((a / "bench" / "annotation_files" / "strideqa_bench_t0.json").read_text())
+    assert summary["bench_export"]["groups"] > 0
+    assert summary["bench_export"]["questions"] == 13 * summary["bench_export"]["groups"]
+    assert len({r["question_id"].split("_g")[1] for r in bench_t0}) == summary["bench_export"]["groups"]
     assert check_run(a) == []
 
     b = tmp_path / "cluster"

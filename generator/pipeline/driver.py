@@ -254,10 +254,13 @@ def format_summary(summary: dict, max_errors: int = 20) -> str:
     lines = [f"scenes: {sc['ok']} ok, {sc['failed']} failed, {sc['skipped']} skipped (of {sc['total']})",
              f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "
              + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())),
-             "objects dropped: " + (", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
+             "projections dropped (object x camera): " + (", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
                                     or "none"),
              f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
              f"{summary['throughput']['frames_per_s']:.1f} frames/s"]
+    if summary.get("bench_export"):
+        lines.append(f"STRIDE-QA-Bench export: {summary['bench_export']['groups']} groups, "
+                     f"{summary['bench_export']['questions']} questions (bench/)")
     for e in summary["errors"][:max_errors]:
         lines.append(f"error: scene={e['scene_id']} stage={e['stage']} file={e['file']}: {e['message']}")
     if len(summary["errors"]) > max_errors:

@@ -178,7 +178,7 @@ def default_stages(cfg: PipelineConfig) -> list[Stage]:
 
 
 def finalize_run(store: RunStore, summary: dict) -> None:
-    """Dataset card over the committed QA shards (``card/``), when the writer is present and enabled."""
+    """Dataset card over the committed QA shards (``card/``) and the STRIDE-QA-Bench export (``bench/``)."""
     import tempfile
 
     cfg_text = store.read_bytes("config.yaml")
@@ -211,3 +211,17 @@ def finalize_run(store: RunStore, summary: dict) -> None:
         for p in sorted(Path(tmp).rglob("*")):
             if p.is_file():
                 store.commit_file(p, p.relative_to(tmp).as_posix())
+    if cfg.writers.bench_export:
+        _export_bench(store, cfg, summary)
+
+
+def _export_bench(store: RunStore, cfg: PipelineConfig, summary: dict) -> None:
+    """STRIDE-QA-Bench files (``bench/``) from the committed scenes; the exporter reads a local folder."""
+    root = store.local_root
+    if root is None:
+        log.info("run folder is not local: export the bench later with `drivegen export_bench` on a local copy")
+        return
+    from generator.writers.bench_export import export_bench
+
+    result = export_bench(root, cfg=cfg)
+    summary["bench_export"] = {k: result[k] for k in ("groups", "questions") if k in result}
