@@ -11,16 +11,14 @@ COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "inspect")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="drivegen", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="drivegen",
+        description="Generate STRIDE-QA-style driving QA datasets from LiDAR/camera logs on Ray.",
+        epilog="Run 'drivegen COMMAND -h' for a command's options.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"generator.commands.{name}")
-        except ModuleNotFoundError as err:  # a command not written yet
-            if err.name == f"generator.commands.{name}":
-                continue
-            raise
+        mod = importlib.import_module(f"generator.commands.{name}")
         p = mod.add_parser(sub)
         p.set_defaults(_main=mod.main)
     return parser
