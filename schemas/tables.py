@@ -4,10 +4,24 @@ Units ride in column names (``_m``, ``_deg``, ``_mps``, ``_us``); frames too (``
 that row's frame, x forward / y left / z up; ``_global`` = the log's city frame). Transforms are
 row-major flattened 4x4 matrices named ``a_SE3_b``. Each schema carries ``drivegen.schema`` and
 ``drivegen.schema_version`` in its metadata; bump the version when a column changes meaning.
+
+Parquet storage (``write_parquet`` / ``read_parquet``, the one pair every drivegen file goes through):
+pyarrow 25.0.1 writes a fixed-size list column that holds a null (a projection without a mask box, a
+grounding without a box) but cannot read it back ("Expected all lists to be of size=4 but index 1 had
+size=0"), top level or nested in structs. So files store every fixed-size list as a variable-size list
+(``storage_schema``; names, nullability and metadata kept, so the files stay plain Parquet for pandas or
+``datasets``), and reading casts back to the exact declared schema (``from_storage``), found from the
+file's ``drivegen.schema`` metadata when not given. ``tests/test_schemas_storage.py`` notices when a
+pyarrow release fixes the bug.
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
 import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 SCHEMA_VERSION = "1.0"
 
@@ -95,7 +109,7 @@ LABELS = _schema("labels", [
     pa.field("track_id", i64),  # -1 for the ego
     pa.field("class_name", s),
     pa.field("maneuver", s),  # ego: Straight / Turn Left / Turn Right / Change Lane Left / Change Lane Right / Stop
-    pa.field("speed_status", s),  # Accelerate / Decelerate / Maintain
+    pa.field("speed_status", s),  # Accelerate / Decelerate / Maintain Speed
     pa.field("intent_lateral", s), pa.field("intent_vertical", s),  # VRU intent (DRAMA-X)
     pa.field("future_xy_ego_m", pa.list_(vec2)),  # future waypoints in this frame's ego frame
 ], "behaviour labels: ego maneuvers and speed status, VRU intent, future waypoints")
@@ -121,3 +135,104 @@ def check_schema(table: pa.Table, schema: pa.Schema, where: str = "") -> pa.Tabl
 
 def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
+
+
+# ------------------------------------------------------------------------------------------ Parquet storage
+def _storage_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with every fixed-size list, at any depth of lists and structs, made a variable-size list."""
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        f = t.value_field
+        value = pa.field(f.name, _storage_type(f.type), f.nullable, f.metadata)
+        return pa.large_list(value) if pa.types.is_large_list(t) else pa.list_(value)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _storage_type(f.type), f.nullable, f.metadata) for f in t])
+    return t
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema a table is stored with: ``schema`` with fixed-size lists as variable-size lists (see the
+    module docstring); field names, nullability, field and schema metadata kept."""
+    return pa.schema([pa.field(f.name, _storage_type(f.type), f.nullable, f.metadata) for f in schema],
+                     metadata=schema.metadata)
+
+
+def to_storage(table: pa.Table) -> pa.Table:
+    """``table`` cast to ``storage_schema(table.schema)`` (returned as is when it has no fixed-size list)."""
+    target = storage_schema(table.schema)
+    return table if target.equals(table.schema, check_metadata=True) else table.cast(target)
+
+
+def declared_schema(table_or_schema: pa.Table | pa.Schema) -> pa.Schema | None:
+    """The ``ALL`` schema named by ``drivegen.schema`` metadata; None when there is no such metadata.
+    Raises ValueError for a name ``ALL`` does not know."""
+    meta = table_or_schema.schema.metadata if isinstance(table_or_schema, pa.Table) else table_or_schema.metadata
+    name = (meta or {}).get(b"drivegen.schema")
+    if name is None:
+        return None
+    try:
+        return ALL[name.decode()]
+    except KeyError:
+        raise ValueError(f"unknown drivegen.schema {name.decode()!r} in table metadata; known: {sorted(ALL)}") from None
+
+
+def from_storage(table: pa.Table, schema: pa.Schema | None = None, where: str = "") -> pa.Table:
+    """A stored table (variable-size lists in place of fixed-size ones) cast back to ``schema``: the
+    schema's columns in its order, with its exact types and metadata (``check_schema``; a missing or
+    unexpected column raises ValueError naming ``where``).
+
+    ``schema=None``: the schema the table's ``drivegen.schema`` metadata names (``ALL``); a table without
+    that metadata is not a drivegen table and comes back unchanged. A table read with a subset of columns
+    is cast to that subset of ``schema`` (``read_parquet(columns=...)`` does that).
+    """
+    if schema is None:
+        schema = declared_schema(table)
+        if schema is None:
+            return table
+    return check_schema(table, schema, where=where)
+
+
+def write_parquet(where, table: pa.Table, compression: str = "zstd", filesystem=None, **kwargs) -> None:
+    """``pq.write_table`` of ``to_storage(table)`` to a path (on ``filesystem`` if given) or a writable
+    sink; ``kwargs`` go to ``pq.write_table``. Read it back with ``read_parquet``."""
+    pq.write_table(to_storage(table), where, compression=compression, filesystem=filesystem, **kwargs)
+
+
+def _is_path(src) -> bool:
+    return isinstance(src, (str, os.PathLike))
+
+
+def read_parquet(path, schema: pa.Schema | None = None, columns: Sequence[str] | None = None,
+                 filesystem=None) -> pa.Table:
+    """A drivegen table written by ``write_parquet``, with the exact declared types (``from_storage``).
+
+    ``path``: a file, a folder (its ``*.parquet``-style files, skipping names starting with '.' or '_',
+    i.e. temporary files) or a list of files, all read as one table, on ``filesystem`` if given; or a
+    readable buffer/file object. ``schema``: the declared schema (default: from the file metadata).
+    ``columns``: read only these, in this order, cast to those columns of the schema. Files of one list
+    whose stored types differ (e.g. written before this storage convention) are read one by one.
+    """
+    cols = list(columns) if columns is not None else None
+    if _is_path(path) or isinstance(path, (list, tuple)):
+        src = [str(p) for p in path] if isinstance(path, (list, tuple)) else str(path)
+        try:
+            table = pads.dataset(src, format="parquet", filesystem=filesystem).to_table(columns=cols)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+            if isinstance(src, list) and len(src) > 1:
+                return pa.concat_tables([read_parquet(p, schema, cols, filesystem) for p in src])
+            err.add_note(f"while reading Parquet {src}")
+            raise
+    else:
+        table = pq.read_table(path, columns=cols)
+    if schema is None:
+        schema = declared_schema(table)
+        if schema is None:
+            return table
+    if cols is not None:
+        unknown = [c for c in cols if c not in schema.names]
+        if unknown:
+            raise ValueError(f"{path}: columns {unknown} are not in schema "
+                             f"'{schema.metadata[b'drivegen.schema'].decode()}'")
+        schema = pa.schema([schema.field(c) for c in cols], metadata=schema.metadata)
+    if table.num_columns == 0:  # an empty folder or list
+        return schema.empty_table()
+    return from_storage(table, schema, where=str(path) if _is_path(path) else "")
