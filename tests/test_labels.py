@@ -44,7 +44,7 @@ def test_turn_straight_and_curved_road():
     assert lab["maneuver"][at[3.0]] == "Straight"
     assert lab["maneuver"][at[9.0]] == "Turn Left"
     assert lab["maneuver"][at[16.0]] == "Straight"
-    assert lab["speed_status"][at[3.0]] == "Maintain"
+    assert lab["speed_status"][at[3.0]] == "Maintain Speed"
     # a right-hand curve of 3 deg/s (a curved road, not a lane change or a turn)
     t, poses = _integrate(lambda s: 15.0, lambda s: math.radians(-3), 10)
     lab, at = _ego_labels("curve", t, poses)
@@ -72,7 +72,7 @@ def test_speed_status_and_stop():
     lab, at = _ego_labels("stop", t, poses)
     assert lab["speed_status"][at[2.5]] == "Decelerate"
     assert lab["maneuver"][at[2.5]] == "Straight"
-    assert lab["maneuver"][at[7.5]] == "Stop" and lab["speed_status"][at[7.5]] == "Maintain"
+    assert lab["maneuver"][at[7.5]] == "Stop" and lab["speed_status"][at[7.5]] == "Maintain Speed"
     assert lab["speed_status"][at[13.0]] == "Accelerate"
 
 

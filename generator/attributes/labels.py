@@ -18,7 +18,7 @@ W = ``maneuver_window_s``; no label when less than ``min_window_s`` of it is ava
 - ``Straight`` otherwise.
 
 Speed status at t: a = (v(t + h) - v(t - h)) / 2h with h = ``accel_half_window_s`` (clipped to the scene):
-``Accelerate`` if a >= ``accel_mps2``, ``Decelerate`` if a <= -``accel_mps2``, else ``Maintain``.
+``Accelerate`` if a >= ``accel_mps2``, ``Decelerate`` if a <= -``accel_mps2``, else ``Maintain Speed``.
 
 VRU intent (pedestrian, bicycle, motorcycle) at t, from the track's road-relative (city-frame) displacement
 over the next ``intent_horizon_s`` (at least half of it must be tracked, else no label), expressed at the
@@ -45,7 +45,7 @@ from generator.attributes.ego import EgoStates, ego_states, interp_grouped
 from schemas.tables import LABELS
 
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
-SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain")
+SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")  # Intention-Drive's names
 INTENT_LATERAL = ("goes to the left", "goes to the right", "stationary")
 INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "stationary")
 VRU_CLASSES = ("pedestrian", "bicycle", "motorcycle")
