@@ -188,7 +188,11 @@ def from_storage(table: pa.Table, schema: pa.Schema | None = None, where: str = 
         schema = declared_schema(table)
         if schema is None:
             return table
-    return check_schema(table, schema, where=where)
+    try:
+        return check_schema(table, schema, where=where)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+        name = (schema.metadata or {}).get(b"drivegen.schema", b"?").decode()
+        raise ValueError(f"{where or 'table'}: stored columns do not cast to schema '{name}': {err}") from None
 
 
 def write_parquet(where, table: pa.Table, compression: str = "zstd", filesystem=None, **kwargs) -> None:
@@ -199,6 +203,12 @@ def write_parquet(where, table: pa.Table, compression: str = "zstd", filesystem=
 
 def _is_path(src) -> bool:
     return isinstance(src, (str, os.PathLike))
+
+
+def _describe(src) -> str:
+    if isinstance(src, list):
+        return f"{src[0]} and {len(src) - 1} more files" if len(src) > 1 else str(src[0]) if src else "no files"
+    return str(src) if _is_path(src) else "Parquet buffer"
 
 
 def read_parquet(path, schema: pa.Schema | None = None, columns: Sequence[str] | None = None,
@@ -219,10 +229,11 @@ def read_parquet(path, schema: pa.Schema | None = None, columns: Sequence[str] |
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
             if isinstance(src, list) and len(src) > 1:
                 return pa.concat_tables([read_parquet(p, schema, cols, filesystem) for p in src])
-            err.add_note(f"while reading Parquet {src}")
-            raise
+            raise type(err)(f"{_describe(src)}: {err}") from err
     else:
+        src = path
         table = pq.read_table(path, columns=cols)
+    where = _describe(src)
     if schema is None:
         schema = declared_schema(table)
         if schema is None:
@@ -230,9 +241,9 @@ def read_parquet(path, schema: pa.Schema | None = None, columns: Sequence[str] |
     if cols is not None:
         unknown = [c for c in cols if c not in schema.names]
         if unknown:
-            raise ValueError(f"{path}: columns {unknown} are not in schema "
+            raise ValueError(f"{where}: columns {unknown} are not in schema "
                              f"'{schema.metadata[b'drivegen.schema'].decode()}'")
         schema = pa.schema([schema.field(c) for c in cols], metadata=schema.metadata)
     if table.num_columns == 0:  # an empty folder or list
         return schema.empty_table()
-    return from_storage(table, schema, where=str(path) if _is_path(path) else "")
+    return from_storage(table, schema, where=where)
