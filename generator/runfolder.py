@@ -31,7 +31,8 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from schemas.tables import write_parquet
 
 PERCEPTION_TABLES = ("frames", "objects", "projections")
 
@@ -78,10 +79,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_table(path: Path, table: pa.Table, compression: str = "zstd") -> None:
-    """Write a Parquet file atomically (temporary name, fsync, rename)."""
+    """Write a Parquet file atomically (temporary name, fsync, rename) with ``schemas.tables.write_parquet``
+    (fixed-size lists stored as lists); read it back with ``schemas.tables.read_parquet``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp, compression=compression)
+    write_parquet(tmp, table, compression=compression)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -132,11 +132,7 @@ def qa(work: SceneWork, env: StageEnv) -> None:
 
 # ------------------------------------------------------------------------------------------ write
 def _write_parquet(path: Path, table: pa.Table, compression: str) -> None:
-    from generator.writers.parquet import storage_schema
-
-    # Fixed-size lists holding nulls do not read back in pyarrow 25: store them as lists (same as the QA
-    # shards); check_schema casts them back on read.
-    atomic_write_table(path, table.cast(storage_schema(table.schema)), compression=compression)
+    atomic_write_table(path, table, compression=compression)  # storage types: schemas.tables.write_parquet
 
 
 def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:

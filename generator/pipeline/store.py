@@ -25,7 +25,8 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
+
+from schemas.tables import read_parquet, write_parquet
 
 TMP_SUFFIX = ".tmp"
 STAGING_DIR = ".staging"  # local-filesystem staging area inside the run folder (same device: rename is atomic)
@@ -82,8 +83,9 @@ class RunStore:
         n = len(self.base) + 1
         return sorted(i.path[n:] for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File)
 
-    def read_parquet(self, rel: str) -> pa.Table:
-        return pq.read_table(self.full(rel), filesystem=self.fs)
+    def read_parquet(self, rel: str, schema: pa.Schema | None = None, columns: list[str] | None = None) -> pa.Table:
+        """A table written by ``write_table``, with its declared types (``schemas.tables.read_parquet``)."""
+        return read_parquet(self.full(rel), schema=schema, columns=columns, filesystem=self.fs)
 
     # ---- writing (always atomic)
     def mkdirs(self, rel_dir: str) -> None:
@@ -113,8 +115,9 @@ class RunStore:
         self.write_bytes(rel, (json.dumps(obj, indent=1, sort_keys=True, default=_json_default) + "\n").encode())
 
     def write_table(self, rel: str, table: pa.Table, compression: str = "zstd") -> None:
+        """Write ``table`` as Parquet at ``rel`` (``schemas.tables.write_parquet``), atomically."""
         buf = io.BytesIO()
-        pq.write_table(table, buf, compression=compression)
+        write_parquet(buf, table, compression=compression)
         self.write_bytes(rel, buf.getvalue())
 
     def commit_file(self, local: Path, rel: str) -> None:
