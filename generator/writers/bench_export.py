@@ -51,7 +51,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 from pycocotools import mask as mask_utils
 
 from generator.geometry import SE3
@@ -60,6 +59,7 @@ from generator.runfolder import RunFolder, atomic_write_bytes, safe_name
 from generator.types import Boxes3D, CameraCalib
 from generator.writers.wds import read_jpeg
 from schemas.config import PipelineConfig, load_config
+from schemas.tables import ATTRIBUTES, FRAMES, OBJECTS, PROJECTIONS, read_parquet
 
 log = logging.getLogger(__name__)
 
@@ -496,24 +496,25 @@ def summarize(groups: list[Group], drops: Counter) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ run folder
-def _read(path: Path) -> pa.Table | None:
-    return pq.read_table(path) if path.exists() else None
+def _read(path: Path, schema: pa.Schema) -> pa.Table | None:
+    return read_parquet(path, schema) if path.exists() else None
 
 
 def load_scene_inputs(run_dir: str | os.PathLike, splits: list[str] | None = None):
     """Yield ``SceneInputs`` for every scene of a run folder that has attributes (layout: runfolder.py)."""
     rf = RunFolder(run_dir)
     qa_dir = rf.path("qa")
+    # QA is scanned with a filter for columns that hold no fixed-size list: no storage cast needed
     qa_ds = ds.dataset(qa_dir, format="parquet") if qa_dir.is_dir() and any(qa_dir.glob("*.parquet")) else None
     for att_path in sorted(rf.path("attributes").glob("*.parquet")):
         if att_path.name.startswith("."):
             continue
-        attributes = pq.read_table(att_path)
+        attributes = read_parquet(att_path, ATTRIBUTES)
         if attributes.num_rows == 0:
             continue
         scene_id = attributes.column("scene_id")[0].as_py()
-        frames = _read(rf.perception("frames", scene_id))
-        projections = _read(rf.perception("projections", scene_id))
+        frames = _read(rf.perception("frames", scene_id), FRAMES)
+        projections = _read(rf.perception("projections", scene_id), PROJECTIONS)
         if frames is None or projections is None:
             log.warning("bench export: scene %s lacks perception frames/projections; skipped", scene_id)
             continue
@@ -525,7 +526,7 @@ def load_scene_inputs(run_dir: str | os.PathLike, splits: list[str] | None = Non
             qa = qa_ds.to_table(filter=flt, columns=["scene_id", "keyframe_index", "family", "track_ids", "split"])
             if qa.num_rows == 0:
                 continue
-        yield SceneInputs(scene_id, frames, attributes, projections, qa, _read(rf.perception("objects", scene_id)))
+        yield SceneInputs(scene_id, frames, attributes, projections, qa, _read(rf.perception("objects", scene_id), OBJECTS))
 
 
 def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int = 2,

@@ -6,9 +6,8 @@ n and above, so readers never see a half-written file and never see rows from an
 The files are plain Parquet readable by ``pyarrow``, ``pandas`` and
 ``datasets.load_dataset("parquet", data_files=...)``, with the ``schemas.tables.QA`` columns and schema
 metadata, except that fixed-size lists (boxes ``[4]``, RLE ``size [2]``) are stored as variable-size
-lists: pyarrow 25.0.1 writes nullable fixed-size lists that hold a null (e.g. a grounding without a box)
-but cannot read them back ("Expected all lists to be of size=4 but index 1 had size=0"), top level or
-nested. ``read_qa(paths)`` (or ``check_schema(table, QA)``) casts back to the exact QA types.
+lists, like every drivegen table (``schemas.tables.write_parquet``: pyarrow 25 cannot read back null
+fixed-size lists). ``read_qa(paths)`` (``schemas.tables.read_parquet``) gives the exact QA types back.
 """
 from __future__ import annotations
 
@@ -20,11 +19,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from generator.runfolder import safe_name
 from schemas.config import WriterConfig
-from schemas.tables import QA, check_schema
+from schemas.tables import QA, check_schema, read_parquet, to_storage, write_parquet
+from schemas.tables import storage_schema  # noqa: F401  (re-exported: the one implementation is in schemas)
 
 QA_DIR = "qa"
 
@@ -53,29 +52,10 @@ def all_qa_shards(out_dir: str | os.PathLike) -> list[Path]:
     return sorted(p for p in d.glob("*.parquet") if not p.name.startswith(".")) if d.is_dir() else []
 
 
-def storage_type(t: pa.DataType) -> pa.DataType:
-    """``t`` with every fixed-size list (at any depth) replaced by a variable-size list."""
-    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t):
-        f = t.value_field
-        return pa.list_(pa.field(f.name, storage_type(f.type), f.nullable, f.metadata))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, storage_type(f.type), f.nullable, f.metadata) for f in t])
-    return t
-
-
-def storage_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema shards are written with (see module docstring): same names, metadata and nullability."""
-    return pa.schema([pa.field(f.name, storage_type(f.type), f.nullable, f.metadata) for f in schema],
-                     metadata=schema.metadata)
-
-
 def read_qa(paths) -> pa.Table:
     """QA shards (a path, a folder or a list of paths) as one table with the exact ``schemas.tables.QA``
     types."""
-    import pyarrow.dataset as ds
-
-    src = [str(p) for p in paths] if isinstance(paths, (list, tuple)) else str(paths)
-    return check_schema(ds.dataset(src, format="parquet").to_table(), QA, where=f"QA shards {src}")
+    return read_parquet(list(paths) if isinstance(paths, (list, tuple)) else paths, QA)
 
 
 def _footer_bytes(schema: pa.Schema, compression: str) -> int:
@@ -91,13 +71,13 @@ _FOOTER_CACHE: dict[tuple[bytes, str], int] = {}
 
 def _empty_file_bytes(schema: pa.Schema, compression: str) -> int:
     sink = pa.BufferOutputStream()
-    pq.write_table(schema.empty_table(), sink, compression=compression)
+    write_parquet(sink, schema.empty_table(), compression=compression)
     return sink.getvalue().size
 
 
 def _write_tmp(path: Path, table: pa.Table, compression: str) -> tuple[Path, int]:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp, compression=compression)
+    write_parquet(tmp, table, compression=compression)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     return tmp, tmp.stat().st_size
@@ -116,6 +96,7 @@ def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_byt
     n = table.num_rows
     if n == 0:
         return []
+    table = to_storage(table)  # once here, so sizes are those of the stored types (a no-op per write)
     budget = max(1, max_bytes - _footer_bytes(table.schema, compression))
     step = int(max(1, min(max_rows, budget // max(1.0, table.nbytes / n))))
     written: list[Path] = []
@@ -150,7 +131,6 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     """
     cfg = cfg or WriterConfig()
     table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
-    table = table.cast(storage_schema(QA))
     if table.num_rows:
         scenes = pc.unique(table.column("scene_id")).to_pylist()
         if scenes != [scene_id]:
