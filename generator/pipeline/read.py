@@ -17,14 +17,15 @@ def manifests(store: RunStore) -> list[dict]:
     return [store.read_json(rel) for rel in store.list(MANIFEST_DIR) if rel.endswith(".json")]
 
 
-def read_table(out: str | RunStore, folder: str = "qa") -> pa.Table | None:
+def read_table(out: str | RunStore, folder: str = "qa", schema: pa.Schema | None = None) -> pa.Table | None:
     """Rows of ``folder`` ('qa', 'attributes', 'perception/objects', ...) from the files the manifests list:
-    only finished scenes, each file once. None when no finished scene has such a file."""
+    only finished scenes, each file once, with the exact types of ``schema`` (default: the schema each
+    file's metadata names; ``schemas.tables.read_parquet``). None when no finished scene has such a file."""
     store = out if isinstance(out, RunStore) else RunStore(out)
     prefix = folder.rstrip("/") + "/"
     files = sorted(f["path"] for m in manifests(store) for f in m["files"]
                    if f["path"].startswith(prefix) and f["path"].endswith(".parquet") and "/" not in f["path"][len(prefix):])
-    tables = [store.read_parquet(p) for p in files]
+    tables = [store.read_parquet(p, schema) for p in files]
     return pa.concat_tables(tables) if tables else None
 
 

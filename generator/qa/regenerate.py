@@ -16,15 +16,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from generator.attributes import compute_attributes
 from generator.attributes.arrays import codes, column, unique_strings
 from generator.qa.generate import generate_qa
 from generator.qa.templates import TemplateSet
 from generator.runfolder import RunFolder, atomic_write_bytes
-from schemas.tables import ATTRIBUTES, FRAMES, OBJECTS, PROJECTIONS
+from schemas.tables import ATTRIBUTES, FRAMES, OBJECTS, PROJECTIONS, read_parquet
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +67,7 @@ def run_scenes(run_dir: str | Path) -> list[str]:
     for p in sorted(frames_dir.glob("*.parquet")):
         if p.name.startswith("."):
             continue
-        sid = pq.read_table(p, columns=["scene_id"]).column("scene_id")
+        sid = read_parquet(p, FRAMES, columns=["scene_id"]).column("scene_id")
         if len(sid):
             out.append(sid[0].as_py())
     return sorted(set(out))
@@ -85,27 +83,14 @@ QA_INPUT_COLUMNS = {
 }
 
 
-def _conform(table: pa.Table, schema: pa.Schema, where: str, columns: list[str] | None = None) -> pa.Table:
-    """``table`` with ``schema``'s columns (or the subset ``columns``), order and types (e.g. stored
-    variable-size lists cast back to fixed size)."""
-    names = list(columns) if columns else schema.names
-    have = set(table.column_names)
-    missing = [n for n in names if n not in have]
-    if missing:
-        raise RegenerateError(f"{where}: missing columns {missing}")
+def _read(path: Path | list[Path], schema: pa.Schema, what: str, columns: list[str] | None = None) -> pa.Table:
+    """A run-folder table (one file or several of one kind, in one dataset scan) with ``schema``'s columns
+    (or the subset ``columns``), order and exact types (``schemas.tables.read_parquet``)."""
     try:
-        return table.select(names).cast(pa.schema([schema.field(n) for n in names], metadata=schema.metadata))
-    except (pa.ArrowException, ValueError) as err:
-        raise RegenerateError(f"{where}: columns do not match schema "
-                              f"'{schema.metadata[b'drivegen.schema'].decode()}': {err}") from None
-
-
-def _read(path: Path, schema: pa.Schema, scene_id: str) -> pa.Table:
-    try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowException) as err:
-        raise RegenerateError(f"scene {scene_id}: cannot read {path}: {err}") from None
-    return _conform(table, schema, f"scene {scene_id}: {path}")
+        return read_parquet(path, schema, columns)
+    except (OSError, ValueError, pa.ArrowException) as err:  # ValueError: columns do not match the schema
+        raise RegenerateError(f"{what}: cannot read as '{schema.metadata[b'drivegen.schema'].decode()}': "
+                              f"{err}") from None
 
 
 def load_scene_tables(run_dir: str | Path, scene_id: str) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -115,13 +100,13 @@ def load_scene_tables(run_dir: str | Path, scene_id: str) -> tuple[pa.Table, pa.
     for t in ("frames", "projections"):
         if not paths[t].exists():
             raise RegenerateError(f"scene {scene_id}: missing {paths[t]}")
-    frames = _read(paths["frames"], FRAMES, scene_id)
-    projections = _read(paths["projections"], PROJECTIONS, scene_id)
+    frames = _read(paths["frames"], FRAMES, f"scene {scene_id}")
+    projections = _read(paths["projections"], PROJECTIONS, f"scene {scene_id}")
     att = rf.attributes(scene_id)
     if att.exists():
-        attributes = _read(att, ATTRIBUTES, scene_id)
+        attributes = _read(att, ATTRIBUTES, f"scene {scene_id}")
     elif paths["objects"].exists():
-        attributes = compute_attributes(_read(paths["objects"], OBJECTS, scene_id), frames)
+        attributes = compute_attributes(_read(paths["objects"], OBJECTS, f"scene {scene_id}"), frames)
     else:
         raise RegenerateError(f"scene {scene_id}: neither {att} nor {paths['objects']} exists")
     return frames, attributes, projections
@@ -129,13 +114,8 @@ def load_scene_tables(run_dir: str | Path, scene_id: str) -> tuple[pa.Table, pa.
 
 def _read_many(paths: list[Path], schema: pa.Schema, what: str) -> pa.Table:
     """The QA input columns of several files of one table kind in one dataset scan (much less per-file
-    overhead than one read per file); falls back to reading them one by one when their stored types differ."""
-    cols = QA_INPUT_COLUMNS[what]
-    try:
-        table = ds.dataset([str(p) for p in paths], format="parquet").to_table(columns=cols)
-    except (OSError, pa.ArrowException):
-        return pa.concat_tables([_conform(_read(p, schema, p.stem), schema, str(p), cols) for p in paths])
-    return _conform(table, schema, f"{what} ({len(paths)} files from {paths[0].parent})", cols)
+    overhead than one read per file; ``read_parquet`` reads them one by one when their stored types differ)."""
+    return _read(paths, schema, f"{what} ({len(paths)} files from {paths[0].parent})", QA_INPUT_COLUMNS[what])
 
 
 def load_scenes(run_dir: str | Path, scene_ids: list[str]) -> tuple[pa.Table, pa.Table, pa.Table]:

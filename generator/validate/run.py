@@ -21,7 +21,7 @@ from generator.validate.boxes import BoxArrays, cap_per_sample, objects_to_array
     to_tracking_boxes
 from generator.validate.groundtruth import LogGroundTruth, ValidateInputError, open_ground_truth
 from generator.validate.metrics import build_tracks, detection_config, evaluate_detection, tracking_config
-from schemas.tables import FRAMES, OBJECTS, check_schema
+from schemas.tables import FRAMES, OBJECTS
 
 log = logging.getLogger(__name__)
 
@@ -81,31 +81,24 @@ def read_folder(store: RunStore, folder: str, schema: pa.Schema, scenes: list[st
     """A run-folder table (``folder`` = 'perception/objects', 'qa', ...) with the exact ``schema`` types, or None.
 
     When the run has manifests only files of finished scenes are read (``generator.pipeline.read``); a
-    folder written without the pipeline (no manifests) is read whole, skipping temporary files. Files
-    stored with variable-size lists in place of fixed-size ones (pyarrow 25 cannot read back a null fixed
-    list) are cast back.
+    folder written without the pipeline (no manifests) is read whole, skipping temporary files. Files are
+    read with ``schemas.tables.read_parquet`` (stored variable-size lists cast back to fixed size).
     """
     if _has_manifests(store):
         from generator.pipeline.read import read_table
 
-        prefix = folder.rstrip("/") + "/"
         try:
-            table = read_table(store, folder)
+            table = read_table(store, folder, schema)
         except Exception as err:
             raise ValidateInputError(f"cannot read {folder} of the run: {type(err).__name__}: {err}",
                                      file=store.full(folder)) from None
         tables = [] if table is None else [table]
-        where = store.full(prefix)
     else:
         files = [p for p in store.list(folder) if p.endswith(".parquet") and not _hidden(p)]
-        tables = [_read(store, p) for p in files]
-        where = store.full(folder)
+        tables = [_read(store, p, schema) for p in files]
     if not tables:
         return None
-    try:
-        out = pa.concat_tables([check_schema(t, schema, where=where) for t in tables])
-    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-        raise ValidateInputError(str(err), file=where) from None
+    out = pa.concat_tables(tables)  # each read with the exact schema types
     if scenes is not None:
         out = out.filter(pc.is_in(out.column("scene_id"), pa.array(scenes, pa.string())))
     return out
@@ -115,9 +108,9 @@ def _hidden(rel: str) -> bool:
     return rel.rsplit("/", 1)[-1].startswith(".")
 
 
-def _read(store: RunStore, rel: str) -> pa.Table:
+def _read(store: RunStore, rel: str, schema: pa.Schema) -> pa.Table:
     try:
-        return store.read_parquet(rel)
+        return store.read_parquet(rel, schema)
     except Exception as err:
         raise ValidateInputError(f"cannot read {rel}: {type(err).__name__}: {err}", file=store.full(rel)) from None
 
