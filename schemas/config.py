@@ -45,7 +45,10 @@ class LidarDetectorConfig(_Model):
     max_range_m: float = Field(60.0, gt=0)
     voxel_size_m: float = Field(0.15, ge=0)
     ground_distance_m: float = Field(0.25, gt=0)  # RANSAC plane inlier distance
-    ground_ransac_iterations: int = Field(200, ge=10)
+    ground_ransac_iterations: int = Field(200, ge=10)  # plane hypotheses (seeded numpy RANSAC)
+    ground_ransac_points: int = Field(4096, ge=3)  # candidate points each hypothesis is scored on
+    ground_max_tilt_deg: float = Field(20.0, gt=0, lt=90)  # steeper plane hypotheses (walls) are rejected
+    ransac_seed: int = Field(0, ge=0)  # with a hash of the sweep, seeds the RANSAC: same sweep, same plane
     cluster_eps_m: float = Field(0.7, gt=0)
     cluster_min_points: int = Field(5, ge=1)
     min_box_points: int = Field(8, ge=1)

@@ -4,7 +4,7 @@ Pure core ``detect_points(points_ego (N, >=3), cfg) -> Boxes3D`` (ego frame):
 
 1. crop: finite points within ``max_range_m`` (BEV), below ``max_height_m`` above the ground, outside the
    ego vehicle's own footprint (``ego_half_length_m`` x ``ego_half_width_m``);
-2. ground removal: a RANSAC plane (open3d ``segment_plane``) fitted to the points near the vehicle,
+2. ground removal: a seeded numpy RANSAC plane (``fit_ground_plane``) fitted to the points near the vehicle,
    refined per ``ground_cell_m`` BEV cell (the cell's lowest point, when it lies within
    ``ground_cell_tolerance_m`` of the plane, becomes the cell's ground height: slopes and kerbs);
    points less than ``ground_distance_m`` above their ground height are ground;
@@ -21,6 +21,8 @@ Pure core ``detect_points(points_ego (N, >=3), cfg) -> Boxes3D`` (ego frame):
 It reports no velocity (NaN; the tracker fills it from the track).
 """
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -45,31 +47,98 @@ _SHAPE_RULES = (
 _VEHICLES = ("car", "truck", "bus")
 
 
+def _grid_key(cells: np.ndarray) -> np.ndarray:
+    """One int64 key per row of integer grid coordinates (N, k), ordered like the rows lexicographically:
+    ``np.unique`` on it groups and orders exactly as ``np.unique(cells, axis=0)``, ~20x faster."""
+    lo = cells.min(axis=0)
+    span = cells.max(axis=0) - lo + 1
+    if np.prod(span.astype(np.float64)) >= 2.0 ** 62:  # absurd extents: keep the exact row-wise path
+        return np.unique(cells, axis=0, return_inverse=True)[1].reshape(-1)
+    key = np.zeros(len(cells), dtype=np.int64)
+    for j in range(cells.shape[1]):
+        key = key * span[j] + (cells[:, j] - lo[j])
+    return key
+
+
+def _sweep_rng(points: np.ndarray, seed: int) -> np.random.Generator:
+    """A generator seeded from ``seed`` and a hash of the points' bytes: the same sweep always draws the same
+    hypotheses, in any process and on any thread count, and different sweeps draw independent ones."""
+    digest = hashlib.blake2b(np.ascontiguousarray(points, dtype=np.float64).tobytes(), digest_size=8).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+
+
+def _plane_distance(points: np.ndarray, normal: np.ndarray, d) -> np.ndarray:
+    """Signed distances (N, H) of points (N, 3) to H planes ``normal`` (H, 3) . p + ``d`` (H,) = 0.
+    Element-wise products and sums (no BLAS): the same bits on every thread count."""
+    r = points[:, :1] * normal[:, 0]
+    r += points[:, 1:2] * normal[:, 1]
+    r += points[:, 2:3] * normal[:, 2]
+    r += d
+    return r
+
+
+def fit_ground_plane(points: np.ndarray, cfg: LidarDetectorConfig) -> tuple[np.ndarray, float]:
+    """Ground plane ``normal . p + d = 0`` (unit normal (3,) pointing up, d) of a sweep's points (N, 3), ego frame.
+
+    Seeded, vectorised RANSAC (deterministic; Open3D's ``segment_plane`` draws its samples from OpenMP
+    threads in a racy order, so its plane changed from run to run): candidates are the points within 30 m
+    (and ``max_range_m``) below the 60th height percentile; ``ground_ransac_iterations`` planes through 3
+    random candidates are scored at once on ``ground_ransac_points`` of them (MSAC: squared distance
+    truncated at ``ground_distance_m``), planes tilted more than ``ground_max_tilt_deg`` (walls) and
+    degenerate triples are rejected, and the best one (first on ties) is refined by least squares on all its
+    candidate inliers. The generator is seeded by ``ransac_seed`` and a hash of the candidates.
+    Falls back to a horizontal plane at the 5th height percentile when no hypothesis is ground-like."""
+    z = points[:, 2]
+    horizontal = (np.array([0.0, 0.0, 1.0]), -float(np.percentile(z, 5)) if len(z) else 0.0)
+    near = np.hypot(points[:, 0], points[:, 1]) < min(cfg.max_range_m, 30.0)
+    low = z < np.percentile(z, 60) if len(z) else near
+    cand = np.ascontiguousarray(points[near & low] if (near & low).sum() >= 50 else points, dtype=np.float64)
+    if len(cand) < 3:
+        return horizontal
+    rng = _sweep_rng(cand, cfg.ransac_seed)
+    score_pts = cand if len(cand) <= cfg.ground_ransac_points else cand[
+        np.sort(rng.choice(len(cand), cfg.ground_ransac_points, replace=False))]
+    tri = score_pts[rng.integers(0, len(score_pts), (cfg.ground_ransac_iterations, 3))]  # (H, 3 points, 3)
+    normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+    norm = np.linalg.norm(normal, axis=1)
+    ok = norm > 1e-9
+    normal[ok] /= np.where(normal[ok, 2:3] < 0, -norm[ok, None], norm[ok, None])  # unit, pointing up
+    ok &= normal[:, 2] >= np.cos(np.deg2rad(cfg.ground_max_tilt_deg))
+    if not ok.any():
+        return horizontal
+    normal = normal[ok]
+    d = -np.sum(normal * tri[ok, 0], axis=1)
+    # MSAC cost (truncated squared distance; Torr & Zisserman 2000): unlike an inlier count it prefers the
+    # plane through the middle of the road's points to one shifted up to also catch kerbs and wall bottoms.
+    # float32: the (ground_ransac_points, H) scoring is memory-bound; centimetres need no more digits.
+    r = _plane_distance(score_pts.astype(np.float32), normal.astype(np.float32), d.astype(np.float32))
+    r *= r
+    cost = np.minimum(r, np.float32(cfg.ground_distance_m ** 2), out=r).sum(axis=0)
+    best = int(np.argmin(cost))
+    n, d = normal[best], float(d[best])
+    # Least-squares refinement on the best hypothesis' inliers among all candidates: the normal is the
+    # covariance's smallest eigenvector (products and sums written out: no threaded BLAS reduction).
+    inl = cand[np.abs(_plane_distance(cand, n[None], d)[:, 0]) < cfg.ground_distance_m]
+    if len(inl) >= 3:
+        q = inl - inl.mean(axis=0)
+        cov = np.array([[np.sum(q[:, i] * q[:, j]) for j in range(3)] for i in range(3)])
+        m = np.linalg.eigh(cov)[1][:, 0]
+        m = -m if m[2] < 0 else m
+        if m[2] >= np.cos(np.deg2rad(cfg.ground_max_tilt_deg)):
+            n, d = m, -float(np.sum(m * inl.mean(axis=0)))
+    return n, d
+
+
 def remove_ground(points: np.ndarray, cfg: LidarDetectorConfig) -> tuple[np.ndarray, np.ndarray]:
     """points (N, 3) ego frame -> (is_ground (N,) bool, ground_z (N,) ground height under each point)."""
-    import open3d as o3d
-
     n = len(points)
     if n < 3:
         return np.ones(n, dtype=bool), np.zeros(n)
-    near = np.linalg.norm(points[:, :2], axis=1) < min(cfg.max_range_m, 30.0)
-    low = points[:, 2] < np.percentile(points[:, 2], 60)
-    cand = points[near & low] if (near & low).sum() >= 50 else points
-    pcd = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(cand.astype(np.float64)))
-    if cfg.voxel_size_m > 0 and len(cand) > 5000:
-        pcd = pcd.voxel_down_sample(cfg.voxel_size_m)
-    if len(pcd.points) >= 3:
-        o3d.utility.random.seed(0)  # deterministic RANSAC
-        (a, b, c, d), _ = pcd.segment_plane(cfg.ground_distance_m, 3, cfg.ground_ransac_iterations)
-    else:
-        a, b, c, d = 0.0, 0.0, 1.0, -float(np.min(points[:, 2]))
-    if abs(c) < 0.8:  # not a ground-like plane (a wall): fall back to a horizontal plane at the low points
-        a, b, c, d = 0.0, 0.0, 1.0, -float(np.percentile(points[:, 2], 5))
+    (a, b, c), d = fit_ground_plane(points, cfg)
     plane_z = -(a * points[:, 0] + b * points[:, 1] + d) / c
     # Per-cell refinement: the lowest point of a cell is its ground when it lies near the plane.
     cell = np.floor(points[:, :2] / cfg.ground_cell_m).astype(np.int64)
-    _, inv = np.unique(cell, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
+    _, inv = np.unique(_grid_key(cell), return_inverse=True)
     cell_min = np.full(inv.max() + 1, np.inf)
     np.minimum.at(cell_min, inv, points[:, 2])
     lowest = cell_min[inv]
@@ -78,7 +147,9 @@ def remove_ground(points: np.ndarray, cfg: LidarDetectorConfig) -> tuple[np.ndar
 
 
 def cluster_points(xy: np.ndarray, cfg: LidarDetectorConfig) -> np.ndarray:
-    """DBSCAN labels (N,) (-1 = noise) of BEV points (N, 2) via open3d."""
+    """DBSCAN labels (N,) (-1 = noise) of BEV points (N, 2) via open3d. Deterministic on any thread count
+    (its threads only fill each point's own neighbour list; labels are expanded sequentially in point order),
+    which ``tests/test_detect_determinism.py`` checks across processes."""
     import open3d as o3d
 
     if len(xy) == 0:
@@ -200,8 +271,8 @@ def detect_points(points_ego: np.ndarray, cfg: LidarDetectorConfig) -> Boxes3D:
     # Voxel-downsample for clustering speed; every original point inherits its voxel's cluster.
     if cfg.voxel_size_m > 0:
         vox = np.floor(p / cfg.voxel_size_m).astype(np.int64)
-        _, first, inv = np.unique(vox, axis=0, return_index=True, return_inverse=True)
-        lab = cluster_points(p[first, :2], cfg)[inv.reshape(-1)]
+        _, first, inv = np.unique(_grid_key(vox), return_index=True, return_inverse=True)
+        lab = cluster_points(p[first, :2], cfg)[inv]
     else:
         lab = cluster_points(p[:, :2], cfg)
     return fit_boxes(p, lab, gz, cfg)
