@@ -36,7 +36,7 @@ from generator.attributes import compute_attributes  # noqa: E402
 from generator.qa import generate_qa, load_templates  # noqa: E402
 from generator.qa.regenerate import (load_scenes, regenerate, run_scenes, split_by_scene,  # noqa: E402
                                      use_retaining_memory_pool)
-from generator.runfolder import RunFolder  # noqa: E402
+from generator.runfolder import RunFolder, atomic_write_table  # noqa: E402
 from schemas.config import PipelineConfig  # noqa: E402
 from schemas.tables import FRAMES, OBJECTS, PROJECTIONS  # noqa: E402
 
@@ -130,12 +130,8 @@ def build_run(root: Path, n_scenes: int, n_tracks: int, seed: int = 0) -> None:
         sid = f"bench-{k:05d}"
         frames, objects, projections = synthetic_scene(sid, rng, n_tracks)
         for name, tab in (("frames", frames), ("objects", objects), ("projections", projections)):
-            p = rf.perception(name, sid)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(tab, p)
-        p = rf.attributes(sid)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(compute_attributes(objects, frames), p)
+            atomic_write_table(rf.perception(name, sid), tab)
+        atomic_write_table(rf.attributes(sid), compute_attributes(objects, frames))
 
 
 def main(argv=None) -> int:
