@@ -25,10 +25,12 @@ read a run's rows with ``generator.pipeline.read.read_table`` (manifest-listed f
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 
@@ -65,6 +67,17 @@ class RunFolder:
 
     def errors(self, scene_id: str, stage: str) -> Path:
         return self.path("errors", f"{safe_name(scene_id)}-{stage}.parquet")
+
+
+def numbered_files(path_of: Callable[[int], Path]) -> list[Path]:
+    """Existing files ``path_of(0), path_of(1), ...`` up to the first missing number. A scene's shards are
+    numbered contiguously from 0, so this costs one stat per shard, not a scan of the whole folder."""
+    out = []
+    for k in itertools.count():
+        p = path_of(k)
+        if not p.exists():
+            return out
+        out.append(p)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

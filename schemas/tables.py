@@ -130,6 +130,8 @@ def check_schema(table: pa.Table, schema: pa.Schema, where: str = "") -> pa.Tabl
     if missing or extra:
         name = schema.metadata[b"drivegen.schema"].decode()
         raise ValueError(f"{where or 'table'} does not match schema '{name}': missing {missing}, unexpected {extra}")
+    if table.schema.equals(schema, check_metadata=True):
+        return table  # already conforming: no copy on the hot path (QA shards, regeneration)
     return table.select(schema.names).cast(schema)
 
 

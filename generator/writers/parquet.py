@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.runfolder import safe_name
+from generator.runfolder import numbered_files, safe_name
 from schemas.config import WriterConfig
 from schemas.tables import QA, check_schema, read_parquet, to_storage, write_parquet
 from schemas.tables import storage_schema  # noqa: F401  (re-exported: the one implementation is in schemas)
@@ -37,12 +37,7 @@ def scene_qa_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
     """The scene's existing QA shards in shard order: ``<stem>-00000``, ``-00001``, ... probed until the
     first missing number (a scene's shards are always numbered contiguously from 0, see
     ``write_qa_shards``), so the cost does not grow with the number of scenes in the folder."""
-    out = []
-    for k in itertools.count():
-        p = qa_shard_path(out_dir, scene_id, k)
-        if not p.exists():
-            return out
-        out.append(p)
+    return numbered_files(lambda k: qa_shard_path(out_dir, scene_id, k))
     return out
 
 
@@ -75,12 +70,12 @@ def _empty_file_bytes(schema: pa.Schema, compression: str) -> int:
     return sink.getvalue().size
 
 
-def _write_tmp(path: Path, table: pa.Table, compression: str) -> tuple[Path, int]:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+def _write_tmp(tmp: Path, table: pa.Table, compression: str) -> int:
+    """Write ``table`` to the temporary file ``tmp``, fsync it, return its size in bytes."""
     write_parquet(tmp, table, compression=compression)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
-    return tmp, tmp.stat().st_size
+        return os.fstat(fh.fileno()).st_size
 
 
 def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_bytes: int,
@@ -107,9 +102,14 @@ def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_byt
             length //= 2
         path = next(paths)
         while True:
-            tmp, size = _write_tmp(path, table.slice(off, length), compression)
-            if size <= max_bytes or length == 1:
-                break
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                size = _write_tmp(tmp, table.slice(off, length), compression)
+                if size <= max_bytes or length == 1:
+                    break
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a failed write leaves no temporary file behind
+                raise
             tmp.unlink()
             length //= 2
         os.replace(tmp, path)
@@ -140,11 +140,8 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     qa_dir.mkdir(parents=True, exist_ok=True)
     old = scene_qa_shards(out_dir, scene_id)
     paths = (qa_shard_path(out_dir, scene_id, k) for k in itertools.count())
-    try:
-        written = write_bounded(table, paths, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression)
-    finally:  # a failed write leaves no temporary files behind
-        for tmp in qa_dir.glob(f".{safe_name(scene_id)}-*.parquet.*.tmp"):
-            tmp.unlink(missing_ok=True)
+    # write_bounded removes its own temporary file on failure: no scan of the (possibly huge) qa/ folder
+    written = write_bounded(table, paths, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression)
     # stale shards of an earlier, longer write: removed from the highest number down, so an interrupted
     # cleanup still leaves the numbers contiguous from 0
     for p in reversed(old[len(written):]):

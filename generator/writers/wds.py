@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import webdataset as wds
 
-from generator.runfolder import safe_name
+from generator.runfolder import numbered_files, safe_name
 from generator.types import DrivegenError
 from schemas.config import WriterConfig
 from schemas.tables import QA, check_schema
@@ -61,12 +61,7 @@ def wds_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
 
 def scene_wds_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
     """The scene's existing shards, probed from 0 up to the first missing number (numbers are contiguous)."""
-    out = []
-    for k in itertools.count():
-        p = wds_shard_path(out_dir, scene_id, k)
-        if not p.exists():
-            return out
-        out.append(p)
+    return numbered_files(lambda k: wds_shard_path(out_dir, scene_id, k))
     return out
 
 
