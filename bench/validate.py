@@ -1,13 +1,18 @@
 """How ``drivegen validate`` scales: times the devkit's detection and tracking evaluation on a run folder,
 with its scenes replicated, its scenes cut to fewer frames, fewer recall thresholds and more workers.
 
-    python -m generator.validate.bench RUN [--copies 1 2 4] [--frames 40 0] [--thresholds 10 40] [--workers 1 2]
+    python bench/validate.py RUN [--copies 1 2 4] [--frames 40 0] [--thresholds 10 40] [--workers 1 2]
 
 ``--frames 0`` = every frame. Prints one line per setting: wall and CPU seconds (this process and its
 worker processes) and AMOTA (which depends on the thresholds: fewer thresholds weigh an unreached recall
 level more). A speed target belongs here, not in the tests.
 """
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import copy
