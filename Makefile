@@ -1,6 +1,7 @@
 # The two commands a new user needs (see README):
 #   make run    set up (idempotent) and run the main job on the embedded default into ./out
 #   make test   set up (idempotent) and run the test suite
+HOME ?= $(shell getent passwd $$(id -u) | cut -d: -f6)
 VENV ?= $(HOME)/.cache/drivegen/venv
 export DRIVEGEN_VENV := $(VENV)
 OUT ?= out

@@ -7,7 +7,8 @@
 #                     and the sam2 extra; "none": core + test only.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${DRIVEGEN_VENV:-$HOME/.cache/drivegen/venv}"
+home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+venv="${DRIVEGEN_VENV:-$home/.cache/drivegen/venv}"
 extras="${DRIVEGEN_EXTRAS:-auto}"
 wheels="${DRIVEGEN_WHEELS:-$here/../shared/wheels}"
 log() { printf '[setup] %s\n' "$*" >&2; }
