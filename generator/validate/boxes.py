@@ -85,25 +85,27 @@ def _wlh(size_lwh: np.ndarray) -> np.ndarray:
     return np.asarray(size_lwh, dtype=np.float64)[:, [1, 0, 2]]
 
 
-def to_detection_boxes(b: BoxArrays, sample_tokens: list[str], gt: bool) -> EvalBoxes:
-    """``EvalBoxes`` of ``DetectionBox`` with an entry (possibly empty) for every token in ``sample_tokens``.
-
-    Classes outside the ten detection classes are dropped. GT boxes get score -1 (devkit convention).
-    """
-    keep = np.isin(b.class_name.astype(str), DETECTION_NAMES)
-    b = b.subset(keep)
+def _eval_boxes(b: BoxArrays, sample_tokens: list[str], gt: bool, make) -> EvalBoxes:
+    """``EvalBoxes`` with an entry (possibly empty) for every token in ``sample_tokens``; ``make(i, common,
+    score)`` builds the devkit box of row ``i`` from the keyword arguments every box type shares."""
     wlh = np.maximum(_wlh(b.size_lwh_m), 1e-3)  # the devkit's scale IoU asserts sizes > 0
+    score = b.score if not gt else np.full(len(b), -1.0)  # GT boxes get score -1 (devkit convention)
     out = EvalBoxes()
     for tok in sample_tokens:
         out.add_boxes(tok, [])
-    score = b.score if not gt else np.full(len(b), -1.0)
-    for i in range(len(b)):
-        out.boxes[b.sample_token[i]].append(DetectionBox(
-            sample_token=str(b.sample_token[i]), translation=tuple(b.center_m[i]), size=tuple(wlh[i]),
-            rotation=tuple(b.quat_wxyz[i]), velocity=tuple(b.velocity_mps[i]), num_pts=int(b.num_pts[i]),
-            detection_name=str(b.class_name[i]), detection_score=float(score[i]),
-            attribute_name=str(b.attribute[i])))
+    for i in range(len(b)):  # the devkit's metrics work on box objects: one per row is unavoidable
+        common = dict(sample_token=str(b.sample_token[i]), translation=tuple(b.center_m[i]), size=tuple(wlh[i]),
+                      rotation=tuple(b.quat_wxyz[i]), velocity=tuple(b.velocity_mps[i]), num_pts=int(b.num_pts[i]))
+        out.boxes[b.sample_token[i]].append(make(i, common, float(score[i])))
     return out
+
+
+def to_detection_boxes(b: BoxArrays, sample_tokens: list[str], gt: bool) -> EvalBoxes:
+    """``EvalBoxes`` of ``DetectionBox``; classes outside the ten detection classes are dropped."""
+    b = b.subset(np.isin(b.class_name.astype(str), DETECTION_NAMES))
+    return _eval_boxes(b, sample_tokens, gt, lambda i, common, score: DetectionBox(
+        **common, detection_name=str(b.class_name[i]), detection_score=score,
+        attribute_name=str(b.attribute[i])))
 
 
 def to_tracking_boxes(b: BoxArrays, sample_tokens: list[str], gt: bool) -> EvalBoxes:
@@ -112,17 +114,8 @@ def to_tracking_boxes(b: BoxArrays, sample_tokens: list[str], gt: bool) -> EvalB
     if not gt:
         keep &= b.track_id.astype(str) != ""
     b = b.subset(keep)
-    wlh = np.maximum(_wlh(b.size_lwh_m), 1e-3)
-    out = EvalBoxes()
-    for tok in sample_tokens:
-        out.add_boxes(tok, [])
-    score = b.score if not gt else np.full(len(b), -1.0)
-    for i in range(len(b)):
-        out.boxes[b.sample_token[i]].append(TrackingBox(
-            sample_token=str(b.sample_token[i]), translation=tuple(b.center_m[i]), size=tuple(wlh[i]),
-            rotation=tuple(b.quat_wxyz[i]), velocity=tuple(b.velocity_mps[i]), num_pts=int(b.num_pts[i]),
-            tracking_id=str(b.track_id[i]), tracking_name=str(b.class_name[i]), tracking_score=float(score[i])))
-    return out
+    return _eval_boxes(b, sample_tokens, gt, lambda i, common, score: TrackingBox(
+        **common, tracking_id=str(b.track_id[i]), tracking_name=str(b.class_name[i]), tracking_score=score))
 
 
 def cap_per_sample(b: BoxArrays, max_boxes: int) -> tuple[BoxArrays, int]:
