@@ -288,6 +288,31 @@ def _relative(ego, track, t0, grid):
     return np.stack([c * dx + s * dy, -s * dx + c * dy], 1), np.degrees(tyaw - eyaw)
 
 
+def scripted_window(scenario: str, details: dict, straight, first_turn_after):
+    """(t0, expected label) of the 4.5 s classification window for a scripted agent, placed from the script's
+    own event times, never from the classifier; None when the script gives no usable window.
+    ``straight(a, b)``: the ego drives straight over [a, b]; ``first_turn_after(t)``: start of the ego's next
+    turn after t (None if none)."""
+    d = details
+    if scenario == "oncoming_pass":
+        return d["pass_time_s"] - 1.5, "Oncoming Pass"
+    if scenario == "overtake":
+        return d["pass_time_s"] - 1.0, "Overtake"
+    if scenario == "pulling_away":
+        return d["accel_start_s"] + 0.5, "Pulling Away From Ego"
+    if scenario == "ped_crossing":
+        return d["cross_time_s"] - 1.0, "Minor Relations"
+    if scenario == "maintain_state":  # a stretch where neither the ego nor the car ahead turns
+        ok = [t for t in np.arange(2.0, 15.0) if straight(t - 1.5, t + 8.0)]
+        return (ok[0], "Maintain State") if ok else None
+    if scenario == "path_divergence":  # the window holds the turn of whichever of the two turns
+        if d["agent_turn"] != "straight":
+            return d["intersection_time_s"] + 0.5, "Path Divergence"
+        t = first_turn_after(d["intersection_time_s"])
+        return (t + 0.5, "Path Divergence") if t is not None else None
+    return None
+
+
 def test_classifier_agrees_with_scripted_scenarios():
     """Windows are placed from the scripts' own event times (details, ego manoeuvre labels), never from
     the classifier; the expected label is the scripted scenario."""
@@ -303,32 +328,15 @@ def test_classifier_agrees_with_scripted_scenarios():
         sc = script_scene(0, idx)
         ego = sc.ego
         for tr in sc.tracks:
-            d, s = tr.details, tr.scenario
-            if s == "oncoming_pass":
-                t0, want = d["pass_time_s"] - 1.5, "Oncoming Pass"
-            elif s == "overtake":
-                t0, want = d["pass_time_s"] - 1.0, "Overtake"
-            elif s == "pulling_away":
-                t0, want = d["accel_start_s"] + 0.5, "Pulling Away From Ego"
-            elif s == "ped_crossing":
-                t0, want = d["cross_time_s"] - 1.0, "Minor Relations"
-            elif s == "maintain_state":  # a stretch where neither the ego nor the car ahead turns
-                ok = [t for t in np.arange(2.0, 15.0) if ego_straight(ego, t - 1.5, t + 8.0)]
-                if not ok:
-                    continue
-                t0, want = ok[0], "Maintain State"
-            elif s == "path_divergence":  # the window holds the turn of whichever of the two turns
-                want = "Path Divergence"
-                if d["agent_turn"] != "straight":
-                    t0 = d["intersection_time_s"] + 0.5
-                else:
-                    turning = np.flatnonzero(np.char.startswith(ego.maneuver.astype(str), "Turn")
-                                             & (grid > d["intersection_time_s"]))
-                    if not len(turning):
-                        continue
-                    t0 = grid[turning[0]] + 0.5
-            else:
+            def first_turn_after(t):
+                turning = np.flatnonzero(np.char.startswith(ego.maneuver.astype(str), "Turn") & (grid > t))
+                return grid[turning[0]] if len(turning) else None
+
+            s = tr.scenario
+            window = scripted_window(s, tr.details, lambda a, b: ego_straight(ego, a, b), first_turn_after)
+            if window is None:
                 continue
+            t0, want = window
             if not 1.5 <= t0 <= 17.0:
                 continue
             if s != "path_divergence" and not ego_straight(ego, t0 - 1.5, t0 + 3.0):
@@ -387,31 +395,12 @@ def test_classifier_on_generated_logs(synth_root):
             return all(m == "Straight" for s0, s1, m in segs if s1 >= a - 1e-6 and s0 <= b + 1e-6)
 
         for inst, d in info["instances"].items():
-            s, det = d["scenario"], d["details"]
-            if s == "oncoming_pass":
-                t0, want = det["pass_time_s"] - 1.5, "Oncoming Pass"
-            elif s == "overtake":
-                t0, want = det["pass_time_s"] - 1.0, "Overtake"
-            elif s == "pulling_away":
-                t0, want = det["accel_start_s"] + 0.5, "Pulling Away From Ego"
-            elif s == "ped_crossing":
-                t0, want = det["cross_time_s"] - 1.0, "Minor Relations"
-            elif s == "maintain_state":
-                ok = [t for t in np.arange(2.0, 15.0) if straight(t - 1.5, t + 8.0)]
-                if not ok:
-                    continue
-                t0, want = ok[0], "Maintain State"
-            elif s == "path_divergence":
-                want = "Path Divergence"
-                turns = [s0 for s0, _, m in segs if m.startswith("Turn") and s0 > det["intersection_time_s"]]
-                if det["agent_turn"] != "straight":
-                    t0 = det["intersection_time_s"] + 0.5
-                elif turns:
-                    t0 = turns[0] + 0.5
-                else:
-                    continue
-            else:
+            s = d["scenario"]
+            window = scripted_window(s, d["details"], straight, lambda t: next(
+                (s0 for s0, _, m in segs if m.startswith("Turn") and s0 > t), None))
+            if window is None:
                 continue
+            t0, want = window
             t0 = round(t0 * 2) / 2
             if not 1.5 <= t0 <= 17.0 or (s != "path_divergence" and not straight(t0 - 1.5, t0 + 3.0)):
                 continue
