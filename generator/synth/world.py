@@ -456,12 +456,25 @@ def _ego_straight_idx(ego: EgoScript, tmin=0.5, tmax=19.0, vmin=2.0) -> np.ndarr
     return np.nonzero(ok)[0]
 
 
-def _oncoming_pass(rng, ego):
-    idx = _ego_straight_idx(ego, 1.0, 18.0)
+def _ego_moment(rng, ego: EgoScript, tmin: float, tmax: float, vmin: float = 2.0, in_lane: bool = False):
+    """A random grid index where the ego drives straight (see ``_ego_straight_idx``) with the road there:
+    ``(i, heading0_rad, lane_offset_m, s_m)``, or None when there is no such moment (or, with ``in_lane``,
+    the ego is mid lane change at the drawn moment)."""
+    idx = _ego_straight_idx(ego, tmin, tmax, vmin=vmin)
     if not len(idx):
         return None
     i = int(rng.choice(idx))
-    h0, _, _ = _ego_road_at(ego, i)
+    h0, lane_e, s_e = _ego_road_at(ego, i)
+    if in_lane and abs(lane_e - INNER_LANE_M) > 0.3 and abs(lane_e - OUTER_LANE_M) > 0.3:
+        return None
+    return i, h0, lane_e, s_e
+
+
+def _oncoming_pass(rng, ego):
+    moment = _ego_moment(rng, ego, 1.0, 18.0)
+    if moment is None:
+        return None
+    i, h0, _, _ = moment
     lane = float(rng.choice([INNER_LANE_M, OUTER_LANE_M]))
     route = Route(h0 + np.pi, lane, None)
     s_p = route.project(np.array([ego.x[i], ego.y[i]]))
@@ -476,13 +489,10 @@ def _oncoming_pass(rng, ego):
 def _overtake(rng, ego):
     """A slower vehicle in the lane beside the ego (the ego's previous lane after a lane change) that the
     ego passes at some time."""
-    idx = _ego_straight_idx(ego, 2.0, 17.0, vmin=6.0)
-    if not len(idx):
+    moment = _ego_moment(rng, ego, 2.0, 17.0, vmin=6.0, in_lane=True)
+    if moment is None:
         return None
-    i = int(rng.choice(idx))
-    h0, lane_e, _ = _ego_road_at(ego, i)
-    if abs(lane_e - INNER_LANE_M) > 0.3 and abs(lane_e - OUTER_LANE_M) > 0.3:
-        return None  # mid lane change
+    i, h0, lane_e, _ = moment
     lane = OUTER_LANE_M if lane_e < 3.5 else INNER_LANE_M
     route = Route(h0, lane, None)
     s_p = route.project(np.array([ego.x[i], ego.y[i]]))
@@ -524,13 +534,10 @@ def _path_divergence(rng, ego):
 
 
 def _pulling_away(rng, ego):
-    idx = _ego_straight_idx(ego, 0.0, 12.0, vmin=3.0)
-    if not len(idx):
+    moment = _ego_moment(rng, ego, 0.0, 12.0, vmin=3.0, in_lane=True)
+    if moment is None:
         return None
-    i = int(rng.choice(idx))
-    h0, lane_e, _ = _ego_road_at(ego, i)
-    if abs(lane_e - INNER_LANE_M) > 0.3 and abs(lane_e - OUTER_LANE_M) > 0.3:
-        return None
+    i, h0, lane_e, _ = moment
     route = Route(h0, lane_e, None)
     cat = _vehicle_class(rng, [0.8, 0.05, 0.0, 0.15])
     size = _size(rng, cat)
@@ -581,11 +588,10 @@ def _ped_crossing(rng, ego):
         t_mid = float(t[stopped[len(stopped) // 2]])
         v_mid = -direction * 3.5 + rng.uniform(-1.5, 1.5)  # where it is at mid-stop (ego lanes are v<0)
     else:
-        idx = _ego_straight_idx(ego, 0.0, 18.0, vmin=1.0)
-        if not len(idx):
+        moment = _ego_moment(rng, ego, 0.0, 18.0, vmin=1.0)
+        if moment is None:
             return None
-        i = int(rng.choice(idx))
-        h0, _, s_e = _ego_road_at(ego, i)
+        i, h0, _, s_e = moment
         route = Route(h0, 0.0, None)
         s_e = route.project(np.array([ego.x[i], ego.y[i]]))
         u_ahead = float(rng.uniform(18.0, 40.0))
@@ -608,11 +614,10 @@ def _ped_crossing(rng, ego):
 
 
 def _cyclist_veering(rng, ego):
-    idx = _ego_straight_idx(ego, 2.0, 17.0, vmin=2.0)
-    if not len(idx):
+    moment = _ego_moment(rng, ego, 2.0, 17.0, vmin=2.0)
+    if moment is None:
         return None
-    i = int(rng.choice(idx))
-    h0, _, _ = _ego_road_at(ego, i)
+    i, h0, _, _ = moment
     same_dir = rng.random() < 0.7
     heading = h0 if same_dir else h0 + np.pi
     route = Route(heading, ROAD_HALF_M - 0.9, None)  # riding near the lane's right edge
