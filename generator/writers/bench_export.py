@@ -259,7 +259,7 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
                              "track_id": pc.list_element(st.column("track_ids"), 0).to_numpy(zero_copy_only=False),
                              "split": st.column("split").to_numpy(zero_copy_only=False)})
     else:
-        anchors = set(fidx[np.asarray(frames.column("is_anchor").to_pylist(), dtype=bool)].tolist())
+        anchors = set(fidx[frames.column("is_anchor").to_numpy(zero_copy_only=False).astype(bool)].tolist())
         att = inp.attributes.select(["frame_index", "track_id"]).to_pandas()
         cand = att[att["frame_index"].isin(anchors)].rename(columns={"frame_index": "keyframe_index"})
         cand["split"] = None
@@ -301,7 +301,7 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
     # front-camera masks in the context frames
     pr = inp.projections.filter(pc.equal(inp.projections.column("camera"), front))
     prd = pd.DataFrame({"frame_index": pr.column("frame_index").to_numpy(), "track_id": pr.column("track_id").to_numpy(),
-                        "visible": np.asarray(pr.column("visible").to_pylist(), dtype=bool)})
+                        "visible": pr.column("visible").to_numpy(zero_copy_only=False).astype(bool)})
     masks = pr.column("mask_rle").to_pylist()
     has_mask = np.array([m is not None and bool(m["counts"]) for m in masks], dtype=bool)
     if has_mask.any():
