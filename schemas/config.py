@@ -217,7 +217,23 @@ class WriterConfig(_Model):
     webdataset: bool = True
     bench_export: bool = True
     card: bool = True
-    compression: str = "zstd"
+    compression: str = "zstd"  # QA shards (the dataset)
+    # the run folder's perception, attribute and label tables: caches that regenerate, export_bench and
+    # validate read back, so decode speed matters more than size (snappy decodes ~35 % faster than zstd)
+    cache_compression: str = "snappy"
+    # Parquet min/max statistics on these QA columns only (what readers filter on); statistics of long texts
+    # and groundings cost write time and no reader uses them
+    qa_statistics_columns: list[str] = ["scene_id", "split", "keyframe_index", "timestamp_us", "family", "kind",
+                                        "question_type", "template_id", "value", "unit", "horizon_s",
+                                        "out_of_view"]
+
+    @model_validator(mode="after")
+    def _qa_columns(self):
+        from schemas.tables import QA
+        unknown = [c for c in self.qa_statistics_columns if c not in QA.names]
+        if unknown:
+            raise ValueError(f"qa_statistics_columns: {unknown} are not QA columns; known: {QA.names}")
+        return self
 
 
 class RayConfig(_Model):

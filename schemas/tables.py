@@ -16,9 +16,11 @@ pyarrow release fixes the bug.
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
@@ -85,10 +87,16 @@ ATTRIBUTES = _schema("attributes", [
     pa.field("ego_speed_mps", f64),
 ], "per object and frame, ego-centric attributes used by QA")
 
+# Grounding strings are dictionary-encoded (categorical): many QA rows ground on the same image and mask,
+# so a table holds int32 indices and a shard stores each image path and mask once (``write_parquet``
+# compacts dictionaries to the values a file uses). pandas, ``datasets`` and plain pyarrow readers see
+# the string values; only pyarrow shows the ``dictionary<int32, string>`` type.
+dstr = pa.dictionary(i32, s)
+QA_RLE = pa.struct([("size", pa.list_(i32, 2)), ("counts", dstr)])  # RLE with dictionary-encoded counts
 QA_GROUNDING = pa.struct([
-    ("role", s),  # 'context' | 'current' | 'future'
-    ("frame_index", i32), ("timestamp_us", i64), ("camera", s), ("image_path", s), ("track_id", i64),
-    ("region_id", i32), ("box_xyxy", box2d), ("mask_rle", RLE),
+    ("role", dstr),  # 'context' | 'current' | 'future'
+    ("frame_index", i32), ("timestamp_us", i64), ("camera", dstr), ("image_path", dstr), ("track_id", i64),
+    ("region_id", i32), ("box_xyxy", box2d), ("mask_rle", QA_RLE),
 ])
 
 QA = _schema("qa", [
@@ -154,6 +162,21 @@ def _storage_type(t: pa.DataType) -> pa.DataType:
 def storage_schema(schema: pa.Schema) -> pa.Schema:
     """The schema a table is stored with: ``schema`` with fixed-size lists as variable-size lists (see the
     module docstring); field names, nullability, field and schema metadata kept."""
+    # memoised (a shard write asks for it on every file), keyed by the serialized schema: Schema equality
+    # ignores metadata, which the storage schema keeps
+    key = schema.serialize().to_pybytes()
+    hit = _STORAGE_SCHEMAS.get(key)
+    if hit is None:
+        if len(_STORAGE_SCHEMAS) > 256:
+            _STORAGE_SCHEMAS.clear()
+        hit = _STORAGE_SCHEMAS[key] = _storage_schema(schema)
+    return hit
+
+
+_STORAGE_SCHEMAS: dict[bytes, pa.Schema] = {}
+
+
+def _storage_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, _storage_type(f.type), f.nullable, f.metadata) for f in schema],
                      metadata=schema.metadata)
 
@@ -197,10 +220,100 @@ def from_storage(table: pa.Table, schema: pa.Schema | None = None, where: str = 
         raise ValueError(f"{where or 'table'}: stored columns do not cast to schema '{name}': {err}") from None
 
 
-def write_parquet(where, table: pa.Table, compression: str = "zstd", filesystem=None, **kwargs) -> None:
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(t):
+        return t.value_type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        f = t.value_field
+        value = pa.field(f.name, _plain_type(f.type), f.nullable, f.metadata)
+        if pa.types.is_fixed_size_list(t):
+            return pa.list_(value, t.list_size)
+        return pa.large_list(value) if pa.types.is_large_list(t) else pa.list_(value)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain_type(f.type), f.nullable, f.metadata) for f in t])
+    return t
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every dictionary column, at any depth, as its value type (``table.cast(plain_schema(
+    table.schema))`` decodes the grounding strings, e.g. to compare tables value by value: ``Table.equals``
+    compares dictionaries and indices, so equal values under different dictionaries differ)."""
+    return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable, f.metadata) for f in schema],
+                     metadata=schema.metadata)
+
+
+@functools.lru_cache(maxsize=256)
+def _has_dictionary(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _has_dictionary(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_has_dictionary(f.type) for f in t)
+    return False
+
+
+def _compact_array(arr: pa.Array) -> pa.Array:
+    t = arr.type
+    if not _has_dictionary(t):
+        return arr
+    if pa.types.is_dictionary(t):
+        valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
+        idx = arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        used_idx = idx if valid is None else idx[valid]
+        if len(used_idx) == 0:  # empty or all null: no value is used
+            return pa.DictionaryArray.from_arrays(pa.nulls(len(arr), t.index_type), arr.dictionary[:0],
+                                                  ordered=t.ordered)
+        # only the range of values this (sliced) array uses is looked at: O(its length), not O(dictionary)
+        lo, hi = int(used_idx.min()), int(used_idx.max()) + 1
+        used = np.bincount(used_idx - lo, minlength=hi - lo) > 0
+        window = arr.dictionary.slice(lo, hi - lo)
+        if used.all():
+            if lo == 0 and hi == len(arr.dictionary):
+                return arr
+            new_idx, values = idx - lo, window
+        else:
+            new_idx, values = (np.cumsum(used) - 1)[np.clip(idx - lo, 0, hi - lo - 1)], window.filter(pa.array(used))
+        mask = None if valid is None else ~valid
+        return pa.DictionaryArray.from_arrays(
+            pa.array(new_idx.astype(t.index_type.to_pandas_dtype()), t.index_type, mask=mask), values,
+            ordered=t.ordered)
+    null = arr.is_null() if arr.null_count else None
+    if pa.types.is_struct(t):  # flatten(): children restricted to this (possibly sliced) array
+        return pa.StructArray.from_arrays([_compact_array(c) for c in arr.flatten()], fields=list(t), mask=null)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        offs = arr.offsets.to_numpy(zero_copy_only=False)
+        values = _compact_array(arr.values.slice(int(offs[0]), int(offs[-1] - offs[0])))
+        cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        return cls.from_arrays(pa.array(offs - offs[0], arr.offsets.type), values, type=t, mask=null)
+    if pa.types.is_fixed_size_list(t):
+        return pa.FixedSizeListArray.from_arrays(_compact_array(arr.flatten()), type=t, mask=null)
+    return arr
+
+
+def compact_dictionaries(table: pa.Table) -> pa.Table:
+    """``table`` with every dictionary column, at any depth of lists and structs, holding only the values
+    its rows use (in their dictionary order; indices remapped, no hashing). A slice of a table shares its
+    parent's dictionaries and Parquet writes a dictionary whole, so each file is compacted before it is
+    written. Columns without dictionaries are returned as they are (zero copy)."""
+    if not any(_has_dictionary(f.type) for f in table.schema):
+        return table
+    cols = []
+    for name, col in zip(table.column_names, table.columns):
+        if _has_dictionary(col.type):
+            col = pa.chunked_array([_compact_array(c) for c in col.chunks], col.type)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=table.schema)
+
+
+def write_parquet(where, table: pa.Table, compression: str = "zstd", filesystem=None, compact: bool = True,
+                  **kwargs) -> None:
     """``pq.write_table`` of ``to_storage(table)`` to a path (on ``filesystem`` if given) or a writable
-    sink; ``kwargs`` go to ``pq.write_table``. Read it back with ``read_parquet``."""
-    pq.write_table(to_storage(table), where, compression=compression, filesystem=filesystem, **kwargs)
+    sink, dictionaries compacted to the values the rows use (``compact_dictionaries``; ``compact=False``:
+    the caller already did); ``kwargs`` go to ``pq.write_table``. Read it back with ``read_parquet``."""
+    table = to_storage(table)
+    pq.write_table(compact_dictionaries(table) if compact else table, where, compression=compression,
+                   filesystem=filesystem, **kwargs)
 
 
 def _is_path(src) -> bool:
@@ -227,7 +340,12 @@ def read_parquet(path, schema: pa.Schema | None = None, columns: Sequence[str] |
     if _is_path(path) or isinstance(path, (list, tuple)):
         src = [str(p) for p in path] if isinstance(path, (list, tuple)) else str(path)
         try:
-            table = pads.dataset(src, format="parquet", filesystem=filesystem).to_table(columns=cols)
+            if isinstance(src, list) and src:  # file by file: a quarter cheaper than a dataset scan of a list
+                table = pa.concat_tables([pq.ParquetFile(p, filesystem=filesystem).read(columns=cols,
+                                                                                        use_threads=False)
+                                          for p in src])
+            else:
+                table = pads.dataset(src, format="parquet", filesystem=filesystem).to_table(columns=cols)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
             if isinstance(src, list) and len(src) > 1:
                 return pa.concat_tables([read_parquet(p, schema, cols, filesystem) for p in src])

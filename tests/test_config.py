@@ -81,6 +81,11 @@ def test_unknown_detection_class_is_refused(tmp_path):
         load_config(write(tmp_path, "detection:\n  classes: [car, spaceship]\n"))
 
 
+def test_unknown_qa_statistics_column_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"qa_statistics_columns: \['questoin'\] are not QA columns"):
+        load_config(write(tmp_path, "writers:\n  qa_statistics_columns: [scene_id, questoin]\n"))
+
+
 @pytest.mark.parametrize("text, kind", [("- a\n- b\n", "list"), ("42\n", "int"), ("just text\n", "str")])
 def test_yaml_that_is_not_a_mapping(tmp_path, text, kind):
     p = write(tmp_path, text)

@@ -38,6 +38,8 @@ def _value(t: pa.DataType, i: int):
         return [_value(t.value_type, i), _value(t.value_type, i + 1)]
     if pa.types.is_struct(t):
         return {f.name: _value(f.type, i) for f in t}
+    if pa.types.is_dictionary(t):  # grounding strings (categorical)
+        return _value(t.value_type, i)
     if pa.types.is_string(t):
         return f"v{i}"
     if pa.types.is_boolean(t):

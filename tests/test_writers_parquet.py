@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -9,11 +10,23 @@ import pytest
 from conftest_writers import make_qa_table
 from generator.writers.parquet import qa_shard_path, read_qa, scene_qa_shards, write_qa_shards
 from schemas.config import WriterConfig
-from schemas.tables import QA
+from schemas.tables import QA, plain_schema
 
 
 def _read_all(paths) -> pa.Table:
     return read_qa(list(paths))
+
+
+def _same_values(a: pa.Table, b: pa.Table) -> bool:
+    """Equal value by value: shards read back hold each file's own grounding dictionaries."""
+    return a.cast(plain_schema(a.schema)).equals(b.cast(plain_schema(b.schema)))
+
+
+def _grounding_dictionaries(path) -> dict[str, pa.Array]:
+    """A shard's grounding dictionary columns as plain pyarrow reads them back (one file: one dictionary)."""
+    g = pq.read_table(path).column("grounding").combine_chunks().flatten()
+    return {"image_path": g.field("image_path"), "camera": g.field("camera"),
+            "counts": g.field("mask_rle").field("counts")}
 
 
 def test_row_bound_names_and_roundtrip(tmp_path):
@@ -24,7 +37,12 @@ def test_row_bound_names_and_roundtrip(tmp_path):
     assert [pq.ParquetFile(p).metadata.num_rows for p in paths] == [10, 10, 10, 10, 10, 3]
     back = _read_all(paths)
     assert back.schema.equals(QA, check_metadata=False)
-    assert back.equals(t)
+    assert _same_values(back, t)
+    for p in paths:  # each shard stores only the image paths and masks its own rows ground on
+        for name, arr in _grounding_dictionaries(p).items():
+            assert pa.types.is_dictionary(arr.type), name
+            used = pc.unique(arr.cast(pa.string()).drop_null())
+            assert len(arr.dictionary) == len(used) > 0, (p.name, name)
     raw = pq.read_table(paths[0])  # plain pyarrow: same columns and metadata, boxes as variable lists
     assert raw.column_names == QA.names and raw.schema.metadata[b"drivegen.schema"] == b"qa"
     assert not list((tmp_path / "qa").glob(".*tmp")), "temporary files left behind"
@@ -40,7 +58,7 @@ def test_null_boxes_and_masks_round_trip(tmp_path):
     t = pa.Table.from_pylist(rows, schema=QA)
     paths = write_qa_shards(t, tmp_path, "s1")
     back = _read_all(paths)
-    assert back.equals(t)
+    assert _same_values(back, t)
     assert back.to_pylist()[1]["grounding"][0]["box_xyxy"] is None
 
 
@@ -52,7 +70,7 @@ def test_byte_bound(tmp_path):
     for p in paths:
         assert pq.read_table(p).nbytes <= limit
         assert p.stat().st_size <= limit
-    assert _read_all(paths).equals(t)
+    assert _same_values(_read_all(paths), t)
 
 
 def test_rewrite_replaces_scene_exactly(tmp_path):
@@ -64,7 +82,7 @@ def test_rewrite_replaces_scene_exactly(tmp_path):
     second = write_qa_shards(t2, tmp_path, "s1", cfg)
     assert second == first[:2]
     assert scene_qa_shards(tmp_path, "s1") == second
-    assert _read_all(second).equals(t2)
+    assert _same_values(_read_all(second), t2)
     assert scene_qa_shards(tmp_path, "s1-00001") == other  # untouched
     assert write_qa_shards(t2.slice(0, 0), tmp_path, "s1", cfg) == []
     assert scene_qa_shards(tmp_path, "s1") == []
@@ -106,3 +124,15 @@ def test_readers_pandas_and_datasets(tmp_path):
         assert rows[qid]["value"] == pytest.approx(want[qid]["value"]) if want[qid]["value"] is not None \
             else rows[qid]["value"] is None
         assert [g["box_xyxy"] for g in rows[qid]["grounding"]] == [g["box_xyxy"] for g in want[qid]["grounding"]]
+
+
+def test_statistics_only_on_the_configured_columns(tmp_path):
+    """Min/max statistics on the columns readers filter on, none on long texts and groundings."""
+    cfg = WriterConfig(qa_statistics_columns=["scene_id", "family", "value"])
+    (path,) = write_qa_shards(make_qa_table("s1", n=20, seed=3), tmp_path, "s1", cfg)
+    rg = pq.ParquetFile(path).metadata.row_group(0)
+    has_stats = {rg.column(i).path_in_schema: rg.column(i).is_stats_set for i in range(rg.num_columns)}
+    assert has_stats["scene_id"] and has_stats["family"] and has_stats["value"]
+    assert not has_stats["question"] and not has_stats["answer"] and not has_stats["qa_id"]
+    assert not any(v for k, v in has_stats.items() if k.startswith("grounding."))
+    assert _same_values(read_qa(path), make_qa_table("s1", n=20, seed=3))

@@ -140,7 +140,7 @@ def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
     from generator.writers.parquet import write_qa_shards
 
     cfg, sid, rf = env.cfg, work.scene_id, RunFolder(staging)
-    comp = cfg.writers.compression
+    comp = cfg.writers.cache_compression
     _write_parquet(rf.perception("frames", sid), work.data["frames"], comp)
     _write_parquet(rf.perception("objects", sid), work.data["objects"], comp)
     _write_parquet(rf.perception("projections", sid), work.data["projections"], comp)

@@ -245,8 +245,9 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
 
     # grounding pool 1: each candidate at its keyframe in its best camera (pool index = candidate index)
     proj_img = img_index.find(cand["frame_row"] * n_cam + p_cam[cand["proj"]])
-    pool_parts = [_pool_entries(frames, projections, cam_paths, "current", cand["frame_row"], cand["proj"],
-                                proj_img, cand["track"], cand["region"], f_fi, f_ts)]
+    gsrc = GroundingSource.build(projections, cam_paths, cam_universe, p_cam)
+    pool_parts = [_pool_entries("current", cand["frame_row"], cand["proj"], proj_img, cand["track"], cand["region"],
+                                f_fi, f_ts)]
     n_pool1 = len(c_attr)
 
     scene_hash = np.array([stable_hash(s) for s in scenes.to_pylist()], dtype=np.uint64)
@@ -265,7 +266,7 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
                                               n_cam, frames, projections, cam_paths, n_pool1)
         batches += st_batches
         pool_parts.append(st_pool)
-    pool = _concat_pool(pool_parts)
+    pool = _concat_pool(pool_parts, gsrc)
     batches = [b for b in batches if b.n and templates.variants(b.qt.family, b.qt.name)]
     if not batches:
         return QA.empty_table()
@@ -308,36 +309,81 @@ def _box_xyxy(projections: pa.Table) -> np.ndarray:
     return mb
 
 
-def _pool_entries(frames, projections, cam_paths, role, frame_rows, proj_rows, img_rows, track, region,
-                  f_fi, f_ts) -> dict:
-    """Grounding entries (columns of QA_GROUNDING) for parallel arrays of (frame row, projection row)."""
-    pr = pa.array(proj_rows, pa.int64())
-    img = pc.take(cam_paths, pa.array(np.maximum(img_rows, 0)))
-    img = pc.if_else(pa.array(img_rows >= 0), img, pa.scalar(None, pa.string()))
-    mb = pc.take(column(projections, "mask_box_xyxy"), pr)
-    pb = pc.take(column(projections, "box2d_proj_xyxy"), pr)
-    if not isinstance(role, pa.Array):
-        role = pc.take(pa.array([role]), pa.array(np.zeros(len(proj_rows), np.int32)))
+ROLES = ("context", "current", "future")  # grounding roles, in QA_GROUNDING.role's dictionary order
+
+
+@dataclass(frozen=True)
+class GroundingSource:
+    """The batch-wide arrays grounding entries point into. Grounding strings are dictionary-encoded
+    (``schemas.tables.QA_GROUNDING``): an entry stores int32 indices into these dictionaries, so building
+    (and taking) groundings never copies an image path or a mask string, and a shard stores each once."""
+    roles: pa.Array  # ROLES
+    cameras: pa.Array  # camera names; p_cam indexes it
+    p_cam: np.ndarray  # (P,) camera code of each projection row
+    image_paths: pa.Array  # (F*C,) image path of each (frame, camera) entry of the flattened frames.cameras
+    mask_size: pa.Array  # (P,) RLE size [h, w] per projection row
+    mask_counts: pa.Array  # (P,) RLE counts string per projection row (dictionary values)
+    mask_null: np.ndarray  # (P,) projection row without a mask
+    box: pa.Array  # (P,) 2D box: the mask's box when present, else the projected 3D box
+
+    @classmethod
+    def build(cls, projections: pa.Table, cam_paths, cam_universe: pa.Array, p_cam: np.ndarray):
+        rle = column(projections, "mask_rle")
+        paths = cam_paths.combine_chunks() if isinstance(cam_paths, pa.ChunkedArray) else cam_paths
+        return cls(roles=pa.array(ROLES, pa.string()), cameras=cam_universe.cast(pa.string()),
+                   p_cam=p_cam.astype(np.int32), image_paths=paths.cast(pa.string()),
+                   mask_size=pc.struct_field(rle, "size"), mask_counts=pc.struct_field(rle, "counts"),
+                   mask_null=to_numpy(rle.is_null(), bool),
+                   box=pc.coalesce(column(projections, "mask_box_xyxy"), column(projections, "box2d_proj_xyxy")))
+
+
+def _pool_entries(role, frame_rows, proj_rows, img_rows, track, region, f_fi, f_ts) -> dict:
+    """Grounding entries for parallel arrays of (frame row, projection row): QA_GROUNDING's plain columns
+    as arrays; its dictionary columns (and the mask) as int32 index arrays, -1 = null, that
+    ``_concat_pool`` turns into dictionary arrays over a ``GroundingSource``. ``role`` is a ROLES name
+    or an array of ROLES codes."""
+    n = len(proj_rows)
+    if isinstance(role, str):
+        role = np.full(n, ROLES.index(role), np.int32)
     return {
-        "role": role,
-        "frame_index": pa.array(f_fi[frame_rows].astype(np.int32)),
-        "timestamp_us": pa.array(f_ts[frame_rows]),
-        "camera": pc.take(column(projections, "camera"), pr),
-        "image_path": img,
-        "track_id": pa.array(np.asarray(track, np.int64)),
-        "region_id": pa.array(np.asarray(region, np.int32)),
-        "box_xyxy": pc.coalesce(mb, pb),
-        "mask_rle": pc.take(column(projections, "mask_rle"), pr),
+        "role": np.asarray(role, np.int32),
+        "frame_index": f_fi[frame_rows].astype(np.int32),
+        "timestamp_us": f_ts[frame_rows].astype(np.int64),
+        "image_path": np.where(img_rows >= 0, img_rows, -1).astype(np.int32),
+        "track_id": np.asarray(track, np.int64),
+        "region_id": np.asarray(region, np.int32),
+        "proj": np.asarray(proj_rows, np.int64),
     }
 
 
-def _concat_pool(parts: list[dict]) -> pa.StructArray:
-    names = [f.name for f in QA_GROUNDING]
-    arrays = []
-    for f in QA_GROUNDING:
-        chunks = [p[f.name].cast(f.type) for p in parts]
-        arrays.append(pa.concat_arrays(chunks) if chunks else pa.array([], f.type))
-    return pa.StructArray.from_arrays(arrays, names=names)
+def _dictionary(indices: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
+    null = indices < 0
+    idx = pa.array(np.where(null, 0, indices).astype(np.int32), mask=null if null.any() else None)
+    return pa.DictionaryArray.from_arrays(idx, values)
+
+
+def _concat_pool(parts: list[dict], src: GroundingSource) -> pa.StructArray:
+    """One StructArray of QA_GROUNDING from ``_pool_entries`` parts (pool index = position in order)."""
+    cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in
+           ("role", "frame_index", "timestamp_us", "image_path", "track_id", "region_id", "proj")}
+    proj = cat["proj"]
+    pr = pa.array(proj, pa.int64())
+    no_mask = src.mask_null[proj]
+    mask = pa.StructArray.from_arrays(
+        [pc.take(src.mask_size, pr), _dictionary(np.where(no_mask, -1, proj), src.mask_counts)],
+        fields=list(QA_GROUNDING.field("mask_rle").type), mask=pa.array(no_mask) if no_mask.any() else None)
+    arrays = {
+        "role": _dictionary(cat["role"], src.roles),
+        "frame_index": pa.array(cat["frame_index"].astype(np.int32)),
+        "timestamp_us": pa.array(cat["timestamp_us"].astype(np.int64)),
+        "camera": _dictionary(src.p_cam[proj], src.cameras),
+        "image_path": _dictionary(cat["image_path"], src.image_paths),
+        "track_id": pa.array(cat["track_id"].astype(np.int64)),
+        "region_id": pa.array(cat["region_id"].astype(np.int32)),
+        "box_xyxy": pc.take(src.box, pr),
+        "mask_rle": mask,
+    }
+    return pa.StructArray.from_arrays([arrays[f.name].cast(f.type) for f in QA_GROUNDING], fields=list(QA_GROUNDING))
 
 
 # -------------------------------------------------------------------------------------------- families
@@ -538,10 +584,9 @@ def _spatiotemporal(ctx: Context, ego, attr_index, n_tr, a_tc, front_index, p_ca
     g_start = pool_offset + np.cumsum(g_len) - g_len
     flat_rows = win_rows[has]
     flat_proj = fp[has]
-    role_names = pa.array(["context", "current", "future"], pa.string())
-    roles = pc.take(role_names, pa.array(np.broadcast_to(roles_idx, (n_st, n_off))[has]))
+    roles = np.broadcast_to(roles_idx, (n_st, n_off))[has]
     img = img_index.find(flat_rows * n_cam + p_cam[flat_proj])
-    pool = _pool_entries(frames, projections, cam_paths, roles, flat_rows, flat_proj, img,
+    pool = _pool_entries(roles, flat_rows, flat_proj, img,
                          np.broadcast_to(c["track"][st][:, None], (n_st, n_off))[has],
                          np.broadcast_to(c["region"][st][:, None], (n_st, n_off))[has], ctx.frames_fi, ctx.frames_ts)
 

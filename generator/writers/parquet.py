@@ -22,10 +22,11 @@ import pyarrow.compute as pc
 
 from generator.runfolder import numbered_files, safe_name
 from schemas.config import WriterConfig
-from schemas.tables import QA, check_schema, read_parquet, to_storage, write_parquet
+from schemas.tables import QA, check_schema, compact_dictionaries, read_parquet, to_storage, write_parquet
 from schemas.tables import storage_schema  # noqa: F401  (re-exported: the one implementation is in schemas)
 
 QA_DIR = "qa"
+QA_STORED = storage_schema(QA)  # the QA columns as shards store them
 
 
 def qa_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
@@ -70,19 +71,21 @@ def _empty_file_bytes(schema: pa.Schema, compression: str) -> int:
     return sink.getvalue().size
 
 
-def _write_tmp(tmp: Path, table: pa.Table, compression: str) -> int:
+def _write_tmp(tmp: Path, table: pa.Table, compression: str, statistics: bool | list[str] = True,
+               compact: bool = True) -> int:
     """Write ``table`` to the temporary file ``tmp``, fsync it, return its size in bytes."""
-    write_parquet(tmp, table, compression=compression)
+    write_parquet(tmp, table, compression=compression, compact=compact, write_statistics=statistics)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
         return os.fstat(fh.fileno()).st_size
 
 
 def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_bytes: int,
-                  compression: str = "zstd") -> list[Path]:
+                  compression: str = "zstd", statistics: bool | list[str] = True) -> list[Path]:
     """Write contiguous runs of ``table`` to successive ``paths``; each file holds at most ``max_rows``
     rows and at most ``max_bytes`` bytes on disk (a single row too large for the bound gets a file of its
-    own). Each file is written under a temporary name, fsynced and renamed into place.
+    own). Each file is written under a temporary name, fsynced and renamed into place. ``statistics``:
+    Parquet min/max statistics for all columns (True), none, or the named ones.
 
     The first guess of rows per file is the byte budget left after the fixed Parquet footer over the
     table's mean in-memory row size; a run whose Arrow size or written file exceeds the bound is halved
@@ -91,7 +94,9 @@ def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_byt
     n = table.num_rows
     if n == 0:
         return []
-    table = to_storage(table)  # once here, so sizes are those of the stored types (a no-op per write)
+    # once here, so sizes are those of the stored types and of this table's own dictionaries (a slice of a
+    # batch shares the batch's); a single file needs nothing more, several are compacted one by one
+    table = compact_dictionaries(to_storage(table))
     budget = max(1, max_bytes - _footer_bytes(table.schema, compression))
     step = int(max(1, min(max_rows, budget // max(1.0, table.nbytes / n))))
     written: list[Path] = []
@@ -104,7 +109,7 @@ def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_byt
         while True:
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             try:
-                size = _write_tmp(tmp, table.slice(off, length), compression)
+                size = _write_tmp(tmp, table.slice(off, length), compression, statistics, compact=length < n)
                 if size <= max_bytes or length == 1:
                     break
             except BaseException:
@@ -123,14 +128,16 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     """Write one scene's QA rows as shards ``out_dir/qa/<safe scene>-<k:05d>.parquet``, k = 0, 1, ...
 
     ``out_dir`` is the run folder root. ``table`` follows ``schemas.tables.QA`` (cast with
-    ``check_schema``; a mismatch raises ValueError naming the scene) and every row must carry
+    ``check_schema``; a mismatch raises ValueError naming the scene), or is already in its stored form
+    (``to_storage(qa)``: a caller that splits one batch into scenes casts once), and every row must carry
     ``scene_id == scene_id``. Shards hold at most ``cfg.parquet_max_rows`` rows and
     ``cfg.parquet_max_bytes`` bytes on disk; rows keep their order. The scene's stale shards numbered
     past the new count are removed afterwards; an empty table leaves the scene with no shards.
     Returns the written paths in shard order.
     """
     cfg = cfg or WriterConfig()
-    table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
+    if not table.schema.equals(QA_STORED, check_metadata=True):
+        table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
     if table.num_rows:
         scenes = pc.unique(table.column("scene_id")).to_pylist()
         if scenes != [scene_id]:
@@ -141,7 +148,8 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     old = scene_qa_shards(out_dir, scene_id)
     paths = (qa_shard_path(out_dir, scene_id, k) for k in itertools.count())
     # write_bounded removes its own temporary file on failure: no scan of the (possibly huge) qa/ folder
-    written = write_bounded(table, paths, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression)
+    written = write_bounded(table, paths, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression,
+                            statistics=list(cfg.qa_statistics_columns))
     # stale shards of an earlier, longer write: removed from the highest number down, so an interrupted
     # cleanup still leaves the numbers contiguous from 0
     for p in reversed(old[len(written):]):
