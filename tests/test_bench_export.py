@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from pycocotools import mask as mask_utils
 
-from conftest_bench import AGENTS, EGO_V, NAME_OF_TRACK, SCENE, T0_US, TIMES, agent_state, ego_xy, make_bench_run
+from conftest_bench import AGENTS, EGO_V, NAME_OF_TRACK, SCENE, TIMES, agent_state, ego_xy, make_bench_run
 from generator.writers.bench_export import (SCENARIOS, ScenarioThresholds, classify_scenario, export_bench,
                                             is_dynamic)
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ import pytest
 import ray
 from ray import cloudpickle
 
-from conftest_pipeline import LocalCluster, drivegen, link_synth_cache, qa_rows, write_config
+from conftest_pipeline import LocalCluster, drivegen, link_synth_cache, write_config
 from generator.pipeline import RunStore, run_pipeline
 from generator.pipeline.core import Stage
 from generator.pipeline.read import check_run, read_table

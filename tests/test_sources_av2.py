@@ -4,7 +4,6 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 import pytest

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from generator.geometry import box_corners, wrap_angle_rad
+from generator.geometry import wrap_angle_rad
 from generator.projection import corners_in_camera, project_boxes
 from generator.sources import frames_table, open_source, scenes_table, source_from_description
 from generator.sources.io import load_image, load_lidar_ego

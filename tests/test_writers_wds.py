@@ -1,7 +1,6 @@
 """WebDataset shards: one sample per keyframe with every grounded image; readable by webdataset and Ray."""
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np

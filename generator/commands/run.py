@@ -12,9 +12,7 @@ Exit codes: 0 = every scene finished, 1 = some scene failed (see OUT/errors/ and
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
 
 log = logging.getLogger("drivegen.run")

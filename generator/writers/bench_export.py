@@ -55,7 +55,7 @@ from pycocotools import mask as mask_utils
 
 from generator.geometry import SE3
 from generator.projection import project_boxes
-from generator.runfolder import RunFolder, atomic_write_bytes, safe_name
+from generator.runfolder import RunFolder, safe_name
 from generator.types import Boxes3D, CameraCalib
 from generator.writers.wds import read_jpeg
 from schemas.config import PipelineConfig, load_config

@@ -39,7 +39,6 @@ def scene_qa_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
     first missing number (a scene's shards are always numbered contiguously from 0, see
     ``write_qa_shards``), so the cost does not grow with the number of scenes in the folder."""
     return numbered_files(lambda k: qa_shard_path(out_dir, scene_id, k))
-    return out
 
 
 def all_qa_shards(out_dir: str | os.PathLike) -> list[Path]:

@@ -62,7 +62,6 @@ def wds_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
 def scene_wds_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
     """The scene's existing shards, probed from 0 up to the first missing number (numbers are contiguous)."""
     return numbered_files(lambda k: wds_shard_path(out_dir, scene_id, k))
-    return out
 
 
 def sample_key(scene_id: str, keyframe_index: int) -> str:
@@ -96,7 +95,7 @@ def _resolve(path: str, image_root: str | os.PathLike | None) -> Path:
 def read_jpeg(path: Path, scene_id: str) -> bytes:
     """The image at ``path`` as JPEG bytes (JPEG files verbatim, others re-encoded with OpenCV)."""
     if not path.is_file():
-        raise WriterError(f"image referenced by a QA grounding is missing", scene=scene_id, file=str(path),
+        raise WriterError("image referenced by a QA grounding is missing", scene=scene_id, file=str(path),
                           stage="write_wds")
     if path.suffix.lower() in (".jpg", ".jpeg"):
         return path.read_bytes()
