@@ -148,15 +148,31 @@ def empty(schema: pa.Schema) -> pa.Table:
 
 
 # ------------------------------------------------------------------------------------------ Parquet storage
-def _storage_type(t: pa.DataType) -> pa.DataType:
-    """``t`` with every fixed-size list, at any depth of lists and structs, made a variable-size list."""
-    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
-        f = t.value_field
-        value = pa.field(f.name, _storage_type(f.type), f.nullable, f.metadata)
-        return pa.large_list(value) if pa.types.is_large_list(t) else pa.list_(value)
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _storage_type(f.type), f.nullable, f.metadata) for f in t])
-    return t
+def _map_type(t: pa.DataType, fn) -> pa.DataType:
+    """``t`` rebuilt bottom-up through lists and structs (names, nullability and field metadata kept), with
+    ``fn`` applied to every type once its children are mapped."""
+    def field(f: pa.Field) -> pa.Field:
+        return pa.field(f.name, _map_type(f.type, fn), f.nullable, f.metadata)
+
+    if pa.types.is_fixed_size_list(t):
+        t = pa.list_(field(t.value_field), t.list_size)
+    elif pa.types.is_large_list(t):
+        t = pa.large_list(field(t.value_field))
+    elif pa.types.is_list(t):
+        t = pa.list_(field(t.value_field))
+    elif pa.types.is_struct(t):
+        t = pa.struct([field(f) for f in t])
+    return fn(t)
+
+
+def _map_schema(schema: pa.Schema, fn) -> pa.Schema:
+    return pa.schema([pa.field(f.name, _map_type(f.type, fn), f.nullable, f.metadata) for f in schema],
+                     metadata=schema.metadata)
+
+
+def _variable_list(t: pa.DataType) -> pa.DataType:
+    """A fixed-size list type as the variable-size list of the same values; other types as they are."""
+    return pa.list_(t.value_field) if pa.types.is_fixed_size_list(t) else t
 
 
 def storage_schema(schema: pa.Schema) -> pa.Schema:
@@ -177,8 +193,7 @@ _STORAGE_SCHEMAS: dict[bytes, pa.Schema] = {}
 
 
 def _storage_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, _storage_type(f.type), f.nullable, f.metadata) for f in schema],
-                     metadata=schema.metadata)
+    return _map_schema(schema, _variable_list)  # fixed-size lists at any depth made variable-size lists
 
 
 def to_storage(table: pa.Table) -> pa.Table:
@@ -220,26 +235,11 @@ def from_storage(table: pa.Table, schema: pa.Schema | None = None, where: str = 
         raise ValueError(f"{where or 'table'}: stored columns do not cast to schema '{name}': {err}") from None
 
 
-def _plain_type(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_dictionary(t):
-        return t.value_type
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        f = t.value_field
-        value = pa.field(f.name, _plain_type(f.type), f.nullable, f.metadata)
-        if pa.types.is_fixed_size_list(t):
-            return pa.list_(value, t.list_size)
-        return pa.large_list(value) if pa.types.is_large_list(t) else pa.list_(value)
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _plain_type(f.type), f.nullable, f.metadata) for f in t])
-    return t
-
-
 def plain_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with every dictionary column, at any depth, as its value type (``table.cast(plain_schema(
     table.schema))`` decodes the grounding strings, e.g. to compare tables value by value: ``Table.equals``
     compares dictionaries and indices, so equal values under different dictionaries differ)."""
-    return pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable, f.metadata) for f in schema],
-                     metadata=schema.metadata)
+    return _map_schema(schema, lambda x: x.value_type if pa.types.is_dictionary(x) else x)
 
 
 @functools.lru_cache(maxsize=256)
