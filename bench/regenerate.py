@@ -137,6 +137,32 @@ def build_run(root: Path, n_scenes: int, n_tracks: int, seed: int = 0) -> None:
         atomic_write_table(rf.attributes(sid), compute_attributes(objects, frames), compression=comp)
 
 
+def scaling(run: Path, work: Path, cfg, templates, args, rows: int) -> None:
+    """Wall clock of regenerate in one process against Ray tasks on ``args.workers`` local CPUs (batches of
+    ``args.batch_scenes`` scenes), each the best of ``args.repeat`` runs, in one process run."""
+    import ray
+
+    from generator.pipeline.driver import ensure_ray
+
+    pa.set_cpu_count(1)  # every task on one core, like the single process
+    walls = {"local": [], "ray": []}
+    rcfg = cfg.model_copy(deep=True)
+    rcfg.ray.num_cpus = args.workers
+    ensure_ray(rcfg)
+    try:
+        for _ in range(args.repeat):
+            for ex in ("local", "ray"):
+                out = work / f"out_{ex}"
+                shutil.rmtree(out, ignore_errors=True)
+                walls[ex].append(regenerate(run, out, cfg, templates, batch_scenes=args.batch_scenes,
+                                            executor=ex)["wall_s"])
+    finally:
+        ray.shutdown()
+    loc, rw = min(walls["local"]), min(walls["ray"])
+    print(f"scaling: one process {loc:.2f} s wall, Ray tasks on {args.workers} CPUs {rw:.2f} s wall -> "
+          f"{loc / rw:.2f}x ({rows / rw * 60 / 1e6:.1f} M QA/min); best of {args.repeat} runs each")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenes", type=int, default=350)
@@ -145,6 +171,9 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", default=None, help="build the synthetic run here and keep it")
     ap.add_argument("--default-pool", action="store_true", help="keep Arrow's default memory pool settings")
     ap.add_argument("--repeat", type=int, default=2, help="rounds; the best of them is reported")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="also time regenerate as Ray tasks on an embedded local Ray with this many CPUs against "
+                         "one process (wall clock; 0: skip)")
     args = ap.parse_args(argv)
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
@@ -245,6 +274,8 @@ def main(argv=None) -> int:
               f"generate + write {med['ratio_gw']:.2f}x; read + generate + write {med['ratio_e2e']:.2f}x "
               f"(each round, with reading: {each}); with reading vs the plain-string default write "
               f"{med['ratio_e2e_plain']:.2f}x")
+        if args.workers > 0:
+            scaling(run, work, cfg, templates, args, rows)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -152,49 +153,132 @@ def split_by_scene(qa: pa.Table) -> dict[str, pa.Table]:
             for i, s in enumerate(scenes.to_pylist())}
 
 
-def regenerate(run_dir: str | Path, out_dir: str | Path, cfg, templates: TemplateSet,
-               batch_scenes: int = 64, scene_ids: list[str] | None = None) -> dict:
-    """Regenerate the QA of ``run_dir`` into ``out_dir`` (see module doc). Returns a summary dict."""
+_TIMING_KEYS = ("read_s", "generate_s", "write_s", "read_cpu_s", "generate_cpu_s", "write_cpu_s", "cpu_s")
+
+
+def regenerate_batch(run_dir: str | Path, out_dir: str | Path, cfg, templates: TemplateSet,
+                     scene_ids: list[str]) -> dict:
+    """One unit of regeneration, in-process or as a Ray task: read the scenes' tables, ``generate_qa`` on
+    them together, write each scene's shards. Returns {"qa", "by_family", "shards" (relative to
+    ``out_dir``), "scenes", wall and CPU seconds per step ("read_s", "read_cpu_s", ...) and "cpu_s" in all}."""
     from generator.writers.parquet import write_qa_shards
 
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    out: dict = {k: 0.0 for k in _TIMING_KEYS}
+    c0 = time.process_time()
+    t, c = time.perf_counter(), time.process_time()
+    frames, attributes, projections = load_scenes(run_dir, scene_ids)
+    out["read_s"], out["read_cpu_s"] = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
+    qa = generate_qa(frames, attributes, projections, cfg, templates)
+    out["generate_s"], out["generate_cpu_s"] = time.perf_counter() - t, time.process_time() - c
+    t, c = time.perf_counter(), time.process_time()
+    per_scene = split_by_scene(to_storage(qa))  # cast once per batch, not per scene slice (much dearer)
+    files: list[str] = []
+    for s in scene_ids:
+        part = per_scene.get(s, qa.schema.empty_table())
+        files += [str(p.relative_to(out_dir)) for p in write_qa_shards(part, out_dir, s, cfg.writers)]
+    out["write_s"], out["write_cpu_s"] = time.perf_counter() - t, time.process_time() - c
+    out["cpu_s"] = time.process_time() - c0
+    fam = pc.value_counts(qa.column("family")).to_pylist() if qa.num_rows else []
+    out.update(scenes=len(scene_ids), qa=qa.num_rows, by_family={d["values"]: int(d["counts"]) for d in fam},
+               shards=files)
+    return out
+
+
+def _ray_batch(run_dir, out_dir, cfg, templates, scene_ids) -> dict:
+    use_retaining_memory_pool()  # a worker process of its own: same allocator as a command's main
+    return regenerate_batch(run_dir, out_dir, cfg, templates, scene_ids)
+
+
+def _run_batches_on_ray(run_dir, out_dir, cfg, templates, batches: list[list[str]], done) -> list[dict]:
+    """``regenerate_batch`` of every batch as Ray tasks (one CPU each, at most twice the cluster's CPUs in
+    flight), results in batch order; ``done(result)`` is called as each finishes. A failed task raises its
+    error (a RegenerateError stays one)."""
+    import ray
+
+    task = ray.remote(num_cpus=1, max_retries=cfg.ray.max_retries)(_ray_batch)
+    refs = [ray.put(x) for x in (str(run_dir), str(out_dir), cfg, templates)]
+    in_flight = max(1, int(2 * ray.cluster_resources().get("CPU", 1)))
+    results: list[dict | None] = [None] * len(batches)
+    pending: dict = {}
+    todo = iter(enumerate(batches))
+    while True:
+        for k, batch in todo:
+            pending[task.remote(*refs, batch)] = k
+            if len(pending) >= in_flight:
+                break
+        if not pending:
+            break
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        k = pending.pop(ready[0])
+        try:
+            results[k] = ray.get(ready[0])
+        except ray.exceptions.RayTaskError as err:  # the task's own error, not Ray's wrapper around it
+            for ref in pending:
+                ray.cancel(ref)
+            cause = getattr(err, "cause", None)
+            raise (cause if isinstance(cause, Exception) else err) from None
+        done(results[k])
+    return results
+
+
+def regenerate(run_dir: str | Path, out_dir: str | Path, cfg, templates: TemplateSet,
+               batch_scenes: int = 64, scene_ids: list[str] | None = None, executor: str = "local",
+               progress: bool = False) -> dict:
+    """Regenerate the QA of ``run_dir`` into ``out_dir`` (see module doc). Returns a summary dict.
+
+    ``executor`` 'local': batches one after another in this process; 'ray': batches as Ray tasks on the
+    cluster Ray is connected to (``generator.pipeline.driver.ensure_ray``), which must see ``run_dir`` and
+    ``out_dir`` at the same paths (one machine, or a shared filesystem). The shards are the same either
+    way. CPU seconds in the summary are this process's (local) or the sum over the tasks (ray)."""
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if out_dir.resolve() == run_dir.resolve():
         raise RegenerateError(f"--out {out_dir} is the run folder itself: its manifests list the original QA "
                               "shards; write regenerated QA to another folder")
     scenes = run_scenes(run_dir) if scene_ids is None else list(scene_ids)
-    t0, c0 = time.perf_counter(), time.process_time()
-    timings = {"read_s": 0.0, "generate_s": 0.0, "write_s": 0.0}  # wall
-    cpu = {"read_cpu_s": 0.0, "generate_cpu_s": 0.0, "write_cpu_s": 0.0}  # this process's CPU time
-    by_family: dict[str, int] = {}
-    files: list[str] = []
-    total = 0
-    for k in range(0, len(scenes), max(1, batch_scenes)):
-        batch = scenes[k:k + batch_scenes]
-        t, c = time.perf_counter(), time.process_time()
-        frames, attributes, projections = load_scenes(run_dir, batch)
-        timings["read_s"] += time.perf_counter() - t
-        cpu["read_cpu_s"] += time.process_time() - c
-        t, c = time.perf_counter(), time.process_time()
-        qa = generate_qa(frames, attributes, projections, cfg, templates)
-        timings["generate_s"] += time.perf_counter() - t
-        cpu["generate_cpu_s"] += time.process_time() - c
-        t, c = time.perf_counter(), time.process_time()
-        per_scene = split_by_scene(to_storage(qa))  # cast once per batch, not per scene slice (much dearer)
-        for s in batch:
-            part = per_scene.get(s, qa.schema.empty_table())
-            files += [str(p.relative_to(out_dir)) for p in write_qa_shards(part, out_dir, s, cfg.writers)]
-        timings["write_s"] += time.perf_counter() - t
-        cpu["write_cpu_s"] += time.process_time() - c
-        total += qa.num_rows
-        for d in (pc.value_counts(qa.column("family")).to_pylist() if qa.num_rows else []):
-            by_family[d["values"]] = by_family.get(d["values"], 0) + int(d["counts"])
-        log.info("regenerate: %d/%d scenes, %d QA so far", min(k + batch_scenes, len(scenes)), len(scenes), total)
+    batches = [scenes[k:k + max(1, batch_scenes)] for k in range(0, len(scenes), max(1, batch_scenes))]
+    t0 = time.perf_counter()
+    bar = None
+    if progress and scenes:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(scenes), unit="scene", desc="regenerate", file=sys.stderr, dynamic_ncols=True)
+    finished = {"scenes": 0, "qa": 0}
+
+    def done(r: dict) -> None:
+        finished["scenes"] += r["scenes"]
+        finished["qa"] += r["qa"]
+        if bar is not None:
+            bar.set_postfix(qa=finished["qa"], refresh=False)
+            bar.update(r["scenes"])
+        log.info("regenerate: %d/%d scenes, %d QA so far", finished["scenes"], len(scenes), finished["qa"])
+
+    try:
+        if executor == "ray":
+            results = _run_batches_on_ray(run_dir, out_dir, cfg, templates, batches, done)
+        else:
+            results = []
+            for batch in batches:
+                results.append(regenerate_batch(run_dir, out_dir, cfg, templates, batch))
+                done(results[-1])
+    finally:
+        if bar is not None:
+            bar.close()
     wall = time.perf_counter() - t0
-    cpu["cpu_s"] = time.process_time() - c0
+    total = sum(r["qa"] for r in results)
+    by_family: dict[str, int] = {}
+    for r in results:
+        for fam, n in r["by_family"].items():
+            by_family[fam] = by_family.get(fam, 0) + n
+    times = {k: sum(r[k] for r in results) for k in _TIMING_KEYS}
     summary = {"run_dir": str(run_dir), "out_dir": str(out_dir), "scenes": len(scenes), "qa": total,
                "by_family": dict(sorted(by_family.items())), "seed": cfg.qa.seed,
-               "template_files": templates.files, "templates": len(templates), "shards": files,
-               "wall_s": round(wall, 3), **{k: round(v, 3) for k, v in {**timings, **cpu}.items()},
+               "template_files": templates.files, "templates": len(templates),
+               "shards": [f for r in results for f in r["shards"]], "executor": executor,
+               "wall_s": round(wall, 3), **{k: round(v, 3) for k, v in times.items()},
                "qa_per_s": round(total / wall, 1) if wall > 0 else None}
     atomic_write_bytes(out_dir / "config.yaml", cfg.to_yaml().encode())
     atomic_write_bytes(out_dir / "regenerate.json", json.dumps(summary, indent=2).encode())
