@@ -259,7 +259,7 @@ def _compact_array(arr: pa.Array) -> pa.Array:
         return arr
     if pa.types.is_dictionary(t):
         valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
-        idx = arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        idx = arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)  # nulls: masked below
         used_idx = idx if valid is None else idx[valid]
         if len(used_idx) == 0:  # empty or all null: no value is used
             return pa.DictionaryArray.from_arrays(pa.nulls(len(arr), t.index_type), arr.dictionary[:0],
