@@ -263,7 +263,7 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     if "ego_spatiotemporal" in qa_cfg.families:
         ego = ego_states(frames, scenes)
         st_batches, st_pool = _spatiotemporal(ctx, ego, attr_index, n_tr, a_tc, front_index, p_cam, img_index,
-                                              n_cam, frames, projections, cam_paths, n_pool1)
+                                              n_cam, n_pool1)
         batches += st_batches
         pool_parts.append(st_pool)
     pool = _concat_pool(pool_parts, gsrc)
@@ -559,8 +559,7 @@ def _when_text(horizons: np.ndarray) -> pa.Array:
     return pa.array([w(float(h)) for h in horizons], pa.string())
 
 
-def _spatiotemporal(ctx: Context, ego, attr_index, n_tr, a_tc, front_index, p_cam, img_index, n_cam, frames,
-                    projections, cam_paths, pool_offset):
+def _spatiotemporal(ctx: Context, ego, attr_index, n_tr, a_tc, front_index, p_cam, img_index, n_cam, pool_offset):
     c = ctx.cand
     tol = ctx.cfg.keyframes.match_tolerance_s
     st = np.nonzero(c["front_proj"] >= 0)[0]  # candidates visible in the front camera at the keyframe
