@@ -1,13 +1,14 @@
 # The two commands a new user needs (see README):
 #   make run    set up (idempotent) and run the main job on the embedded default into ./out
-#   make test   set up (idempotent) and run the test suite
+#   make test   set up (idempotent) and run the test suite (the whole of it: what CI runs)
+#   make quick  the edit loop: the suite without the tests marked slow
 HOME ?= $(shell getent passwd $$(id -u) | cut -d: -f6)
 VENV ?= $(HOME)/.cache/drivegen/venv
 export DRIVEGEN_VENV := $(VENV)
 OUT ?= out
 PYTEST_ARGS ?=
 
-.PHONY: setup run test bench
+.PHONY: setup run test quick bench
 setup:
 	@bash scripts/setup.sh
 
@@ -16,6 +17,9 @@ run: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+quick: setup
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # Benchmarks that need no input (bench/validate.py takes a run folder: python bench/validate.py OUT).
 bench: setup

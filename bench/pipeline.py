@@ -35,7 +35,7 @@ import psutil  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from generator.pipeline import SYNTH_VERSION, run_pipeline, synth_logs  # noqa: E402
+from generator.pipeline import SYNTH_VERSION, RunStore, run_pipeline, synth_logs  # noqa: E402
 from generator.pipeline.stages import default_stages, write_scene  # noqa: E402
 from generator.sources import open_source  # noqa: E402
 from schemas.config import PipelineConfig  # noqa: E402
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     def go(name, executor="ray", scene_ids=ids, source=desc):
         out = work / name
         shutil.rmtree(out, ignore_errors=True)
-        return run_pipeline(str(out), source, cfg, scene_ids, stages, write_scene, executor=executor,
+        return run_pipeline(RunStore(out), source, cfg, scene_ids, stages, write_scene, executor=executor,
                             progress=False)
 
     print("1. in-process vs Ray with one worker")

@@ -3,7 +3,8 @@
 Builds a synthetic run folder (perception/frames, perception/projections, attributes per scene; 20 s scenes
 at 2 Hz, 16 anchors, ``--tracks`` objects with mask RLE strings of realistic length), then:
 
-1. runs ``generator.qa.regenerate.regenerate`` on it (read tables -> generate_qa -> write_qa_shards), and
+1. runs ``generator.pipeline.regenerate.regenerate`` on it (read tables -> generate_qa -> commit each
+   scene's shards), and
 2. for the same batches, times a bare ``pyarrow.parquet.write_table`` of the same QA rows.
 
 Everything runs on one core (Arrow's CPU and I/O pools set to 1 thread). Goals (task brief): >= 10 M QA per
@@ -19,6 +20,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -33,11 +35,11 @@ import pyarrow.parquet as pq  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from generator.attributes import compute_attributes  # noqa: E402
-from generator.qa import generate_qa, load_templates  # noqa: E402
-from generator.qa.regenerate import (load_scenes, regenerate, run_scenes, split_by_scene,  # noqa: E402
-                                     use_retaining_memory_pool)
-from generator.runfolder import RunFolder, atomic_write_table  # noqa: E402
-from generator.writers.parquet import write_qa_shards  # noqa: E402
+from generator.qa import generate_qa, load_templates, reads  # noqa: E402
+from generator.qa.families import selected  # noqa: E402
+from generator.pipeline.regenerate import (load_scenes, regenerate, split_by_scene,  # noqa: E402
+                                           use_retaining_memory_pool)
+from generator.runfolder import RunReader, RunStore, commit_tables  # noqa: E402
 from schemas.config import PipelineConfig  # noqa: E402
 from schemas.tables import (FRAMES, OBJECTS, PROJECTIONS, compact_dictionaries, plain_schema,  # noqa: E402
                             to_storage)
@@ -101,7 +103,9 @@ def synthetic_scene(scene_id: str, rng: np.random.Generator, n_tracks: int, n_fr
         "center_ego_m": _fixed(c, 3), "size_lwh_m": _fixed(size[tr], 3), "yaw_ego_rad": rng.uniform(-3, 3, n),
         "center_global_m": _fixed(gz, 3), "yaw_global_rad": np.zeros(n), "velocity_ego_mps": _fixed(nan2, 2),
         "velocity_global_mps": _fixed(vel[tr], 2), "num_lidar_pts": np.full(n, 20, np.int32),
-        "instance_token": pa.array(np.char.add("inst", tr.astype(str))), "source": pa.array(["gt"]).take(
+        # 32 hex digits like nuScenes instance tokens (QA rows carry them: their length is what a shard stores)
+        "instance_token": pa.array([hashlib.md5(f"{scene_id}/{k}".encode()).hexdigest()
+                                    for k in range(n_tracks)]).take(pa.array(tr)), "source": pa.array(["gt"]).take(
             pa.array(np.zeros(n, np.int32))),
     }).cast(OBJECTS)
 
@@ -128,13 +132,13 @@ def synthetic_scene(scene_id: str, rng: np.random.Generator, n_tracks: int, n_fr
 def build_run(root: Path, n_scenes: int, n_tracks: int, seed: int = 0) -> None:
     comp = PipelineConfig().writers.cache_compression  # as the pipeline writes its cached tables
     rng = np.random.default_rng(seed)
-    rf = RunFolder(root)
+    store = RunStore(root)
+    store.write_bytes("config.yaml", PipelineConfig().to_yaml().encode())
     for k in range(n_scenes):
         sid = f"bench-{k:05d}"
         frames, objects, projections = synthetic_scene(sid, rng, n_tracks)
-        for name, tab in (("frames", frames), ("objects", objects), ("projections", projections)):
-            atomic_write_table(rf.perception(name, sid), tab, compression=comp)
-        atomic_write_table(rf.attributes(sid), compute_attributes(objects, frames), compression=comp)
+        commit_tables(store, sid, {"frames": frames, "objects": objects, "projections": projections,
+                                   "attributes": compute_attributes(objects, frames)}, compression=comp)
 
 
 def scaling(run: Path, work: Path, cfg, templates, args, rows: int) -> None:
@@ -154,7 +158,7 @@ def scaling(run: Path, work: Path, cfg, templates, args, rows: int) -> None:
             for ex in ("local", "ray"):
                 out = work / f"out_{ex}"
                 shutil.rmtree(out, ignore_errors=True)
-                walls[ex].append(regenerate(run, out, cfg, templates, batch_scenes=args.batch_scenes,
+                walls[ex].append(regenerate(str(run), str(out), cfg, templates, batch_scenes=args.batch_scenes,
                                             executor=ex)["wall_s"])
     finally:
         ray.shutdown()
@@ -183,35 +187,36 @@ def main(argv=None) -> int:
     try:
         t = time.perf_counter()
         run = work / "run"
-        if not (run / "attributes").is_dir():
+        if not (run / "manifest").is_dir():
             build_run(run, args.scenes, args.tracks)
         print(f"synthetic run: {args.scenes} scenes x 41 frames x {args.tracks} objects, built in "
               f"{time.perf_counter() - t:.1f} s")
         cfg = PipelineConfig()
         templates = load_templates(cfg)
-        scenes = run_scenes(run)
+        scenes = RunReader(run).scene_ids()
         bare_dir = work / "bare"
         bare_dir.mkdir(exist_ok=True)
         rounds: list[dict[str, float]] = []
         for rep in range(args.repeat):  # the best of several rounds: the machine may be shared
             out = work / "out"
             shutil.rmtree(out, ignore_errors=True)
-            s = regenerate(run, out, cfg, templates, batch_scenes=args.batch_scenes)
+            s = regenerate(str(run), str(out), cfg, templates, batch_scenes=args.batch_scenes)
             # The ratios: regenerate's steps and the bare writes of the same rows, interleaved batch by batch
             # so that the machine's drift (shared, noisy) hits both sides alike: per batch, read + generate +
-            # write_qa_shards exactly as regenerate() does, then pq.write_table of the same rows as one file per
+            # commit of each scene's shards exactly as regenerate() does, then pq.write_table of the same rows as one file per
             # batch and as one file per scene (the shards' layout and writer options)
             step = {"read": 0.0, "gen": 0.0, "write": 0.0, "bare": 0.0, "bare_scene": 0.0, "bare_plain": 0.0}
             rows = nbytes = 0
             out_i = work / "out_interleaved"
             shutil.rmtree(out_i, ignore_errors=True)
+            store_i = RunStore(out_i)
             for k in range(0, len(scenes), args.batch_scenes):
                 batch = scenes[k:k + args.batch_scenes]
                 c = time.process_time()
-                frames, attrs, proj = load_scenes(run, batch)
+                frames, attrs, proj, others = load_scenes(str(run), batch, reads(selected(cfg.qa.families)))
                 step["read"] += time.process_time() - c
                 c = time.process_time()
-                qa = generate_qa(frames, attrs, proj, cfg, templates)
+                qa = generate_qa(frames, attrs, proj, cfg, templates, **others)
                 step["gen"] += time.process_time() - c
                 # exactly the tables the shards hold (stored types, each scene's dictionaries compacted to the
                 # values it uses), prepared untimed for the bare writes; and the plainest reading of "a bare
@@ -220,9 +225,10 @@ def main(argv=None) -> int:
                 plain = {sid: part.cast(plain_schema(part.schema)) for sid, part in per_scene.items()}
 
                 def shards():
-                    stored = split_by_scene(to_storage(qa))  # what regenerate() does, timed
+                    stored = split_by_scene(to_storage(qa))  # what regenerate() does, timed: shards, committed
+                    empty = to_storage(qa).schema.empty_table()
                     for sid in batch:
-                        write_qa_shards(stored.get(sid, qa.schema.empty_table()), out_i, sid, cfg.writers)
+                        commit_tables(store_i, sid, {"qa": stored.get(sid, empty)}, writer_cfg=cfg.writers)
 
                 def bare_scene():
                     for sid, part in per_scene.items():
@@ -254,14 +260,14 @@ def main(argv=None) -> int:
             rounds.append(now)
             print(f"round {rep + 1}: regenerate {now['cpu']:.2f} CPU s (read {now['read']:.2f}, generate "
                   f"{now['gen']:.2f}, write {now['write']:.2f}); interleaved: read {step['read']:.2f} + generate "
-                  f"{step['gen']:.2f} + write_qa_shards {step['write']:.2f} vs bare per-scene write "
+                  f"{step['gen']:.2f} + write and commit {step['write']:.2f} vs bare per-scene write "
                   f"{step['bare_scene']:.2f} s -> {now['ratio_gw']:.2f}x without reading, {now['ratio_e2e']:.2f}x with "
                   f"({now['ratio_e2e_plain']:.2f}x vs the plain-string default write, {step['bare_plain']:.2f} s)")
         b = min(rounds, key=lambda r: r["cpu"])  # the fastest regenerate() round, all its figures from that round
         print(f"QA rows: {rows:,} ({', '.join(f'{k} {v:,}' for k, v in s['by_family'].items())}); "
               f"{nbytes / rows:.0f} B/row in memory (per scene); CPU seconds of this process (Arrow pools: 1 thread)")
         print(f"regenerate (fastest of {args.repeat} rounds): read {b['read']:.2f} s + generate_qa {b['gen']:.2f} s + "
-              f"write_qa_shards {b['write']:.2f} s, {b['cpu']:.2f} CPU s in all ({b['wall']:.2f} s wall)")
+              f"write and commit {b['write']:.2f} s, {b['cpu']:.2f} CPU s in all ({b['wall']:.2f} s wall)")
         print(f"  -> {rows / b['cpu'] * 60 / 1e6:.1f} M QA/min/core end to end (goal >= 10); generate_qa alone "
               f"{rows / b['i_gen'] * 60 / 1e6:.1f} M QA/min/core ({rows / b['i_gen'] / 1e6:.2f} M rows/s)")
         print(f"bare pyarrow write of the same rows (that round): {b['i_bare']:.2f} s as one file per batch "

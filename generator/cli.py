@@ -1,11 +1,17 @@
 """``drivegen`` console command. Each subcommand lives in ``generator/commands/<name>.py`` and exposes
-``add_parser(subparsers)`` (returning its parser) and ``main(args) -> int``."""
+``add_parser(subparsers)`` (returning its parser) and ``main(args) -> int``.
+
+Exit codes are decided here, once, from the error hierarchy (``schemas.errors``): an ``InputError``
+(config, logs, templates, run folder, arguments) prints its message and exits 2; another ``DrivegenError``
+prints its message and exits 1; anything else is a bug: the traceback is printed and the exit code is 1.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
 import sys
+import traceback
 
 COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "inspect")
 
@@ -25,10 +31,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from schemas.errors import DrivegenError, InputError
+
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    return int(args._main(args) or 0)
+    name = f"drivegen {args.command}"
+    try:
+        return int(args._main(args) or 0)
+    except InputError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 2
+    except DrivegenError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - a bug: say so, with the traceback, never "unusable input"
+        traceback.print_exc()
+        print(f"{name}: internal error (a bug in drivegen, not in your input): please report the traceback above",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

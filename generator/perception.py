@@ -1,14 +1,16 @@
 """Perception of one scene: detect -> track -> segment -> visibility filter, into Arrow tables.
 
-``perceive_scene(scene, cfg, detector=None, segmenter=None) -> PerceptionResult`` (pure of Ray: give it a
-built detector/segmenter to reuse models across scenes; otherwise they are built from ``cfg``):
+``detect_scene(scene, detector) -> Detections`` runs a built detector over the scene's frames;
+``perceive_scene(scene, detections, cfg, segmenter=None) -> PerceptionResult`` tracks, segments and filters
+them (pure of Ray; give it a built segmenter to reuse a model across scenes, else one is built from ``cfg``):
 
   * ``objects``: ``schemas.tables.OBJECTS``, one row per tracked box and frame, ego and global boxes;
   * ``projections``: ``schemas.tables.PROJECTIONS``, one row per (object, camera) with the projected box,
     the mask (COCO RLE) and the visibility decision; every dropped row names its reason
     (``generator.visibility.DROP_REASONS``);
-  * ``drop_counts``: rows per drop reason; ``issues``: frame/camera-level problems that were recorded and
-    skipped instead of stopping the scene (unreadable sweep, missing or wrong-sized image, detector failure).
+  * ``drop_counts``: rows per drop reason; ``issues``: ``FrameIssue`` records of frame/camera-level problems
+    that were skipped instead of stopping the scene (unreadable sweep, missing or wrong-sized image, detector
+    failure), each with its file and message.
 
 Cameras: ``segmentation.cameras`` that the frame has; when none of them exist in the log (AV2 names its
 cameras ``ring_*``), all of the frame's cameras. Objects are segmented only in cameras where they pass the
@@ -18,7 +20,6 @@ or the cpu segmenter needs them (its masks are drawn from the object's own point
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ from actors.segment import rle
 from actors.track.pubtracker import track_scene
 from generator.geometry import points_in_boxes, project_to_image
 from generator.projection import corners_in_camera, project_boxes
-from generator.types import Boxes3D, DrivegenError, Frame, Scene
+from generator.types import Boxes3D, DrivegenError, Frame, FrameIssue, Scene
 from generator.visibility import decide_visibility, geometric_reasons
 from schemas.config import PipelineConfig
 from schemas.tables import OBJECTS, PROJECTIONS, RLE, check_schema
@@ -42,27 +43,32 @@ class PerceptionResult:
     objects: pa.Table
     projections: pa.Table
     drop_counts: dict[str, int] = field(default_factory=dict)
-    issues: list[dict] = field(default_factory=list)  # {frame_index, camera, stage, reason, message}
+    issues: list[FrameIssue] = field(default_factory=list)
 
 
-def _issue(frame: Frame, camera: str | None, stage: str, reason: str, err: BaseException | str) -> dict:
-    return {"frame_index": frame.frame_index, "camera": camera, "stage": stage, "reason": reason, "message": str(err)}
+@dataclass
+class Detections:
+    """The detect stage's output: boxes per frame (ego frame, in the scene's frame order) and the frames
+    the detector could not read."""
+
+    boxes: list[Boxes3D]
+    issues: list[FrameIssue] = field(default_factory=list)
 
 
-def detect_frames(scene: Scene, detector, issues: list[dict]) -> list[Boxes3D]:
+def detect_scene(scene: Scene, detector) -> Detections:
     """Detections for every frame; a frame whose input cannot be read gets no boxes and an issue."""
     try:
-        return list(detector(scene.frames))
+        return Detections(list(detector(scene.frames)))
     except (DrivegenError, ValueError, OSError):
         pass  # find the bad frame(s): one at a time
-    out = []
+    out, issues = [], []
     for fr in scene.frames:
         try:
             out.append(detector([fr])[0])
         except (DrivegenError, ValueError, OSError) as err:
-            issues.append(_issue(fr, None, "detect", "detector_input_unreadable", err))
+            issues.append(FrameIssue.of(fr, "detect", "detector_input_unreadable", err, file=fr.lidar_path))
             out.append(Boxes3D.empty())
-    return out
+    return Detections(out, issues)
 
 
 def _fsl(values: np.ndarray, width: int, valid: np.ndarray | None = None) -> pa.Array:
@@ -117,17 +123,19 @@ def _cameras(frame: Frame, wanted: list[str]) -> list[str]:
     return names or list(frame.cameras)
 
 
-def perceive_scene(scene: Scene, cfg: PipelineConfig, detector=None, segmenter=None) -> PerceptionResult:
-    """Detect, track, segment and filter one scene; see the module docstring."""
+def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: PipelineConfig,
+                   segmenter=None) -> PerceptionResult:
+    """Track, segment and filter one scene's detections; see the module docstring."""
     from generator.sources import io
 
-    from actors.detect import build_detector
-
-    if detector is None:
-        detector = build_detector(cfg.detection)
-    issues: list[dict] = []
-    dets = detect_frames(scene, detector, issues)
-    tracked = track_scene(scene.timestamps_us, dets, cfg.tracking, [f.city_SE3_ego for f in scene.frames])
+    if not isinstance(detections, Detections):
+        detections = Detections(list(detections))
+    if len(detections.boxes) != len(scene.frames):
+        raise ValueError(f"scene {scene.scene_id}: {len(detections.boxes)} frames of detections for "
+                         f"{len(scene.frames)} frames")
+    issues: list[FrameIssue] = list(scene.issues) + list(detections.issues)
+    lidar_bad = {i.frame_index for i in scene.issues if i.reason == "lidar_unreadable"}  # recorded at load
+    tracked = track_scene(scene.timestamps_us, detections.boxes, cfg.tracking, [f.city_SE3_ego for f in scene.frames])
     vcfg = cfg.visibility
     cpu_seg = cfg.segmentation.backend == "cpu"
     proj_parts: list[dict] = []
@@ -145,11 +153,11 @@ def perceive_scene(scene: Scene, cfg: PipelineConfig, detector=None, segmenter=N
         safe.yaw_rad[~size_ok] = 0.0
         pts = member = None
         need_pts = (boxes.num_lidar_pts < 0).any() or (cpu_seg and has_images)
-        if need_pts:
+        if need_pts and fr.frame_index not in lidar_bad:
             try:
                 pts = io.load_lidar_ego(fr)[:, :3]
             except DrivegenError as err:
-                issues.append(_issue(fr, None, "visibility", "lidar_unavailable", err))
+                issues.append(FrameIssue.of(fr, "visibility", "lidar_unavailable", err, file=fr.lidar_path))
         if pts is not None:
             member = points_in_boxes(pts, safe.center_m, safe.size_lwh_m, safe.yaw_rad) & size_ok[:, None]
             counted = member.sum(axis=1).astype(np.int32)
@@ -159,7 +167,7 @@ def perceive_scene(scene: Scene, cfg: PipelineConfig, detector=None, segmenter=N
         for cam_name in cams:
             cam = fr.cameras[cam_name]
             box2d, depth, in_image = project_boxes(safe, cam)
-            front = (corners_in_camera(safe, cam)[..., 2] > 0.1).any(axis=1)
+            front = (corners_in_camera(safe, cam)[..., 2] > vcfg.min_depth_m).any(axis=1)
             geo = geometric_reasons(size_ok, front, in_image, boxes.num_lidar_pts, box2d, vcfg)
             rec = dict(camera=cam_name, box2d=box2d, depth=depth, geo=geo, masks=None, scores=None, image_ok=True)
             path = fr.image_paths.get(cam_name, "")
@@ -168,7 +176,7 @@ def perceive_scene(scene: Scene, cfg: PipelineConfig, detector=None, segmenter=N
                 try:
                     img = io.load_image(fr, cam_name)
                 except DrivegenError as err:
-                    issues.append(_issue(fr, cam_name, "segment", "image_unavailable", err))
+                    issues.append(FrameIssue.of(fr, "segment", "image_unavailable", err, camera=cam_name, file=path))
                     rec["image_ok"] = False
                     img = None
                 if img is not None:
@@ -227,43 +235,3 @@ def _projections_table(scene_id: str, parts: list[dict]) -> pa.Table:
         "drop_reason": pa.array(cat("drop_reason").tolist(), pa.string()),
     }
     return check_schema(pa.table(cols), PROJECTIONS, f"projections of scene {scene_id}")
-
-
-class PerceptionActor:
-    """Ray Data callable class: builds the detector and segmenter once, perceives whole scenes.
-
-    ``__call__(batch)`` takes a batch with a ``scene`` column (``Scene`` objects) and returns ``scene_id``,
-    ``objects`` and ``projections`` (Arrow IPC stream bytes of the two tables), ``drop_counts`` and ``issues``
-    (JSON strings). Use with ``ds.map_batches(PerceptionActor, fn_constructor_args=(cfg,), batch_format="numpy",
-    compute=ray.data.ActorPoolStrategy(size=...))``.
-    """
-
-    def __init__(self, cfg: PipelineConfig):
-        from actors.detect import build_detector
-        from actors.segment import build_segmenter
-
-        self.cfg = cfg
-        self.detector = build_detector(cfg.detection)
-        self.segmenter = build_segmenter(cfg.segmentation)
-
-    def __call__(self, batch: dict) -> dict:
-        out = {"scene_id": [], "objects": [], "projections": [], "drop_counts": [], "issues": []}
-        for scene in batch["scene"]:
-            res = perceive_scene(scene, self.cfg, self.detector, self.segmenter)
-            out["scene_id"].append(res.scene_id)
-            out["objects"].append(table_to_ipc(res.objects))
-            out["projections"].append(table_to_ipc(res.projections))
-            out["drop_counts"].append(json.dumps(res.drop_counts))
-            out["issues"].append(json.dumps(res.issues))
-        return {k: np.array(v, dtype=object) for k, v in out.items()}
-
-
-def table_to_ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def table_from_ipc(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()

@@ -6,28 +6,37 @@ centre at the geometric centre. Global (city) quantities are derived with ``Fram
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from collections.abc import Sequence
+
 from generator.geometry import SE3
+from schemas.errors import DrivegenError, SourceError  # noqa: F401  (the errors stages raise most)
+from schemas.vocab import FRONT_CAMERA_NAMES
 
-CAMERA_NAMES = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_BACK_RIGHT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_FRONT_LEFT")
-
-
-class DrivegenError(Exception):
-    """Base error. Carries the scene, the file and the stage so a run can record it and go on."""
-
-    def __init__(self, message: str, *, scene: str | None = None, file: str | None = None, stage: str | None = None):
-        self.message = message
-        self.scene = scene
-        self.file = file
-        self.stage = stage
-        where = ", ".join(f"{k}={v}" for k, v in (("scene", scene), ("file", file), ("stage", stage)) if v)
-        super().__init__(f"{message} [{where}]" if where else message)
+if TYPE_CHECKING:
+    from schemas.config import SourceLimitsConfig
 
 
-class SourceError(DrivegenError):
-    """A log could not be read: missing/truncated file, bad calibration, missing poses, bad table row."""
+def front_camera(names: Sequence[str], ego_SE3_cam: Sequence[np.ndarray], preferred: str = "CAM_FRONT") -> str | None:
+    """The forward-facing camera of a rig, the one rule every stage uses ("the front camera"):
+    ``preferred`` (``qa.front_camera``) when the rig has it, else a known front camera of a log format
+    (``schemas.vocab.FRONT_CAMERA_NAMES``: nuScenes CAM_FRONT, AV2 ring_front_center), else the camera whose
+    optical axis (+z of the camera) points most along the ego's +x. ``ego_SE3_cam``: (4, 4) or flattened
+    (16,) row-major transforms, one per name. None for a rig without cameras."""
+    names = list(names)
+    if not names:
+        return None
+    if preferred in names:
+        return preferred
+    for known in FRONT_CAMERA_NAMES:
+        if known in names:
+            return known
+    fwd = [float(np.asarray(T, dtype=np.float64).reshape(4, 4)[0, 2]) for T in ego_SE3_cam]
+    fwd = [f if np.isfinite(f) else -2.0 for f in fwd]
+    return names[int(np.argmax(fwd))]
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,20 @@ class Boxes3D:
         return Boxes3D(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in Boxes3D.fields()})
 
 
+@dataclass(frozen=True)
+class LidarSweep:
+    """One earlier LiDAR sweep of a frame's sensor (multi-sweep models, motion from sweeps): the file
+    (``lidar_format`` as ``Frame``), its capture time, and the ego pose and LiDAR mounting at that time, so
+    its points can be moved into the frame's LiDAR or ego frame (nuScenes ``sample_data`` rows between
+    keyframes, as mmdet3d's info files list them under ``lidar_sweeps``)."""
+
+    lidar_path: str
+    lidar_format: str
+    timestamp_us: int
+    city_SE3_ego: SE3
+    ego_SE3_lidar: SE3
+
+
 @dataclass
 class Frame:
     """One synchronized sample: LiDAR sweep, cameras, calibration and ego pose.
@@ -123,7 +146,11 @@ class Frame:
     ``lidar_path`` is read with ``generator.sources.io.load_lidar_ego`` according to ``lidar_format``
     ('nuscenes_bin': float32 x5 in the LiDAR frame; 'av2_feather': ego frame). ``image_paths`` maps a
     camera name to its image file ('' when the log has no images). ``labels`` are the log's own
-    annotations in this frame's ego frame (None for unlabelled logs).
+    annotations in this frame's ego frame (None for unlabelled logs). ``limits``: the source's sanity bounds
+    (``schemas.config.SourceLimitsConfig``; None = the defaults), which the sensor readers apply wherever the
+    frame is read (LiDAR file size and completeness). ``lidar_sweeps``: the sweeps of the same LiDAR before
+    this one, newest first (mmdet3d's order), at most the source's ``max_sweeps``; ``[]`` when the log has none
+    before this frame, None when the source does not list them.
     """
 
     scene_id: str
@@ -138,6 +165,8 @@ class Frame:
     image_paths: dict[str, str] = field(default_factory=dict)
     labels: Boxes3D | None = None
     is_anchor: bool = False  # a 1 Hz keyframe that anchors QA (see generator.sources.keyframes)
+    limits: SourceLimitsConfig | None = None
+    lidar_sweeps: list[LidarSweep] | None = None
 
 
 @dataclass
@@ -150,6 +179,9 @@ class Scene:
     frames: list[Frame]
     anchor_indices: list[int] = field(default_factory=list)
     front_camera: str = "CAM_FRONT"  # the forward-facing camera's name (AV2: 'ring_front_center')
+    # sensor files found damaged when the scene loaded (``FrameIssue``, stage 'load'): the frame keeps its
+    # other sensors; the pipeline counts these frames against failures.max_failed_frame_share
+    issues: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         ts = [f.timestamp_us for f in self.frames]
@@ -164,3 +196,22 @@ class Scene:
     def frame_interval_s(self) -> float:
         ts = self.timestamps_us
         return float(np.median(np.diff(ts)) / 1e6) if len(ts) > 1 else 0.5
+
+
+@dataclass(frozen=True)
+class FrameIssue:
+    """A frame-level problem a stage recorded and skipped instead of failing the scene: the frame, the camera
+    (None for the LiDAR or the whole frame), the stage, a reason code, the file and the message. A scene
+    whose share of such frames passes ``failures.max_failed_frame_share`` fails (``generator.pipeline``)."""
+
+    frame_index: int
+    stage: str
+    reason: str
+    message: str
+    file: str | None = None
+    camera: str | None = None
+
+    @classmethod
+    def of(cls, frame: "Frame", stage: str, reason: str, err: BaseException | str, camera: str | None = None,
+           file: str | None = None) -> "FrameIssue":
+        return cls(frame.frame_index, stage, reason, str(err), file or getattr(err, "file", None), camera)

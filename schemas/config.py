@@ -1,5 +1,7 @@
-"""The pipeline config: YAML -> typed, validated model. Every threshold the papers name lives here,
-with the paper's value as default (STRIDE-QA §4.2 and App. C, CenterPoint, DRAMA-X §3.2/App. A.3).
+"""The pipeline config: YAML -> typed, validated model. The single source of every tunable: each threshold
+is a field whose default is the paper's value (STRIDE-QA §4.2 and App. C, CenterPoint, DRAMA-X §3.2/App. A.3,
+Intention-Drive §3) or, where no paper gives one, the value chosen here with the test that checks it.
+``OUT/config.yaml`` is this model dumped, so it describes a run completely.
 
 ``load_config(path)`` refuses a bad file with a message naming the file and the field.
 """
@@ -8,15 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import pyarrow as pa
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DETECTION_CLASSES = ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle",
-                     "bicycle", "traffic_cone", "barrier")
+from schemas.errors import ConfigError
+from schemas.vocab import DEFAULT_QA_FAMILIES, DETECTION_CLASSES, NUSCENES_CAMERAS
 
-
-class ConfigError(ValueError):
-    """A config file or value is invalid; the message names the file and the field."""
+__all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
 
 
 class _Model(BaseModel):
@@ -31,7 +32,9 @@ class KeyframeConfig(_Model):
     window_end_s: float = Field(17.0, gt=0)
     context_before_s: float = Field(2.0, ge=0)
     context_after_s: float = Field(3.0, ge=0)
-    context_rate_hz: float = Field(2.0, gt=0)  # the four context frames are sampled at 2 Hz
+    context_rate_hz: float = Field(2.0, gt=0)  # the context frames are sampled at 2 Hz
+    # frames shown for a keyframe, the keyframe last: STRIDE-QA-Bench's four images at -1.5, -1, -0.5, 0 s
+    context_frames: int = Field(4, ge=1)
     match_tolerance_s: float = Field(0.06, gt=0)  # max |t_frame - t_wanted| when picking context frames
 
     @model_validator(mode="after")
@@ -39,6 +42,48 @@ class KeyframeConfig(_Model):
         if self.window_end_s <= self.window_start_s:
             raise ValueError("window_end_s must be greater than window_start_s")
         return self
+
+    def context_offsets_s(self) -> tuple[float, ...]:
+        """Times of a keyframe's context frames relative to it, oldest first, the keyframe itself (0.0)
+        last: ``context_frames`` frames ``1 / context_rate_hz`` apart. The one rule QA grounding and the
+        STRIDE-QA-Bench export both use."""
+        n = self.context_frames
+        return tuple(-(n - 1 - k) / self.context_rate_hz for k in range(n))
+
+
+class SourceLimitsConfig(_Model):
+    """Sanity bounds on what a log source reads (issue #11 items 7 and 9). A value beyond one is corrupt input,
+    not a driving scene: the scene fails with a ``SourceError`` naming the scene, the file, the field, the row
+    and the value (raise the bound if your logs really hold such values). Chosen here with a wide margin over
+    what real logs hold: the real AV2 log and the generated logs load with the defaults and fail with bounds
+    just below what they hold (tests/test_reliability_sources.py)."""
+
+    # |box centre| from the ego (m). The AV2 log's farthest annotation is at 221 m; the longest-range
+    # automotive LiDARs see about 250 m.
+    max_box_distance_m: float = Field(500.0, gt=0)
+    # box length, width and height (m). The longest road vehicles (road trains) are about 53 m; nuScenes
+    # and AV2 boxes stay below 20 m.
+    max_box_size_m: float = Field(60.0, gt=0)
+    # object speed from the annotations (m/s): 100 m/s = 360 km/h is above any vehicle in traffic (the real
+    # and generated logs stay below 20 m/s)
+    max_object_speed_mps: float = Field(100.0, gt=0)
+    # ego speed between consecutive frames (m/s), the same bound
+    max_ego_speed_mps: float = Field(100.0, gt=0)
+    # |ego position| in the log's map frame (m): city frames span a few km, UTM coordinates stay below 1e7 m
+    max_ego_position_m: float = Field(1e7, gt=0)
+    # LiDAR file size (bytes), checked before a sweep is read: reading costs about 40x the file in memory
+    # through perception (a 200 MB file took 7.8 GB). 32 MiB is 6x the densest automotive sweep (128 beams x
+    # 2048 columns x 20 B = 5.2 MB); nuScenes sweeps are 0.7 MB, AV2 sweeps 1.5 MB.
+    max_lidar_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    # A complete sweep has points in at least this fraction of the 360 one-degree azimuth bins around the
+    # sensor (real nuScenes, AV2 and generated sweeps: all 360). A sweep stored in firing order (real nuScenes:
+    # every ring at one azimuth, then the next) and cut loses a sector. The real nuScenes sweep spans ~5 % more
+    # than a revolution, so cutting its last 5 % loses nothing; 0.99 (357 bins) catches a cut of 10 % (354).
+    min_lidar_azimuth_coverage: float = Field(0.99, ge=0, le=1)
+    # Rings of a nuScenes-format sweep (its ring-index column); each ring 0..n-1 must hold points. A sweep
+    # stored ring by ring (the generated logs) and cut loses its upper rings. nuScenes' LIDAR_TOP (HDL-32E)
+    # has 32; 0 turns the check off (nuScenes-format logs of another LiDAR: set its ring count).
+    lidar_rings: int = Field(32, ge=0)
 
 
 class LidarDetectorConfig(_Model):
@@ -58,6 +103,81 @@ class LidarDetectorConfig(_Model):
     ego_half_length_m: float = Field(3.0, ge=0)  # the ego vehicle's own returns are cropped
     ego_half_width_m: float = Field(1.3, ge=0)
     beam_spacing_deg: float = Field(1.33, ge=0)  # vertical beam spacing (nuScenes 32-beam: 1.33): height tolerance
+    # Structure, not a road user: a cluster taller than this (nuScenes trucks and buses stay below ~4 m), or one
+    # that reaches within structure_gap_m of the max_height_m crop (beam gaps allowed) with at least
+    # structure_min_points_above points above the crop over its footprint (a wall, a building edge, a pole, a
+    # sign or canopy right above it); low objects under a tree keep their class.
+    structure_height_m: float = Field(4.2, gt=0)
+    # A cluster's height is this quantile of its points' heights above the ground (its highest point decides
+    # only the structure test): a thin pole or branch merged into a car's cluster does not make it a truck.
+    height_quantile: float = Field(0.97, gt=0, le=1)
+    structure_gap_m: float = Field(1.5, ge=0)
+    structure_min_points_above: int = Field(1, ge=1)
+    # A pedestrian, two-wheeler, cone or barrier whose lowest point is more than this above ground_distance_m
+    # plus the beam gap at its range stands on nothing (a sign, a branch, a hedge top): dropped. Measured: 3 of
+    # 123 pedestrians on the generated logs (partly hidden behind cars), 44 of 211 non-object clusters on AV2.
+    floating_m: float = Field(0.5, ge=0)
+    # Shape rules, first match wins: (class, long side, short side, height ranges in m, view). View 'face': the
+    # long side runs across the heading (a vehicle seen from its front or back; a barrier, whose nuScenes length
+    # is its thin side), 'side': along it, 'any': either. Ranges: nuScenes mean sizes (actors/detect/priors.py)
+    # widened to the extents clusters show on the generated logs and the AV2 log (5th-95th percentiles per class,
+    # python bench/detection.py --features); a vehicle's rows come before the two-wheelers' (cars are far more
+    # frequent), a car's face needs 1.3 m of height (beam gaps allowed) so low barriers are not cars.
+    shape_rules: list[tuple[str, tuple[float, float], tuple[float, float], tuple[float, float],
+                            Literal["side", "face", "any"]]] = [
+        ("bus", (8.0, 14.0), (0.0, 3.8), (2.6, 4.2), "side"),
+        ("truck", (4.5, 12.0), (0.0, 3.8), (2.2, 4.2), "side"),
+        ("bus", (2.7, 3.3), (0.0, 1.2), (3.1, 4.2), "face"),
+        ("truck", (2.0, 3.3), (0.0, 1.2), (2.2, 4.2), "face"),
+        ("car", (2.6, 6.2), (0.0, 2.6), (1.3, 2.3), "side"),
+        ("car", (1.4, 2.6), (0.0, 1.2), (1.3, 2.3), "face"),
+        ("bicycle", (1.1, 1.85), (0.2, 0.65), (0.8, 1.7), "side"),
+        ("motorcycle", (1.6, 2.6), (0.45, 1.1), (1.1, 1.9), "side"),
+        ("car", (1.4, 2.6), (1.2, 2.6), (1.3, 2.3), "any"),  # a corner of both sides, partly seen
+        ("barrier", (0.6, 3.0), (0.0, 0.6), (0.4, 1.05), "face"),
+        ("traffic_cone", (0.0, 0.55), (0.0, 0.55), (0.3, 1.25), "any"),
+        ("pedestrian", (0.3, 1.1), (0.0, 1.0), (1.0, 2.2), "any"),
+    ]
+    # Motion from an earlier sweep (actors/detect/motion.py): the frame's listed sweep nearest motion_lag_s
+    # before it (nuScenes: ~10 sweeps back at 20 Hz, the previous keyframe of a 2 Hz log), none older than
+    # motion_max_lag_s. Matching on motion_cell_m x motion_z_cell_m cells of motion_points points per cluster,
+    # coarse then fine steps; clusters shorter than motion_small_m (pedestrians, cones) search every direction up to
+    # motion_max_speed_small_mps, longer ones along and across their long side up to motion_max_speed_mps
+    # (urban traffic) with motion_lateral_speed_mps sideways. A cluster moves when its best displacement
+    # matches motion_min_gain more of its points than none and at least motion_min_match of them, and is at least
+    # motion_min_speed_mps.
+    motion: bool = True
+    motion_lag_s: float = Field(0.5, gt=0)
+    motion_max_lag_s: float = Field(0.6, gt=0)
+    motion_cell_m: float = Field(0.1, gt=0)
+    motion_z_cell_m: float = Field(0.5, gt=0)  # height cells: rings hit a face at heights that change with range
+    motion_coarse_m: float = Field(0.2, gt=0)
+    motion_fine_m: float = Field(0.05, gt=0)
+    motion_points: int = Field(48, ge=3)
+    motion_small_m: float = Field(1.1, gt=0)
+    motion_max_speed_mps: float = Field(20.0, ge=0)
+    motion_max_speed_small_mps: float = Field(3.0, ge=0)
+    motion_lateral_speed_mps: float = Field(1.5, ge=0)
+    motion_min_speed_mps: float = Field(0.5, ge=0)
+    motion_min_gain: float = Field(0.1, ge=0, le=1)
+    motion_min_match: float = Field(0.5, ge=0, le=1)
+    motion_skip_top_m: float = Field(0.25, ge=0)  # points this close to a cluster's top (roofs) are not matched
+    # a displacement that puts more than this much of a cluster onto another object still there now is no motion
+    # (a parked car hidden in the earlier sweep matches its neighbour in the row); 1 turns the check off
+    motion_max_taken: float = Field(0.5, ge=0, le=1)
+    # Heading of still vehicles whose axis is within prior_max_angle_deg of the ego's: the direction of traffic
+    # on their side of the ego's road ('right'-hand traffic: the ego's direction right of prior_lane_split_m to
+    # the ego's left (half a 3.5 m lane), the opposite beyond it; 'left' mirrors; 'none': the fitted axis).
+    traffic_side: Literal["right", "left", "none"] = "right"
+    prior_max_angle_deg: float = Field(25.0, ge=0, le=90)
+    prior_lane_split_m: float = Field(1.75)
+
+    @model_validator(mode="after")
+    def _rules(self):
+        bad = [r[0] for r in self.shape_rules if r[0] not in DETECTION_CLASSES]
+        if bad:
+            raise ValueError(f"shape_rules: unknown classes {bad}; known: {list(DETECTION_CLASSES)}")
+        return self
 
 
 class LabelNoiseConfig(_Model):
@@ -79,6 +199,13 @@ class Mmdet3dConfig(_Model):
     device: str = "auto"  # 'auto' = cuda when available, else cpu
     batch_size: int = Field(4, ge=1)
     model_classes: list[str] = Field(default_factory=lambda: list(DETECTION_CLASSES))
+    # How earlier sweeps are moved into the keyframe's LiDAR frame: 'mmdet3d' = as mmdet3d 1.4's
+    # LoadPointsFromMultiSweeps does (its translation is rotated once more, mmdetection3d PR #3007), what
+    # models trained with mmdet3d 1.x pipelines saw; 'rigid' = the rigid motion (mmdet3d 0.x, nuscenes-devkit).
+    sweep_alignment: Literal["mmdet3d", "rigid"] = "mmdet3d"
+    # Configs without test_mode pick sweeps_num of the listed sweeps at random (CenterPoint nuScenes: 9 of
+    # 10), at test time too; drivegen seeds that draw per frame with this and the frame token.
+    sweep_seed: int = Field(0, ge=0)
 
 
 class DetectionConfig(_Model):
@@ -118,30 +245,109 @@ class LinkingConfig(_Model):
 
 def _default_max_speeds() -> dict[str, float]:
     # Plausible top speeds in traffic (m/s): the gate of a track whose velocity is not known yet (a newborn
-    # track from a detector without velocity output: lidar backend, AV2 labels).
+    # track from a detector without velocity output: lidar backend, AV2 labels). Greedy mode only.
     return {"car": 25.0, "truck": 25.0, "bus": 20.0, "trailer": 20.0, "construction_vehicle": 10.0,
             "pedestrian": 3.0, "motorcycle": 30.0, "bicycle": 10.0, "traffic_cone": 1.0, "barrier": 1.0}
 
 
+def _default_process_noise() -> dict[str, float]:
+    # Power spectral density q (m^2/s^3) of the white-noise acceleration of the constant-velocity model: the
+    # velocity variance grows by q per second (std 2.8 m/s after 1 s at 8). bench/tracking.py, q for all classes
+    # (AV2 noisy without poses / generated logs without poses / 2 Hz highway, AMOTA or MOTA and IDSW):
+    # q 1: 0.949/9, 0.815/17, 0.772/0 (the ego's own turns look like object accelerations);
+    # q 4: 0.967/1, 0.881/13, 0.777/0;  q 8: 0.967/3, 0.885/9, 0.757/0;  q 16: 0.967/3, 0.886/4, 0.723/2;
+    # q 64: 0.961/13, 0.907/3, 0.554/14 (the highway's oncoming cars jump to their neighbours).
+    return {"car": 8.0, "truck": 8.0, "bus": 8.0, "trailer": 8.0, "construction_vehicle": 8.0,
+            "pedestrian": 8.0, "motorcycle": 8.0, "bicycle": 8.0, "traffic_cone": 8.0, "barrier": 8.0}
+
+
+class KalmanTrackerConfig(_Model):
+    """The default tracker (``actors.track.kalman``): a constant-velocity Kalman filter per track in the global
+    frame, two-stage association by a size-aware Mahalanobis cost, confirmation, coasting. Every time in seconds
+    and every noise per second, so 2 Hz and 10 Hz logs behave alike. Figures quoted are ``python
+    bench/tracking.py [--set kalman.<field>=<value>]`` (devkit AMOTA at 40 recall thresholds; CLEAR MOTA on the
+    highway), with the other fields at their defaults. Defaults: AV2 with the validation test's noise 0.979
+    (0 IDSW), with drop-outs and false positives too 0.967 (0), the same without poses 0.967 (3), generated
+    logs without poses 0.885 (9), lidar backend 0.495 (0), highway 10 Hz 0.962 (0), 2 Hz 0.757 (0)."""
+
+    # Process noise per class (m^2/s^3), see _default_process_noise; unknown classes take the largest.
+    process_noise: dict[str, float] = Field(default_factory=_default_process_noise)
+    # Centre measurement noise std (m): position_std_m and position_std_size_frac x the box's BEV diagonal,
+    # added in quadrature (a detected centre errs more on larger boxes): 0.3 m is the centre noise of the AV2
+    # validation test; lidar L-shape centres of generated logs err by a median 0.04 m (pedestrians) to 0.12 m
+    # (cars) with tails to 2 m. A size fraction of 0.2: AV2 noisy 4 IDSW, without poses 20, highway 10 Hz 8.
+    position_std_m: float = Field(0.3, gt=0)
+    position_std_size_frac: float = Field(0.1, ge=0)
+    # Detector velocity measurement noise std (m/s), where the detector gives velocities (CenterPoint's velocity
+    # error on nuScenes, mAVE, is 0.2-0.5 m/s for vehicles, more for pedestrians and cycles).
+    velocity_std_mps: float = Field(0.5, gt=0)
+    # Velocity std of a newborn track without detector velocity (m/s): the gate of its second detection. Relative
+    # speeds without ego poses reach 30-44 m/s for oncoming cars (issue #18): at 15 m/s the 99.9 % gate holds
+    # 55 m/s. 10 and 20 measure the same on every case but the 2 Hz highway (22 m per frame): 0.649 and 0.728.
+    birth_velocity_std_mps: float = Field(15.0, gt=0)
+    # Size (log l, w, h) and yaw filters: measurement noise std (the AV2 test's size and yaw noise) and
+    # random-walk process noise per second (a box's fitted extent changes as the object turns its side). They
+    # shape only coasted boxes.
+    size_std_frac: float = Field(0.1, gt=0)
+    size_process_frac_per_s: float = Field(0.05, ge=0)
+    yaw_std_rad: float = Field(0.1, gt=0)
+    yaw_process_rad_per_s: float = Field(0.5, ge=0)
+    # Gate on the squared Mahalanobis distance of the centre innovation: 13.82 = 99.9 % of a 2-dof chi-square
+    # (9.21, 99 %: generated logs without poses 14 IDSW instead of 9).
+    gate_chi2: float = Field(13.82, gt=0)
+    # Two-stage association (ByteTrack): detections with score >= high_score are matched to every live track and
+    # start tracks; lower-scored ones only extend confirmed tracks left unmatched, and never start one. The
+    # default equals detection.score_threshold (0.3), so the second stage only takes detections when the
+    # detector's threshold is set lower: with the detectors here a higher value loses objects whose score is
+    # low but true (the lidar backend scores 22 % of true pedestrians below 0.5): 0.4 / 0.5 give lidar backend
+    # 0.486 / 0.474, highway 10 Hz 0.941 / 0.823, 2 Hz 0.584 / 0.396.
+    high_score: float = Field(0.3, ge=0, le=1)
+    # A track is output once it has confirm_hits matched detections (its earlier boxes are written back); a
+    # tentative track unmatched for longer than tentative_max_age_s (in frames that have detections) is deleted
+    # with its boxes. Tentative tracks still alive when the scene ends are kept (nothing contradicted them; a
+    # one-frame scene keeps its boxes). 2 hits: generated logs without poses 0.850 (15 IDSW), lidar backend
+    # 0.467 (3), highway 10 Hz 0.771 (11), 2 Hz 0.515 (28): a newborn track's wide gate takes false positives,
+    # a third hit has to lie on the track's estimated motion.
+    confirm_hits: int = Field(3, ge=1)
+    tentative_max_age_s: float = Field(0.0, ge=0)
+    # A confirmed track unmatched for up to coast_output_s gets boxes in the frames it missed: on the smoothed
+    # path when a later match bridges the gap, its prediction after its last match for up to coast_trailing_s;
+    # their score is the last matched score halved every coast_score_half_life_s. Without coasted boxes
+    # (coast_output_s 0) highway 10 Hz MOTA 0.866 instead of 0.962 (10 % drop-outs), 2 Hz 0.733; generated logs
+    # without poses AMOTA 0.900 instead of 0.885 (the devkit interpolates gaps itself, and straight lines in the
+    # global frame beat paths tracked relative to a turning ego). Trailing boxes (0.3 s) cost the 10 Hz highway
+    # 0.067 MOTA (objects that left) and change nothing elsewhere.
+    coast_output_s: float = Field(1.5, ge=0)
+    coast_trailing_s: float = Field(0.0, ge=0)
+    coast_score_half_life_s: float = Field(0.5, gt=0)
+
+
 class TrackingConfig(_Model):
-    gates_mps: dict[str, float] = Field(default_factory=_default_gates)  # max centre distance per second
-    max_speed_mps: dict[str, float] = Field(default_factory=_default_max_speeds)  # gate while velocity unknown
-    max_age_s: float = Field(1.5, gt=0)  # coast up to 3 nuScenes keyframes
-    min_hits: int = Field(1, ge=1)
+    # 'kalman': actors.track.kalman (default); 'greedy': CenterPoint's closest-point tracker (actors.track.pubtracker)
+    # as before issue #18, fields marked "greedy" below.
+    mode: Literal["kalman", "greedy"] = "kalman"
+    kalman: KalmanTrackerConfig = Field(default_factory=KalmanTrackerConfig)
+    # Greedy: max centre distance per second; both modes: the linking distance limit (LinkingConfig).
+    gates_mps: dict[str, float] = Field(default_factory=_default_gates)
+    max_speed_mps: dict[str, float] = Field(default_factory=_default_max_speeds)  # greedy: gate while velocity unknown
+    # Both modes: a track unseen for longer is deleted (coast up to 3 nuScenes keyframes).
+    max_age_s: float = Field(1.5, gt=0)
+    min_hits: int = Field(1, ge=1)  # both modes: tracks with fewer boxes are dropped after linking
     velocity_from_track: Literal["missing", "always", "never"] = "missing"
     linking: LinkingConfig = Field(default_factory=LinkingConfig)
-    # Floor of the per-frame gate (m): box-centre noise does not shrink with the frame interval. At 2 Hz it
+    # Greedy: floor of the per-frame gate (m): box-centre noise does not shrink with the frame interval. At 2 Hz it
     # only raises the cone/barrier gates (0.5 -> 1 m); at 10 Hz it keeps every class matchable (pedestrian
     # 2 m/s -> 0.2 m per frame otherwise). Measured on the AV2 log with 0.2 m centre noise: 1301 ID switches
-    # at 0.5 m, 17 at 1.0 m.
+    # at 0.5 m, 17 at 1.0 m. Both modes: the floor of the linking distance limit.
     min_gate_m: float = Field(1.0, ge=0)
     # Track velocity = least-squares slope of the global centre over the track's boxes within +-window
     # (0.5 s: a central difference at 2 Hz, +-5 frames at 10 Hz).
     velocity_window_s: float = Field(0.5, gt=0)
-    # Detectors without velocity output: each track runs an alpha-beta filter (position gain, velocity gain)
-    # so noisy centres at 10 Hz do not turn into noisy predicted positions.
+    # Greedy, detectors without velocity output: each track runs an alpha-beta filter (position gain, velocity
+    # gain) so noisy centres at 10 Hz do not turn into noisy predicted positions.
     filter_position_gain: float = Field(0.5, gt=0, le=1)
-    # Also filter track positions when the detector gives velocities (CenterPoint keeps the raw last detection).
+    # Greedy: also filter track positions when the detector gives velocities (CenterPoint keeps the raw last
+    # detection).
     filter_positions: bool = True
     filter_velocity_gain: float = Field(0.1, gt=0, le=2)
     # Boxes whose detector gives no velocity (the lidar L-shape fit: yaw known modulo pi only) take the
@@ -169,8 +375,7 @@ class CpuSegmenterConfig(_Model):
 
 class SegmentationConfig(_Model):
     backend: Literal["cpu", "sam2"] = "cpu"
-    cameras: list[str] = Field(default_factory=lambda: ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_BACK_RIGHT",
-                                                        "CAM_BACK", "CAM_BACK_LEFT", "CAM_FRONT_LEFT"])
+    cameras: list[str] = Field(default_factory=lambda: list(NUSCENES_CAMERAS))
     sam2: Sam2Config = Field(default_factory=Sam2Config)
     cpu: CpuSegmenterConfig = Field(default_factory=CpuSegmenterConfig)
 
@@ -183,6 +388,9 @@ class VisibilityConfig(_Model):
     mask_score_min: float = Field(0.8, ge=0, le=1)
     min_lidar_points: int = Field(1, ge=0)
     min_box_area_px: float = Field(16.0, ge=0)
+    # a box is "in front of" a camera when one of its corners is at least this far along the optical axis
+    # (points closer than 0.1 m project unstably; chosen here, boundary-tested in tests/test_visibility.py)
+    min_depth_m: float = Field(0.1, ge=0)
 
 
 class ToleranceConfig(_Model):
@@ -195,18 +403,95 @@ class ToleranceConfig(_Model):
     speed_abs_below_mps: float = Field(1.0, ge=0)
 
 
+class RelationMargins(_Model):
+    """Qualitative relations are not asked when the margin is below these: the answer would be a coin flip of
+    detection noise (e.g. two objects 0.2 m apart laterally for left/right). Chosen here: about the centre
+    noise of a good 3D detector (mATE ~0.3 m on nuScenes) and of box sizes (~0.1 m); volume as a ratio."""
+
+    lateral_m: float = Field(0.5, ge=0)  # object_spatial left_of: |y_A - y_B|
+    longitudinal_m: float = Field(0.5, ge=0)  # object_spatial in_front_of: |x_A - x_B|
+    volume_ratio: float = Field(1.1, ge=1)  # object_spatial bigger: max(V_A/V_B, V_B/V_A)
+    height_m: float = Field(0.1, ge=0)  # object_spatial taller
+    width_m: float = Field(0.1, ge=0)  # object_spatial wider
+    vertical_m: float = Field(0.3, ge=0)  # object_spatial above: |z_A - z_B| of the box centres
+    range_m: float = Field(0.5, ge=0)  # object_spatial closer: | |A| - |B| |, distances from the ego origin
+    ego_lateral_m: float = Field(0.5, ge=0)  # ego_spatial left_right: |y|
+    ego_longitudinal_m: float = Field(0.5, ge=0)  # ego_spatial front_behind: |x|
+
+
 class QAConfig(_Model):
-    families: list[Literal["object_spatial", "ego_spatial", "ego_spatiotemporal"]] = Field(
-        default_factory=lambda: ["object_spatial", "ego_spatial", "ego_spatiotemporal"])
+    # the QA families to generate (registered in generator.qa.families; checked against it before a run)
+    families: list[str] = Field(default_factory=lambda: list(DEFAULT_QA_FAMILIES), min_length=1)
     template_dirs: list[str] = Field(default_factory=list)  # extra/override YAML template folders
     seed: int = 42
-    horizons_s: list[float] = Field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0])
-    front_camera: str = "CAM_FRONT"
+    horizons_s: list[float] = Field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0], min_length=1)
+    front_camera: str = "CAM_FRONT"  # preferred; see generator.types.front_camera for the fallback rule
     max_objects_per_keyframe: int = Field(12, ge=1)
     max_pairs_per_keyframe: int = Field(20, ge=0)
     decimals: int = Field(2, ge=0, le=6)
-    dynamic_speed_mps: float = Field(0.5, ge=0)  # bench: a group is dynamic when relative motion exceeds this
+    relation_margins: RelationMargins = Field(default_factory=RelationMargins)
     val_fraction: float = Field(0.1, ge=0, le=1)
+
+    @field_validator("families")
+    @classmethod
+    def _unique_families(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"families repeat: {v}")
+        return v
+
+    @field_validator("horizons_s")
+    @classmethod
+    def _horizons(cls, v: list[float]) -> list[float]:
+        bad = [h for h in v if not (h == h and 0 <= h <= 60)]
+        if bad:
+            raise ValueError(f"horizons must be seconds in [0, 60] after the keyframe, got {bad}")
+        if list(v) != sorted(set(v)):
+            raise ValueError(f"horizons must be increasing without repeats, got {v}")
+        return v
+
+
+class LabelsConfig(_Model):
+    """Behaviour labels (``generator.attributes.labels``): ego maneuver and speed status (Intention-Drive's
+    atomic vocabulary), VRU intent (DRAMA-X's lateral x vertical), future waypoints. No paper fixes the
+    maneuver thresholds: these are chosen here and checked against the scripted maneuvers of the
+    generated logs (tests/test_labels_generated.py)."""
+
+    maneuver_window_s: float = Field(6.0, gt=0)  # W: poses in [t - W/2, t + W/2] decide the maneuver at t
+    min_window_s: float = Field(1.0, gt=0)  # no label with less of the window inside the log
+    stop_speed_mps: float = Field(0.5, ge=0)  # Stop below this planar speed
+    turn_window_s: float = Field(1.0, gt=0)  # the yaw rate "now" is taken over this
+    turn_rate_deg_s: float = Field(8.0, gt=0)  # Turn: at least this yaw rate now ...
+    turn_min_heading_deg: float = Field(20.0, gt=0)  # ... and this heading change over W
+    lane_change_m: float = Field(0.9, gt=0)  # Change Lane: end point this far beside the chord and start heading
+    accel_half_window_s: float = Field(0.5, gt=0)  # speed status: a = (v(t+h) - v(t-h)) / 2h
+    accel_mps2: float = Field(0.5, gt=0)  # |a| at least this: Accelerate / Decelerate
+    intent_horizon_s: float = Field(1.0, gt=0)  # VRU intent from the displacement over this
+    intent_speed_mps: float = Field(0.3, gt=0)  # a component faster than this is a direction, else stationary
+    num_waypoints: int = Field(6, ge=1)  # Intention-Drive §4: 6 future waypoints ...
+    waypoint_step_s: float = Field(0.5, gt=0)  # ... 0.5 s apart (3 s)
+
+
+class ScenarioConfig(_Model):
+    """Thresholds of the STRIDE-QA-Bench scenario classifier (``generator.writers.bench_export.
+    classify_scenario``, App. C.2 names the relations, not thresholds): chosen here and checked against the
+    scripted scenarios of the generated logs (tests/test_bench_export.py)."""
+
+    same_dir_deg: float = Field(45.0, gt=0, le=180)  # |relative heading| below: same way as the ego
+    opposite_dir_deg: float = Field(135.0, gt=0, le=180)  # |relative heading| above: against the ego
+    pass_x_m: float = 0.0  # the target counts as passed once its centre is behind this x (ego frame)
+    diverge_deg: float = Field(30.0, gt=0)  # relative heading change over the window: paths diverge
+    ahead_bearing_deg: float = Field(30.0, gt=0)  # "ahead of the ego": |bearing| below this at t0
+    pull_away_m: float = Field(3.0, ge=0)  # distance gained over the future horizon: Pulling Away From Ego
+    maintain_m: float = Field(2.5, ge=0)  # |distance change| over the window allowed for Maintain State
+    maintain_rel: float = Field(0.15, ge=0)  # ... or this fraction of the t0 distance, whichever is larger
+
+
+class BenchConfig(_Model):
+    """STRIDE-QA-Bench export (§5.2, App. C)."""
+
+    # a group is dynamic (kept) when the target's mean ground speed over its window exceeds this
+    dynamic_speed_mps: float = Field(0.5, ge=0)
+    scenario: ScenarioConfig = Field(default_factory=ScenarioConfig)
 
 
 class WriterConfig(_Model):
@@ -217,7 +502,7 @@ class WriterConfig(_Model):
     webdataset: bool = True
     bench_export: bool = True
     card: bool = True
-    compression: str = "zstd"  # QA shards (the dataset)
+    compression: str = "zstd"  # QA shards (the dataset): a Parquet codec pyarrow has
     # the run folder's perception, attribute and label tables: caches that regenerate, export_bench and
     # validate read back, so decode speed matters more than size (snappy decodes ~35 % faster than zstd)
     cache_compression: str = "snappy"
@@ -235,10 +520,19 @@ class WriterConfig(_Model):
             raise ValueError(f"qa_statistics_columns: {unknown} are not QA columns; known: {QA.names}")
         return self
 
+    @field_validator("compression", "cache_compression")
+    @classmethod
+    def _codec(cls, v: str) -> str:
+        known = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+        if v not in known or (v != "none" and not pa.Codec.is_available(v)):
+            raise ValueError(f"unknown or unavailable Parquet compression {v!r}; use one of "
+                             f"{[c for c in known if c == 'none' or pa.Codec.is_available(c)]}")
+        return v
+
 
 class RayConfig(_Model):
     address: str | None = None  # None = embedded local Ray; 'auto' or host:port joins a cluster
-    num_cpus: int | None = None
+    num_cpus: int | None = Field(None, ge=1)
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
     actor_num_cpus: float = Field(0.5, gt=0)  # fractional: whole-CPU actors starve the read stage on 2 CPUs
     actor_num_gpus: float = Field(1.0, ge=0)  # used only when the cluster has GPUs
@@ -250,29 +544,79 @@ class RayConfig(_Model):
     model_stages: Literal["auto", "actors", "tasks"] = "auto"
 
 
+class FailureConfig(_Model):
+    """When a scene is failed rather than finished with gaps (no silent partial scenes)."""
+
+    # frames a stage could not read or run (detector input, LiDAR for visibility, a camera image), as a share
+    # of the scene's frames per stage: above it the scene fails with an errors row naming a file; at or
+    # below it the scene finishes and its skipped frames are listed in issues/<scene>.parquet
+    max_failed_frame_share: float = Field(0.1, ge=0, le=1)
+
+
 class PipelineConfig(_Model):
     version: Literal[1] = 1
     keyframes: KeyframeConfig = Field(default_factory=KeyframeConfig)
+    sources: SourceLimitsConfig = Field(default_factory=SourceLimitsConfig)
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     segmentation: SegmentationConfig = Field(default_factory=SegmentationConfig)
     visibility: VisibilityConfig = Field(default_factory=VisibilityConfig)
+    labels: LabelsConfig = Field(default_factory=LabelsConfig)
     qa: QAConfig = Field(default_factory=QAConfig)
+    bench: BenchConfig = Field(default_factory=BenchConfig)
     tolerances: ToleranceConfig = Field(default_factory=ToleranceConfig)
     writers: WriterConfig = Field(default_factory=WriterConfig)
+    failures: FailureConfig = Field(default_factory=FailureConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; refuse anything that could not be one
+_SHOWN_INPUT_CHARS = 120  # an error quotes at most this much of the offending value
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_INPUT_CHARS else f"{text[:_SHOWN_INPUT_CHARS]}... ({len(text)} chars)"
+
+
 def _format_errors(err: ValidationError, where: str) -> str:
     lines = []
-    for e in err.errors():
+    for e in err.errors()[:20]:
         loc = ".".join(str(p) for p in e["loc"]) or "<root>"
-        lines.append(f"{where}: field '{loc}': {e['msg']}" + (f" (got {e['input']!r})" if e["type"] != "missing"
-                                                                and not isinstance(e.get("input"), dict) else ""))
-    return "invalid config\n  " + "\n  ".join(lines)
+        got = "" if e["type"] == "missing" or isinstance(e.get("input"), dict) else f" (got {_shown(e.get('input'))})"
+        lines.append(f"{where}: field '{loc}': {e['msg']}{got}")
+    more = err.error_count() - 20
+    return "invalid config\n  " + "\n  ".join(lines) + (f"\n  ... and {more} more" if more > 0 else "")
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without anchors and aliases: a config needs none, and nested aliases ("billion
+    laughs") let a kilobyte of YAML stand for gigabytes once validated or printed."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.YAMLError(f"aliases (*name) are not allowed in a drivegen config (line {mark.line + 1})")
+        event = self.peek_event()
+        if getattr(event, "anchor", None):
+            raise yaml.YAMLError(f"anchors (&name) are not allowed in a drivegen config (line {event.start_mark.line + 1})")
+        return super().compose_node(parent, index)
+
+
+def config_from_yaml(text: str | bytes, where: str = "<config>") -> PipelineConfig:
+    """A config from YAML text (a file's or a run folder's ``config.yaml``); errors name ``where``."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where}: {len(text)} bytes, larger than any config ({MAX_CONFIG_BYTES} bytes at most)")
+    try:
+        data = yaml.load(text, Loader=_NoAliasLoader) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: not valid YAML: {_shown(str(err))[1:-1]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: top level must be a mapping, got {type(data).__name__}")
+    return parse_config(data, where)
 
 
 def parse_config(data: dict | None, where: str = "<config>") -> PipelineConfig:
@@ -283,23 +627,24 @@ def parse_config(data: dict | None, where: str = "<config>") -> PipelineConfig:
 
 
 def load_config(path: str | Path | None = None, overrides: dict | None = None) -> PipelineConfig:
-    """Load a YAML config (None = defaults) and apply nested ``overrides``."""
-    data: dict = {}
-    where = "<defaults>"
-    if path is not None:
-        p = Path(path)
-        where = str(p)
-        if not p.exists():
-            raise ConfigError(f"{where}: config file not found")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{where}: not valid YAML: {err}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{where}: top level must be a mapping, got {type(data).__name__}")
-    if overrides:
-        data = _merge(data, overrides)
-    return parse_config(data, where)
+    """Load a YAML config file (None = defaults) and apply nested ``overrides``."""
+    if path is None:
+        return parse_config(_merge({}, overrides or {}), "<defaults>")
+    p = Path(path)
+    where = str(p)
+    try:
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{where}: {p.stat().st_size} bytes, larger than any config "
+                              f"({MAX_CONFIG_BYTES} bytes at most)")
+        text = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: config file not found") from None
+    except OSError as err:
+        raise ConfigError(f"{where}: cannot read the config file: {err.strerror or err}") from None
+    if not overrides:
+        return config_from_yaml(text, where)
+    cfg = config_from_yaml(text, where)
+    return parse_config(_merge(cfg.model_dump(mode="json", exclude_unset=True), overrides), where)
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -78,6 +78,7 @@ PROJECTIONS = _schema("projections", [
 ATTRIBUTES = _schema("attributes", [
     pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("timestamp_us", i64, False),
     pa.field("track_id", i64, False), pa.field("class_name", s),
+    pa.field("instance_token", s),  # the source's identity of the object (OBJECTS.instance_token; '' / null: none)
     pa.field("x_ego_m", f64), pa.field("y_ego_m", f64), pa.field("z_ego_m", f64),
     pa.field("distance_m", f64), pa.field("bearing_deg", f64),  # 0 = forward, CCW positive, [-180, 180]
     pa.field("clock", i8),  # 1..12 o'clock, 12 = straight ahead
@@ -107,7 +108,10 @@ QA = _schema("qa", [
     pa.field("question_type", s, False), pa.field("template_id", s),
     pa.field("question", s, False), pa.field("answer", s, False),
     pa.field("value", f64), pa.field("unit", s), pa.field("horizon_s", f64),
-    pa.field("region_ids", pa.list_(i32)), pa.field("track_ids", pa.list_(i64)), pa.field("class_names", pa.list_(s)),
+    pa.field("region_ids", pa.list_(i32)), pa.field("track_ids", pa.list_(i64)),
+    # beside each track id, the source's own identity of that target at the keyframe (nuScenes instance token,
+    # AV2 track UUID; '' where the detector gives none), dictionary-encoded like the grounding strings
+    pa.field("instance_tokens", pa.list_(dstr)), pa.field("class_names", pa.list_(s)),
     pa.field("out_of_view", b), pa.field("grounding", pa.list_(QA_GROUNDING)),
 ], "one question-answer pair with its exact value and visual grounding")
 
@@ -122,13 +126,19 @@ LABELS = _schema("labels", [
     pa.field("future_xy_ego_m", pa.list_(vec2)),  # future waypoints in this frame's ego frame
 ], "behaviour labels: ego maneuvers and speed status, VRU intent, future waypoints")
 
+ISSUES = _schema("issues", [
+    pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("stage", s, False),
+    pa.field("reason", s, False), pa.field("camera", s), pa.field("file", s), pa.field("message", s, False),
+], "frame-level problems a stage skipped without failing the scene (unreadable sweep or image, detector "
+   "failure), one row per frame and camera")
+
 ERRORS = _schema("errors", [
     pa.field("scene_id", s), pa.field("stage", s, False), pa.field("file", s),
     pa.field("error_type", s, False), pa.field("message", s, False), pa.field("attempt", i32),
 ], "one row per scene and stage that failed; the run goes on")
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
-       for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ERRORS)}
+       for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS)}
 
 
 def check_schema(table: pa.Table, schema: pa.Schema, where: str = "") -> pa.Table:

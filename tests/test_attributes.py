@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from conftest_attributes import make_frames, make_objects, pose
+from support.attributes import make_frames, make_objects, pose
 from generator.attributes import clock_from_bearing, compute_attributes, pair_relations
 from schemas.tables import ATTRIBUTES
 
@@ -108,3 +108,9 @@ def test_pair_relations_hand_computed():
     assert rel["direction_deg"][0] == pytest.approx(math.degrees(math.atan2(-5, 10)))  # B ahead-right of A
     assert rel["direction_deg"][1] == pytest.approx(math.degrees(math.atan2(5, -10)))  # A behind-left of B
     assert rel["direction_clock"][:2] == [1, 7]
+    # SpatialRGPT's horizontal / vertical distances and the qualitative forms beside them (issue #17 item 8)
+    assert rel["horizontal_distance_m"][0] == pytest.approx(math.hypot(10, 5))
+    assert rel["horizontal_distance_m"][2] == pytest.approx(0.0) and rel["vertical_distance_m"][2] == pytest.approx(1.0)
+    assert rel["a_above_b"] == [False, False, False] and rel["vertical_gap_m"][2] == pytest.approx(-1.0)
+    assert rel["a_closer_than_b"] == [True, False, True]
+    assert rel["range_gap_m"][0] == pytest.approx(math.hypot(10, 2) - math.hypot(20, 3))

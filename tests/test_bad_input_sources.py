@@ -7,6 +7,8 @@ copy of the real log's small feather files.
 """
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import shutil
@@ -92,18 +94,30 @@ def expect_a_fails_b_loads(copy: Copy, match: str, file_part: str):
     return e.value
 
 
+def expect_a_frame_issue_b_clean(copy: Copy, match: str, file_part: str):
+    """A damaged sensor file of scene A is recorded as that frame's problem (``Scene.issues``: stage 'load',
+    the file and a message) while the scene still loads; scene B has none. Returns the issue."""
+    src = copy.source()
+    a, b = src.scene_ids()
+    scene = src.load_scene(a)
+    hits = [i for i in scene.issues if re.search(match, i.message) and file_part in (i.file or "")]
+    assert len(hits) == 1 and hits[0].stage == "load", scene.issues
+    assert not src.load_scene(b).issues
+    return hits[0]
+
+
 def test_missing_lidar_file(ns):
     sd = ns.sample_data_of(ns.scene_a(), "LIDAR_TOP")[4]
     (ns.root / sd["filename"]).unlink()
-    expect_a_fails_b_loads(ns, "LiDAR file is missing", sd["filename"])
+    expect_a_frame_issue_b_clean(ns, "LiDAR file is missing", sd["filename"])
 
 
 def test_truncated_lidar_file(ns):
     sd = ns.sample_data_of(ns.scene_a(), "LIDAR_TOP")[2]
     p = ns.own(sd["filename"])
     p.write_bytes(p.read_bytes()[:-7])
-    err = expect_a_fails_b_loads(ns, "truncated", sd["filename"])
-    assert "20-byte" in str(err)
+    err = expect_a_frame_issue_b_clean(ns, "truncated", sd["filename"])
+    assert "20-byte" in err.message
     # a source opened without the stat checks fails when the points are read, still naming scene and file
     lazy = NuScenesSource(ns.root, ns.version, check_files=False)
     frame = lazy.load_scene(lazy.scene_ids()[0]).frames[2]
@@ -115,7 +129,8 @@ def test_truncated_lidar_file(ns):
 def test_missing_image(ns):
     sd = ns.sample_data_of(ns.scene_a(), "CAM_BACK_LEFT")[7]
     (ns.root / sd["filename"]).unlink()
-    expect_a_fails_b_loads(ns, "image of CAM_BACK_LEFT is missing", sd["filename"])
+    issue = expect_a_frame_issue_b_clean(ns, "image of CAM_BACK_LEFT .* is unreadable \\(missing\\)", sd["filename"])
+    assert issue.camera == "CAM_BACK_LEFT" and issue.reason == "image_unreadable"
 
 
 def test_calibration_of_the_wrong_shape(ns):

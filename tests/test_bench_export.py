@@ -19,9 +19,10 @@ import pandas as pd
 import pytest
 from pycocotools import mask as mask_utils
 
-from conftest_bench import AGENTS, EGO_V, NAME_OF_TRACK, SCENE, TIMES, agent_state, ego_xy, make_bench_run
-from generator.writers.bench_export import (SCENARIOS, ScenarioThresholds, classify_scenario, export_bench,
-                                            is_dynamic)
+from support.bench import AGENTS, EGO_V, NAME_OF_TRACK, SCENE, TIMES, agent_state, ego_xy, make_bench_run, recommit
+from generator.pipeline.exports import export_bench
+from generator.writers.bench_export import RELATIONS, classify_scenario, is_dynamic
+from schemas.config import ScenarioConfig
 
 # --- the toolkit's expectations, restated (benchmark.py, config/tolerance.yaml, inference.py) ---------
 TIME_BUCKET = {"ego_distance_data": 0, "ego_speed_data": 0, "target_speed_data": 0, "target_bearing_angle_data": 0,
@@ -60,6 +61,11 @@ def bench(tmp_path_factory):
     return br, br.run / "bench", summary
 
 
+def _expected_questions(sheet: pd.DataFrame) -> int:
+    """13 questions per group, the 4 ego-speed ones once per keyframe (in its first group)."""
+    return 9 * len(sheet) + 4 * len(sheet.drop_duplicates(["scene_id", "keyframe_index"]))
+
+
 def _load(bench_dir: Path) -> dict[int, list[dict]]:
     ann = bench_dir / "annotation_files"
     files = sorted(ann.glob("strideqa_bench*.json"))  # inference.py's glob
@@ -72,7 +78,7 @@ def test_files_are_what_the_toolkit_reads(bench):
     per_t = _load(bench_dir)
     sheet = pd.read_csv(bench_dir / "annotation_files" / "annotation_sheet.csv")
     assert {"group_id", "object_type", "relation"} <= set(sheet.columns)
-    assert sheet["group_id"].is_unique and sheet["relation"].isin(SCENARIOS).all()
+    assert sheet["group_id"].is_unique and sheet["relation"].isin(RELATIONS).all()
     assert sheet["object_type"].isin(OBJECT_TYPES).all()
     by_group: dict[str, list[dict]] = {}
     qids = set()
@@ -104,16 +110,19 @@ def test_files_are_what_the_toolkit_reads(bench):
                 assert judge(k, v, parse_gt(k, q["gt"]))  # and would score as a success
             by_group.setdefault(gid, []).append(q)
     assert set(by_group) == set(sheet["group_id"])
-    assert summary["groups"] == len(by_group) and summary["questions"] == len(qids) == 13 * len(by_group)
+    assert summary["groups"] == len(by_group) and summary["questions"] == len(qids) == _expected_questions(sheet)
+    first_of_keyframe = set(sheet.drop_duplicates(["scene_id", "keyframe_index"])["group_id"])
     for gid, qs in by_group.items():
-        assert sorted(q["qa_category"] for q in qs) == sorted(TIME_BUCKET)  # 13, one per category
+        # 13, one per category, in the keyframe's first group; the others lack the 4 ego-speed questions
+        want = sorted(c for c in TIME_BUCKET if gid in first_of_keyframe or EGO_OR_TARGET[c] == "target")
+        assert sorted(q["qa_category"] for q in qs) == want
         assert len({json.dumps(q["images"]) for q in qs}) == 1 and len({json.dumps(q["rle"]) for q in qs}) == 1
         for t in range(4):  # LSR pairs distance and direction per (group, time, target)
             kinds = {k for q in qs if TIME_BUCKET[q["qa_category"]] == t and EGO_OR_TARGET[q["qa_category"]] == "target"
                      for k in q["gt_value"]}
             assert {"distance", "direction"} <= kinds
         ego = [q for q in qs if EGO_OR_TARGET[q["qa_category"]] == "ego"]
-        assert len(ego) == 4 and all(set(q["gt_value"]) == {"velocity"} for q in ego)
+        assert all(set(q["gt_value"]) == {"velocity"} for q in ego)
 
 
 def test_values_match_the_scripted_trajectories(bench):
@@ -138,7 +147,7 @@ def test_values_match_the_scripted_trajectories(bench):
                                                0.5, axis=0)[int(g["keyframe_index"]) + 2 * t])
                 assert gv["velocity"] == pytest.approx(want, abs=0.006)
             checked += 1
-    assert checked == 13 * len(sheet)
+    assert checked == _expected_questions(sheet.reset_index())
 
 
 def test_groups_scenarios_oov_and_drops(bench):
@@ -147,16 +156,17 @@ def test_groups_scenarios_oov_and_drops(bench):
     sheet["name"] = sheet["track_id"].map(NAME_OF_TRACK)
     rel = sheet.groupby("name")["relation"].apply(set).to_dict()
     assert "parked" not in rel and summary["dropped"]["static"] > 0  # a standing car is not dynamic
-    assert "Oncoming Pass" in rel["oncoming"] and "Overtake" in rel["overtaken"]
-    assert rel["maintain"] == {"Maintain State"}
-    assert "Pulling Away From Ego" in rel["pulling"] and "Path Divergence" in rel["diverging"]
-    assert rel["crossing"] == {"Minor Relations"}
+    # the toolkit's relation names (visualize.py), not the readable ones the classifier returns
+    assert "Oncoming_Pass" in rel["oncoming"] and "Overtake" in rel["overtaken"]
+    assert rel["maintain"] == {"Maintain_State"}
+    assert "Other_Pulling_Away_From_Ego" in rel["pulling"] and "Path_Divergence_at_Intersection" in rel["diverging"]
+    assert rel["crossing"] == {"Minor_Relations"}
     # OOV: the passing cars leave the front camera, the car ahead never does
     oov = sheet.groupby("relation")["oov"].agg(["min", "max"])
-    assert oov.loc["Oncoming Pass", "min"] and oov.loc["Overtake", "min"]
+    assert oov.loc["Oncoming_Pass", "min"] and oov.loc["Overtake", "min"]
     assert not sheet[sheet["name"] == "maintain"]["oov"].any()
     # the oncoming pass is centred: its keyframe lies within 3 s before the scripted pass (t = 10.5 s)
-    k = sheet[(sheet["name"] == "oncoming") & (sheet["relation"] == "Oncoming Pass")]["keyframe_index"]
+    k = sheet[(sheet["name"] == "oncoming") & (sheet["relation"] == "Oncoming_Pass")]["keyframe_index"]
     assert ((TIMES[k] < 10.5) & (TIMES[k] >= 7.5)).all()
     # repetitions: one target and scenario never twice within the 3 s horizon
     for _, g in sheet.groupby(["track_id", "relation"]):
@@ -171,23 +181,17 @@ def test_groups_scenarios_oov_and_drops(bench):
 def test_context_mask_missing_drops_group_and_rewrite_is_clean(tmp_path):
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from generator.runfolder import RunFolder
-    from generator.writers.parquet import storage_schema
 
     br = make_bench_run(tmp_path)
     first = export_bench(br.run)
-    rf = RunFolder(br.run)
-    p = rf.perception("projections", SCENE)
-    proj = pq.read_table(p)
+    proj = br.tables["projections"]
     # the maintained car loses its mask in every frame at t = 4.5 s (a prev_3 frame of the t=6 s keyframe)
     k = int(np.flatnonzero(np.isclose(TIMES, 4.5))[0])
     hit = pc.and_(pc.equal(proj["track_id"], AGENTS["maintain"][0]), pc.equal(proj["frame_index"], k))
     masks = proj["mask_rle"].to_pylist()
     masks = [None if h else m for m, h in zip(masks, hit.to_pylist())]
     proj = proj.set_column(proj.schema.get_field_index("mask_rle"), "mask_rle", pa.array(masks, proj.schema.field("mask_rle").type))
-    pq.write_table(proj.cast(storage_schema(proj.schema)), p)
+    recommit(br, projections=proj)
     second = export_bench(br.run)
     assert second["dropped"]["no_front_mask"] >= 1
     sheet = pd.read_csv(br.run / "bench" / "annotation_files" / "annotation_sheet.csv")
@@ -199,19 +203,19 @@ def test_context_mask_missing_drops_group_and_rewrite_is_clean(tmp_path):
             for q in json.loads(f.read_text()) for img in q["images"]}
     on_disk = {str(p.relative_to(br.run / "bench")) for p in (br.run / "bench" / "images").rglob("*.jpg")}
     assert used == on_disk
-    assert not [p for p in br.run.iterdir() if p.name.startswith(".bench")]
+    assert not (br.run / ".staging").exists()
     assert first["groups"] >= second["groups"]
 
 
 def test_agrees_with_the_qa_generator(tmp_path):
     """Candidates from the project's generated QA rows; the bench values, computed here from attributes,
     must equal the generator's own ego_spatiotemporal answers (two implementations, one truth)."""
-    from generator.writers.parquet import read_qa
+    from generator.runfolder import read_table
 
     br = make_bench_run(tmp_path, with_qa="generated")
     summary = export_bench(br.run)
     assert summary["groups"] > 0
-    qa = read_qa(br.run / "qa").to_pandas()
+    qa = read_table(br.run, "qa").to_pandas()
     st = qa[qa["family"] == "ego_spatiotemporal"]
     by_id = st.set_index("qa_id")
     sheet = pd.read_csv(br.run / "bench" / "annotation_files" / "annotation_sheet.csv").set_index("group_id")
@@ -220,31 +224,60 @@ def test_agrees_with_the_qa_generator(tmp_path):
     for t, recs in _load(br.run / "bench").items():
         for q in recs:
             g = sheet.loc[q["group_id"]]
-            key = f"{SCENE}:{g['keyframe_index']}:ego_spatiotemporal:{{}}:{g['track_id']}:+{t}s"
+            ego = q["qa_category"].startswith("ego_speed")  # a question about the ego: one per keyframe
+            key = f"{SCENE}:{g['keyframe_index']}:ego_spatiotemporal:{{}}:{'ego' if ego else g['track_id']}:+{t}s"
             for k, v in q["gt_value"].items():
-                qt = kinds.get(k) or ("ego_speed" if q["qa_category"].startswith("ego_speed") else "target_speed")
+                qt = kinds.get(k) or ("ego_speed" if ego else "target_speed")
                 assert v == pytest.approx(by_id.loc[key.format(qt), "value"], abs=0.006), (q["qa_category"], key)
                 n += 1
             if t > 0:  # OOV = the generator's out_of_view at some future horizon
                 fut = [by_id.loc[f"{SCENE}:{g['keyframe_index']}:ego_spatiotemporal:distance:{g['track_id']}:+{h}s",
                                  "out_of_view"] for h in (1, 2, 3)]
                 assert bool(g["oov"]) == any(fut)
-    assert n == 16 * summary["groups"]
+    # 16 values per group (t1..t3 distance questions carry distance and direction), 4 of them ego speeds
+    assert n == 12 * summary["groups"] + 4 * len(sheet.drop_duplicates(["scene_id", "keyframe_index"]))
+
+
+@pytest.mark.parametrize("rate_hz", [2.0, 1.0])
+def test_context_rate_moves_qa_grounding_and_bench_images_together(tmp_path, rate_hz):
+    """keyframes.context_rate_hz is read by one function (KeyframeConfig.context_offsets_s) for the QA
+    grounding and the bench export: at 1 Hz the four context frames are -3..0 s, at 2 Hz -1.5..0 s, in both."""
+    from generator.runfolder import read_table
+    from schemas.config import PipelineConfig
+
+    cfg = PipelineConfig()
+    cfg.keyframes.context_rate_hz = rate_hz
+    cfg.keyframes.context_before_s = 3.0  # so the 1 Hz context fits before the first keyframes
+    br = make_bench_run(tmp_path, with_qa="generated", cfg=cfg)
+    summary = export_bench(br.run)
+    assert summary["groups"] > 0
+    qa = read_table(br.run, "qa").to_pandas()
+    st = qa[(qa.family == "ego_spatiotemporal") & (qa.horizon_s == 0) & (qa.track_ids.map(len) > 0)]
+    ctx_of = {(r.keyframe_index, r.track_ids[0]): sorted(g["frame_index"] for g in r.grounding
+                                                           if g["role"] in ("context", "current")) for r in st.itertuples()}
+    want = [round(o * 2) for o in cfg.keyframes.context_offsets_s()]  # frame offsets at the fixture's 2 Hz
+    assert want == ([-3, -2, -1, 0] if rate_hz == 2.0 else [-6, -4, -2, 0])
+    n = 0
+    for recs in _load(br.run / "bench").values():
+        for q in recs:
+            info = q["token_info"]
+            kf = info["keyframe_index"]
+            assert info["context_frame_indices"] == [kf + d for d in want]
+            assert ctx_of[(kf, info["track_id"])] == info["context_frame_indices"]  # same frames as the QA rows
+            n += 1
+    sheet = pd.read_csv(br.run / "bench" / "annotation_files" / "annotation_sheet.csv")
+    assert n == _expected_questions(sheet)
 
 
 def test_non_finite_values_drop_the_group(tmp_path):
     import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from generator.runfolder import RunFolder
 
     br = make_bench_run(tmp_path)
-    p = RunFolder(br.run).attributes(SCENE)
-    att = pq.read_table(p)
+    att = br.tables["attributes"]
     k = int(np.flatnonzero(np.isclose(TIMES, 9.0))[0])
     hit = (att["track_id"].to_numpy() == AGENTS["pulling"][0]) & (att["frame_index"].to_numpy() == k)
     speed = np.where(hit, np.nan, att["speed_mps"].to_numpy())
-    pq.write_table(att.set_column(att.schema.get_field_index("speed_mps"), "speed_mps", pa.array(speed)), p)
+    recommit(br, attributes=att.set_column(att.schema.get_field_index("speed_mps"), "speed_mps", pa.array(speed)))
     summary = export_bench(br.run)
     assert summary["dropped"]["non_finite_value"] >= 1
     for f in (br.run / "bench" / "annotation_files").glob("*.json"):
@@ -270,7 +303,7 @@ def test_cli(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["groups"] > 0
     assert (tmp_path / "out" / "annotation_files" / "strideqa_bench_t3.json").is_file()
     assert main(["export_bench", str(tmp_path / "nothing")]) == 2
-    assert "not a run folder" in capsys.readouterr().err
+    assert "not a drivegen run folder" in capsys.readouterr().err
     assert main(["export_bench", str(br.run), "--split", "train", "--out", str(tmp_path / "o2")]) == 0
     assert json.loads((tmp_path / "o2" / "export_summary.json").read_text())["groups"] == 0
 
@@ -356,7 +389,7 @@ def test_classifier_rules_and_input_checks():
     assert classify_scenario(ahead, t, np.zeros(7)) == "Maintain State"
     away = ahead + np.stack([np.clip(t, 0, None) * 3.0, np.zeros(7)], 1)
     assert classify_scenario(away, t, np.zeros(7)) == "Pulling Away From Ego"
-    th = ScenarioThresholds(pull_away_m=20.0)
+    th = ScenarioConfig(pull_away_m=20.0)
     assert classify_scenario(away, t, np.zeros(7), thresholds=th) == "Minor Relations"
     with pytest.raises(ValueError, match="same length"):
         classify_scenario(ahead[:3], t, np.zeros(7))
@@ -371,7 +404,7 @@ def test_classifier_on_generated_logs(synth_root):
     event times (rounded to the keyframe grid) and the ego's manoeuvre segments."""
     from nuscenes.nuscenes import NuScenes
 
-    from conftest import SYNTH_VERSION
+    from support.data import SYNTH_VERSION
     from generator.geometry import SE3
 
     nusc = NuScenes(version=SYNTH_VERSION, dataroot=str(synth_root), verbose=False)

@@ -5,14 +5,15 @@ import json
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from conftest_writers import make_qa_table
-from generator.writers.card import compute_stats, run_extra, write_card
+from support.writers import make_qa_table
+from generator.pipeline.exports import card_extra
+from generator.runfolder import RunReader, RunStore, commit_tables, write_error
+from generator.writers.card import compute_stats, write_card
 from generator.writers.parquet import write_qa_shards
 from schemas.config import WriterConfig
-from schemas.tables import ERRORS, PROJECTIONS
+from schemas.tables import PROJECTIONS
 
 
 @pytest.fixture
@@ -60,22 +61,19 @@ def test_histograms_pick_quantities_by_unit_and_skip_sizes(shards):
 
 def test_write_card_files_and_run_extra(shards, tmp_path):
     run, t = shards
-    # a projections table with dropped objects and an errors table, as a run writes them
+    # a run folder: a scene whose manifest counts dropped objects, and two failed scene/stage rows
+    store = RunStore(tmp_path / "runfolder")
     proj = pa.Table.from_pylist([
         {"scene_id": "scene-0", "frame_index": i, "track_id": i, "camera": "CAM_FRONT", "visible": v,
          "drop_reason": r}
-        for i, (v, r) in enumerate([(True, None), (False, "box_iou"), (False, "box_iou"), (False, "coverage"),
-                                    (False, None)])], schema=PROJECTIONS)
-    (run / "perception" / "projections").mkdir(parents=True)
-    pq.write_table(proj, run / "perception" / "projections" / "scene-0.parquet")
-    (run / "errors").mkdir()
+        for i, (v, r) in enumerate([(True, None), (False, "box_iou"), (False, "box_iou"), (False, "coverage")])],
+        schema=PROJECTIONS)
+    commit_tables(store, "scene-0", {"projections": proj}, counts={"dropped_by_reason": {"box_iou": 2, "coverage": 1}})
     for stage in ("detect", "segment"):
-        pq.write_table(pa.Table.from_pylist([{"scene_id": "scene-9", "stage": stage, "file": "x",
-                                              "error_type": "SourceError", "message": "m", "attempt": 1}],
-                                            schema=ERRORS), run / "errors" / f"scene-9-{stage}.parquet")
-    extra = run_extra(run)
-    assert extra == {"visibility_drops": {"box_iou": 2, "coverage": 1, "unspecified": 1},
-                     "errors": {"detect": 1, "segment": 1}}
+        write_error(store, {"scene_id": "scene-9", "stage": stage, "file": "x", "error_type": "SourceError",
+                            "message": "m", "attempt": 1})
+    extra = card_extra(RunReader(store))
+    assert extra == {"visibility_drops": {"box_iou": 2, "coverage": 1}, "errors": {"detect": 1, "segment": 1}}
     stats = write_card(run / "qa", run, {**extra, "run_id": "r1"})
     card = run / "card"
     on_disk = json.loads((card / "stats.json").read_text())
@@ -105,12 +103,12 @@ def test_mismatched_track_and_class_lists_are_refused():
 
 def test_card_on_generated_qa(tmp_path):
     """The project's QA generator output (real units 'm', 'degrees', 'm/s', sizes in 'm')."""
-    from conftest_bench import make_bench_run
-    from generator.writers.parquet import read_qa
+    from support.bench import make_bench_run
+    from generator.runfolder import read_table
 
     br = make_bench_run(tmp_path, with_qa="generated")
-    stats = write_card(br.run / "qa", br.run, run_extra(br.run))
-    df = read_qa(br.run / "qa").to_pandas()
+    stats = write_card(br.run / "qa", br.run, card_extra(RunReader(br.run)))
+    df = read_table(br.run, "qa").to_pandas()
     assert stats["num_qa"] == len(df) > 0
     assert sum(n for f in stats["qa_counts"].values() for k in f.values() for n in k.values()) == len(df)
     q = df[df["kind"] == "quantitative"]
@@ -120,5 +118,4 @@ def test_card_on_generated_qa(tmp_path):
     assert sum(stats["histograms"]["heading"]["counts"]) == int((q["unit"] == "degrees").sum()) > 0
     assert sum(stats["histograms"]["velocity"]["counts"]) + stats["histograms"]["velocity"]["above"] == \
         int((q["unit"] == "m/s").sum()) > 0
-    assert stats["visibility_drops"] == {"out_of_image": int((~pq.read_table(
-        br.run / "perception" / "projections" / "bench-scene-1.parquet")["visible"].to_numpy()).sum())}
+

@@ -123,8 +123,8 @@ def test_lidar_detector_finds_vehicles_in_a_raycast_street():
     pts = raycast_sweep(gt)
     det = detect_points(pts, LidarDetectorConfig())
     rec, n = _recall(gt, det, ["car", "truck", "bus"])
-    # Measured: 12 of 14 vehicles within 40 m (recall 0.86; the bus seen front-on is sized as a truck and
-    # one car at 34 m shows 10 points). Several are seen from one side or one face only.
+    # Measured: 13 of 14 vehicles within 40 m (recall 0.93; 12 of 14 before the structure test, the shape
+    # rules and the height quantile). Several are seen from one side or one face only.
     assert n == 14 and rec >= 0.8
     assert set(det.class_name) <= set(DETECTION_CLASSES) and np.isnan(det.velocity_mps).all()
     assert ((det.score > 0) & (det.score <= 1)).all() and (det.size_lwh_m > 0).all()
@@ -164,8 +164,8 @@ def test_lidar_detector_on_generated_logs(synth_root):
             if n:
                 hits += rec * n
                 total += n
-    # Measured: 0.85 over 52 vehicle boxes (misses: cars seen face-on far away taken for bicycles, a car
-    # merged with a tall neighbour).
+    # Measured: 0.96 over 57 vehicle boxes (0.85 over 52 before: cars seen face-on far away were taken for
+    # bicycles, a car merged with a tall neighbour was too tall for a car).
     assert total >= 30
     assert hits / total >= 0.8, f"lidar recall {hits / total:.2f} over {total} vehicles"
 
@@ -184,10 +184,154 @@ def test_lidar_detector_on_real_nuscenes_sweep(nuscenes_demo):
     assert n == 2 and rec == 1.0
 
 
-def test_detect_actor_adds_boxes_per_frame():
-    from actors.detect import DetectActor
+# ------------------------------------------------------------------------ lidar backend: motion, rules, goals
+def test_motion_search_finds_the_displacement_and_keeps_still_clusters_still():
+    from actors.detect.motion import estimate_displacement, occupancy
 
-    frames = [_frame(street_boxes(), index=i) for i in range(3)]
-    batch = {"frame": np.array(frames, dtype=object)}
-    out = DetectActor(DetectionConfig(backend="labels"))(batch)
-    assert len(out["boxes"]) == 3 and all(len(b) == len(street_boxes()) for b in out["boxes"])
+    rng = np.random.default_rng(3)
+
+    def wall(x0, y0, x1, y1, n, z=(0.3, 1.5)):
+        t = np.linspace(0, 1, n)
+        return np.column_stack([x0 + t * (x1 - x0), y0 + t * (y1 - y0), rng.uniform(*z, n)])
+
+    # an L-shaped car corner (back face and right side), 1 cm noise
+    car = np.vstack([wall(15.0, -5.0, 15.0, -3.1, 40), wall(15.0, -5.0, 19.0, -5.0, 60)])
+    car[:, :2] += rng.normal(0, 0.01, (100, 2))
+    pole = np.column_stack([np.array([[8.0, 6.0]]) + rng.normal(0, 0.02, (20, 2)), rng.uniform(0.3, 4, 20)])
+    moved = np.array([3.0, 0.2, 0.0])  # the car moved by this between the earlier sweep and now
+    roof = wall(17.0, -5.0, 17.0, -3.1, 30, (1.45, 1.5))  # a ring across another car's roof, 2 m behind the face
+    earlier = np.vstack([car - moved, pole, roof, rng.uniform(-30, 30, (200, 3))])
+    args = dict(occ=occupancy(earlier, 0.1, 0.5), cell_m=0.1, z_cell_m=0.5, coarse_m=0.2, fine_m=0.05, min_gain=0.1,
+                min_match=0.5)
+    lonely = np.column_stack([np.array([-20.0, 20.0]) + rng.normal(0, 0.3, (12, 2)), rng.uniform(0.3, 1.5, 12)])
+    d, best, still = estimate_displacement([car, pole, lonely], np.zeros(3), np.array([10.0, 1.5, 1.5]),
+                                           np.array([0.75, 1.5, 1.5]), **args)
+    assert np.abs(d[0] - moved[:2]).max() <= 0.05 and best[0] > 0.9 and still[0] < 0.2
+    assert np.array_equal(d[1], [0.0, 0.0]) and still[1] > 0.9
+    assert np.array_equal(d[2], [0.0, 0.0]) and best[2] == still[2] < 0.2  # the earlier sweep has nothing there
+    # a search confined across the car's axis cannot reach the shift along it
+    d, _, _ = estimate_displacement([car], np.array([np.pi / 2]), np.array([1.0]), np.array([0.2]), **args)
+    assert np.abs(d[0] - moved[:2]).max() > 1.0
+    # a face alone (no side) finds its own earlier place, not the roof line level with it at 2 m
+    face = car[:40]
+    d, _, _ = estimate_displacement([face], np.zeros(1), np.array([10.0]), np.array([0.75]), **args)
+    assert np.abs(d[0] - moved[:2]).max() <= 0.1, d
+
+
+def test_lidar_detector_takes_velocity_and_heading_from_an_earlier_sweep():
+    """Two cars drive (one towards the sensor): with the sweep 0.5 s earlier they get their velocity and face
+    the way they drive; parked cars get none (NaN: their heading is left to the tracker and the prior)."""
+    now = street_boxes()
+    movers = {"away": (15.0, 0.0, 0.0, 10.0), "towards": (-12.0, 2.8, np.pi, 8.0)}  # x, y, heading, speed
+    earlier = now.copy()
+    for x, y, h, v in movers.values():
+        k = int(np.argmin(np.hypot(now.center_m[:, 0] - x, now.center_m[:, 1] - y)))
+        earlier.center_m[k, :2] -= 0.5 * v * np.array([np.cos(h), np.sin(h)])
+    cfg = LidarDetectorConfig()
+    det = detect_points(raycast_sweep(now), cfg, raycast_sweep(earlier, seed=1), 0.5)
+    alone = detect_points(raycast_sweep(now), cfg)
+    assert np.isnan(alone.velocity_mps).all()
+    for x, y, h, v in movers.values():
+        j = int(np.argmin(np.hypot(det.center_m[:, 0] - x, det.center_m[:, 1] - y)))
+        assert np.hypot(det.center_m[j, 0] - x, det.center_m[j, 1] - y) < 2.0 and det.class_name[j] == "car"
+        assert np.allclose(det.velocity_mps[j], v * np.array([np.cos(h), np.sin(h)]), atol=0.5), det.velocity_mps[j]
+        assert np.cos(det.yaw_rad[j] - h) > 0.95
+    parked = np.abs(det.center_m[:, 1]) > 5
+    assert parked.sum() >= 5 and np.isnan(det.velocity_mps[parked]).all()
+    # the oncoming car hid the parked car at (-14.5, 7) in the earlier sweep; shifted 7.9 m it lines up with the
+    # next car of the row, which is still there now: not motion (it would be without that check)
+    loose = detect_points(raycast_sweep(now), LidarDetectorConfig(motion_max_taken=1.0), raycast_sweep(earlier, seed=1),
+                          0.5)
+    hidden = np.hypot(loose.center_m[:, 0] + 14.5, loose.center_m[:, 1] - 7.0) < 3.0
+    assert hidden.any() and np.isfinite(loose.velocity_mps[hidden]).all()
+
+
+def test_traffic_side_prior_turns_still_vehicles_to_their_side_of_the_road():
+    from actors.detect.lidar import traffic_side_heading
+
+    centre = np.array([[10.0, -6.0], [-20.0, 9.0], [12.0, 3.5], [5.0, 1.0], [30.0, -8.0], [8.0, 20.0]])
+    yaw = np.array([np.pi + 0.05, 0.1, -0.2, np.pi, 0.0, np.pi / 2])
+    got = traffic_side_heading(centre, yaw, LidarDetectorConfig())
+    # right of the ego's lane: the ego's direction; beyond half a lane to its left: the opposite; a vehicle
+    # across the ego's road (the last) keeps its fitted axis
+    want = np.array([0.05, np.pi + 0.1, np.pi - 0.2, 0.0, 0.0, np.pi / 2])
+    assert np.allclose(np.cos(got - want), 1.0)
+    left = traffic_side_heading(centre, yaw, LidarDetectorConfig(traffic_side="left"))
+    assert np.allclose(np.cos(left[[0, 1]] - np.array([np.pi + 0.05, 0.1])), 1.0)
+    assert np.array_equal(traffic_side_heading(centre, yaw, LidarDetectorConfig(traffic_side="none")), yaw)
+
+
+def test_lidar_detector_tells_structure_cones_barriers_and_signs_apart():
+    """A building's face 45 m away, its top above the beams' reach at that range, is no truck; a
+    nuScenes-sized cone (1.07 m) is a cone, not a pedestrian; a barrier's box has nuScenes' axes (0.5 m long,
+    2.5 m wide); a sign board above the ground is nothing. The old fixed rules made the first two a truck and
+    a pedestrian; without the structure and floating tests the first and last come back."""
+    world = Boxes3D(np.array([[45.0, 3.0, 6.0], [9.0, -4.0, 0.535], [11.0, 6.0, 0.49], [7.0, 8.0, 1.6],
+                              [10.0, -9.0, 0.865]]),
+                    np.array([[0.5, 6.0, 12.0], [0.41, 0.41, 1.07], [0.5, 2.53, 0.98], [0.6, 0.1, 0.8],
+                              [4.6, 1.9, 1.73]]),
+                    np.zeros(5), np.array(["", "traffic_cone", "barrier", "", "car"], dtype=object))
+    pts = raycast_sweep(world)
+
+    def at(det, x, y):
+        return np.nonzero(np.hypot(det.center_m[:, 0] - x, det.center_m[:, 1] - y) < 2.5)[0]
+
+    det = detect_points(pts, LidarDetectorConfig())
+    assert len(at(det, 45.5, 3.0)) == 0 and len(at(det, 7.0, 8.0)) == 0
+    (cone,) = at(det, 9.0, -4.0)
+    (barrier,) = at(det, 11.0, 6.0)
+    assert det.class_name[cone] == "traffic_cone" and det.class_name[barrier] == "barrier"
+    assert abs(np.cos(det.yaw_rad[barrier])) > 0.95 and det.size_lwh_m[barrier, 1] > 2 * det.size_lwh_m[barrier, 0]
+    assert det.class_name[at(det, 10.0, -9.0)].tolist() == ["car"]
+    loose = detect_points(pts, LidarDetectorConfig(structure_min_points_above=10 ** 6, structure_height_m=100,
+                                                   floating_m=100))
+    assert loose.class_name[at(loose, 45.5, 3.0)].tolist() == ["truck"]
+    assert loose.class_name[at(loose, 7.0, 8.0)].tolist() == ["pedestrian"]
+
+
+@pytest.mark.slow
+def test_lidar_backend_meets_the_generated_log_goals(synth_root, tmp_path):
+    """Issue #18 goals on the generated logs, scored by drivegen validate's own code: mAP >= 0.5 and mAOE
+    < 0.5 rad through detection and tracking (the detector alone: the same mAP; its still boxes' heading is
+    made consistent per track by the tracker). Before: mAP 0.336, mAOE 1.229."""
+    from generator.validate.detection_quality import detection_metrics, write_run_folder
+    from support.data import SYNTH_VERSION
+    from generator.sources import open_source
+    from schemas.config import parse_config
+
+    cfg = parse_config({"detection": {"backend": "lidar"}, "segmentation": {"cameras": ["CAM_FRONT"]}})
+    src = open_source("nuscenes", synth_root, version=SYNTH_VERSION)
+    scenes = [src.load_scene(s) for s in src.scene_ids()]
+    tracked = detection_metrics(write_run_folder(tmp_path / "tracked", src, cfg, scenes))
+    alone = detection_metrics(write_run_folder(tmp_path / "alone", src, cfg, scenes, tracked=False))
+    for name, d in (("detect + track", tracked), ("detector alone", alone)):
+        print(f"lidar backend, generated logs, {name}: mAP {d['mAP']:.3f} mAOE {d['mAOE']:.3f} NDS {d['NDS']:.3f} "
+              + " ".join(f"{c} {m['AP']:.2f}" for c, m in d["per_class"].items() if m["has_gt"]))
+    # measured: 0.683 / 0.335 (detect + track), 0.683 / 0.65 (alone)
+    assert tracked["mAP"] >= 0.5 and tracked["mAOE"] < 0.5, (tracked["mAP"], tracked["mAOE"])
+    assert alone["mAP"] >= 0.5
+    assert len(tracked["classes"]) == 8 and min(m["AP"] for m in tracked["per_class"].values() if m["has_gt"]) > 0.2
+
+
+def test_lidar_backend_on_the_real_av2_frames(av2_log, tmp_path):
+    """The AV2 excerpt's two frames with a LiDAR sweep (the second with the first as its earlier sweep):
+    prints per-class AP and false positives. Measured: car AP 0.41 (before 0.40), car AOE 0.13 rad (before
+    1.30, detector alone), 7 truck/bus boxes within 50 m that match nothing (before 9)."""
+    from generator.validate.detection_quality import detection_metrics, frames_with_lidar, write_run_folder
+    from generator.sources.av2 import AV2Source
+
+    src = AV2Source(av2_log.parent)
+    scene = frames_with_lidar(src.load_scene(av2_log.name))
+    assert len(scene.frames) == 2 and len(scene.frames[1].lidar_sweeps) == 1
+    cfg = DetectionConfig(backend="lidar")
+    from schemas.config import PipelineConfig
+
+    run = write_run_folder(tmp_path / "av2", src, PipelineConfig(detection=cfg), [scene], tracked=False)
+    d = detection_metrics(run)
+    print("lidar backend, AV2 frames with a sweep: " + ", ".join(
+        f"{c} AP {m['AP']:.2f} ({m['num_gt']} GT, {m['num_pred']} pred, {m['num_fp']} FP)"
+        for c, m in d["per_class"].items() if m["has_gt"] or m["num_pred"]))
+    car = d["per_class"]["car"]
+    assert car["AP"] >= 0.35 and car["AOE"] < 0.5
+    big = sum(d["per_class"][c]["num_fp"] for c in ("truck", "bus"))
+    assert big <= 8

@@ -1,6 +1,7 @@
 """The weight-free lidar detector is deterministic: the same sweep gives bit-identical boxes when run twice
 in one process and in separate processes with different OpenMP thread counts (an embedded run and a
-cluster's nodes must write identical rows), on the real nuScenes keyframe and on generated sweeps."""
+cluster's nodes must write identical rows), on the real nuScenes keyframe and on generated sweeps (with
+their earlier sweeps: motion too)."""
 from __future__ import annotations
 
 import os
@@ -25,8 +26,10 @@ from actors.detect.lidar import detect_points
 from schemas.config import LidarDetectorConfig
 sweeps = np.load(sys.argv[1])
 out = {}
-for k in sweeps.files:
-    b = detect_points(sweeps[k], LidarDetectorConfig())
+for k in [f for f in sweeps.files if "@" not in f]:
+    earlier = sweeps[k + "@earlier"] if k + "@earlier" in sweeps.files else None
+    lag = float(sweeps[k + "@lag"]) if earlier is not None else 0.0
+    b = detect_points(sweeps[k], LidarDetectorConfig(), earlier, lag)
     out.update({f"{k}/{f}": np.asarray(getattr(b, f), dtype=str if f in ("class_name", "instance_token") else None)
                 for f in b.fields()})
 np.savez(sys.argv[2], **out)
@@ -56,16 +59,23 @@ def _run_child(sweeps_npz: Path, out_npz: Path, threads: int | None) -> dict[str
         return {k: z[k] for k in z.files}
 
 
-def _check_deterministic(sweeps: dict[str, np.ndarray], tmp_path: Path) -> None:
+def _check_deterministic(sweeps: dict[str, np.ndarray], tmp_path: Path, earlier: dict | None = None) -> None:
+    """``earlier``: sweep key -> (earlier sweep in its ego frame, lag s), for motion."""
     cfg = LidarDetectorConfig()
+    earlier = earlier or {}
     first, second = {}, {}
     for k, pts in sweeps.items():
-        first.update(_fields(detect_points(pts, cfg), k))
-        second.update(_fields(detect_points(pts, cfg), k))
+        e, lag = earlier.get(k, (None, 0.0))
+        first.update(_fields(detect_points(pts, cfg, e, lag), k))
+        second.update(_fields(detect_points(pts, cfg, e, lag), k))
     n_boxes = sum(len(v) for k, v in first.items() if k.endswith("/score"))
     assert n_boxes >= len(sweeps), f"only {n_boxes} boxes on {len(sweeps)} sweeps: nothing to compare"
+    if earlier:  # motion happened: some boxes got a velocity
+        assert sum(np.isfinite(v).all(axis=1).sum() for k, v in first.items() if k.endswith("/velocity_mps")) > 0
     _assert_identical(first, second, "two runs in one process")
-    np.savez(tmp_path / "sweeps.npz", **sweeps)
+    extra = {f"{k}@earlier": e for k, (e, _) in earlier.items()}
+    extra.update({f"{k}@lag": np.array(lag) for k, (_, lag) in earlier.items()})
+    np.savez(tmp_path / "sweeps.npz", **sweeps, **extra)
     # One process on a single OpenMP thread, one with the default (all cores): nodes differ in core count.
     for threads in (1, None):
         child = _run_child(tmp_path / "sweeps.npz", tmp_path / f"out_{threads}.npz", threads)
@@ -84,10 +94,14 @@ def test_lidar_detector_is_deterministic_on_generated_sweeps(synth_root, tmp_pat
     from generator.sources.nuscenes import NuScenesSource
     from generator.sources.io import load_lidar_ego
 
+    from actors.detect.lidar import earlier_sweep
+
     src = NuScenesSource(synth_root, version="v1.0-drivegen")
     frames = src.load_scene(src.scene_ids()[0]).frames[::4]
     assert len(frames) >= 8
-    _check_deterministic({f"kf{fr.frame_index}": load_lidar_ego(fr) for fr in frames}, tmp_path)
+    cfg = LidarDetectorConfig()
+    _check_deterministic({f"kf{fr.frame_index}": load_lidar_ego(fr) for fr in frames}, tmp_path,
+                         {f"kf{fr.frame_index}": earlier_sweep(fr, cfg) for fr in frames})
 
 
 # ---------------------------------------------------------------------------------- the seeded ground plane

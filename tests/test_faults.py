@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from conftest_pipeline import (LIGHT, LocalCluster, assert_exactly_once, busy_pipeline_workers,
+from support.pipeline import (LIGHT, LocalCluster, assert_exactly_once, busy_pipeline_workers,
                                corrupt_lidar_logs, drivegen, manifest_count, popen_drivegen, qa_keys, wait_for,
                                write_config)
 from generator.pipeline import run as run_drivegen
@@ -134,11 +134,12 @@ def test_bad_input_scene_recorded_run_goes_on(cluster, clean, synth_root, tmp_pa
     r = drivegen("run", "--out", f"file://{out}", "--source", "nuscenes", "--data", bad_root, "--config", cfg,
                  "--address", cluster.address, "--no-progress", timeout=300)
     assert r.returncode == 1, r.stderr[-3000:]
-    err = pq.read_table(out / "errors" / "scene-0001-load.parquet").to_pylist()
+    err = pq.read_table(out / "errors" / "scene-0001-perceive.parquet").to_pylist()
     assert len(err) == 1
-    assert err[0]["scene_id"] == "scene-0001" and err[0]["stage"] == "load"
-    assert err[0]["file"] == str(bad_file) and "scene-0001" in err[0]["message"]
-    assert "error: scene=scene-0001 stage=load" in r.stdout
+    assert err[0]["scene_id"] == "scene-0001" and err[0]["stage"] == "perceive"
+    assert err[0]["error_type"] == "PartialSceneError" and err[0]["file"] == str(bad_file)
+    assert "8 of 40 frames" in err[0]["message"] and "truncated" in err[0]["message"]
+    assert "error: scene=scene-0001 stage=perceive" in r.stdout
     assert not (out / "manifest" / "scene-0001.json").exists()
     good = [k for k in clean if k[0] == "scene-0000"]
     assert_exactly_once(out, good)

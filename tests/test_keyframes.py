@@ -24,10 +24,10 @@ def rel(ts, idx):
 
 
 def test_nuscenes_20s_clip_at_2hz():
-    ts = clip(2.0, 19.5)  # a nuScenes scene: 40 samples, 0 .. 19.5 s
+    ts = clip(2.0, 19.5)  # a nuScenes scene: 40 samples, 0 .. 19.5 s, i.e. a 20 s clip
     a = select_anchors(ts, KeyframeConfig())
-    # 2, 3, ..., 16 s: 17 s is in the window but its +3 s context (20 s) is past the clip's end
-    assert np.allclose(rel(ts, a), np.arange(2, 17))
+    # 2, 3, ..., 17 s: STRIDE-QA's 16 anchors; 17 s + 3 s is the clip's end (40 samples x 0.5 s)
+    assert np.allclose(rel(ts, a), np.arange(2, 18))
 
 
 def test_full_window_when_clip_is_long_enough():
@@ -46,8 +46,8 @@ def test_jittered_2hz_samples_still_give_one_anchor_per_second():
     """nuScenes sample spacing jitters by tens of ms; anchors snap to the nearest sample."""
     ts = clip(2.0, 19.5, jitter_s=0.04, seed=3)
     a = select_anchors(ts)
-    assert len(a) == 15 and len(np.unique(a)) == 15
-    assert np.all(np.abs(rel(ts, a) - np.arange(2, 17)) <= 0.25)
+    assert len(a) == 16 and len(np.unique(a)) == 16
+    assert np.all(np.abs(rel(ts, a) - np.arange(2, 18)) <= 0.25)
 
 
 def test_gap_in_the_log_drops_the_anchor_there():
@@ -60,8 +60,9 @@ def test_gap_in_the_log_drops_the_anchor_there():
 
 
 def test_short_clip_has_no_anchors():
-    assert len(select_anchors(clip(2.0, 4.5))) == 0  # needs at least 2 s before and 3 s after
-    assert len(select_anchors(clip(2.0, 5.0))) == 1
+    # needs at least 2 s before and 3 s after: 9 samples at 2 Hz span 4.5 s, 10 span 5 s
+    assert len(select_anchors(clip(2.0, 4.0))) == 0
+    assert len(select_anchors(clip(2.0, 4.5))) == 1
     assert len(select_anchors(np.zeros(0, dtype=np.int64))) == 0
     assert len(select_anchors(np.array([T0]))) == 0
 

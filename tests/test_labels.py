@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from conftest_attributes import make_frames, make_objects, pose
+from support.attributes import make_frames, make_objects, pose
 from generator.attributes import compute_labels
 from schemas.tables import LABELS
 

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from conftest import SYNTH_VERSION
+from support.data import SYNTH_VERSION
 from generator.attributes import compute_labels
 
 

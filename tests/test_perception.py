@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
-from generator.perception import PerceptionActor, perceive_scene, table_from_ipc
+from support.perception import perceive
 from generator.projection import project_boxes
 from generator.types import Scene
 from generator.visibility import DROP_REASONS
@@ -27,7 +26,7 @@ def keyframe(nuscenes_demo):
 
 @pytest.fixture(scope="module")
 def labels_result(keyframe):
-    return perceive_scene(keyframe, PipelineConfig())  # labels backend, cpu masks (defaults)
+    return perceive(keyframe, PipelineConfig())  # labels backend, cpu masks (defaults)
 
 
 def test_tables_follow_the_schemas(labels_result, keyframe):
@@ -83,7 +82,7 @@ def test_visibility_decisions_on_real_gt_boxes(labels_result, keyframe):
 
 def test_lidar_detector_and_cpu_masks_on_the_real_keyframe(keyframe):
     cfg = PipelineConfig(detection={"backend": "lidar"})
-    r = perceive_scene(keyframe, cfg)
+    r = perceive(keyframe, cfg)
     assert r.objects.num_rows > 5 and set(r.objects.column("source").to_pylist()) == {"lidar"}
     assert r.projections.num_rows == r.objects.num_rows * 6
     p = r.projections.to_pandas()
@@ -97,7 +96,7 @@ def test_geometry_only_on_av2_without_images(av2_log):
 
     scene = AV2Source(av2_log.parent).load_scene(av2_log.name)
     scene = Scene(scene.scene_id, scene.source, scene.log_name, scene.frames[:12])
-    r = perceive_scene(scene, PipelineConfig())
+    r = perceive(scene, PipelineConfig())
     p = r.projections.to_pandas()
     assert r.objects.num_rows == sum(len(f.labels) for f in scene.frames)
     assert p.visible.sum() > 50 and p.mask_score.isna().all() and p.mask_rle.isna().all()
@@ -127,9 +126,9 @@ def test_bad_inputs_are_recorded_not_raised(keyframe, tmp_path):
               dataclasses.replace(fr, frame_index=2, timestamp_us=fr.timestamp_us + 1_000_000, lidar_path=str(empty_bin),
                                   image_paths={**fr.image_paths, "CAM_FRONT": str(small)})]
     scene = Scene("bad", "nuscenes", "bad", frames)
-    r = perceive_scene(scene, PipelineConfig())  # labels backend
+    r = perceive(scene, PipelineConfig())  # labels backend
     p = r.projections.to_pandas()
-    reasons = {(i["frame_index"], i["camera"], i["reason"]) for i in r.issues}
+    reasons = {(i.frame_index, i.camera, i.reason) for i in r.issues}
     assert (1, None, "lidar_unavailable") in reasons  # the cpu masks need the (NaN) sweep ...
     assert (2, "CAM_FRONT", "image_unavailable") in reasons  # ... a wrong-sized image is caught
     f1 = p[p.frame_index == 1]
@@ -140,38 +139,9 @@ def test_bad_inputs_are_recorded_not_raised(keyframe, tmp_path):
     assert f2.drop_reason.isin(["image_unavailable", "outside_image", "behind_camera", "too_few_lidar_points",
                                 "box_too_small"]).all() and (f2.drop_reason == "image_unavailable").sum() >= 5
     # The lidar backend on the same frames: the NaN sweep is recorded, the empty one gives no boxes.
-    r2 = perceive_scene(scene, PipelineConfig(detection={"backend": "lidar"}))
-    issues2 = {(i["frame_index"], i["stage"], i["reason"]) for i in r2.issues}
+    r2 = perceive(scene, PipelineConfig(detection={"backend": "lidar"}))
+    issues2 = {(i.frame_index, i.stage, i.reason) for i in r2.issues}
     assert (1, "detect", "detector_input_unreadable") in issues2
     per_frame = r2.objects.group_by("frame_index").aggregate([("track_id", "count")]).to_pydict()
     counts = dict(zip(per_frame["frame_index"], per_frame["track_id_count"]))
     assert counts.get(0, 0) > 0 and counts.get(1, 0) == 0 and counts.get(2, 0) == 0
-
-
-def test_perception_actor_in_ray_data(av2_log):
-    ray = pytest.importorskip("ray")
-    from generator.sources.av2 import AV2Source
-
-    scene = AV2Source(av2_log.parent).load_scene(av2_log.name)
-    scene = Scene(scene.scene_id, scene.source, scene.log_name, scene.frames[:5])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join a stray cluster
-    try:
-        ds = ray.data.from_items([{"scene": scene}])
-        out = ds.map_batches(PerceptionActor, fn_constructor_args=(PipelineConfig(),), batch_format="numpy",
-                             batch_size=1, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5).take_all()
-    finally:
-        ray.shutdown()
-    assert len(out) == 1 and out[0]["scene_id"] == scene.scene_id
-    objects = table_from_ipc(out[0]["objects"])
-    direct = perceive_scene(scene, PipelineConfig())
-    assert isinstance(objects, pa.Table) and objects.schema.equals(direct.objects.schema)
-    for name in objects.column_names:  # identical, except float math may differ by an ulp between processes
-        got, want = objects.column(name).combine_chunks(), direct.objects.column(name).combine_chunks()
-        if got.equals(want):
-            continue
-        while not pa.types.is_floating(got.type):
-            assert pa.types.is_fixed_size_list(got.type) or pa.types.is_list(got.type), (name, got.type)
-            assert got.is_null().equals(want.is_null()), name
-            got, want = got.flatten(), want.flatten()
-        np.testing.assert_allclose(got.to_numpy(zero_copy_only=False), want.to_numpy(zero_copy_only=False),
-                                   rtol=0, atol=1e-12, err_msg=name)

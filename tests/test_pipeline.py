@@ -9,24 +9,28 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
 from ray import cloudpickle
 
-from conftest_pipeline import LocalCluster, drivegen, link_synth_cache, write_config
+from support.pipeline import LocalCluster, assert_same_rows, drivegen, link_synth_cache, write_config
 from generator.pipeline import RunStore, run_pipeline
 from generator.pipeline.core import Stage
-from generator.pipeline.read import check_run, read_table
-from generator.runfolder import RunFolder, atomic_write_table
+from generator.runfolder import RunReader, read_table
+from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.tables import write_parquet
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
+
+
+def check_run(out) -> list[str]:
+    return RunReader(str(out), require=False).check()
 
 
 # ------------------------------------------------------------------------------------------ toy stages
@@ -37,8 +41,8 @@ def toy_load(work, env):
 
         raise SourceError("LiDAR file is truncated", scene=work.scene_id, file=f"/logs/{work.scene_id}.bin",
                           stage="read")
-    work.data["n"] = 3 + int(work.scene_id.rsplit("-", 1)[-1])
-    work.counts["frames"] = work.data["n"]
+    work.loaded = 3 + int(work.scene_id.rsplit("-", 1)[-1])  # the toy's "scene": a frame count
+    work.counts["frames"] = work.loaded
 
 
 def toy_model(cfg):
@@ -46,24 +50,28 @@ def toy_model(cfg):
 
 
 def toy_detect(work, env):
-    work.data["det"] = [i * env.model["scale"] for i in range(work.data["n"])]
-    work.counts["objects"] = len(work.data["det"])
+    work.detected = [i * env.model["scale"] for i in range(work.loaded)]
+    work.counts["objects"] = len(work.detected)
 
 
 def toy_qa(work, env):
-    det = work.data["det"]
-    work.data["qa"] = pa.table({"scene_id": [work.scene_id] * len(det), "qa_id": [f"{work.scene_id}/{d}" for d in det],
-                                "family": ["ego_spatial"] * len(det)})
+    det = work.detected
+    work.questions = pa.table({"scene_id": [work.scene_id] * len(det), "qa_id": [f"{work.scene_id}/{d}" for d in det],
+                               "family": ["ego_spatial"] * len(det)})
     work.counts["qa_by_family"] = {"ego_spatial": len(det)}
 
 
 def toy_write(work, env, staging):
-    atomic_write_table(staging / "qa" / f"{work.scene_id}-00000.parquet", work.data["qa"])
-    atomic_write_table(RunFolder(staging).perception("objects", work.scene_id), pa.table({"x": work.data["det"]}))
+    for rel, table in ((layout.scene_file("qa", work.scene_id, 0), work.questions),
+                       (layout.scene_file("objects", work.scene_id), pa.table({"x": work.detected}))):
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_parquet(staging / rel, table)
 
 
 def toy_stages(actor: bool = False) -> list[Stage]:
-    return [Stage("load", toy_load), Stage("detect", toy_detect, build=toy_model, actor=actor), Stage("qa", toy_qa)]
+    return [Stage("load", toy_load, makes="loaded"),
+            Stage("detect", toy_detect, needs=("loaded",), makes="detected", build=toy_model, actor=actor),
+            Stage("qa", toy_qa, needs=("detected",), makes="questions")]
 
 
 def qa_keys(out) -> list[tuple[str, str]]:
@@ -91,9 +99,13 @@ def test_store_on_file_uri_writes_atomically(tmp_path):
     (staged / "f.bin").write_bytes(b"abc")
     store.commit_file(staged / "f.bin", "qa/f.bin")
     assert (tmp_path / "run" / "qa" / "f.bin").read_bytes() == b"abc"
-    (tmp_path / "run" / "qa" / ".f.bin.123.tmp").write_bytes(b"partial")
-    assert store.cleanup_leftovers() == ["qa/.f.bin.123.tmp"]
-    assert not (tmp_path / "run" / ".staging").exists()
+    tmp = layout.tmp_name("qa/f.bin")
+    (tmp_path / "run" / tmp).write_bytes(b"partial")
+    (tmp_path / "run" / "qa" / "notes.tmp").write_bytes(b"the user's")  # not a name drivegen writes
+    from generator.runfolder import remove_leftovers
+
+    assert remove_leftovers(store) == [tmp, ".staging/" + staged.name + "/"]
+    assert not (tmp_path / "run" / ".staging").exists() and (tmp_path / "run" / "qa" / "notes.tmp").exists()
     # a pickled store is rebuilt from its URI (what Ray workers receive)
     import pickle
 
@@ -104,7 +116,7 @@ def test_store_on_file_uri_writes_atomically(tmp_path):
 def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     out = tmp_path / "run"
     ids = ["s-0", "s-1", "bad-2"]
-    res = run_pipeline(str(out), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write, executor="local",
+    res = run_pipeline(RunStore(out), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write, executor="local",
                        progress=False)
     assert res.exit_code == 1
     assert res.summary["scenes"] == {"total": 3, "ok": 2, "failed": 1, "skipped": 0}
@@ -119,7 +131,7 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     before = qa_keys(out)
     assert len(before) == 7 and len(set(before)) == 7
     # resume: finished scenes are skipped, the failed one is tried again (and fails again)
-    res2 = run_pipeline(str(out), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write, executor="local",
+    res2 = run_pipeline(RunStore(out), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write, executor="local",
                         progress=False)
     assert res2.summary["scenes"] == {"total": 3, "ok": 0, "failed": 1, "skipped": 2}
     assert qa_keys(out) == before and res2.summary["qa"]["total"] == 7
@@ -144,9 +156,9 @@ def test_unfinished_attempt_leftovers_are_replaced(tmp_path):
                    out / "qa" / "s-0-00000.parquet")
     store.write_json("_pending/s-0.json", {"scene_id": "s-0", "files": ["qa/s-0-00000.parquet",
                                                                       "qa/s-0-00001.parquet"]})
-    (out / "qa" / ".s-0-00002.parquet.abc.tmp").write_bytes(b"half")
+    (out / layout.tmp_name("qa/s-0-00002.parquet")).write_bytes(b"half")
     assert any("no manifest lists" in p for p in check_run(out))
-    run_pipeline(str(out), {"kind": "toy"}, toy_cfg(), ["s-0"], toy_stages(), toy_write, executor="local",
+    run_pipeline(RunStore(out), {"kind": "toy"}, toy_cfg(), ["s-0"], toy_stages(), toy_write, executor="local",
                  progress=False)
     assert not stale.exists()
     assert check_run(out) == []
@@ -169,9 +181,9 @@ def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
     """A model stage as an actor pool (fractional CPUs) next to CPU tasks completes on 2 CPUs (whole-CPU
     actors would starve the read stage and hang) and gives the same rows as the in-process run."""
     ids = [f"s-{i}" for i in range(4)] + ["bad-4"]
-    res = run_pipeline(str(tmp_path / "ray"), {"kind": "toy"}, toy_cfg(actor_pool_size=4), ids,
+    res = run_pipeline(RunStore(tmp_path / "ray"), {"kind": "toy"}, toy_cfg(actor_pool_size=4), ids,
                        toy_stages(actor=True), toy_write, progress=False)
-    local = run_pipeline(str(tmp_path / "local"), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write,
+    local = run_pipeline(RunStore(tmp_path / "local"), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write,
                          executor="local", progress=False)
     assert res.summary["scenes"] == local.summary["scenes"] == {"total": 5, "ok": 4, "failed": 1, "skipped": 0}
     assert qa_keys(tmp_path / "ray") == qa_keys(tmp_path / "local")
@@ -186,36 +198,6 @@ def cluster3():
     c = LocalCluster(workers=2)
     yield c
     c.shutdown()
-
-
-def _sorted(out, folder) -> pa.Table:
-    t = read_table(str(out), folder)
-    keys = [k for k in ("scene_id", "frame_index", "track_id", "camera", "subject", "qa_id") if k in t.column_names]
-    return t.sort_by([(k, "ascending") for k in keys]).combine_chunks()
-
-
-def _floats(arr: pa.ChunkedArray):
-    """The float leaves of a (nested list) column, or None when it holds none."""
-    a = arr.combine_chunks()
-    while pa.types.is_list(a.type) or pa.types.is_fixed_size_list(a.type) or pa.types.is_large_list(a.type):
-        a = a.flatten()
-    return a.to_numpy(zero_copy_only=False).astype(float) if pa.types.is_floating(a.type) else None
-
-
-def assert_same_rows(a_out, b_out, folder: str, exact: bool) -> None:
-    """Same rows in both run folders. ``exact``: bit for bit (QA answers are rounded, so they must be);
-    otherwise float columns may differ in the last bit (numpy's SIMD sin/cos/arctan2 give 1-ulp
-    differences depending on array alignment in the process) and everything else must be identical."""
-    a, b = _sorted(a_out, folder), _sorted(b_out, folder)
-    assert a.schema == b.schema and a.num_rows == b.num_rows, folder
-    for name in a.column_names:
-        fa, fb = _floats(a.column(name)), _floats(b.column(name))
-        if fa is None or exact:
-            assert a.column(name).to_pylist() == b.column(name).to_pylist() or (
-                fa is not None and np.array_equal(fa, fb, equal_nan=True)), f"{folder}.{name}"
-        else:
-            assert a.column(name).null_count == b.column(name).null_count, f"{folder}.{name}"
-            assert np.allclose(fa, fb, rtol=1e-12, atol=1e-12, equal_nan=True), f"{folder}.{name}"
 
 
 @pytest.mark.ray
@@ -236,17 +218,19 @@ def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tm
     qa = read_table(a, "qa")
     fam = {d["values"]: d["counts"] for d in qa.column("family").value_counts().to_pylist()}
     assert summary["qa"]["by_family"] == fam and summary["qa"]["total"] == qa.num_rows
-    assert summary["frames"] == read_table(a, "perception/frames").num_rows
-    assert summary["objects"] == read_table(a, "perception/objects").num_rows
-    proj = read_table(a, "perception/projections")
+    assert summary["frames"] == read_table(a, "frames").num_rows
+    assert summary["objects"] == read_table(a, "objects").num_rows
+    proj = read_table(a, "projections")
     drops = {d["values"]: d["counts"] for d in proj.column("drop_reason").drop_null().value_counts().to_pylist()}
     assert summary["objects_dropped"] == drops
     assert summary["throughput"]["qa_per_s"] > 0 and summary["wall_s"] > 0
     assert (a / "card" / "README.md").exists() and list((a / "wds").glob("scene-0000-*.tar"))
-    # the STRIDE-QA-Bench export ran at the end: its groups are the summary's, 13 questions each
-    bench_t0 = json.loads((a / "bench" / "annotation_files" / "strideqa_bench_t0.json").read_text())
+    # the STRIDE-QA-Bench export ran at the end: its groups and questions are the summary's
+    ann = a / "bench" / "annotation_files"
+    bench_t0 = json.loads((ann / "strideqa_bench_t0.json").read_text())
     assert summary["bench_export"]["groups"] > 0
-    assert summary["bench_export"]["questions"] == 13 * summary["bench_export"]["groups"]
+    assert summary["bench_export"]["questions"] == sum(len(json.loads((ann / f"strideqa_bench_t{t}.json").read_text()))
+                                                       for t in range(4))
     assert len({r["question_id"].split("_g")[1] for r in bench_t0}) == summary["bench_export"]["groups"]
     assert check_run(a) == []
 
@@ -265,7 +249,7 @@ def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tm
     r = drivegen("run", "--resume", a, "--local")
     assert r.returncode == 0 and "0 ok, 0 failed, 2 skipped" in r.stdout
     r = drivegen("run", "--resume", tmp_path / "nothing")
-    assert r.returncode == 2 and "config.yaml is missing" in r.stderr
+    assert r.returncode == 2 and "nothing to resume" in r.stderr
 
 
 @pytest.mark.ray

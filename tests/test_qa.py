@@ -5,11 +5,12 @@ import math
 import re
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from conftest_attributes import make_frames, make_objects, make_projections, pose, random_scene
+from support.attributes import make_frames, make_objects, make_projections, pose, random_scene
 from generator.attributes import compute_attributes
 from generator.qa import generate_qa, load_templates
 from schemas.config import PipelineConfig
@@ -83,7 +84,8 @@ def test_hand_computed_values(hand_qa):
         assert r.value == pytest.approx(math.sqrt(x * x + 9 + 0.64)) and r.horizon_s == h
         bearing = q.loc[f"hand:6:ego_spatiotemporal:bearing:1:+{h}s"].value
         assert bearing == pytest.approx(math.degrees(math.atan2(3, x)))
-        assert q.loc[f"hand:6:ego_spatiotemporal:ego_speed:1:+{h}s"].value == pytest.approx(5.0)
+        ego = q.loc[f"hand:6:ego_spatiotemporal:ego_speed:ego:+{h}s"]  # about the ego: one per keyframe
+        assert ego.value == pytest.approx(5.0) and len(ego.track_ids) == 0 and pd.isna(ego.out_of_view)
         assert q.loc[f"hand:6:ego_spatiotemporal:target_speed:1:+{h}s"].value == pytest.approx(3.0)
         assert not q.loc[f"hand:6:ego_spatiotemporal:distance:1:+{h}s"].out_of_view
     # the pedestrian leaves the front camera after the keyframe (it is passed by the ego)
@@ -206,7 +208,10 @@ def test_nothing_visible_gives_no_rows():
     frames, objects, _ = hand_scene()
     hidden = {(r["frame_index"], r["track_id"]): False for r in objects.to_pylist()}
     qa = run(frames, objects, make_projections(objects, hidden))
-    assert qa.num_rows == 0 and qa.schema.equals(QA)
+    assert qa.schema.equals(QA)
+    # only the questions about the ego (its speed at each horizon after each keyframe) remain
+    assert set(qa.column("question_type").to_pylist()) == {"ego_speed"}
+    assert all(len(t) == 0 for t in qa.column("track_ids").to_pylist())
 
 
 def test_front_camera_falls_back_to_the_most_forward_camera():
@@ -229,13 +234,13 @@ def test_front_camera_falls_back_to_the_most_forward_camera():
 
 
 def test_context_frames_follow_the_keyframe_helper():
-    """The vectorised frame search picks what generator.sources.keyframes.context_indices picks per anchor
-    (nearest frame within the tolerance, else none), across several scenes at once."""
-    from generator.qa.generate import CONTEXT_OFFSETS_S, nearest_frame_rows
-    from generator.sources.keyframes import context_indices
+    """The multi-scene frame search picks what the per-clip context_indices picks per anchor (nearest frame
+    within the tolerance, else none), across several scenes at once."""
+    from generator.sources.keyframes import context_indices, nearest_frame_rows
+    from schemas.config import KeyframeConfig
 
     rng = np.random.default_rng(3)
-    offsets = np.array(list(CONTEXT_OFFSETS_S) + [0.0, 1.0, 2.0, 3.0])
+    offsets = np.array(list(KeyframeConfig().context_offsets_s()) + [1.0, 2.0, 3.0])
     scenes, ts = [], []
     for s, step in enumerate((0.5, 0.1, 0.5)):  # nuScenes-like 2 Hz, AV2-like 10 Hz, 2 Hz with gaps
         t = np.arange(0, 20, step) + rng.normal(0, 0.02, int(round(20 / step)))

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import SYNTH_VERSION
+from support.data import SYNTH_VERSION
 from generator.writers.parquet import read_qa
 from schemas.config import PipelineConfig
 
@@ -35,7 +35,8 @@ def test_counts_per_family(generated_run):
     df = qa.to_pandas()
     counts = df.groupby("family").size().to_dict()
     print("QA per family on the generated logs:", counts, "per kind:", df.groupby("kind").size().to_dict())
-    assert set(counts) == {"object_spatial", "ego_spatial", "ego_spatiotemporal"} and min(counts.values()) >= 100
+    assert set(counts) == {"object_spatial", "ego_spatial", "ego_spatiotemporal", "ego_behaviour"}
+    assert min(counts[f] for f in ("object_spatial", "ego_spatial", "ego_spatiotemporal")) >= 100
     assert df.scene_id.nunique() == 2 and df.qa_id.is_unique
     cfg = PipelineConfig()
     per_kf = df.groupby(["scene_id", "keyframe_index", "family", "question_type"]).size()
@@ -43,13 +44,42 @@ def test_counts_per_family(generated_run):
     assert per_kf.xs("object_spatial", level="family").max() <= cfg.qa.max_pairs_per_keyframe
     st = df[df.family == "ego_spatiotemporal"]
     assert st.groupby(["scene_id", "keyframe_index", st.track_ids.map(tuple)]).size().max() <= 16
-    assert set(st.horizon_s) == {0.0, 1.0, 2.0, 3.0} and st.out_of_view.any() and not st.out_of_view.all()
-    assert (st[st.horizon_s == 0].out_of_view == False).all()  # noqa: E712 - visible in the front camera at t0
-    # grounding points at real image files with RLE masks in every row
+    about_target = st[st.track_ids.map(len) > 0]  # the ego's speed is a question about the ego: no out_of_view
+    assert st[st.track_ids.map(len) == 0].out_of_view.isna().all()
+    assert set(st.horizon_s) == {0.0, 1.0, 2.0, 3.0}
+    assert about_target.out_of_view.any() and not about_target.out_of_view.all()
+    t0 = about_target[about_target.horizon_s == 0]
+    assert (t0.out_of_view == False).all()  # noqa: E712 - visible in the front camera at t0
+    # grounding points at real image files with RLE masks in every row about objects
     g = df.grounding.map(len)
     assert (g >= 1).all()
     first = df.grounding.iloc[0][0]
     assert first["image_path"] and first["mask_rle"]["counts"] and len(first["box_xyxy"]) == 4
+
+
+def test_ego_behaviour_answers_are_the_labels_table(generated_run):
+    """The ego_behaviour family reads the behaviour-labels table: one question per keyframe and type, its
+    value the label's index in the vocabulary, no region, grounded in the keyframe's front-camera image."""
+    from generator.runfolder import read_table
+    from schemas.vocab import MANEUVERS, SPEED_STATUS
+
+    out, _, qa = generated_run
+    df = qa.to_pandas()
+    eb = df[df.family == "ego_behaviour"]
+    labels = read_table(out, "labels").to_pandas()
+    ego = labels[labels.subject == "ego"].set_index(["scene_id", "frame_index"])
+    anchors = read_table(out, "frames").to_pandas().query("is_anchor")
+    assert len(eb) == 2 * len(anchors)  # every keyframe of the generated logs has both labels
+    for r in eb.itertuples():
+        lab = ego.loc[(r.scene_id, r.keyframe_index)]
+        vocab, col = (MANEUVERS, "maneuver") if r.question_type == "maneuver" else (SPEED_STATUS, "speed_status")
+        assert vocab[int(r.value)] == lab[col]
+        assert r.qa_id.endswith(f":{r.question_type}:ego") and len(r.region_ids) == 0 and len(r.track_ids) == 0
+        [g] = r.grounding
+        assert g["camera"] == "CAM_FRONT" and g["frame_index"] == r.keyframe_index and g["image_path"]
+        assert g["box_xyxy"] is None and g["mask_rle"] is None and g["region_id"] is None
+    phrase = eb[eb.template_id == "ego_behaviour.maneuver.doing"]
+    assert len(phrase) and phrase.answer.str.match(r"^The ego vehicle is (going straight|turning|changing|stopped)").all()
 
 
 def test_every_quantitative_answer_parses_back(generated_run):

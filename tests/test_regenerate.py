@@ -11,14 +11,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from conftest_attributes import random_scene
+from support.attributes import random_scene
 from generator.attributes import compute_attributes
 from generator.cli import main as cli
 from generator.qa import generate_qa, load_templates
-from generator.qa.regenerate import RegenerateError, load_scene_tables, regenerate, run_scenes
-from generator.runfolder import RunFolder
-from generator.writers.parquet import read_qa, scene_qa_shards, storage_schema
+from generator.pipeline.regenerate import load_scenes, regenerate
+from generator.runfolder import RunReader, RunStore, commit_tables
+from generator.writers.parquet import read_qa, scene_qa_shards
+from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.errors import RunFolderError
 from schemas.tables import QA, plain_schema
 
 SCENES = ("rg-a", "rg-b", "rg-c")
@@ -40,29 +42,24 @@ def _digest(folder):
 
 @pytest.fixture()
 def run_dir(tmp_path):
-    """A run folder as ``drivegen run`` lays it out (stored with the writers' storage types); scene rg-c has
-    no attributes file (regenerate recomputes them from perception/objects)."""
-    rf = RunFolder(tmp_path / "run")
-    cfg = PipelineConfig()
-    rf.root.mkdir()
-    (rf.root / "config.yaml").write_text(cfg.to_yaml())
+    """A run folder as ``drivegen run`` commits it; scene rg-c has no attributes file (regenerate recomputes
+    them from perception/objects)."""
+    store = RunStore(tmp_path / "run")
+    store.write_bytes("config.yaml", PipelineConfig().to_yaml().encode())
     for i, sid in enumerate(SCENES):
         frames, objects, projections = random_scene(sid, seed=10 + i)
-        for name, tab in (("frames", frames), ("objects", objects), ("projections", projections)):
-            p = rf.perception(name, sid)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(tab.cast(storage_schema(tab.schema)), p)
+        tables = {"frames": frames, "objects": objects, "projections": projections}
         if sid != "rg-c":
-            rf.attributes(sid).parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(compute_attributes(objects, frames), rf.attributes(sid))
-    return rf.root
+            tables["attributes"] = compute_attributes(objects, frames)
+        commit_tables(store, sid, tables)
+    return tmp_path / "run"
 
 
 def _expected(run_dir, cfg, templates):
     parts = []
     for sid in SCENES:
-        frames, attrs, proj = load_scene_tables(run_dir, sid)
-        parts.append(generate_qa(frames, attrs, proj, cfg, templates))
+        frames, attrs, proj, others = load_scenes(str(run_dir), [sid], {"labels": None})
+        parts.append(generate_qa(frames, attrs, proj, cfg, templates, **others))
     return pa.concat_tables(parts)
 
 
@@ -114,24 +111,29 @@ def test_bad_template_is_refused_with_file_and_line(run_dir, tmp_path, capsys):
 
 def test_refusals(run_dir, tmp_path):
     cfg = PipelineConfig()
-    with pytest.raises(RegenerateError, match="run folder itself"):
-        regenerate(run_dir, run_dir, cfg, load_templates(cfg))
-    with pytest.raises(RegenerateError, match="not a run folder"):
-        run_scenes(tmp_path)
-    RunFolder(run_dir).perception("projections", "rg-b").unlink()
-    with pytest.raises(RegenerateError, match=r"scene rg-b: missing .*projections"):
-        regenerate(run_dir, tmp_path / "o", cfg, load_templates(cfg))
+    with pytest.raises(RunFolderError, match="run folder itself"):
+        regenerate(str(run_dir), str(run_dir), cfg, load_templates(cfg))
+    with pytest.raises(RunFolderError, match="not a drivegen run folder"):
+        RunReader(tmp_path / "nothing")
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match="not a regeneration of"):
+        regenerate(str(run_dir), str(tmp_path / "user"), cfg, load_templates(cfg))
+    assert (tmp_path / "user" / "notes.txt").read_text() == "mine"
+    (run_dir / layout.scene_file("projections", "rg-b")).unlink()
+    with pytest.raises(RunFolderError, match=r"cannot read perception/projections"):
+        regenerate(str(run_dir), str(tmp_path / "o"), cfg, load_templates(cfg))
 
 
 def test_stale_shards_of_a_scene_are_replaced(run_dir, tmp_path):
     cfg = PipelineConfig()
     cfg.writers.parquet_max_rows = 500  # several shards per scene
     out = tmp_path / "o"
-    s1 = regenerate(run_dir, out, cfg, load_templates(cfg), batch_scenes=2)
+    s1 = regenerate(str(run_dir), str(out), cfg, load_templates(cfg), batch_scenes=2)
     n1 = len(scene_qa_shards(out, "rg-a"))
     assert n1 > 1 and s1["qa"] == sum(pq.read_metadata(p).num_rows for p in (out / "qa").glob("*.parquet"))
     cfg.qa.families = ["ego_spatial"]
-    s2 = regenerate(run_dir, out, cfg, load_templates(cfg))
+    s2 = regenerate(str(run_dir), str(out), cfg, load_templates(cfg))
     assert len(scene_qa_shards(out, "rg-a")) < n1
     assert s2["qa"] == read_qa(sorted((out / "qa").glob("*.parquet"))).num_rows
     assert set(s2["by_family"]) == {"ego_spatial"}
@@ -157,7 +159,31 @@ def test_ray_workers_write_the_same_shards_as_one_process(run_dir, tmp_path, cap
     assert s_ray["executor"] == "ray" and s_local["executor"] == "local"
     assert (s_ray["qa"], s_ray["by_family"], s_ray["scenes"]) == (s_local["qa"], s_local["by_family"], 3)
     assert s_ray["shards"] == s_local["shards"]  # in scene order, however the tasks finished
-    RunFolder(run_dir).perception("projections", "rg-b").unlink()
+    (run_dir / layout.scene_file("projections", "rg-b")).unlink()
     assert cli(["regenerate", str(run_dir), "--out", str(tmp_path / "broken"), "--workers", "2",
                 "--batch-scenes", "1", "--no-progress"]) == 2
-    assert re.search(r"scene rg-b: missing .*projections", capsys.readouterr().err)
+    assert re.search(r"cannot read perception/projections of .*rg-b", capsys.readouterr().err)
+
+
+def test_attributes_without_a_column_qa_reads_are_recomputed(run_dir, tmp_path):
+    """Attributes committed by a drivegen older than a column QA reads (``instance_token``, issue #17 item 9)
+    are recomputed from perception/objects, as for a scene without attributes: the QA is the same as from
+    current attributes, source identities included."""
+    store = RunStore(run_dir)
+    frames, objects, projections = random_scene("rg-a", seed=10)
+    old = compute_attributes(objects, frames).drop_columns(["instance_token"])
+    commit_tables(store, "rg-a", {"frames": frames, "objects": objects, "projections": projections,
+                                  "attributes": old})
+    cfg = PipelineConfig()
+    templates = load_templates(cfg)
+    frames_t, attrs, proj, _ = load_scenes(str(run_dir), list(SCENES))
+    assert "instance_token" in attrs.column_names
+    regenerate(str(run_dir), str(tmp_path / "out"), cfg, templates)
+    got = read_qa(sorted((tmp_path / "out" / "qa").glob("*.parquet")))
+    want = _expected(run_dir, cfg, templates)
+    assert got.cast(plain_schema(got.schema)).equals(want.cast(plain_schema(want.schema)))
+    tokens = dict(zip(zip(objects["frame_index"].to_pylist(), objects["track_id"].to_pylist()),
+                      objects["instance_token"].to_pylist()))
+    rows = [r for r in got.to_pylist() if r["scene_id"] == "rg-a" and r["track_ids"]]
+    assert rows and all(r["instance_tokens"] == [tokens[(r["keyframe_index"], t)] or "" for t in r["track_ids"]]
+                        for r in rows)

@@ -104,7 +104,7 @@ def test_cpu_masks_on_real_images_from_real_lidar(nuscenes_demo):
 
 
 def test_sam2_preprocess_matches_totensor_resize_normalize():
-    torch = pytest.importorskip("torch")
+    import torch
     try:
         from actors.segment.sam2_backend import preprocess
     except Exception as err:  # pragma: no cover
@@ -136,15 +136,3 @@ def test_sam2_random_weights_box_prompts(nuscenes_demo):
     assert scores.shape == (3,) and scores.dtype == np.float64 and ((scores >= 0) & (scores <= 1)).all()
     m0, s0 = seg.decode(seg.encode([img])[0], img.shape[:2], boxes[:0], [])
     assert m0.shape == (0, 900, 1600) and s0.shape == (0,)
-
-
-def test_segment_actor_adds_rle_masks_and_scores():
-    from actors.segment import SegmentActor
-
-    img = np.zeros((200, 300, 3), np.uint8)
-    batch = {"image": np.array([img, img], dtype=object),
-             "boxes_xyxy": np.array([np.array([[90.0, 50, 215, 150]]), np.zeros((0, 4))], dtype=object),
-             "points_uv": np.array([[_ring_points(100, 60, 200, 140)], []], dtype=object)}
-    out = SegmentActor(SegmentationConfig(backend="cpu"))(batch)
-    assert len(out["mask_rle"][0]) == 1 and out["mask_rle"][0][0]["size"] == [200, 300] and out["mask_rle"][1] == []
-    assert rle.decode(out["mask_rle"][0][0]).sum() > 0.5 * 100 * 80 and out["mask_score"][0][0] > 0.8

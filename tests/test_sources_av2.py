@@ -196,3 +196,21 @@ def test_camera_images_are_matched_and_motion_compensated(av2_log, tmp_path, sce
     assert np.linalg.norm(comp.translation - static.translation) > 0.05  # the ego moved in those 30 ms
     # a frame without a matched image keeps the static calibration
     assert np.allclose(got.frames[11].cameras["ring_front_center"].ego_SE3_cam.translation, static.translation)
+
+
+def test_frames_list_their_earlier_sweeps(scene, av2_log):
+    """``lidar_sweeps``: the sweeps of earlier frames whose file exists, newest first (the excerpt has two
+    sweeps 0.1 s apart); ``max_sweeps`` 0 lists none."""
+    with_lidar = [i for i, f in enumerate(scene.frames) if (av2_log / "sensors" / "lidar").joinpath(
+        f.lidar_path.rsplit("/", 1)[-1]).is_file()]
+    assert len(with_lidar) == 2 and with_lidar[1] == with_lidar[0] + 1
+    first, second = (scene.frames[i] for i in with_lidar)
+    assert first.lidar_sweeps == []
+    (sw,) = second.lidar_sweeps
+    assert sw.lidar_path == first.lidar_path and sw.timestamp_us == first.timestamp_us
+    assert sw.city_SE3_ego is first.city_SE3_ego and sw.lidar_format == "av2_feather"
+    later = scene.frames[with_lidar[1] + 5]
+    assert [s.lidar_path for s in later.lidar_sweeps] == [second.lidar_path, first.lidar_path]
+    assert AV2Source(av2_log.parent, max_sweeps=0).load_scene(LOG).frames[with_lidar[1]].lidar_sweeps == []
+    near = AV2Source(av2_log.parent, max_sweeps=5).load_scene(LOG).frames[with_lidar[1] + 5]  # 5 frames back
+    assert [s.lidar_path for s in near.lidar_sweeps] == [second.lidar_path]

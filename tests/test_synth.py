@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from generator.geometry import SE3
-from generator.types import CAMERA_NAMES
+from schemas.errors import InputError
+from schemas.vocab import NUSCENES_CAMERAS
 
 VERSION = "v1.0-drivegen"
 
@@ -56,7 +57,7 @@ def test_devkit_loads_and_counts(nusc):
         ts = np.array([s["timestamp"] for s in samples])
         assert np.all(np.diff(ts) == 500_000)  # 2 Hz keyframes, microseconds
         for s in samples:
-            assert set(s["data"]) == set(CAMERA_NAMES) | {"LIDAR_TOP"}
+            assert set(s["data"]) == set(NUSCENES_CAMERAS) | {"LIDAR_TOP"}
             for ch, tok in s["data"].items():
                 sd = nusc.get("sample_data", tok)
                 assert sd["is_key_frame"] and sd["timestamp"] == s["timestamp"]
@@ -105,8 +106,8 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     assert cli_main(["synth", "--seed", "7", "--out", str(tmp_path / "a"), *kw]) == 0
     assert cli_main(["synth", "--seed", "7", "--out", str(tmp_path / "b"), *kw]) == 0
     assert cli_main(["synth", "--seed", "8", "--out", str(tmp_path / "c"), *kw]) == 0
-    with pytest.raises(FileExistsError, match="overwrite"):  # never mixes two datasets in one root
-        cli_main(["synth", "--seed", "8", "--out", str(tmp_path / "b"), *kw])
+    # never mixes two datasets in one root: refused as unusable input (exit 2)
+    assert cli_main(["synth", "--seed", "8", "--out", str(tmp_path / "b"), *kw]) == 2
     a, b, c = (_tree_digest(tmp_path / x) for x in "abc")
     assert len(a) > 6 * 40 and a == b
     shared = set(a) & set(c)
@@ -117,9 +118,9 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
 def test_bad_arguments_are_refused(tmp_path):
     from generator.synth import make_dataset
 
-    with pytest.raises(ValueError, match="sweep_hz"):
+    with pytest.raises(InputError, match="sweep_hz"):
         make_dataset(tmp_path, num_scenes=1, sweep_hz=5)
-    with pytest.raises(ValueError, match="16:9"):
+    with pytest.raises(InputError, match="16:9"):
         make_dataset(tmp_path, num_scenes=1, image_width_px=640, image_height_px=400)
 
 
@@ -284,7 +285,6 @@ def test_gt_loads_into_devkit_eval_boxes(nusc):
 
 
 def test_gt_loads_into_devkit_tracking_boxes(nusc):
-    pytest.importorskip("motmetrics", reason="the devkit's tracking module needs motmetrics, not installed here")
     from nuscenes.eval.common.config import config_factory
     from nuscenes.eval.common.loaders import load_gt_of_sample_tokens
     from nuscenes.eval.tracking.data_classes import TrackingBox
@@ -309,7 +309,7 @@ def test_visibility_follows_lidar_occlusion(nusc):
 
 # ------------------------------------------------------------------------------------------ scenario file
 def test_scenario_file_covers_every_instance(nusc, scenarios):
-    from generator.synth.world import MANEUVERS, SCENARIOS, SPEED_STATUSES
+    from schemas.vocab import MANEUVERS, SCRIPTED_SCENARIOS as SCENARIOS, SPEED_STATUS as SPEED_STATUSES
 
     assert set(scenarios["scenes"]) == {s["token"] for s in nusc.scene}
     for inst in nusc.instance:

@@ -10,7 +10,7 @@ from scipy.spatial import cKDTree
 from actors.detect import build_detector
 from actors.track.heading import heading_flips
 from actors.track.pubtracker import track_scene
-from conftest import SYNTH_VERSION
+from support.data import SYNTH_VERSION
 from generator.geometry import SE3
 from generator.perception import perceive_scene
 from generator.types import Boxes3D
@@ -218,7 +218,7 @@ def _cfg(backend, **tracking):
 
 
 def _replay(dets):
-    return lambda frames: [d.copy() for d in dets]
+    return [d.copy() for d in dets]
 
 
 def test_labels_backend_yaws_pass_through(scene0):
@@ -228,10 +228,16 @@ def test_labels_backend_yaws_pass_through(scene0):
                                                                       "false_positives_per_frame": 1.0}},
                         "segmentation": {"cameras": ["CAM_FRONT"]}})
     dets = build_detector(cfg.detection)(scene0.frames)
-    res = perceive_scene(scene0, cfg, detector=_replay(dets))
-    assert [len(b) for b in res.boxes] == [len(d) for d in dets]
+    res = perceive_scene(scene0, _replay(dets), cfg)
+    # Output boxes that are detections (same centre) keep their yaws; the others are boxes the tracker predicted
+    # where a track coasted (no instance token). Unconfirmed tracks (most false positives) are not output.
+    out_dets = 0
     for b, d in zip(res.boxes, dets):
-        assert np.array_equal(b.yaw_rad, d.yaw_rad)
+        same = np.all(b.center_m[:, None, :] == d.center_m[None], axis=2)
+        i, j = np.nonzero(same)
+        assert np.array_equal(b.yaw_rad[i], d.yaw_rad[j]) and (b.instance_token[~same.any(axis=1)] == "").all()
+        out_dets += (d.instance_token[j] != "").sum()
+    assert out_dets > 0.97 * sum((d.instance_token != "").sum() for d in dets)
     no_vel = [fr.labels.copy() for fr in scene0.frames]
     for b in no_vel:
         b.velocity_mps[:] = np.nan
@@ -254,13 +260,17 @@ def _car_orientation_errors(boxes, frames):
 
 
 def test_lidar_car_orientation_error_drops_on_generated_logs(scene0):
-    """scene-0000 (40 keyframes), lidar backend through perceive_scene. Measured (seed 0): 148 matched car
-    boxes, mean |yaw error| 1.94 rad before (61 % turned round) and 0.59 rad after (19 %: static cars whose
-    orientation most frames got wrong, and short tracks that swap between two close cars)."""
+    """scene-0000 (40 keyframes), lidar backend (without motion and traffic-side heading) through
+    perceive_scene. The figures are printed; with the greedy tracker and the detector's earlier rules they were
+    148 boxes, 1.94 rad before and 0.59 rad after."""
     cfg_off, cfg_on = _cfg("lidar", heading_from_motion=False), _cfg("lidar")
-    dets = build_detector(cfg_on.detection)(scene0.frames)
-    before = perceive_scene(scene0, cfg_off, detector=_replay(dets))
-    after = perceive_scene(scene0, cfg_on, detector=_replay(dets))
+    # the detector without its own heading cues (motion from an earlier sweep, the traffic-side prior), as it
+    # was when this was measured: yaws known modulo pi only, which is what this step resolves
+    axis_only = cfg_on.detection.model_copy(update={"lidar": cfg_on.detection.lidar.model_copy(
+        update={"motion": False, "traffic_side": "none"})})
+    dets = build_detector(axis_only)(scene0.frames)
+    before = perceive_scene(scene0, _replay(dets), cfg_off)
+    after = perceive_scene(scene0, _replay(dets), cfg_on)
     e0, e1 = _car_orientation_errors(before.boxes, scene0.frames), _car_orientation_errors(after.boxes, scene0.frames)
     assert len(e0) == len(e1) > 50
     assert e0.mean() > 1.2 and e1.mean() < 0.5 * e0.mean(), (e0.mean(), e1.mean())

@@ -7,7 +7,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from conftest_writers import make_qa_table
+from support.writers import make_qa_table
 from generator.writers.parquet import qa_shard_path, read_qa, scene_qa_shards, write_qa_shards
 from schemas.config import WriterConfig
 from schemas.tables import QA, plain_schema
@@ -98,7 +98,7 @@ def test_rejects_bad_input(tmp_path):
 
 
 def test_readers_pandas_and_datasets(tmp_path):
-    datasets = pytest.importorskip("datasets")
+    import datasets
     t = pa.concat_tables([make_qa_table("a", n=15, seed=5), make_qa_table("b", n=9, seed=6)])
     cfg = WriterConfig(parquet_max_rows=4)
     pa_paths = write_qa_shards(t.filter(pa.compute.equal(t["scene_id"], "a")), tmp_path, "a", cfg)

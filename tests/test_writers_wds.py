@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from conftest_writers import make_qa_table, write_images_for
+from support.writers import make_qa_table, write_images_for
 from generator.writers.wds import WriterError, image_member, sample_key, scene_wds_shards, write_wds_shards
 from schemas.config import WriterConfig
 
@@ -30,7 +30,7 @@ def scene(tmp_path):
 
 
 def test_webdataset_reader_gets_every_keyframe_and_image(scene):
-    wds = pytest.importorskip("webdataset")
+    import webdataset as wds
     t, imgs, root, out = scene
     paths = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=2), image_root=root)
     exp = _expected(t)
@@ -101,7 +101,7 @@ def test_image_member_names():
 
 @pytest.mark.ray
 def test_ray_read_webdataset(scene):
-    ray = pytest.importorskip("ray")
+    import ray
     t, _, root, out = scene
     paths = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=2), image_root=root)
     exp = _expected(t)
@@ -128,8 +128,8 @@ def test_ray_read_webdataset(scene):
 
 def test_generated_qa_round_trip(tmp_path):
     """WebDataset shards of the project's QA generator output carry every keyframe's QAs and images."""
-    wds = pytest.importorskip("webdataset")
-    from conftest_bench import SCENE, make_bench_run
+    import webdataset as wds
+    from support.bench import SCENE, make_bench_run
     from generator.writers.parquet import read_qa
 
     br = make_bench_run(tmp_path, with_qa="generated")

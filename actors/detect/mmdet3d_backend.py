@@ -4,14 +4,20 @@ The model is built once per detector with ``mmdet3d.apis.init_model(config, chec
 (``device: auto`` = ``cuda:0`` when torch sees a GPU, else ``cpu``). Frames are batched
 (``detection.mmdet3d.batch_size``) through the config's own test pipeline and ``model.test_step``.
 
-Input per frame: the sweep from ``generator.sources.io.load_lidar_ego`` moved back into the LiDAR frame
-(``frame.ego_SE3_lidar``; the models are trained in it), as (N, 5) [x, y, z, intensity, time lag = 0].
-The pipeline's ``LoadPointsFromFile`` becomes ``LoadPointsFromDict`` (so any log format works) and
-``LoadPointsFromMultiSweeps`` is removed: one sweep per frame (the nuScenes-trained models see 10 sweeps;
-padding with copies of the same sweep, mmdet3d's fallback, costs 10x for no information). For camera
-models the frame's images and calibration are passed in mmdet3d's info layout
-(``images[cam] = {img_path, cam2img, lidar2cam}``), which BEVFusion's ``BEVLoadMultiViewImageFromFiles``
-reads.
+Input per frame: the point tensor the config's own test pipeline would build, built by
+``actors.detect.sweeps`` from the config's ``LoadPointsFromFile`` and ``LoadPointsFromMultiSweeps``
+arguments: the frame's sweep in its LiDAR frame (``load_dim`` values per point, columns ``use_dim``) plus
+the frame's earlier sweeps (``Frame.lidar_sweeps``: the nuScenes-trained CenterPoint / BEVFusion configs
+take 9 of them, 10 sweeps in all, with the time lag in column 4), moved into the keyframe's LiDAR frame as
+mmdet3d does (``detection.mmdet3d.sweep_alignment``) and chosen as it does (9 of 10 at random without
+``test_mode``, seeded per frame by ``detection.mmdet3d.sweep_seed``). A frame whose source lists no sweeps
+(``lidar_sweeps`` None: the demo keyframe's info file) is padded with copies of its sweep when the config
+says ``pad_empty_sweeps``, as mmdet3d does. ``tests/test_detect_mmdet3d.py`` checks the tensor against
+mmdet3d's own ``NuScenesDataset`` + test pipeline on the same samples. The pipeline's two loading steps
+become one ``LoadPointsFromDict`` fed with that tensor, so any log format works (AV2 feather sweeps too).
+Files shared by the frames of one call are read once (``sweeps.CachedReader``). For camera models the
+frame's images and calibration are passed in mmdet3d's info layout (``images[cam] = {img_path, cam2img,
+lidar2cam}``), which BEVFusion's ``BEVLoadMultiViewImageFromFiles`` reads.
 
 Output: ``LiDARInstance3DBoxes`` (bottom-centre z, yaw about the LiDAR z axis, velocity (vx, vy) for
 nuScenes heads) converted to ego-frame ``Boxes3D`` with the box's geometric centre.
@@ -41,6 +47,7 @@ import copy
 import numpy as np
 
 from actors.detect.base import Detector
+from actors.detect.sweeps import CachedReader, PointsSpec, model_points
 from generator.geometry import SE3
 from generator.types import Boxes3D, DrivegenError, Frame
 from schemas.config import DETECTION_CLASSES, DetectionConfig
@@ -76,28 +83,26 @@ def lidar_boxes_to_ego(bboxes: np.ndarray, scores: np.ndarray, labels: np.ndarra
                    names, score=np.clip(scores, 0, 1), velocity_mps=vel)
 
 
-def _test_pipeline(model_cfg) -> list[dict]:
-    """The config's test pipeline with points read from the input dict and no multi-sweep loading."""
-    pipeline = copy.deepcopy(model_cfg.test_dataloader.dataset.pipeline)
+def _test_pipeline(model_cfg, spec: PointsSpec) -> list[dict]:
+    """The config's test pipeline with its point loading (``LoadPointsFromFile`` and
+    ``LoadPointsFromMultiSweeps``) replaced by ``LoadPointsFromDict`` of the ready tensor (``spec``)."""
     out = []
-    for t in pipeline:
-        kind = t["type"]
-        if kind == "LoadPointsFromFile":
-            t = dict(t, type="LoadPointsFromDict")
-        elif kind == "LoadPointsFromMultiSweeps":
+    for t in copy.deepcopy(model_cfg.test_dataloader.dataset.pipeline):
+        if t["type"] == "LoadPointsFromFile":
+            t = dict(type="LoadPointsFromDict", coord_type=spec.coord_type, load_dim=spec.num_features,
+                     use_dim=list(range(spec.num_features)))
+        elif t["type"] == "LoadPointsFromMultiSweeps":
             continue
         out.append(t)
     return out
 
 
-def frame_input(frame: Frame, points_ego: np.ndarray, use_camera: bool, box_type_3d, box_mode_3d) -> dict:
-    """One frame in mmdet3d's data-info layout (LiDAR frame), ready for the test pipeline."""
-    lidar_SE3_ego = frame.ego_SE3_lidar.inverse()
-    pts = np.zeros((len(points_ego), 5), dtype=np.float32)
-    pts[:, :3] = lidar_SE3_ego.transform_points(points_ego[:, :3])
-    pts[:, 3] = points_ego[:, 3] if points_ego.shape[1] > 3 else 0.0
+def frame_input(frame: Frame, points: np.ndarray, use_camera: bool, box_type_3d, box_mode_3d) -> dict:
+    """One frame in mmdet3d's data-info layout (LiDAR frame), ready for the test pipeline; ``points``
+    (N, C) float32 is the model's point tensor (``sweeps.model_points``)."""
+    pts = np.asarray(points, dtype=np.float32)
     info = dict(points=pts, timestamp=frame.timestamp_us / 1e6, sample_idx=frame.token,
-                lidar_points=dict(lidar_path=frame.lidar_path, num_pts_feats=5,
+                lidar_points=dict(lidar_path=frame.lidar_path, num_pts_feats=pts.shape[1],
                                   lidar2ego=frame.ego_SE3_lidar.as_matrix()),
                 lidar2ego=frame.ego_SE3_lidar.as_matrix(), ego2global=frame.city_SE3_ego.as_matrix(),
                 axis_align_matrix=np.eye(4), box_type_3d=box_type_3d, box_mode_3d=box_mode_3d)
@@ -131,25 +136,33 @@ class Mmdet3dDetector(Detector):
         self.device = resolve_device(mc.device)
         self.model = init_model(mc.config, mc.checkpoint, device=self.device)
         mcfg = self.model.cfg
-        steps = _test_pipeline(mcfg)
+        self.points_spec = PointsSpec.from_pipeline(mcfg.test_dataloader.dataset.pipeline)
+        steps = _test_pipeline(mcfg, self.points_spec)
         self.use_camera = any("Image" in t["type"] for t in steps)
         self.pipeline = Compose(steps)
         self.box_type_3d, self.box_mode_3d = get_box_type(mcfg.test_dataloader.dataset.get("box_type_3d", "LiDAR"))
         meta = getattr(self.model, "dataset_meta", None) or {}
         self.classes = list(meta.get("classes") or mc.model_classes)
 
+    def points(self, frame: Frame, read=None) -> np.ndarray:
+        """The point tensor (N, C) float32 this frame gives the model (LiDAR frame; see the module docstring)."""
+        mc = self.cfg.mmdet3d
+        return model_points(frame, self.points_spec, read or CachedReader(frame.scene_id), mc.sweep_alignment,
+                            mc.sweep_seed)
+
     def __call__(self, frames: list[Frame]) -> list[Boxes3D]:
         import torch
         from mmengine.dataset import pseudo_collate
 
-        from generator.sources import io
-
+        mc = self.cfg.mmdet3d
         out: list[Boxes3D] = []
-        bs = self.cfg.mmdet3d.batch_size
+        bs = mc.batch_size
+        read = CachedReader(frames[0].scene_id if frames else None)
         for i in range(0, len(frames), bs):
             chunk = frames[i:i + bs]
-            data = [self.pipeline(frame_input(fr, io.load_lidar_ego(fr), self.use_camera, self.box_type_3d,
+            data = [self.pipeline(frame_input(fr, self.points(fr, read), self.use_camera, self.box_type_3d,
                                               self.box_mode_3d)) for fr in chunk]
+            read.next_batch()
             with torch.no_grad():
                 results = self.model.test_step(pseudo_collate(data))
             for fr, res in zip(chunk, results):

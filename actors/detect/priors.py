@@ -19,7 +19,7 @@ SIZE_PRIORS_LWH_M: dict[str, tuple[float, float, float]] = {
     "motorcycle": (2.1, 0.77, 1.47),
     "bicycle": (1.7, 0.6, 1.3),
     "traffic_cone": (0.41, 0.41, 1.07),
-    "barrier": (2.5, 0.5, 0.98),
+    "barrier": (0.5, 2.53, 0.98),  # nuScenes barriers: length is the thin side, the long side is the width
 }
 
 

@@ -24,30 +24,3 @@ def build_segmenter(cfg: SegmentationConfig) -> Segmenter:
 
 __all__ = ["Segmenter", "build_segmenter"]
 
-
-class SegmentActor:
-    """Ray Data callable class: the segmenter is built once per actor; ``__call__(batch)`` takes ``image``
-    (H, W, 3) BGR arrays, ``boxes_xyxy`` (M, 4) and optional ``points_uv`` (M lists of (K, 2)) columns and
-    adds ``mask_rle`` (M COCO RLE dicts per image) and ``mask_score`` ((M,) per image); sam2 encodes the
-    batch's images ``segmentation.sam2.batch_images`` at a time."""
-
-    def __init__(self, cfg: SegmentationConfig):
-        self.segmenter = build_segmenter(cfg)
-
-    def __call__(self, batch: dict) -> dict:
-        import numpy as np
-
-        from actors.segment import rle
-
-        pts = batch.get("points_uv")
-        items = [(img, b, None if pts is None else pts[i]) for i, (img, b) in enumerate(zip(batch["image"], batch["boxes_xyxy"]))]
-        res = self.segmenter.segment_many(items)
-        out = {k: v for k, v in batch.items()}
-        out["mask_rle"] = np.empty(len(res), dtype=object)
-        out["mask_rle"][:] = [rle.encode(m) for m, _ in res]
-        out["mask_score"] = np.empty(len(res), dtype=object)
-        out["mask_score"][:] = [s for _, s in res]
-        return out
-
-
-__all__ += ["SegmentActor"]

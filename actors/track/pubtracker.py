@@ -1,8 +1,10 @@
-"""CenterPoint's greedy closest-point tracker (PubTracker), vectorised, plus track velocities.
+"""Tracking of one scene, ``track_scene(timestamps_us, detections, cfg, city_SE3_ego) -> list[Boxes3D]`` (pure
+core), with either tracker: ``cfg.mode`` 'kalman' (the default, ``actors.track.kalman``: constant-velocity
+Kalman filters, confirmation, coasting) or 'greedy', CenterPoint's greedy closest-point tracker (PubTracker),
+vectorised, here. Both are followed by the same steps: fragment linking, ``min_hits``, track ids, velocities
+and headings from the tracks.
 
-Pure core: ``track_scene(timestamps_us, detections, cfg, city_SE3_ego) -> list[Boxes3D]``.
-
-What it does, frame by frame in time order (one scene at a time):
+What the greedy tracker does, frame by frame in time order (one scene at a time):
   * every box is moved to the global (city) frame with its frame's ``city_SE3_ego``;
   * a detection is compared with each live track's last position, the detection moved *back* by its
     velocity times the time since that track was last seen (CenterPoint); when the detector gives no
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.track.kalman import class_table
 from generator.geometry import SE3
 from generator.types import Boxes3D
 from schemas.config import DETECTION_CLASSES, TrackingConfig
@@ -41,8 +44,7 @@ def class_indices(class_name: np.ndarray) -> np.ndarray:
 def gate_speeds(cfg: TrackingConfig, table: str = "gates_mps") -> np.ndarray:
     """(len(DETECTION_CLASSES) + 1,) gate speed per class index from ``cfg.<table>``; the last entry
     (index -1) is for unknown classes (the largest gate)."""
-    d = getattr(cfg, table)
-    return np.array([d.get(c, 0.0) for c in DETECTION_CLASSES] + [max(d.values(), default=0.0)])
+    return class_table(getattr(cfg, table))
 
 
 def greedy_match(dist: np.ndarray) -> np.ndarray:
@@ -206,18 +208,53 @@ def _online_tracking(t_s: np.ndarray, frame_start: np.ndarray, pos: np.ndarray, 
     return track_of_box
 
 
+def _kalman_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, cls, R, tr, cfg: TrackingConfig):
+    """Kalman mode (``actors.track.kalman``): the boxes to output, sorted by frame (each frame's kept input boxes
+    in input order, then its coasted boxes), as (boxes (ego frames), frame_of_box, centre (global), velocity
+    (global), yaw (global), class index, raw track ids). Coasted boxes carry no velocity, no LiDAR count, no
+    instance token."""
+    from actors.track.kalman import kalman_tracking
+
+    # Without ego motion in the poses (a log without poses gives identity poses) the tracking frame moves with
+    # the ego, while detectors give velocities over the ground (what they are trained on): no measurement of the
+    # tracked state then, so the filter uses centres only.
+    static_ego = bool(np.all(R == R[:1]) and np.all(tr == tr[:1]))
+    v_meas = np.full_like(vg, np.nan) if static_ego else vg
+    res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, allb.score, cls, cfg)
+    keep = np.nonzero(res.track_of_box >= 0)[0]
+    m = len(res.coast_frame)
+    c_glob = np.column_stack([res.coast_xy, res.coast_z])
+    Rk, tk = R[res.coast_frame], tr[res.coast_frame]
+    c_ego = np.einsum("nji,nj->ni", Rk, c_glob - tk)  # city_SE3_ego^-1: R^T (c - t)
+    coast = Boxes3D(c_ego, res.coast_size, res.coast_yaw - np.arctan2(Rk[:, 1, 0], Rk[:, 0, 0]),
+                    allb.class_name[res.coast_birth], score=res.coast_score, track_id=res.coast_track)
+    boxes = Boxes3D.concat([allb.subset(keep), coast])
+    fob = np.concatenate([frame_of_box[keep], res.coast_frame])
+    order = np.argsort(fob, kind="stable")
+    return (boxes.subset(order), fob[order], np.concatenate([cg[keep], c_glob])[order],
+            np.concatenate([vg[keep], np.full((m, 2), np.nan)])[order],
+            np.concatenate([yawg[keep], res.coast_yaw])[order],
+            np.concatenate([cls[keep], cls[res.coast_birth]])[order],
+            np.concatenate([res.track_of_box[keep], res.coast_track])[order])
+
+
 def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
                 city_SE3_ego: list[SE3]) -> list[Boxes3D]:
     """Track one scene's detections.
 
     timestamps_us (F,) strictly increasing; detections: F Boxes3D in each frame's ego frame;
-    city_SE3_ego: F ego poses. Returns F Boxes3D (copies of the inputs, same order, minus boxes of
-    tracks shorter than ``cfg.min_hits``) with ``track_id`` >= 0 (consecutive from 0 in order of first
-    appearance, unique within the scene) and ``velocity_mps`` (ego frame of each frame) set by
-    ``cfg.velocity_from_track``: 'missing' fills NaN velocities from the track, 'always' replaces all,
-    'never' keeps the detector's. With ``cfg.heading_from_motion`` the yaws of boxes without detector
-    velocity and without ``instance_token`` may be turned by pi (``actors.track.heading``); all other
-    yaws are returned unchanged.
+    city_SE3_ego: F ego poses (identity poses when a log has none: tracks are then ego-relative).
+    Returns F Boxes3D with ``track_id`` >= 0 (consecutive from 0 in order of first appearance, unique within the
+    scene) and ``velocity_mps`` (ego frame of each frame) set by ``cfg.velocity_from_track``: 'missing' fills NaN
+    velocities from the track, 'always' replaces all, 'never' keeps the detector's.
+
+    ``cfg.mode`` 'greedy': copies of the inputs, same order, minus boxes of tracks shorter than ``cfg.min_hits``.
+    'kalman' (``actors.track.kalman``): each frame holds copies of the input boxes its confirmed tracks took, in
+    input order (unconfirmed tracks and low-score detections no track took are dropped), then the track's
+    predicted boxes where a confirmed track coasted (score decayed, ``velocity_mps`` NaN before the velocity
+    policy, ``num_lidar_pts`` -1, ``instance_token`` '').
+    With ``cfg.heading_from_motion`` the yaws of boxes without detector velocity and without ``instance_token``
+    may be turned by pi (``actors.track.heading``); all other yaws of input boxes are returned unchanged.
     """
     from actors.track.heading import apply_flips, heading_flips
     from actors.track.linking import link_fragments
@@ -234,13 +271,19 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
     counts = np.array([len(d) for d in detections], dtype=np.int64)
     frame_start = np.concatenate([[0], np.cumsum(counts)])
     allb = Boxes3D.concat(list(detections))
-    n = len(allb)
     frame_of_box = np.repeat(np.arange(f), counts)
     t_s = (ts - ts[0]) / 1e6
     R, tr = _stack_poses(list(city_SE3_ego))
     cg, vg, yawg = to_global(frame_of_box, allb.center_m, allb.velocity_mps, allb.yaw_rad, R, tr)
     cls = class_indices(allb.class_name)
-    raw = _online_tracking(t_s, frame_start, cg[:, :2], vg, cls, cfg)
+    if cfg.mode == "greedy":
+        raw = _online_tracking(t_s, frame_start, cg[:, :2], vg, cls, cfg)
+    else:
+        allb, frame_of_box, cg, vg, yawg, cls, raw = _kalman_boxes(t_s, frame_start, frame_of_box, allb, cg, vg,
+                                                                   yawg, cls, R, tr, cfg)
+        counts = np.bincount(frame_of_box, minlength=f)
+        frame_start = np.concatenate([[0], np.cumsum(counts)])
+    n = len(allb)
     tb = t_s[frame_of_box]
     if cfg.linking.enabled and n:
         v_tr = track_velocity(raw, tb, cg[:, :2], cfg.velocity_window_s)

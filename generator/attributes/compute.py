@@ -104,6 +104,7 @@ def compute_attributes(objects: pa.Table, frames: pa.Table) -> pa.Table:
         "timestamp_us": column(objects, "timestamp_us"),
         "track_id": column(objects, "track_id"),
         "class_name": column(objects, "class_name"),
+        "instance_token": column(objects, "instance_token"),
         "x_ego_m": x, "y_ego_m": y, "z_ego_m": z,
         "distance_m": dist, "bearing_deg": bear, "clock": clock_from_bearing(bear),
         "side": side, "front_back": front_back,
@@ -151,6 +152,10 @@ def pair_relations(attributes: pa.Table, a_idx: np.ndarray, b_idx: np.ndarray) -
     ``height_diff_m``, ``width_diff_m``), ``distance_m`` between the two box centres (3D) and
     ``direction_deg``: the bearing of B as seen from A in ego axes (atan2(y_B - y_A, x_B - x_A); 0 = B lies
     ahead of A along the ego's forward axis, CCW positive, [-180, 180]) with its ``direction_clock``.
+    SpatialRGPT's other object-centric quantities, from the same box centres: ``horizontal_distance_m``
+    (in the ground plane, hypot(x_B - x_A, y_B - y_A)), ``vertical_distance_m`` (|z_A - z_B|) with
+    ``a_above_b`` (z_A > z_B) and its margin ``vertical_gap_m`` = z_A - z_B, and ``a_closer_than_b`` (A's
+    centre nearer the ego origin) with ``range_gap_m`` = |A| - |B|.
     """
     a_idx = np.asarray(a_idx, dtype=np.int64)
     b_idx = np.asarray(b_idx, dtype=np.int64)
@@ -165,12 +170,15 @@ def pair_relations(attributes: pa.Table, a_idx: np.ndarray, b_idx: np.ndarray) -
     direction = bearing_deg(xb - xa, yb - ya)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = vol_a / vol_b
+    horizontal = np.hypot(xb - xa, yb - ya)
+    range_gap = np.sqrt(xa * xa + ya * ya + za * za) - np.sqrt(xb * xb + yb * yb + zb * zb)
     return pa.table({
         "a_row": a_idx, "b_row": b_idx,
         "a_left_of_b": ya > yb, "a_in_front_of_b": xa > xb, "a_bigger_than_b": vol_a > vol_b,
-        "a_taller_than_b": dh > 0, "a_wider_than_b": dw > 0,
+        "a_taller_than_b": dh > 0, "a_wider_than_b": dw > 0, "a_above_b": za > zb, "a_closer_than_b": range_gap < 0,
         "lateral_gap_m": ya - yb, "longitudinal_gap_m": xa - xb, "volume_ratio": ratio,
-        "height_diff_m": dh, "width_diff_m": dw,
-        "distance_m": np.sqrt((xb - xa) ** 2 + (yb - ya) ** 2 + (zb - za) ** 2),
+        "height_diff_m": dh, "width_diff_m": dw, "vertical_gap_m": za - zb, "range_gap_m": range_gap,
+        "distance_m": np.sqrt(horizontal ** 2 + (zb - za) ** 2), "horizontal_distance_m": horizontal,
+        "vertical_distance_m": np.abs(za - zb),
         "direction_deg": direction, "direction_clock": clock_from_bearing(direction),
     })

@@ -34,38 +34,15 @@ beyond the end of the log or the track.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import codes, column, fixed_list_to_numpy, to_numpy
 from generator.attributes.ego import EgoStates, ego_states, interp_grouped
+from schemas.config import LabelsConfig
 from schemas.tables import LABELS
-
-MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
-SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")  # Intention-Drive's names
-INTENT_LATERAL = ("goes to the left", "goes to the right", "stationary")
-INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "stationary")
-VRU_CLASSES = ("pedestrian", "bicycle", "motorcycle")
-
-
-@dataclass(frozen=True)
-class LabelThresholds:
-    maneuver_window_s: float = 6.0
-    min_window_s: float = 1.0
-    stop_speed_mps: float = 0.5
-    turn_window_s: float = 1.0
-    turn_rate_deg_s: float = 8.0
-    turn_min_heading_deg: float = 20.0
-    lane_change_m: float = 0.9
-    accel_half_window_s: float = 0.5
-    accel_mps2: float = 0.5
-    intent_horizon_s: float = 1.0
-    intent_speed_mps: float = 0.3
-    num_waypoints: int = 6
-    waypoint_step_s: float = 0.5
+from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL, MANEUVERS, SPEED_STATUS, VRU_CLASSES
 
 
 def _take_labels(names: tuple[str, ...], idx: np.ndarray) -> pa.Array:
@@ -82,7 +59,7 @@ def _waypoint_column(xy: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k), pts)
 
 
-def ego_labels(ego: EgoStates, th: LabelThresholds) -> dict[str, np.ndarray]:
+def ego_labels(ego: EgoStates, th: LabelsConfig) -> dict[str, np.ndarray]:
     """Maneuver and speed-status codes (indices into MANEUVERS / SPEED_STATUS, -1 = none) and (N, K, 2)
     ego waypoints for every FRAMES row."""
     n = len(ego.scene_code)
@@ -138,7 +115,7 @@ def ego_labels(ego: EgoStates, th: LabelThresholds) -> dict[str, np.ndarray]:
             "lateral_offset_m": lateral}
 
 
-def agent_labels(objects: pa.Table, ego: EgoStates, th: LabelThresholds) -> dict[str, np.ndarray]:
+def agent_labels(objects: pa.Table, ego: EgoStates, th: LabelsConfig) -> dict[str, np.ndarray]:
     """Intent codes and (N, K, 2) waypoints for every OBJECTS row (untracked rows get none)."""
     n = objects.num_rows
     sc = codes(column(objects, "scene_id"), ego.scenes)
@@ -202,13 +179,13 @@ def agent_labels(objects: pa.Table, ego: EgoStates, th: LabelThresholds) -> dict
 
 
 def compute_labels(objects: pa.Table, frames: pa.Table, attributes: pa.Table | None = None,
-                   thresholds: LabelThresholds | None = None) -> pa.Table:
+                   thresholds: LabelsConfig | None = None) -> pa.Table:
     """LABELS rows: one 'ego' row per FRAMES row (maneuver, speed status, ego waypoints) followed by one
     'agent' row per tracked OBJECTS row (track_id >= 0): VRU intent (null for other classes) and the
     object's future centre waypoints. ``attributes`` (ATTRIBUTES for ``objects``) is accepted for symmetry
     with the pipeline stage; labels are derived from objects and poses directly.
     """
-    th = thresholds or LabelThresholds()
+    th = thresholds or LabelsConfig()
     ego = ego_states(frames, scenes=None)
     el = ego_labels(ego, th)
     n_f = frames.num_rows

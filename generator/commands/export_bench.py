@@ -5,21 +5,20 @@ toolkit's inference and evaluator read unchanged:
     python -m strideqa_bench.inference.models.<model> --annotation-dir DIR/annotation_files --image-folder DIR ...
     python -m strideqa_bench.benchmark --annotation-dir DIR/annotation_files --input-dir PRED --output-dir PRED
 
-Exit codes: 0 = exported (possibly zero groups, see export_summary.json), 2 = unusable input.
+RUN and DIR may be local paths or URIs. DIR must be new, empty, or an earlier export (only its own files are
+replaced). Exit codes: 0 = exported (possibly zero groups: the summary says why), 2 = unusable input.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export_bench", help="export STRIDE-QA-Bench files from a finished run",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("run", help="run folder (local path)")
+    p.add_argument("run", help="run folder (path or URI)")
     p.add_argument("--out", default=None, help="bench folder to write (default: RUN/bench)")
     p.add_argument("--config", default=None, help="pipeline config YAML (default: RUN/config.yaml)")
     p.add_argument("--split", action="append", default=None,
@@ -29,20 +28,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.types import DrivegenError
-    from generator.writers.bench_export import export_bench
-    from schemas.config import ConfigError, load_config
+    from generator.pipeline.exports import export_bench
+    from generator.runfolder import RunReader
+    from schemas.config import load_config
 
-    run = Path(args.run)
-    if not (run / "attributes").is_dir():
-        print(f"drivegen export_bench: error: {run} is not a run folder (no attributes/ inside); "
-              "pass the --out folder of a finished `drivegen run`", file=sys.stderr)
-        return 2
-    try:
-        cfg = load_config(args.config) if args.config else None
-        summary = export_bench(run, args.out, cfg=cfg, splits=args.split, image_root=args.image_root)
-    except (ConfigError, DrivegenError) as err:
-        print(f"drivegen export_bench: error: {err}", file=sys.stderr)
-        return 2
-    print(json.dumps(summary, indent=2))
+    reader = RunReader(args.run)
+    cfg = load_config(args.config) if args.config else None
+    summary = export_bench(reader, args.out, cfg=cfg, splits=args.split, image_root=args.image_root)
+    shown = {k: v for k, v in summary.items() if k != "files"}
+    print(json.dumps(shown, indent=2))
     return 0

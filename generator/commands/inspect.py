@@ -1,11 +1,11 @@
 """``drivegen inspect OUT``: what a run folder holds — its summary, finished and failed scenes, and whether
-its output is consistent (every manifest-listed file present with its row count, no partial or temporary
-file visible). Exit code 0 = consistent, 1 = problems found, 2 = not a run folder."""
+its output is consistent: every manifest-listed file present with its row count, no partial or temporary
+file visible, no shard a reader would skip, every scene made with the run's config and source. Exit code
+0 = consistent, 1 = problems found, 2 = not a run folder."""
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -17,27 +17,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.pipeline.driver import finished_scenes, format_summary, read_errors
-    from generator.pipeline.read import check_run
-    from generator.pipeline.store import RunStore
+    from generator.pipeline.driver import format_summary
+    from generator.runfolder import RunReader, read_lock
 
-    store = RunStore(args.run)
-    if not store.exists("config.yaml"):
-        print(f"drivegen inspect: error: {store.full('config.yaml')} is missing: not a drivegen run folder",
-              file=sys.stderr)
-        return 2
-    scenes = store.read_json("scenes.json")["scene_ids"] if store.exists("scenes.json") else []
-    done = finished_scenes(store)
-    errors = read_errors(store)
-    problems = check_run(store)
-    summary = store.read_json("summary.json") if store.exists("summary.json") else None
+    reader = RunReader(args.run)
+    scenes = reader.planned_scenes()
+    done = reader.scene_ids()
+    errors = reader.errors()
+    failed = {e["scene_id"] for e in errors}
+    problems = reader.check()
+    summary = reader.summary()
+    lock = read_lock(reader.store)
     if args.json:
-        print(json.dumps({"summary": summary, "finished": sorted(done), "errors": errors, "problems": problems},
-                         indent=1, default=str))
+        print(json.dumps({"summary": summary, "finished": done, "errors": errors, "problems": problems,
+                          "lock": lock.__dict__ if lock else None}, indent=1, default=str))
     else:
-        print(f"run folder: {store.uri}")
-        print(f"scenes: {len(done)} finished, {len({e['scene_id'] for e in errors})} failed, "
-              f"{max(0, len(scenes) - len(done) - len({e['scene_id'] for e in errors}))} not run, of {len(scenes)}")
+        print(f"run folder: {reader.uri}")
+        if reader.parent is not None:
+            print(f"regenerated from: {reader.parent.uri}")
+        print(f"scenes: {len(done)} finished, {len(failed)} failed, "
+              f"{max(0, len(scenes) - len(done) - len(failed))} not run, of {len(scenes) or len(done)}")
+        if lock is not None:
+            print(f"lock: held by {lock.describe()}")
         if summary:
             print(format_summary(summary))
         print("consistency: " + ("ok" if not problems else f"{len(problems)} problem(s)"))

@@ -6,8 +6,8 @@ writers, as one streaming Ray Dataset (see ``generator.pipeline``).
     drivegen run --out s3://bucket/run --address auto ...     # join a Ray cluster (or set RAY_ADDRESS)
     drivegen run --resume OUT                                 # finish an interrupted run
 
-Exit codes: 0 = every scene finished, 1 = some scene failed (see OUT/errors/ and OUT/summary.json),
-2 = unusable input (message names the file and what to do).
+Exit codes: 0 = every scene finished, 1 = some scene failed (see OUT/errors/ and OUT/summary.json) or the
+card/bench export failed, 2 = unusable input (message names the file and what to do).
 """
 from __future__ import annotations
 
@@ -33,12 +33,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--resume", nargs="?", const=True, default=None, metavar="OUT",
                    help="finish an interrupted run: reads OUT/config.yaml, OUT/source.json, OUT/scenes.json "
                         "and skips scenes that have a manifest")
-    p.add_argument("--scenes", type=int, default=None, metavar="N",
+    p.add_argument("--force", action="store_true",
+                   help="with --resume: continue although config.yaml or source.json changed since the run started")
+    p.add_argument("--scenes", type=positive_int, default=None, metavar="N",
                    help="only the first N scenes (generated logs: how many to generate, default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated logs")
     p.add_argument("--local", action="store_true", help="run the same stages in this process, without Ray")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--scenes 0`` would mean every scene, ``-1`` all but the last)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
 
 
 def _fail(msg: str) -> int:
@@ -48,8 +61,6 @@ def _fail(msg: str) -> int:
 
 def main(args) -> int:
     from generator.pipeline import RunStore, run
-    from generator.types import DrivegenError
-    from schemas.config import ConfigError
 
     out = args.out
     if isinstance(args.resume, str):
@@ -61,19 +72,18 @@ def main(args) -> int:
     resume = args.resume is not None
     if resume and (args.config or args.source or args.data or args.version):
         return _fail("--resume reuses the run's own config.yaml and source.json; drop --config/--source/--data/--version")
+    if args.force and not resume:
+        return _fail("--force goes with --resume")
     if args.data and not args.source:
         return _fail("--data needs --source nuscenes|av2")
     if args.source and not args.data:
         return _fail(f"--source {args.source} needs --data PATH (the logs)")
-    try:
-        result = run(out, source=args.source, data=args.data, version=args.version, config=args.config,
-                     address=args.address, resume=resume, scenes=args.scenes, seed=args.seed,
-                     executor="local" if args.local else "ray", progress=not args.no_progress,
-                     verbose=getattr(args, "verbose", False))
-    except (ConfigError, DrivegenError, FileExistsError, FileNotFoundError, ValueError) as err:
-        return _fail(str(err))
+    result = run(out, source=args.source, data=args.data, version=args.version, config=args.config,
+                 address=args.address, resume=resume, force=args.force, scenes=args.scenes, seed=args.seed,
+                 executor="local" if args.local else "ray", progress=not args.no_progress,
+                 verbose=getattr(args, "verbose", False))
     from generator.pipeline.driver import format_summary
 
     print(format_summary(result.summary))
-    print(f"summary: {RunStore(out).full('summary.json')}")
+    print(f"summary: {RunStore(out).uri_of('summary.json')}")
     return result.exit_code

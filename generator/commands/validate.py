@@ -45,7 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")  # the devkit's GT loader draws progress bars
-    from generator.pipeline.store import RunStore
+    from generator.runfolder import RunStore
     from generator.types import DrivegenError
     from generator.validate.report import to_json, to_markdown
     from generator.validate.run import ValidateOptions, validate_run

@@ -1,23 +1,29 @@
 """The Ray Data pipeline behind ``drivegen run``.
 
-``run(out, ...)`` is the whole command as a function: pick the logs (or generate a few), load the config,
-connect to Ray, stream every scene through the stages (``generator.pipeline.stages``), commit each scene's
-files exactly once (``generator.pipeline.core``), write ``summary.json`` and the dataset card.
+``run(out, ...)`` is the whole command as a function: check every input (config, templates, logs) before
+anything is written, take the run folder's lock, describe the run (``config.yaml``, ``source.json``,
+``scenes.json``, ``run.json``), connect to Ray, stream every scene through the stages
+(``generator.pipeline.stages``), commit each scene's files exactly once (``generator.runfolder``), write
+``summary.json``, the dataset card and the bench export (``generator.pipeline.exports``).
 
-Modules: ``store`` (the run folder on any pyarrow filesystem), ``core`` (SceneWork, stage application,
-commit), ``ray_exec`` (the streaming Dataset), ``driver`` (rounds, reconciliation, summary), ``stages``
-(the real stages wired to sources/actors/attributes/qa/writers), ``read`` (reading a run's rows back).
+Modules: ``core`` (typed SceneWork, stage application, finishing a scene), ``ray_exec`` (the streaming
+Dataset), ``driver`` (rounds, reconciliation, summary), ``stages`` (the real stages wired to
+sources/actors/attributes/qa/writers), ``exports`` (card, bench), ``regenerate``. The run folder itself
+(layout, reader, commit, lock) is ``generator.runfolder``.
 """
 from __future__ import annotations
 
 import logging
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 
 from generator.pipeline.driver import RunResult, ensure_ray, format_summary, run_pipeline
-from generator.pipeline.store import RunStore
+from generator.runfolder import RunLock, RunReader, RunStore, config_key, source_key
+from schemas import layout
+from schemas.errors import InputError, RunFolderError
 
 __all__ = ["run", "RunResult", "RunStore", "run_pipeline", "ensure_ray", "format_summary", "synth_logs",
            "SYNTH_VERSION", "DEFAULT_SYNTH_SCENES"]
@@ -65,61 +71,116 @@ def _warn_if_not_shared(store: RunStore, desc: dict) -> None:
                     "use a URI such as s3://bucket/run", len(hosts), store.uri)
 
 
-def _read_config(store: RunStore):
-    import yaml
+def check_inputs(cfg) -> None:
+    """Everything about a config that can fail a run, checked before any work or any write: the templates
+    (``qa.template_dirs`` exist and parse) and the QA families (registered). Raises an InputError."""
+    from generator.qa import check_families, load_templates
 
-    from schemas.config import parse_config
+    check_families(cfg)
+    load_templates(cfg)
 
-    where = store.full("config.yaml")
-    return parse_config(yaml.safe_load(store.read_bytes("config.yaml")), where=where)
+
+def _check_unchanged(reader: RunReader, force: bool) -> None:
+    """--resume refuses a run whose config.yaml or source.json changed since it started (the manifests
+    would then describe a mixed dataset), unless ``force``."""
+    state = reader.run_state
+    changed = []
+    cfg = reader.config()
+    if state.get("config_key") and state["config_key"] != config_key(cfg):
+        changed.append(f"{layout.CONFIG} (run started with config {state['config_key']}, it is now {config_key(cfg)})")
+    src = reader.source()
+    if state.get("source_key") and src is not None and state["source_key"] != source_key(src):
+        changed.append(f"{layout.SOURCE} (recorded {state['source_key']}, now {source_key(src)})")
+    if changed and not force:
+        raise RunFolderError(f"{reader.uri}: {' and '.join(changed)} changed since the run started; restore them, "
+                             "or resume with --force to continue with the edited files (the finished scenes keep "
+                             "the old ones: `drivegen inspect` will report a mixed config)", file=reader.uri)
+    if changed:
+        log.warning("resuming with changed %s (--force)", ", ".join(c.split(" ")[0] for c in changed))
 
 
 def run(out: str, *, source: str | None = None, data: str | None = None, version: str | None = None,
-        config: str | None = None, cfg=None, address: str | None = None, resume: bool = False,
+        config: str | None = None, cfg=None, address: str | None = None, resume: bool = False, force: bool = False,
         scenes: int | None = None, seed: int = 0, executor: str = "ray", progress: bool = True,
-        verbose: bool = False, stages=None, write=None, finalize=None) -> RunResult:
+        verbose: bool = False, stages=None, write=None, finalize=None, command: str = "drivegen run") -> RunResult:
     """``drivegen run`` as a function (see ``generator.commands.run``). ``cfg`` (a PipelineConfig) overrides
-    ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks)."""
+    ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks).
+
+    Order: inputs are checked (config, templates, logs) -> the lock is taken (before anything is written) ->
+    a new run refuses a folder that holds anything; a resumed one refuses a changed config or source ->
+    the run is described -> Ray -> the scenes stream -> summary, card, bench export -> the lock is released.
+    """
     from generator.sources import open_source
     from schemas.config import load_config
 
+    if scenes is not None and scenes < 1:
+        raise InputError(f"--scenes must be at least 1, got {scenes}")
     store = RunStore(out)
-    if resume:
-        for name in ("config.yaml", "source.json", "scenes.json"):
-            if not store.exists(name):
-                raise FileNotFoundError(f"{store.full(name)} is missing: not a drivegen run folder to resume "
-                                        f"(start one with drivegen run --out {out})")
-        cfg = _read_config(store)
-        desc = store.read_json("source.json")
-        ids = store.read_json("scenes.json")["scene_ids"]
-    else:
-        if store.exists("config.yaml") or store.list("manifest"):
-            raise FileExistsError(f"{store.uri} already holds a run: finish it with drivegen run --resume {out}, "
-                                  "or choose a new --out")
+    if resume and not store.exists(""):
+        raise RunFolderError(f"{store.uri} does not exist: nothing to resume", file=store.uri)
+    if not resume:  # every input checked before the run folder is touched
         cfg = cfg if cfg is not None else load_config(config)
+        check_inputs(cfg)
         if data is None:
             data, source, version = str(synth_logs(scenes or DEFAULT_SYNTH_SCENES, seed)), "nuscenes", SYNTH_VERSION
         kw = {"version": version} if source == "nuscenes" and version else {}
         src = open_source(source, data, cfg, **kw)
         ids = src.scene_ids()[:scenes] if scenes else src.scene_ids()
         desc = src.describe()
-        store.mkdirs("")
-        store.write_json("scenes.json", {"scene_ids": ids})
-    if stages is None or write is None or finalize is None:
-        from generator.pipeline import stages as real
+        _check_names(ids)
+    with RunLock(store, f"{command} --out {out}" + (" --resume" if resume else "")) as lock:
+        reader = RunReader(store, require=False)
+        if resume:
+            if not reader.is_run_folder():
+                raise RunFolderError(f"{store.uri} is not a drivegen run folder to resume (no {layout.CONFIG}); "
+                                     f"start one with drivegen run --out {out}", file=store.uri)
+            for name in (layout.CONFIG, layout.SOURCE, layout.SCENES):
+                if not store.exists(name):
+                    raise RunFolderError(f"{store.full(name)} is missing: the run cannot be resumed", file=store.full(name))
+            _check_unchanged(reader, force)
+            cfg, desc, ids = reader.config(), reader.source(), reader.planned_scenes()
+            check_inputs(cfg)
+        else:
+            others = [p for p in store.list("", recursive=True) if p != layout.LOCK]
+            if others:
+                if reader.is_run_folder():
+                    raise RunFolderError(f"{store.uri} already holds a run: finish it with drivegen run --resume {out}, "
+                                         "or choose a new --out", file=store.uri)
+                raise RunFolderError(f"{store.uri} is not empty and not a drivegen run folder ({len(others)} file(s), "
+                                     f"e.g. {others[0]}); choose a new or empty --out folder", file=store.uri)
+            store.write_bytes(layout.CONFIG, cfg.to_yaml().encode())
+            store.write_json(layout.SOURCE, desc)
+            store.write_json(layout.SCENES, {"scene_ids": ids})
+        state = dict(reader.run_state) if resume else {"format": "drivegen-run/1", "created_unix": time.time(),
+                                                        "parent": None}
+        state.update(epoch=lock.epoch, config_key=config_key(cfg), source_key=source_key(desc))
+        store.write_json(layout.RUN_STATE, state)
+        if stages is None or write is None or finalize is None:
+            from generator.pipeline import exports, stages as real
 
-        stages = stages if stages is not None else real.default_stages(cfg)
-        write = write or real.write_scene
-        finalize = finalize or real.finalize_run
-    started = False
-    if executor == "ray":
-        started = ensure_ray(cfg, address, verbose)
-        _warn_if_not_shared(store, desc)
-    try:
-        return run_pipeline(out, desc, cfg, ids, stages, write, executor=executor, progress=progress,
-                            finalize=finalize)
-    finally:
-        if started:
-            import ray
+            stages = stages if stages is not None else real.default_stages(cfg)
+            write = write or real.write_scene
+            finalize = finalize or exports.finalize_run
+        started = False
+        if executor == "ray":
+            started = ensure_ray(cfg, address, verbose)
+            _warn_if_not_shared(store, desc)
+        try:
+            return run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
+                                progress=progress, finalize=finalize)
+        finally:
+            if started:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
+
+
+def _check_names(ids: list[str]) -> None:
+    by_name: dict[str, list[str]] = {}
+    for sid in ids:
+        by_name.setdefault(layout.safe_name(sid), []).append(sid)
+    clash = {k: v for k, v in by_name.items() if len(v) > 1}
+    if clash:
+        from schemas.errors import SourceError
+
+        raise SourceError(f"scene ids that map to the same file names (or repeat): {clash}; rename them")

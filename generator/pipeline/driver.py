@@ -1,15 +1,16 @@
-"""``run_pipeline``: the driver side of a run (embedded Ray, a Ray cluster, or in-process).
+"""``run_pipeline``: the driver side of a run (embedded Ray, a Ray cluster, or in-process). The caller
+(``generator.pipeline.run``) holds the run folder's lock and has written its description.
 
-1. The run folder gets ``config.yaml`` and ``source.json``; scenes that already have a manifest are skipped
-   (``--resume``); what killed workers or a killed driver left behind (``*.tmp``, staging) is removed.
-2. The pending scenes stream through the stages (``generator.pipeline.ray_exec``); the driver only sees one
-   small summary row per scene and shows progress over finished scenes.
+1. Leftovers of killed writers of this run (half-committed scenes, temporary files, staging) are removed;
+   scenes that already have a manifest are skipped (``--resume``).
+2. The pending scenes stream through the stages (``generator.pipeline.ray_exec``), each carrying the run
+   epoch; the driver only sees one small summary row per scene and shows progress over finished scenes.
 3. Reconciliation: a scene with neither a manifest nor an error row after the stream ended (its block was
    skipped after Ray's retries, or lost with a node) is either recorded as failed, when one of its stages
    was attempted more than ``ray.max_retries`` times (markers in ``_attempts/``), or streamed again in a
    further round (at most ``ray.max_retries`` more). Every scene ends finished or in ``errors/``.
-4. ``summary.json``: scenes ok/failed/skipped, frames, objects, QA per family, drops by reason, errors,
-   wall time and throughput.
+4. ``summary.json``: scenes ok/failed/skipped, frames, objects, QA per family, drops by reason, frames each
+   stage skipped, errors, wall time and throughput.
 """
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from generator.pipeline.core import (MANIFEST_DIR, PENDING_DIR, SceneWork, Stage, StageEnv, apply_stage, cached_model,
-                                     count_attempts, finish_scene, write_error)
-from generator.pipeline.store import ATTEMPTS_DIR, RunStore
-from generator.runfolder import safe_name
+from generator.pipeline.core import SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model, finish_scene
+from generator.runfolder import RunReader, RunStore, remove_leftovers, write_error
+from generator.runfolder.commit import count_attempts
+from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.errors import RunFolderError
 from schemas.tables import ERRORS
 
 log = logging.getLogger("drivegen.pipeline")
@@ -38,18 +40,15 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.summary["scenes"]["failed"] else 0
-
-
-def finished_scenes(store: RunStore) -> set[str]:
-    """Safe names of the scenes whose manifest exists."""
-    return {rel.rsplit("/", 1)[-1][: -len(".json")] for rel in store.list(MANIFEST_DIR) if rel.endswith(".json")}
+        return 1 if self.summary["scenes"]["failed"] or self.summary.get("finalize_error") else 0
 
 
 # ------------------------------------------------------------------------------------------ ray setup
 def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False) -> bool:
     """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster, otherwise
-    an embedded local Ray with ``cfg.ray.num_cpus`` CPUs (default: all), no dashboard, quiet logs.
+    an embedded local Ray with ``cfg.ray.num_cpus`` CPUs (default: all), no dashboard, quiet logs. Ray 2.60
+    listens on all interfaces whatever node address it is given (it replaces 127.0.0.1 by a reachable
+    address); its token authentication (on by default) refuses clients without the session's token.
     Returns True when this call started Ray (the caller shuts it down)."""
     import ray
 
@@ -88,66 +87,58 @@ class _Progress:
             self.bar.close()
 
 
-def _failed_row(error: dict) -> dict:
-    return {"scene_id": error["scene_id"], "status": "failed", "info": json.dumps({"error": error})}
+def _failed_row(error: StageError) -> dict:
+    return {"scene_id": error.scene_id, "status": "failed", "info": json.dumps({"error": error.row()})}
 
 
-def run_pipeline(out: str, source: dict, cfg: PipelineConfig, scene_ids: list[str], stages: list[Stage],
-                 write: Callable, *, executor: str = "ray", progress: bool = True,
+def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: list[str], stages: list[Stage],
+                 write: Callable, *, epoch: int | None = None, executor: str = "ray", progress: bool = True,
                  finalize: Callable[[RunStore, dict], None] | None = None) -> RunResult:
-    """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``out``.
+    """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``store``.
 
-    ``source`` is the log source's JSON description (``source.json``), ``executor`` 'ray' (Ray must be
-    initialised, see ``ensure_ray``) or 'local' (in-process, same stages, no Ray). ``finalize(store,
-    summary)`` runs at the end (dataset card). Returns the summary (also in ``OUT/summary.json``).
+    ``source`` is the log source's JSON description (``source.json``), ``epoch`` the run epoch of the lock
+    the caller holds, ``executor`` 'ray' (Ray must be initialised, see ``ensure_ray``) or 'local'
+    (in-process, same stages, no Ray). ``finalize(store, summary)`` runs at the end (card, bench export).
+    Returns the summary (also in ``OUT/summary.json``).
     """
     t0 = time.perf_counter()
-    by_name: dict[str, list[str]] = {}
-    for sid in scene_ids:
-        by_name.setdefault(safe_name(sid), []).append(sid)
-    clash = {k: v for k, v in by_name.items() if len(v) > 1}
-    if clash:
-        raise ValueError(f"scene ids that map to the same file names (or repeat): {clash}; rename them")
-    store = RunStore(out)
-    store.mkdirs("")
-    store.write_bytes("config.yaml", cfg.to_yaml().encode())
-    store.write_json("source.json", source)
-    removed = store.cleanup_leftovers()
+    removed = remove_leftovers(store)
     if removed:
-        log.info("removed %d temporary file(s) left by an interrupted run", len(removed))
-    done = finished_scenes(store)
-    skipped = [s for s in scene_ids if safe_name(s) in done]
-    pending = [s for s in scene_ids if safe_name(s) not in done]
+        log.info("removed %d leftover(s) of an interrupted writer of this run", len(removed))
+    done = set(RunReader(store, require=False).scene_ids())
+    skipped = [s for s in scene_ids if s in done]
+    pending = [s for s in scene_ids if s not in done]
     log.info("%d scene(s): %d to run, %d already finished", len(scene_ids), len(pending), len(skipped))
     rows: dict[str, dict] = {}
     bar = _Progress(len(pending), progress)
     try:
         if executor == "local":
-            _run_local(pending, source, stages, write, cfg, store, rows, bar)
+            _run_local(pending, source, stages, write, cfg, store, rows, bar, epoch)
         elif executor == "ray":
-            _run_ray(pending, source, stages, write, cfg, store, rows, bar, progress)
+            _run_ray(pending, source, stages, write, cfg, store, rows, bar, epoch)
         else:
             raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
     finally:
         bar.close()
-        store.cleanup_leftovers()
-        store.delete_dir(ATTEMPTS_DIR)
-        if not store.list(PENDING_DIR):
-            store.delete_dir(PENDING_DIR)
+        remove_leftovers(store)
+    stale = [r for r in rows.values() if r["status"] == "stale"]
+    if stale:
+        raise RunFolderError(f"{store.uri} was taken over by another driver while this run was going "
+                             f"({json.loads(stale[0]['info'])['error']}); this run stops without finalizing")
     summary = summarize(store, scene_ids, rows, skipped, time.perf_counter() - t0, executor)
     if finalize is not None:
         try:
             finalize(store, summary)
-        except Exception as err:  # noqa: BLE001 - the card is a by-product; the rows are already committed
-            log.error("finalize (dataset card) failed: %s", err)
+        except Exception as err:  # noqa: BLE001 - the rows are committed; the by-product's failure is reported
+            log.error("finalize (dataset card, bench export) failed: %s: %s", type(err).__name__, err)
             summary["finalize_error"] = f"{type(err).__name__}: {err}"
-    store.write_json("summary.json", summary)
+    store.write_json(layout.SUMMARY, summary)
     return RunResult(summary, rows)
 
 
-def _run_local(pending, source, stages, write, cfg, store, rows, bar) -> None:
+def _run_local(pending, source, stages, write, cfg, store, rows, bar, epoch) -> None:
     for sid in pending:
-        work = SceneWork(sid, source)
+        work = SceneWork(sid, source, epoch)
         for st in stages:
             apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
         row = finish_scene(work, StageEnv(cfg, store), write)
@@ -155,7 +146,7 @@ def _run_local(pending, source, stages, write, cfg, store, rows, bar) -> None:
         bar.update(row["status"])
 
 
-def _run_ray(pending, source, stages, write, cfg, store, rows, bar, progress) -> None:
+def _run_ray(pending, source, stages, write, cfg, store, rows, bar, epoch) -> None:
     from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
 
     configure_data_context(progress_bars=False)
@@ -165,10 +156,10 @@ def _run_ray(pending, source, stages, write, cfg, store, rows, bar, progress) ->
     for round_no in range(cfg.ray.max_retries + 1):
         if not remaining:
             break
-        store.delete_dir(ATTEMPTS_DIR)
+        store.delete_dir(layout.ATTEMPTS_DIR)
         if round_no:
             log.warning("round %d: streaming %d unfinished scene(s) again", round_no + 1, len(remaining))
-        ds = build_dataset(remaining, source, stages, write, cfg, store)
+        ds = build_dataset(remaining, source, stages, write, cfg, store, epoch)
         try:
             for row in iter_summaries(ds):
                 if row["scene_id"] not in rows:
@@ -177,25 +168,25 @@ def _run_ray(pending, source, stages, write, cfg, store, rows, bar, progress) ->
         except Exception as err:  # noqa: BLE001 - the execution failed as a whole; reconcile and go again
             last_exc = err
             log.warning("Ray Data execution stopped: %s: %s", type(err).__name__, str(err).splitlines()[0][:300])
-        done = finished_scenes(store)
-        missing = [s for s in remaining if s not in rows and safe_name(s) not in done]
+        done = set(RunReader(store, require=False).scene_ids())
+        missing = [s for s in remaining if s not in rows and s not in done]
         for sid in missing:
             attempts = count_attempts(store, sid)
             exhausted = [st for st in stage_order if attempts.get(st, 0) > cfg.ray.max_retries]
             if exhausted:
                 st = exhausted[-1]
-                err = {"scene_id": sid, "stage": st, "file": None, "error_type": "WorkerDied",
-                       "message": (f"the worker running stage '{st}' of scene '{sid}' died {attempts[st]} times "
-                                   f"(ray.max_retries={cfg.ray.max_retries}); see the Ray worker logs")}
-                write_error(store, err, attempt=attempts[st])
+                err = StageError(sid, st, None, "WorkerDied",
+                                 f"the worker running stage '{st}' of scene '{sid}' died {attempts[st]} times "
+                                 f"(ray.max_retries={cfg.ray.max_retries}); see the Ray worker logs", attempts[st])
+                write_error(store, err.row())
                 rows[sid] = _failed_row(err)
                 bar.update("failed")
         remaining = [s for s in missing if s not in rows]
     for sid in remaining:  # rounds exhausted: never dropped silently
         why = f"{type(last_exc).__name__}: {str(last_exc).splitlines()[0][:500]}" if last_exc else "never finished"
-        err = {"scene_id": sid, "stage": "pipeline", "file": None, "error_type": "Unfinished",
-               "message": f"scene '{sid}' did not finish after {cfg.ray.max_retries + 1} round(s): {why}"}
-        write_error(store, err)
+        err = StageError(sid, "pipeline", None, "Unfinished",
+                         f"scene '{sid}' did not finish after {cfg.ray.max_retries + 1} round(s): {why}")
+        write_error(store, err.row())
         rows[sid] = _failed_row(err)
         bar.update("failed")
 
@@ -209,13 +200,6 @@ def _add(total: dict, part: dict) -> None:
             total[k] = total.get(k, 0) + v
 
 
-def read_errors(store: RunStore) -> list[dict]:
-    import pyarrow as pa
-
-    tables = [store.read_parquet(rel) for rel in store.list("errors") if rel.endswith(".parquet")]
-    return pa.concat_tables(tables).to_pylist() if tables else []
-
-
 def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skipped: list[str],
               wall_s: float, executor: str) -> dict:
     """Figures of this run (``this_run``: scenes streamed now) and of the run folder (``dataset``: every
@@ -224,22 +208,24 @@ def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skip
     for row in rows.values():
         if row["status"] == "ok":
             _add(this_run, json.loads(row["info"])["counts"])
+    reader = RunReader(store, require=False)
     dataset: dict = {}
-    wanted = {safe_name(s) for s in scene_ids}
-    for rel in store.list(MANIFEST_DIR):
-        if rel.endswith(".json") and rel.rsplit("/", 1)[-1][:-5] in wanted:
-            _add(dataset, store.read_json(rel).get("counts", {}))
+    wanted = set(scene_ids)
+    for m in reader.manifests():
+        if m["scene_id"] in wanted:
+            _add(dataset, m.get("counts", {}))
     ok = sum(r["status"] == "ok" for r in rows.values())
     failed = sum(r["status"] != "ok" for r in rows.values())
     qa_now = sum(this_run.get("qa_by_family", {}).values())
     frames_now = this_run.get("frames", 0)
-    errors = [e for e in read_errors(store) if e.get("scene_id") in set(scene_ids) or e.get("scene_id") is None]
+    errors = [e for e in reader.errors() if e.get("scene_id") in wanted or e.get("scene_id") is None]
     return {
         "out": store.uri, "executor": executor,
         "scenes": {"total": len(scene_ids), "ok": ok, "failed": failed, "skipped": len(skipped)},
         "frames": dataset.get("frames", 0), "objects": dataset.get("objects", 0),
         "qa": {"total": sum(dataset.get("qa_by_family", {}).values()), "by_family": dataset.get("qa_by_family", {})},
         "objects_dropped": dataset.get("dropped_by_reason", {}),
+        "failed_frames": dataset.get("failed_frames", {}),
         "this_run": this_run,
         "errors": [{k: e.get(k) for k in ERRORS.names} for e in errors],
         "wall_s": round(wall_s, 3),
@@ -255,12 +241,18 @@ def format_summary(summary: dict, max_errors: int = 20) -> str:
              f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "
              + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())),
              "projections dropped (object x camera): " + (", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
-                                    or "none"),
-             f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
-             f"{summary['throughput']['frames_per_s']:.1f} frames/s"]
+                                    or "none")]
+    if summary.get("failed_frames"):
+        lines.append("frames skipped by stage (finished scenes): "
+                     + ", ".join(f"{k}={v}" for k, v in sorted(summary["failed_frames"].items())))
+    lines.append(f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
+                 f"{summary['throughput']['frames_per_s']:.1f} frames/s")
     if summary.get("bench_export"):
-        lines.append(f"STRIDE-QA-Bench export: {summary['bench_export']['groups']} groups, "
-                     f"{summary['bench_export']['questions']} questions (bench/)")
+        be = summary["bench_export"]
+        lines.append(f"STRIDE-QA-Bench export: {be['groups']} groups, {be['questions']} questions (bench/)"
+                     + (f": {be['why_empty']}" if be.get("why_empty") else ""))
+    if summary.get("finalize_error"):
+        lines.append(f"error: finalize (card, bench export) failed: {summary['finalize_error']}")
     for e in summary["errors"][:max_errors]:
         lines.append(f"error: scene={e['scene_id']} stage={e['stage']} file={e['file']}: {e['message']}")
     if len(summary["errors"]) > max_errors:

@@ -29,16 +29,16 @@ import numpy as np
 import ray
 
 from generator.pipeline.core import SceneWork, Stage, StageEnv, apply_stage, cached_model, finish_scene
-from generator.pipeline.store import RunStore
+from generator.runfolder import RunStore
 from schemas.config import PipelineConfig
 
 log = logging.getLogger("drivegen.pipeline")
 
 
-def _begin(batch: dict, source: dict) -> dict:
+def _begin(batch: dict, source: dict, epoch: int | None) -> dict:
     ids = [str(s) for s in batch["scene_id"]]
     return {"scene_id": np.array(ids, dtype=object),
-            "work": np.array([SceneWork(s, source).encode() for s in ids], dtype=object)}
+            "work": np.array([SceneWork(s, source, epoch).encode() for s in ids], dtype=object)}
 
 
 def _run_task_stage(batch: dict, stage: Stage, cfg: PipelineConfig, store: RunStore) -> dict:
@@ -117,16 +117,16 @@ def plan_resources(rc, stages: list[Stage], cluster_cpus: float, cluster_gpus_: 
 
 
 def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], write: Callable,
-                  cfg: PipelineConfig, store: RunStore) -> "ray.data.Dataset":
+                  cfg: PipelineConfig, store: RunStore, epoch: int | None = None) -> "ray.data.Dataset":
     """The lazy Dataset: scenes -> stages -> write/commit -> summary rows (scene_id, status, info)."""
     with warnings.catch_warnings():
         # Retry limits (max_retries / max_restarts / max_task_retries) have no named parameter in Ray 2.60;
         # they still go through ``**ray_remote_args``, which warns about its removal in 2.64 (pinned 2.60).
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
-        return _build(scene_ids, source, stages, write, cfg, store)
+        return _build(scene_ids, source, stages, write, cfg, store, epoch)
 
 
-def _build(scene_ids, source, stages, write, cfg, store):
+def _build(scene_ids, source, stages, write, cfg, store, epoch):
     rc = cfg.ray
     res = plan_resources(rc, stages, float(ray.cluster_resources().get("CPU", 0.0)), cluster_gpus())
     for note in res.notes:
@@ -135,7 +135,7 @@ def _build(scene_ids, source, stages, write, cfg, store):
     in_flight = max(1, min(rc.scenes_in_flight, len(scene_ids)))
     task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,
                      compute=ray.data.TaskPoolStrategy(size=in_flight), max_retries=rc.max_retries)
-    ds = ds.map_batches(_begin, fn_kwargs={"source": source}, **task_args)
+    ds = ds.map_batches(_begin, fn_kwargs={"source": source, "epoch": epoch}, **task_args)
     for st in stages:
         if st.actor:
             on_gpu = st.gpu and res.actor_gpus > 0

@@ -1,17 +1,20 @@
 """The real stages of ``drivegen run``, each a thin wrapper over the pure function that does the work.
 
-    load        source_from_description(...).load_scene(id); frames_table          (task)
-    detect      actors.detect.build_detector(cfg.detection) over the scene's frames  (actor pool for mmdet3d)
-    perceive    generator.perception.perceive_scene with those detections: tracking,
-                segmentation (actors.segment), visibility filter                     (actor pool for sam2)
-    attributes  generator.attributes.compute_attributes / compute_labels           (task)
-    qa          generator.qa.generate_qa with the templates loaded once per process  (task)
-    write       per-scene files into a staging folder (Parquet tables, QA shards,
-                WebDataset shards), committed by generator.pipeline.core            (task)
+    stage       needs -> makes                        pure function                                   runs as
+    load        -> loaded                             source_from_description(...).load_scene; frames_table   task
+    detect      loaded -> detected                    generator.perception.detect_scene (actors.detect)       actor pool for mmdet3d
+    perceive    loaded, detected -> perceived         generator.perception.perceive_scene: tracking,          actor pool for sam2
+                                                      segmentation (actors.segment), visibility filter
+    attributes  loaded, perceived -> described        generator.attributes.compute_attributes / compute_labels task
+    qa          loaded, perceived, described          generator.qa.generate_qa with the templates loaded       task
+                -> questions                          once per process
+    write       (all)                                 per-scene files into a staging folder, committed by     task
+                                                      generator.runfolder.commit_scene
 
 ``cfg.ray.model_stages`` ('auto' | 'actors' | 'tasks') decides where detect/perceive run. The scene object
 (calibration, poses, file paths; no sensor data) travels between stages inside ``SceneWork``; LiDAR and
-images are read by the stage that needs them, on the node that runs it.
+images are read by the stage that needs them, on the node that runs it. After ``perceive`` the frames each
+stage skipped are counted: past ``failures.max_failed_frame_share`` of the scene's frames the scene fails.
 """
 from __future__ import annotations
 
@@ -22,13 +25,19 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from generator.pipeline.core import SceneWork, Stage, StageEnv
-from generator.pipeline.store import RunStore
-from generator.runfolder import RunFolder, atomic_write_table
+from generator.pipeline.core import Described, Loaded, Questions, SceneWork, Stage, StageEnv
+from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.errors import DrivegenError
+from schemas.tables import ISSUES, write_parquet
 
 log = logging.getLogger("drivegen.pipeline")
+
+
+class PartialSceneError(DrivegenError):
+    """Too many of a scene's frames could not be read or run by one stage."""
 
 
 # ------------------------------------------------------------------------------------------ load
@@ -43,8 +52,7 @@ def load(work: SceneWork, env: StageEnv) -> None:
     from generator.sources import frames_table
 
     scene = _source(json.dumps(work.source, sort_keys=True)).load_scene(work.scene_id)
-    work.data["scene"] = scene
-    work.data["frames"] = frames_table(scene)
+    work.loaded = Loaded(scene, frames_table(scene))
     work.counts["frames"] = len(scene.frames)
     work.counts["anchors"] = len(scene.anchor_indices)
 
@@ -57,22 +65,10 @@ def build_detector(cfg: PipelineConfig):
 
 
 def detect(work: SceneWork, env: StageEnv) -> None:
-    from generator.perception import detect_frames
+    from generator.perception import detect_scene
 
-    issues: list[dict] = []
-    work.data["detections"] = detect_frames(work.data["scene"], env.model, issues)
-    work.data["issues"] = issues
-    work.counts["detections"] = sum(len(b) for b in work.data["detections"])
-
-
-class _Precomputed:
-    """A detector that answers with the detect stage's boxes (so perceive_scene does not detect again)."""
-
-    def __init__(self, frames, boxes):
-        self._by_token = {f.token: b for f, b in zip(frames, boxes)}
-
-    def __call__(self, frames):
-        return [self._by_token[f.token] for f in frames]
+    work.detected = detect_scene(work.loaded.scene, env.model)
+    work.counts["detections"] = sum(len(b) for b in work.detected.boxes)
 
 
 # ------------------------------------------------------------------------------------------ perceive
@@ -85,28 +81,48 @@ def build_segmenter(cfg: PipelineConfig):
 def perceive(work: SceneWork, env: StageEnv) -> None:
     from generator.perception import perceive_scene
 
-    scene = work.data["scene"]
-    dets = work.data.pop("detections")
-    res = perceive_scene(scene, env.cfg, detector=_Precomputed(scene.frames, dets), segmenter=env.model)
-    work.data["objects"] = res.objects
-    work.data["projections"] = res.projections
-    issues = work.data.get("issues", []) + list(res.issues)
+    res = perceive_scene(work.loaded.scene, work.detected, env.cfg, segmenter=env.model)
+    work.detected = None  # tracked boxes are in res.objects; no need to carry the raw detections further
+    work.perceived = res
     work.counts["objects"] = res.objects.num_rows
     work.counts["tracks"] = len(set(res.objects.column("track_id").to_pylist()) - {-1})
     work.counts["projections"] = res.projections.num_rows
     work.counts["dropped_by_reason"] = dict(res.drop_counts)
-    if issues:
-        work.counts["issues_by_reason"] = dict(Counter(i["reason"] for i in issues))
-        work.data["issues"] = issues
+    if res.issues:
+        work.counts["issues_by_reason"] = dict(Counter(i.reason for i in res.issues))
+    check_failed_frames(work, env.cfg)
+
+
+def check_failed_frames(work: SceneWork, cfg: PipelineConfig) -> None:
+    """Count, per stage, the frames it skipped; fail the scene when a stage skipped more than
+    ``failures.max_failed_frame_share`` of them (no silent partial scenes)."""
+    n = max(1, len(work.loaded.scene.frames))
+    by_stage: dict[str, set[int]] = {}
+    first: dict[str, object] = {}
+    for issue in work.perceived.issues:
+        by_stage.setdefault(issue.stage, set()).add(issue.frame_index)
+        first.setdefault(issue.stage, issue)
+    if not by_stage:
+        return
+    work.counts["failed_frames"] = {st: len(f) for st, f in sorted(by_stage.items())}
+    limit = cfg.failures.max_failed_frame_share
+    for st, frames in sorted(by_stage.items()):
+        if len(frames) / n > limit:
+            i = first[st]
+            raise PartialSceneError(
+                f"stage '{st}' could not read or run {len(frames)} of {n} frames ({len(frames) / n:.0%}, more than "
+                f"failures.max_failed_frame_share={limit:g}); first: frame {i.frame_index}"
+                f"{' camera ' + i.camera if i.camera else ''}: {i.message}",
+                scene=work.scene_id, file=i.file, stage=st)
 
 
 # ------------------------------------------------------------------------------------------ attributes, QA
 def attributes(work: SceneWork, env: StageEnv) -> None:
     from generator.attributes import compute_attributes, compute_labels
 
-    attrs = compute_attributes(work.data["objects"], work.data["frames"])
-    work.data["attributes"] = attrs
-    work.data["labels"] = compute_labels(work.data["objects"], work.data["frames"], attrs)
+    objects, frames = work.perceived.objects, work.loaded.frames
+    attrs = compute_attributes(objects, frames)
+    work.described = Described(attrs, compute_labels(objects, frames, attrs, env.cfg.labels))
 
 
 def build_templates(cfg: PipelineConfig):
@@ -116,43 +132,52 @@ def build_templates(cfg: PipelineConfig):
 
 
 def qa(work: SceneWork, env: StageEnv) -> None:
-    import pyarrow.compute as pc
-
     from generator.qa import generate_qa
 
-    table = generate_qa(work.data["frames"], work.data["attributes"], work.data["projections"], env.cfg, env.model)
-    work.data["qa"] = table
-    fam = table.column("family").value_counts().to_pylist() if table.num_rows else []
-    work.counts["qa_by_family"] = {d["values"]: int(d["counts"]) for d in fam}
-    work.counts["qa"] = table.num_rows
+    table = generate_qa(work.loaded.frames, work.described.attributes, work.perceived.projections, env.cfg, env.model,
+                        labels=work.described.labels)
+    work.questions = Questions(table)
+    work.counts.update(qa_counts(table))
+
+
+def qa_counts(table: pa.Table) -> dict:
+    """QA figures of a scene for its manifest: total, per family and per kind."""
+    out: dict = {"qa": table.num_rows, "qa_by_family": {}}
     if table.num_rows:
-        work.counts["qa_by_kind"] = {d["values"]: int(d["counts"])
-                                     for d in pc.value_counts(table.column("kind")).to_pylist()}
+        out["qa_by_family"] = {d["values"]: int(d["counts"]) for d in pc.value_counts(table.column("family")).to_pylist()}
+        out["qa_by_kind"] = {d["values"]: int(d["counts"]) for d in pc.value_counts(table.column("kind")).to_pylist()}
+    return out
 
 
 # ------------------------------------------------------------------------------------------ write
-def _write_parquet(path: Path, table: pa.Table, compression: str) -> None:
-    atomic_write_table(path, table, compression=compression)  # storage types: schemas.tables.write_parquet
+def issues_table(scene_id: str, issues) -> pa.Table:
+    rows = [{"scene_id": scene_id, "frame_index": i.frame_index, "stage": i.stage, "reason": i.reason,
+             "camera": i.camera, "file": i.file, "message": i.message} for i in issues]
+    return pa.Table.from_pylist(rows, schema=ISSUES)
 
 
 def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
-    """Every per-scene file of the run-folder layout (``generator.runfolder``), built under ``staging``."""
+    """Every per-scene file of the run-folder layout (``schemas.layout``), built under ``staging``."""
     from generator.writers.parquet import write_qa_shards
 
-    cfg, sid, rf = env.cfg, work.scene_id, RunFolder(staging)
+    cfg, sid = env.cfg, work.scene_id
     comp = cfg.writers.cache_compression
-    _write_parquet(rf.perception("frames", sid), work.data["frames"], comp)
-    _write_parquet(rf.perception("objects", sid), work.data["objects"], comp)
-    _write_parquet(rf.perception("projections", sid), work.data["projections"], comp)
-    _write_parquet(rf.attributes(sid), work.data["attributes"], comp)
-    _write_parquet(rf.labels(sid), work.data["labels"], comp)
-    write_qa_shards(work.data["qa"], staging, sid, cfg.writers)
-    if cfg.writers.webdataset and work.data["qa"].num_rows:
+    loaded, perceived = work.need("loaded", "write"), work.need("perceived", "write")
+    described, questions = work.need("described", "write"), work.need("questions", "write")
+    tables = {"frames": loaded.frames, "objects": perceived.objects, "projections": perceived.projections,
+              "attributes": described.attributes, "labels": described.labels, **described.family_tables}
+    if perceived.issues:
+        tables["issues"] = issues_table(sid, perceived.issues)
+        work.counts["issues"] = len(perceived.issues)
+    for name, table in tables.items():
+        path = staging / layout.scene_file(name, sid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_parquet(path, table, compression=comp)
+    write_qa_shards(questions.qa, staging, sid, cfg.writers, fsync=False)  # fsynced as they are committed
+    if cfg.writers.webdataset and questions.qa.num_rows:
         from generator.writers.wds import write_wds_shards
 
-        write_wds_shards(work.data["qa"], staging, sid, cfg.writers)
-    if work.data.get("issues"):
-        work.counts["issues"] = len(work.data["issues"])
+        write_wds_shards(questions.qa, staging, sid, cfg.writers)
 
 
 # ------------------------------------------------------------------------------------------ assembly
@@ -165,59 +190,11 @@ def default_stages(cfg: PipelineConfig) -> list[Stage]:
     det_model = cfg.detection.backend == "mmdet3d"
     seg_model = cfg.segmentation.backend == "sam2"
     return [
-        Stage("load", load),
-        Stage("detect", detect, build=build_detector, actor=_as_actor(det_model, cfg), gpu=det_model),
-        Stage("perceive", perceive, build=build_segmenter, actor=_as_actor(seg_model, cfg), gpu=seg_model),
-        Stage("attributes", attributes),
-        Stage("qa", qa, build=build_templates),
+        Stage("load", load, makes="loaded"),
+        Stage("detect", detect, needs=("loaded",), makes="detected", build=build_detector,
+              actor=_as_actor(det_model, cfg), gpu=det_model),
+        Stage("perceive", perceive, needs=("loaded", "detected"), makes="perceived", build=build_segmenter,
+              actor=_as_actor(seg_model, cfg), gpu=seg_model),
+        Stage("attributes", attributes, needs=("loaded", "perceived"), makes="described"),
+        Stage("qa", qa, needs=("loaded", "perceived", "described"), makes="questions", build=build_templates),
     ]
-
-
-def finalize_run(store: RunStore, summary: dict) -> None:
-    """Dataset card over the committed QA shards (``card/``) and the STRIDE-QA-Bench export (``bench/``)."""
-    import tempfile
-
-    cfg_text = store.read_bytes("config.yaml")
-    import yaml
-
-    from schemas.config import parse_config
-
-    cfg = parse_config(yaml.safe_load(cfg_text))
-    if not cfg.writers.card:
-        return
-    try:
-        from generator.writers.card import write_card
-    except ImportError:
-        log.info("no dataset card writer installed; skipping the card")
-        return
-    import pyarrow.dataset as pads
-
-    from generator.pipeline.read import manifests
-
-    files = sorted(f["path"] for m in manifests(store) for f in m["files"]
-                   if f["path"].startswith("qa/") and f["path"].endswith(".parquet"))
-    if not files:
-        return
-    dataset = pads.dataset([store.full(p) for p in files], format="parquet", filesystem=store.fs)
-    errors = Counter(e["stage"] for e in summary["errors"])
-    extra = {"visibility_drops": summary["objects_dropped"], "errors": dict(errors),
-             "scenes": summary["scenes"], "frames": summary["frames"], "objects": summary["objects"]}
-    with tempfile.TemporaryDirectory(prefix="drivegen-card-") as tmp:
-        write_card(dataset, tmp, extra=extra)
-        for p in sorted(Path(tmp).rglob("*")):
-            if p.is_file():
-                store.commit_file(p, p.relative_to(tmp).as_posix())
-    if cfg.writers.bench_export:
-        _export_bench(store, cfg, summary)
-
-
-def _export_bench(store: RunStore, cfg: PipelineConfig, summary: dict) -> None:
-    """STRIDE-QA-Bench files (``bench/``) from the committed scenes; the exporter reads a local folder."""
-    root = store.local_root
-    if root is None:
-        log.info("run folder is not local: export the bench later with `drivegen export_bench` on a local copy")
-        return
-    from generator.writers.bench_export import export_bench
-
-    result = export_bench(root, cfg=cfg)
-    summary["bench_export"] = {k: result[k] for k in ("groups", "questions") if k in result}

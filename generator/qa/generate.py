@@ -1,34 +1,31 @@
-"""Template QA over attribute tables (STRIDE-QA §3, §4.2 "Question Generator"), fully columnar.
+"""The columnar plan behind every QA family (STRIDE-QA §3, §4.2 "Question Generator").
 
-``generate_qa(frames, attributes, projections, cfg, templates)`` takes any number of scenes at once and
-returns QA rows (schemas.tables.QA) in a canonical order: scene, keyframe, family, question type, regions,
-horizon. What it does, in order:
+``make_plan(frames, attributes, projections, cfg, tables)`` does what all families share, for any number
+of scenes at once; ``generate(plan, families, templates)`` lets each registered family
+(``generator.qa.families``) build its question batches and lays every row out in a canonical order: scene,
+keyframe, family (registration order), question type, regions, horizon. In order:
 
-1. Anchors are the frames with ``is_anchor``. At an anchor, the candidates are the tracked objects with an
-   attributes row that passed the visibility filter (``visible``) in at least one camera. They are numbered
-   ``Region [0]``, ``Region [1]``, ... by distance from the ego (then track id) — set-of-mark style, one
-   numbering per keyframe shared by all families — and only the nearest ``cfg.qa.max_objects_per_keyframe``
-   are kept.
-2. ego_spatial: one question per candidate and question type. object_spatial: unordered candidate pairs
-   of a keyframe, at most ``cfg.qa.max_pairs_per_keyframe`` of them chosen by a seeded hash; the order
-   (A, B) inside a pair is also drawn from the hash so yes/no answers are balanced. Qualitative relations
-   whose margin is within ``RELATION_MARGINS`` (e.g. two objects 0.2 m apart laterally for left/right) are
-   not asked: their answer would be a coin flip of detection noise.
-3. ego_spatiotemporal: candidates also visible in the front camera at the keyframe (``cfg.qa.front_camera``;
-   for a log without a camera of that name, a known front camera (AV2 ring_front_center) or the camera
-   looking most forward). Context frames
-   at -1.5, -1.0, -0.5 s and the keyframe (four frames at 2 Hz), and targets at each ``cfg.qa.horizons_s``
-   after it: the frame nearest each wanted time within ``cfg.keyframes.match_tolerance_s``. At a horizon
-   the target's distance, bearing and speed are read from its attributes row in that frame (in that frame's
-   ego frame) and the ego speed from the poses; ``out_of_view`` = no visible front-camera projection of the
-   target in that frame. A horizon without a frame, or without the target's row, gets no question.
-4. Every row has grounding: for spatial families the object's box and mask at the keyframe in the visible
-   camera where its box is largest; for spatiotemporal the front-camera box and mask in each context,
-   current and future frame where the target is visible. Entries carry camera, image path, frame, track and
-   region id. Grounding lists are built with Arrow list arrays from offsets (no per-row Python).
-5. Template choice: ``hash(cfg.qa.seed, qa_id fields) mod (number of templates of the type)``; rendering is
-   columnar (``generator.qa.render``). ``qa_id`` = ``scene:keyframe_index:family:type:track[-track][:+Hs]``;
-   ``split`` = 'val' when a hash of the scene id falls below ``cfg.qa.val_fraction``, else 'train'.
+1. Keyframes are the frames with ``is_anchor``, one group each. At a keyframe the candidates are the
+   tracked objects with an attributes row that passed the visibility filter (``visible``) in at least one
+   camera. They are numbered ``Region [0]``, ``Region [1]``, ... by distance from the ego (then track id)
+   — set-of-mark style, one numbering per keyframe shared by all families — and only the nearest
+   ``cfg.qa.max_objects_per_keyframe`` are kept.
+2. Families turn candidates (or keyframes, for questions about the ego) into ``Batch`` es: one question
+   type each, rows in canonical order, a value per row, text fields as lazy vocabulary lookups, quantities
+   as arrays, and segments of the grounding pool. A family may read any run table it declares
+   (``Plan.tables``: the behaviour labels, ...), through lookups built here (``Plan.attr_index``,
+   ``front_index``, ``ego``, ``keyframe_pool``, ``context_pool``). A question about the ego is asked once
+   per keyframe (and horizon), never once per candidate.
+3. Every row has grounding: pool entries (camera, image path, frame, track, region, 2D box, COCO RLE mask)
+   that rows point into; part 1 is each candidate at its keyframe in the visible camera where its box is
+   largest, families add their own (context and future frames, keyframe and context images without an
+   object). Grounding lists are built with Arrow list arrays from offsets (no per-row Python). Beside its
+   targets' track ids a row carries their ``instance_tokens``: the source's identity of each target at the
+   keyframe (ATTRIBUTES ``instance_token``; '' where there is none).
+4. Template choice: ``hash(cfg.qa.seed, qa_id fields) mod (number of templates of the type)``; rendering is
+   columnar (``generator.qa.render``). ``qa_id`` = ``scene:keyframe_index:family:type:track[-track][:+Hs]``
+   (``ego`` in place of the track for questions about the ego); ``split`` = 'val' when a hash of the scene
+   id falls below ``cfg.qa.val_fraction``, else 'train'.
 """
 from __future__ import annotations
 
@@ -41,17 +38,15 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import (KeyIndex, codes, column, dense_pair_codes, fixed_list_to_numpy,
                                          rank_in_group, ranges_to_indices, to_numpy, unique_strings)
-from generator.attributes.compute import clock_from_bearing, pair_relations
 from generator.attributes.ego import ego_states
-from generator.qa.fields import FAMILIES, QUESTION_TYPES, UNIT_TEXT, QuestionType
+from generator.qa.fields import UNIT_TEXT, QuestionType
 from generator.qa.render import FieldColumns, render
 from generator.qa.templates import TemplateSet
+from generator.sources.keyframes import nearest_frame_rows
+from generator.types import front_camera
 from schemas.tables import QA, QA_GROUNDING
+from schemas.vocab import GROUNDING_ROLES
 
-FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
-CONTEXT_OFFSETS_S = (-1.5, -1.0, -0.5)  # plus the keyframe itself: four context frames at 2 Hz
-RELATION_MARGINS = {"lateral_m": 0.5, "longitudinal_m": 0.5, "volume_ratio": 1.1, "height_m": 0.1,
-                    "width_m": 0.1, "ego_lateral_m": 0.5, "ego_longitudinal_m": 0.5}
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -112,10 +107,14 @@ class Batch:
 
 
 @dataclass
-class Context:
-    """Everything shared by the question builders of one call."""
+class Plan:
+    """Everything the question families of one call share: the config, the keyframes (one group per anchor
+    frame, in (scene, frame) order), the candidate objects at the keyframes (numbered ``Region [X]``),
+    lookups from (frame, track) to attribute and projection rows, the run tables families read, and the
+    grounding pool (entries that rows point into)."""
 
     cfg: object
+    frames: pa.Table
     scenes: pa.Array
     scene_hash: np.ndarray
     frames_fi: np.ndarray
@@ -124,44 +123,85 @@ class Context:
     attrs: pa.Table
     cand: dict  # candidate objects at the anchors, in (scene, keyframe, region) order
     horizons: np.ndarray
+    anchors: np.ndarray  # FRAMES row of each keyframe group
+    attr_index: KeyIndex  # (frame row * n_tr + track code) -> attribute row
+    n_tr: int
+    a_tc: np.ndarray  # dense (scene, track) code of each attribute row
+    front_index: KeyIndex  # (frame row * n_tr + track code) -> visible front-camera projection row
+    p_cam: np.ndarray  # camera code of each projection row
+    img_index: KeyIndex  # (frame row * n_cam + camera code) -> flattened cameras entry
+    n_cam: int
+    front_of_scene: np.ndarray  # camera code of each scene's front camera (-1: none)
+    tables: dict  # other run tables families read, by layout name ('labels'), or absent
+    pool_parts: list = field(default_factory=list)
+    pool_size: int = 0
+    grounding_source: object = None
+    _ego: object = None
+    _image_pools: dict = field(default_factory=dict)  # front_image_pool's segments, by offsets
 
+    def add_pool(self, part: dict) -> int:
+        """Append grounding entries (``pool_entries``); returns the pool index of the first."""
+        start = self.pool_size
+        self.pool_parts.append(part)
+        self.pool_size += len(part["proj"])
+        return start
 
-# --------------------------------------------------------------------------------------- frame search
-def nearest_frame_rows(frames_sc, frames_ts_us, q_scene, q_t_us, tol_s) -> np.ndarray:
-    """FRAMES row nearest each wanted time (same scene) when within ``tol_s``, else -1. Vectorised over
-    queries and scenes (the per-clip ``generator.sources.keyframes.context_indices`` rule: nearest frame,
-    kept when |t - wanted| <= tol)."""
-    order = np.lexsort((frames_ts_us, frames_sc))
-    s_sorted = frames_sc[order].astype(np.int64)
-    t_sorted = frames_ts_us[order].astype(np.int64)
-    q_scene = np.asarray(q_scene, np.int64)
-    q_t = np.asarray(q_t_us, np.int64)
-    # lexicographic search on (scene, time) via a structured view
-    key_sorted = np.rec.fromarrays([s_sorted, t_sorted], names="s,t")
-    key_q = np.rec.fromarrays([q_scene, q_t], names="s,t")
-    pos = np.searchsorted(key_sorted, key_q)
-    n = len(order)
-    best = np.full(len(q_t), -1, dtype=np.int64)
-    best_dt = np.full(len(q_t), np.inf)
-    for cand in (pos - 1, pos):
-        ok = (cand >= 0) & (cand < n)
-        c = np.clip(cand, 0, max(n - 1, 0))
-        same = ok & (s_sorted[c] == q_scene) if n else np.zeros(len(q_t), bool)
-        dt = np.where(same, np.abs(t_sorted[c] - q_t) / 1e6, np.inf) if n else best_dt
-        better = dt < best_dt
-        best = np.where(better, order[c] if n else -1, best)
-        best_dt = np.where(better, dt, best_dt)
-    return np.where(best_dt <= tol_s + 1e-9, best, -1)
+    @property
+    def ego(self):
+        """Ego states of every frame (``generator.attributes.ego.ego_states``), computed once."""
+        if self._ego is None:
+            self._ego = ego_states(self.frames, self.scenes)
+        return self._ego
+
+    def keyframe_pool(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per keyframe group, the pool segment of its front-camera image without a box (start, length;
+        length 0 for a keyframe without a front camera). Built once."""
+        return self.front_image_pool((0.0,))
+
+    def context_pool(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per keyframe group, the pool segment of the front-camera images of its context frames
+        (``cfg.keyframes.context_offsets_s()``: oldest first, the keyframe last), without a box: what a
+        question about the ego over the keyframe's context is grounded in. Built once."""
+        return self.front_image_pool(tuple(self.cfg.keyframes.context_offsets_s()))
+
+    def front_image_pool(self, offsets_s: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Per keyframe group, the pool segment (start, length) of the front-camera images of the frames
+        nearest ``keyframe time + offset`` for each offset (within ``cfg.keyframes.match_tolerance_s``;
+        ``nearest_frame_rows``), in offset order, without a box or mask: role 'current' at offset 0,
+        'context' before it, 'future' after it. A frame without such an image is left out (length 0 for
+        a keyframe without a front camera). Built once per ``offsets_s``."""
+        if offsets_s not in self._image_pools:
+            offs = np.asarray(offsets_s, np.float64)
+            rows = self.anchors
+            n, k = len(rows), len(offs)
+            sc = self.frames_sc[rows]
+            want = np.repeat(self.frames_ts[rows], k) + np.round(np.tile(offs, n) * 1e6).astype(np.int64)
+            win = nearest_frame_rows(self.frames_sc, self.frames_ts, np.repeat(sc, k), want,
+                                     self.cfg.keyframes.match_tolerance_s).reshape(n, k)
+            win[:, np.abs(offs) < 1e-9] = rows[:, None]  # the keyframe itself
+            cam = np.broadcast_to(self.front_of_scene[sc][:, None], (n, k))
+            img = self.img_index.find(np.where((win >= 0) & (cam >= 0), win * self.n_cam + cam, -1).reshape(-1))
+            has = (img >= 0).reshape(n, k)
+            role = np.select([offs < -1e-9, offs > 1e-9], [ROLES.index("context"), ROLES.index("future")],
+                             ROLES.index("current"))
+            none = np.full(int(has.sum()), -1)
+            part = pool_entries(np.broadcast_to(role, (n, k))[has], win[has], none, img[has.reshape(-1)], none, none,
+                                self.frames_fi, self.frames_ts, camera=cam[has])
+            first = self.add_pool(part)
+            length = has.sum(axis=1).astype(np.int64)
+            self._image_pools[offsets_s] = (first + np.cumsum(length) - length, length)
+        return self._image_pools[offsets_s]
 
 
 # ------------------------------------------------------------------------------------------------ main
-def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, cfg,
-                templates: TemplateSet) -> pa.Table:
-    """QA rows (schemas.tables.QA) for every anchor frame in ``frames``. See the module docstring."""
+def make_plan(frames: pa.Table, attributes: pa.Table, projections: pa.Table, cfg,
+              tables: dict | None = None) -> Plan | None:
+    """The shared part of QA generation for every anchor frame in ``frames`` (see the module docstring,
+    steps 1 and 4); None when there is nothing to ask about."""
     qa_cfg = cfg.qa
     scenes = unique_strings(frames.column("scene_id"))
     if frames.num_rows == 0 or attributes.num_rows == 0:
-        return QA.empty_table()
+        return None
     f_sc = codes(column(frames, "scene_id"), scenes)
     f_fi = to_numpy(column(frames, "frame_index"), np.int64)
     f_ts = to_numpy(column(frames, "timestamp_us"), np.int64)
@@ -220,6 +260,12 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     front_rows = front_rows[_first_unique_rows(p_key[front_rows])]
     front_index = KeyIndex(p_key[front_rows], front_rows)
 
+    # keyframe groups: every anchor frame, in (scene, frame index) order
+    anchor_rows = np.flatnonzero(f_anchor)
+    anchors = anchor_rows[np.lexsort((f_fi[anchor_rows], f_sc[anchor_rows]))]
+    group_of_row = np.full(frames.num_rows, -1, np.int64)
+    group_of_row[anchors] = np.arange(len(anchors))
+
     # candidates at anchors
     is_first = np.zeros(len(a_key), bool)
     is_first[a_unique] = True
@@ -231,64 +277,74 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     region = rank_in_group(a_fr[c_attr])
     ok = region < qa_cfg.max_objects_per_keyframe
     c_attr, region = c_attr[ok], region[ok]
-    kf_first = np.ones(len(c_attr), bool)
-    kf_first[1:] = a_fr[c_attr][1:] != a_fr[c_attr][:-1]
     cand = {"attr": c_attr, "frame_row": a_fr[c_attr], "scene": a_sc[c_attr], "track": a_tr[c_attr],
             "region": region.astype(np.int64), "proj": best_index.find(a_key[c_attr]),
-            "front_proj": front_index.find(a_key[c_attr]), "group": np.cumsum(kf_first) - 1}
+            "front_proj": front_index.find(a_key[c_attr]), "group": group_of_row[a_fr[c_attr]]}
 
+    cand["token"] = _instance_tokens(attributes, c_attr)
     classes = column(attributes, "class_name")
     cls_c = pc.take(classes, pa.array(c_attr))
     cand["class_text"] = pc.replace_substring(pc.fill_null(cls_c, "object"), "_", " ")
     cand["region_text"] = pc.binary_join_element_wise("Region [", pc.cast(pa.array(cand["region"]), pa.string()),
                                                       "]", "")
-
-    # grounding pool 1: each candidate at its keyframe in its best camera (pool index = candidate index)
+    plan = Plan(cfg=cfg, frames=frames, scenes=scenes,
+                scene_hash=np.array([stable_hash(x) for x in scenes.to_pylist()], dtype=np.uint64),
+                frames_fi=f_fi, frames_ts=f_ts, frames_sc=f_sc, attrs=attributes, cand=cand,
+                horizons=np.asarray(qa_cfg.horizons_s, dtype=np.float64), anchors=anchors, attr_index=attr_index,
+                n_tr=n_tr, a_tc=a_tc, front_index=front_index, p_cam=p_cam, img_index=img_index, n_cam=n_cam,
+                front_of_scene=front_of_scene, tables=dict(tables or {}))
+    plan.grounding_source = GroundingSource.build(projections, cam_paths, cam_universe, p_cam)
+    # grounding pool part 1: each candidate at its keyframe in its best camera (pool index = candidate index)
     proj_img = img_index.find(cand["frame_row"] * n_cam + p_cam[cand["proj"]])
-    gsrc = GroundingSource.build(projections, cam_paths, cam_universe, p_cam)
-    pool_parts = [_pool_entries("current", cand["frame_row"], cand["proj"], proj_img, cand["track"], cand["region"],
-                                f_fi, f_ts)]
-    n_pool1 = len(c_attr)
+    plan.add_pool(pool_entries("current", cand["frame_row"], cand["proj"], proj_img, cand["track"], cand["region"],
+                               f_fi, f_ts, camera=p_cam[cand["proj"]]))
+    return plan
 
-    scene_hash = np.array([stable_hash(s) for s in scenes.to_pylist()], dtype=np.uint64)
-    horizons = np.asarray(qa_cfg.horizons_s, dtype=np.float64)
-    ctx = Context(cfg=cfg, scenes=scenes, scene_hash=scene_hash, frames_fi=f_fi, frames_ts=f_ts, frames_sc=f_sc,
-                  attrs=attributes, cand=cand, horizons=horizons)
 
+def _instance_tokens(attributes: pa.Table, rows: np.ndarray) -> pa.DictionaryArray:
+    """The source's identity (ATTRIBUTES ``instance_token``; '' where it has none, or for attributes
+    without that column) of the given attribute rows, dictionary-encoded."""
+    if "instance_token" not in attributes.column_names:
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(rows), np.int32)), pa.array([""]))
+    tokens = pc.fill_null(pc.take(column(attributes, "instance_token"), pa.array(rows)), "")
+    return pc.dictionary_encode(tokens).cast(pa.dictionary(pa.int32(), pa.string()))
+
+
+def generate(plan: Plan | None, families, templates: TemplateSet) -> pa.Table:
+    """QA rows (schemas.tables.QA) of ``families`` (``generator.qa.families.Family``, in canonical order)
+    over ``plan``: each family builds its batches, then every batch is rendered and laid out."""
+    if plan is None:
+        return QA.empty_table()
     batches: list[Batch] = []
-    if "ego_spatial" in qa_cfg.families:
-        batches += _ego_spatial(ctx)
-    if "object_spatial" in qa_cfg.families:
-        batches += _object_spatial(ctx)
-    if "ego_spatiotemporal" in qa_cfg.families:
-        ego = ego_states(frames, scenes)
-        st_batches, st_pool = _spatiotemporal(ctx, ego, attr_index, n_tr, a_tc, front_index, p_cam, img_index,
-                                              n_cam, n_pool1)
-        batches += st_batches
-        pool_parts.append(st_pool)
-    pool = _concat_pool(pool_parts, gsrc)
+    order = {}
+    for k, fam in enumerate(families):
+        order[fam.name] = k
+        batches += [b for b in fam.build(plan) if b is not None]
+    pool = _concat_pool(plan.pool_parts, plan.grounding_source)
     batches = [b for b in batches if b.n and templates.variants(b.qt.family, b.qt.name)]
     if not batches:
         return QA.empty_table()
-    return _assemble(ctx, batches, pool, templates)
+    return _assemble(plan, batches, pool, templates, order)
 
 
 def _front_cameras(entry_scene, entry_cam, names, flat_cams, preferred: str, n_scenes: int) -> np.ndarray:
-    """Camera code of each scene's front camera: ``preferred`` (cfg.qa.front_camera) where the scene has
-    it, else a known front camera of another log format (``FRONT_CAMERA_NAMES``: AV2 'ring_front_center'),
-    else the camera whose optical axis points most along the ego's +x."""
+    """Camera code of each scene's front camera (``generator.types.front_camera`` over the cameras of the
+    scene's first frame that has any), -1 for a scene without cameras."""
     out = np.full(n_scenes, -1, np.int64)
     if len(entry_cam) == 0:
         return out
     T = fixed_list_to_numpy(pc.struct_field(flat_cams, "ego_SE3_cam"), 16)
-    fwd = np.nan_to_num(T[:, 2], nan=-2.0)  # x component of the optical (z) axis in the ego frame
-    is_pref = to_numpy(pc.equal(names, preferred), bool, fill=False)
-    is_known = to_numpy(pc.is_in(names, value_set=pa.array(FRONT_CAMERA_NAMES)), bool, fill=False)
-    score = np.where(is_pref, 20.0, np.where(is_known, 10.0, fwd))
-    o = np.lexsort((entry_cam, -score, entry_scene))
-    first = np.ones(len(o), bool)
-    first[1:] = entry_scene[o][1:] != entry_scene[o][:-1]
-    out[entry_scene[o][first]] = entry_cam[o][first]
+    name_list = names.to_pylist()
+    first = np.ones(len(entry_scene), bool)
+    first[1:] = entry_scene[1:] != entry_scene[:-1]
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], len(entry_scene))
+    for a, b in zip(starts, ends):  # one scene's first frame: its entries are contiguous (flattened cameras)
+        sc = int(entry_scene[a])
+        if out[sc] >= 0:
+            continue
+        name = front_camera(name_list[a:b], T[a:b], preferred)
+        out[sc] = entry_cam[a + name_list[a:b].index(name)]
     return out
 
 
@@ -309,7 +365,7 @@ def _box_xyxy(projections: pa.Table) -> np.ndarray:
     return mb
 
 
-ROLES = ("context", "current", "future")  # grounding roles, in QA_GROUNDING.role's dictionary order
+ROLES = GROUNDING_ROLES  # in QA_GROUNDING.role's dictionary order
 
 
 @dataclass(frozen=True)
@@ -337,15 +393,17 @@ class GroundingSource:
                    box=pc.coalesce(column(projections, "mask_box_xyxy"), column(projections, "box2d_proj_xyxy")))
 
 
-def _pool_entries(role, frame_rows, proj_rows, img_rows, track, region, f_fi, f_ts) -> dict:
+def pool_entries(role, frame_rows, proj_rows, img_rows, track, region, f_fi, f_ts, camera) -> dict:
     """Grounding entries for parallel arrays of (frame row, projection row): QA_GROUNDING's plain columns
     as arrays; its dictionary columns (and the mask) as int32 index arrays, -1 = null, that
     ``_concat_pool`` turns into dictionary arrays over a ``GroundingSource``. ``role`` is a ROLES name
-    or an array of ROLES codes."""
+    or an array of ROLES codes; ``camera`` the camera code of each entry. A projection row of -1 is an
+    image without an object (no box, no mask; track and region null)."""
     n = len(proj_rows)
     if isinstance(role, str):
         role = np.full(n, ROLES.index(role), np.int32)
     return {
+        "camera": np.asarray(camera, np.int64),
         "role": np.asarray(role, np.int32),
         "frame_index": f_fi[frame_rows].astype(np.int32),
         "timestamp_us": f_ts[frame_rows].astype(np.int64),
@@ -363,12 +421,13 @@ def _dictionary(indices: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
 
 
 def _concat_pool(parts: list[dict], src: GroundingSource) -> pa.StructArray:
-    """One StructArray of QA_GROUNDING from ``_pool_entries`` parts (pool index = position in order)."""
+    """One StructArray of QA_GROUNDING from ``pool_entries`` parts (pool index = position in order)."""
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, np.int64) for k in
-           ("role", "frame_index", "timestamp_us", "image_path", "track_id", "region_id", "proj")}
+           ("role", "frame_index", "timestamp_us", "image_path", "track_id", "region_id", "proj", "camera")}
     proj = cat["proj"]
-    pr = pa.array(proj, pa.int64())
-    no_mask = src.mask_null[proj]
+    no_obj = proj < 0
+    pr = pa.array(np.maximum(proj, 0), pa.int64(), mask=no_obj if no_obj.any() else None)
+    no_mask = no_obj | src.mask_null[np.maximum(proj, 0)]
     mask = pa.StructArray.from_arrays(
         [pc.take(src.mask_size, pr), _dictionary(np.where(no_mask, -1, proj), src.mask_counts)],
         fields=list(QA_GROUNDING.field("mask_rle").type), mask=pa.array(no_mask) if no_mask.any() else None)
@@ -376,26 +435,27 @@ def _concat_pool(parts: list[dict], src: GroundingSource) -> pa.StructArray:
         "role": _dictionary(cat["role"], src.roles),
         "frame_index": pa.array(cat["frame_index"].astype(np.int32)),
         "timestamp_us": pa.array(cat["timestamp_us"].astype(np.int64)),
-        "camera": _dictionary(src.p_cam[proj], src.cameras),
+        "camera": _dictionary(cat["camera"], src.cameras),
         "image_path": _dictionary(cat["image_path"], src.image_paths),
-        "track_id": pa.array(cat["track_id"].astype(np.int64)),
-        "region_id": pa.array(cat["region_id"].astype(np.int32)),
+        "track_id": pa.array(cat["track_id"].astype(np.int64), mask=no_obj if no_obj.any() else None),
+        "region_id": pa.array(cat["region_id"].astype(np.int32), mask=no_obj if no_obj.any() else None),
         "box_xyxy": pc.take(src.box, pr),
         "mask_rle": mask,
     }
     return pa.StructArray.from_arrays([arrays[f.name].cast(f.type) for f in QA_GROUNDING], fields=list(QA_GROUNDING))
 
 
-# -------------------------------------------------------------------------------------------- families
-def _attr(ctx: Context, name: str, rows: np.ndarray) -> np.ndarray:
-    return to_numpy(column(ctx.attrs, name), np.float64, fill=np.nan)[rows]
+# -------------------------------------------------------------------------------------------- family helpers
+def attr(plan: "Plan", name: str, rows: np.ndarray) -> np.ndarray:
+    """An ATTRIBUTES column as float64 at the given attribute rows (NaN for nulls)."""
+    return to_numpy(column(plan.attrs, name), np.float64, fill=np.nan)[rows]
 
 
-def _single(ctx: Context, qt_name: str, family: str, sel: np.ndarray, value: np.ndarray, text=None,
-            quantities=None, pool_start=None, pool_len=None, horizon_idx=None, out_of_view=None) -> Batch:
-    """A batch about one candidate per row (``sel`` = candidate indices, in canonical order)."""
-    c = ctx.cand
-    qt = QUESTION_TYPES[(family, qt_name)]
+def single(plan: "Plan", qt: QuestionType, sel: np.ndarray, value: np.ndarray, text=None, quantities=None,
+           pool_start=None, pool_len=None, horizon_idx=None, out_of_view=None) -> Batch:
+    """A batch about one candidate per row (``sel`` = candidate indices, in canonical order); grounded by
+    default in the candidate's keyframe entry (pool index = candidate index)."""
+    c = plan.cand
     t = {"region": (c["region_text"], sel), "class_name": (c["class_text"], sel)}
     t.update(text or {})
     return Batch(qt=qt, group=c["group"][sel], a=sel, b=None, horizon_idx=horizon_idx,
@@ -405,10 +465,24 @@ def _single(ctx: Context, qt_name: str, family: str, sel: np.ndarray, value: np.
                  text=t, quantities=quantities or {})
 
 
+def keyframe_batch(plan: "Plan", qt: QuestionType, groups: np.ndarray, value: np.ndarray, text=None,
+                   quantities=None, horizon_idx=None, pool=None) -> Batch:
+    """A batch of questions about the ego at keyframes (no target object, no region): one row per entry of
+    ``groups`` (keyframe groups, ascending; with ``horizon_idx``, ascending horizons within a group),
+    grounded in the keyframe's front-camera image (no box, no mask), or in ``pool``: per keyframe group a
+    (start, length) pool segment, e.g. ``plan.context_pool()``."""
+    groups = np.asarray(groups, np.int64)
+    start, length = plan.keyframe_pool() if pool is None else pool
+    return Batch(qt=qt, group=groups, a=np.full(len(groups), -1, np.int64), b=None, horizon_idx=horizon_idx,
+                 value=np.asarray(value, np.float64), out_of_view=None,
+                 g_start=start[groups][:, None], g_len=length[groups][:, None], text=text or {},
+                 quantities=quantities or {})
+
+
 _VOCAB: dict[tuple, pa.Array] = {}
 
 
-def _words(mask: np.ndarray, yes: str, no: str) -> tuple[pa.Array, np.ndarray]:
+def words(mask: np.ndarray, yes: str, no: str) -> tuple[pa.Array, np.ndarray]:
     """Lazy text field: ``yes`` where mask else ``no``."""
     key = (yes, no)
     if key not in _VOCAB:
@@ -416,215 +490,24 @@ def _words(mask: np.ndarray, yes: str, no: str) -> tuple[pa.Array, np.ndarray]:
     return _VOCAB[key], np.where(mask, 0, 1)
 
 
+def vocabulary(names, codes_: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    """Lazy text field over a fixed vocabulary: ``names[codes]``."""
+    key = tuple(names)
+    if key not in _VOCAB:
+        _VOCAB[key] = pa.array(list(names), pa.string())
+    return _VOCAB[key], np.asarray(codes_, np.int64)
+
+
 _CLOCKS = pa.array([f"{h} o'clock" for h in range(13)], pa.string())
 
 
-def _clock_text(clock: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+def clock_text(clock: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     return _CLOCKS, np.asarray(clock, np.int64)
 
 
-def _ego_spatial(ctx: Context) -> list[Batch]:
-    c = ctx.cand
-    rows = c["attr"]
-    n = len(rows)
-    allc = np.arange(n)
-    x, y = _attr(ctx, "x_ego_m", rows), _attr(ctx, "y_ego_m", rows)
-    bearing = _attr(ctx, "bearing_deg", rows)
-    clock = clock_from_bearing(bearing)
-    out = []
-    m = RELATION_MARGINS
-    sel = allc[np.abs(y) >= m["ego_lateral_m"]]
-    out.append(_single(ctx, "left_right", "ego_spatial", sel, (y[sel] >= 0).astype(float),
-                       text={"side": _words(y[sel] >= 0, "left", "right")}))
-    sel = allc[np.abs(x) >= m["ego_longitudinal_m"]]
-    out.append(_single(ctx, "front_behind", "ego_spatial", sel, (x[sel] >= 0).astype(float),
-                       text={"front_back": _words(x[sel] >= 0, "in front of", "behind")}))
-    sel = allc[np.isfinite(bearing)]
-    out.append(_single(ctx, "clock", "ego_spatial", sel, clock[sel].astype(float),
-                       text={"clock": _clock_text(clock[sel])}))
-    for qt_name, col, fname in (("distance", "distance_m", "distance_m"), ("width", "width_m", "width_m"),
-                                ("height", "height_m", "height_m"), ("length", "length_m", "length_m")):
-        v = _attr(ctx, col, rows)
-        sel = allc[np.isfinite(v)]
-        out.append(_single(ctx, qt_name, "ego_spatial", sel, v[sel], quantities={fname: v[sel]}))
-    sel = allc[np.isfinite(bearing)]
-    out.append(_single(ctx, "bearing", "ego_spatial", sel, bearing[sel], quantities={"bearing_deg": bearing[sel]},
-                       text={"clock": _clock_text(clock[sel])}))
-    return out
-
-
-def _pairs_within_groups(group_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All (i, j), i < j, of rows sharing a group value (rows sorted by group). Loops over distinct group
-    sizes only (at most max_objects_per_keyframe of them)."""
-    n = len(group_sorted)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    first = np.ones(n, bool)
-    first[1:] = group_sorted[1:] != group_sorted[:-1]
-    starts = np.nonzero(first)[0]
-    sizes = np.diff(np.append(starts, n))
-    ii, jj = [], []
-    for size in np.unique(sizes):
-        if size < 2:
-            continue
-        ti, tj = np.triu_indices(size, k=1)
-        s = starts[sizes == size]
-        ii.append((s[:, None] + ti[None, :]).reshape(-1))
-        jj.append((s[:, None] + tj[None, :]).reshape(-1))
-    if not ii:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    i, j = np.concatenate(ii), np.concatenate(jj)
-    o = np.lexsort((j, i))
-    return i[o], j[o]
-
-
-def _object_spatial(ctx: Context) -> list[Batch]:
-    c = ctx.cand
-    seed = ctx.cfg.qa.seed
-    i, j = _pairs_within_groups(c["group"])  # candidates are sorted by keyframe group
-    if len(i) == 0:
-        return []
-    fi = ctx.frames_fi[c["frame_row"][i]]
-    h = hash_fields(seed, ctx.scene_hash[c["scene"][i]].view(np.int64), fi, c["track"][i], c["track"][j],
-                    np.full(len(i), 0x9A1))
-    # cap pairs per keyframe: the lowest hashes win
-    o = np.lexsort((h, c["group"][i]))
-    i, j, h = i[o], j[o], h[o]
-    keep = rank_in_group(c["group"][i]) < ctx.cfg.qa.max_pairs_per_keyframe
-    i, j, h = i[keep], j[keep], h[keep]
-    swap = (h >> np.uint64(17)) & np.uint64(1)
-    a = np.where(swap == 1, j, i)
-    b = np.where(swap == 1, i, j)
-    o = np.lexsort((c["region"][b], c["region"][a], c["group"][a]))
-    a, b = a[o], b[o]
-    rel = pair_relations(ctx.attrs, c["attr"][a], c["attr"][b])
-    r = {k: to_numpy(rel.column(k)) for k in rel.column_names}
-    m = RELATION_MARGINS
-    out = []
-
-    def batch(qt_name, sel, value, text=None, quantities=None):
-        qt = QUESTION_TYPES[("object_spatial", qt_name)]
-        aa, bb = a[sel], b[sel]
-        t = {"region_a": (c["region_text"], aa), "region_b": (c["region_text"], bb),
-             "class_a": (c["class_text"], aa), "class_b": (c["class_text"], bb)}
-        t.update(text or {})
-        return Batch(qt=qt, group=c["group"][aa], a=aa, b=bb, horizon_idx=None,
-                     value=np.asarray(value, np.float64), out_of_view=None,
-                     g_start=np.stack([aa, bb], axis=1), g_len=np.ones((len(aa), 2), np.int64), text=t,
-                     quantities=quantities or {})
-
-    allp = np.arange(len(a))
-
-    def yes_no(pred):
-        return _words(pred, "Yes", "No")
-
-    sel = allp[np.abs(r["lateral_gap_m"]) >= m["lateral_m"]]
-    p = r["a_left_of_b"][sel]
-    out.append(batch("left_of", sel, p.astype(float), {"yes_no": yes_no(p), "side": _words(p, "left", "right")}))
-    sel = allp[np.abs(r["longitudinal_gap_m"]) >= m["longitudinal_m"]]
-    p = r["a_in_front_of_b"][sel]
-    out.append(batch("in_front_of", sel, p.astype(float),
-                     {"yes_no": yes_no(p), "front_back": _words(p, "in front of", "behind")}))
-    ratio = r["volume_ratio"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        clear = np.isfinite(ratio) & (ratio > 0) & (np.maximum(ratio, 1 / ratio) >= m["volume_ratio"])
-    sel = allp[clear]
-    p = r["a_bigger_than_b"][sel]
-    out.append(batch("bigger", sel, p.astype(float),
-                     {"yes_no": yes_no(p), "bigger_smaller": _words(p, "bigger", "smaller")}))
-    sel = allp[np.abs(r["height_diff_m"]) >= m["height_m"]]
-    p = r["a_taller_than_b"][sel]
-    out.append(batch("taller", sel, p.astype(float),
-                     {"yes_no": yes_no(p), "taller_shorter": _words(p, "taller", "shorter")}))
-    sel = allp[np.abs(r["width_diff_m"]) >= m["width_m"]]
-    p = r["a_wider_than_b"][sel]
-    out.append(batch("wider", sel, p.astype(float),
-                     {"yes_no": yes_no(p), "wider_thinner": _words(p, "wider", "thinner")}))
-    d = r["distance_m"]
-    sel = allp[np.isfinite(d)]
-    out.append(batch("distance", sel, d[sel], quantities={"distance_m": d[sel]}))
-    dd = r["direction_deg"]
-    sel = allp[np.isfinite(dd)]
-    out.append(batch("direction", sel, dd[sel], text={"clock": _clock_text(r["direction_clock"][sel])},
-                     quantities={"direction_deg": dd[sel]}))
-    return out
-
-
-def _when_text(horizons: np.ndarray) -> pa.Array:
-    def w(h):
-        if abs(h) < 1e-9:
-            return "now"
-        unit = "second" if abs(h - 1.0) < 1e-9 else "seconds"
-        return f"in {h:g} {unit}"
-    return pa.array([w(float(h)) for h in horizons], pa.string())
-
-
-def _spatiotemporal(ctx: Context, ego, attr_index, n_tr, a_tc, front_index, p_cam, img_index, n_cam, pool_offset):
-    c = ctx.cand
-    tol = ctx.cfg.keyframes.match_tolerance_s
-    st = np.nonzero(c["front_proj"] >= 0)[0]  # candidates visible in the front camera at the keyframe
-    horizons = ctx.horizons
-    fut = horizons[horizons > 1e-9]
-    offsets = np.concatenate([np.asarray(CONTEXT_OFFSETS_S), [0.0], fut])
-    roles_idx = np.concatenate([np.zeros(len(CONTEXT_OFFSETS_S), np.int64), [1], np.full(len(fut), 2)])
-    n_st, n_off = len(st), len(offsets)
-    kf_rows = c["frame_row"][st]
-    tc = a_tc[c["attr"][st]]  # dense track code of each target
-    q_scene = np.repeat(c["scene"][st], n_off)
-    q_t = np.repeat(ctx.frames_ts[kf_rows], n_off) + np.round(np.tile(offsets, n_st) * 1e6).astype(np.int64)
-    win_rows = nearest_frame_rows(ctx.frames_sc, ctx.frames_ts, q_scene, q_t, tol).reshape(n_st, n_off)
-    win_rows[:, len(CONTEXT_OFFSETS_S)] = kf_rows  # the keyframe itself
-    fkey = np.where(win_rows >= 0, win_rows * n_tr + tc[:, None], -1)
-    fp = front_index.find(fkey.reshape(-1)).reshape(n_st, n_off)
-    fp = np.where((win_rows >= 0) & (fp >= 0), fp, -1)
-    # pool 2: visible front-camera entries in window order, grouped by target
-    has = fp >= 0
-    g_len = has.sum(axis=1).astype(np.int64)
-    g_start = pool_offset + np.cumsum(g_len) - g_len
-    flat_rows = win_rows[has]
-    flat_proj = fp[has]
-    roles = np.broadcast_to(roles_idx, (n_st, n_off))[has]
-    img = img_index.find(flat_rows * n_cam + p_cam[flat_proj])
-    pool = _pool_entries(roles, flat_rows, flat_proj, img,
-                         np.broadcast_to(c["track"][st][:, None], (n_st, n_off))[has],
-                         np.broadcast_to(c["region"][st][:, None], (n_st, n_off))[has], ctx.frames_fi, ctx.frames_ts)
-
-    # horizon frames and values
-    h_cols = np.array([np.nonzero(np.isclose(offsets, h))[0][0] for h in horizons], dtype=np.int64)
-    h_rows = win_rows[:, h_cols]  # (n_st, H)
-    h_attr = attr_index.find(np.where(h_rows >= 0, h_rows * n_tr + tc[:, None], -1).reshape(-1)).reshape(h_rows.shape)
-    oov = ~(fp[:, h_cols] >= 0)
-    st_rep = np.repeat(st, len(horizons))
-    hidx = np.tile(np.arange(len(horizons)), n_st)
-    rows_flat = h_rows.reshape(-1)
-    attr_flat = h_attr.reshape(-1)
-    oov_flat = oov.reshape(-1)
-    gs = np.repeat(g_start, len(horizons))
-    gl = np.repeat(g_len, len(horizons))
-    when = _when_text(horizons)
-    out = []
-
-    def batch(qt_name, sel, fname, value):
-        return _single(ctx, qt_name, "ego_spatiotemporal", st_rep[sel], value, text={"when": (when, hidx[sel])},
-                       quantities={fname: value, "horizon_s": horizons[hidx[sel]]},
-                       pool_start=gs[sel], pool_len=gl[sel], horizon_idx=hidx[sel],
-                       out_of_view=oov_flat[sel]) if len(sel) else None
-
-    has_row = attr_flat >= 0
-    safe = np.maximum(attr_flat, 0)
-    for qt_name, col, fname in (("distance", "distance_m", "distance_m"), ("bearing", "bearing_deg", "bearing_deg"),
-                                ("target_speed", "speed_mps", "speed_mps")):
-        v = np.where(has_row, to_numpy(column(ctx.attrs, col), np.float64, fill=np.nan)[safe], np.nan)
-        sel = np.nonzero(np.isfinite(v))[0]
-        out.append(batch(qt_name, sel, fname, v[sel]))
-    ev = np.where(rows_flat >= 0, ego.speed_mps[np.maximum(rows_flat, 0)], np.nan)
-    sel = np.nonzero(np.isfinite(ev))[0]
-    out.append(batch("ego_speed", sel, "ego_speed_mps", ev[sel]))
-    return [b for b in out if b is not None], pool
-
-
 # -------------------------------------------------------------------------------------------- assembly
-def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, templates: TemplateSet) -> pa.Table:
+def _assemble(ctx: Plan, batches: list[Batch], pool: pa.StructArray, templates: TemplateSet,
+              family_order: dict[str, int]) -> pa.Table:
     """Render every batch and lay all rows out in canonical order.
 
     Each batch's rows are already in (keyframe group, regions, horizon) order, so the canonical order
@@ -632,13 +515,13 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
     only the rendered question/answer strings need one reordering take (they come out grouped by template)."""
     cfg = ctx.cfg
     c = ctx.cand
-    fam_code = {f: i for i, f in enumerate(FAMILIES)}
-    batches = sorted(batches, key=lambda bt: (fam_code[bt.qt.family], bt.qt.name))
+    batches = sorted(batches, key=lambda bt: (family_order[bt.qt.family], bt.qt.name))
     nb = len(batches)
     horizons = ctx.horizons
     horizon_ms = np.round(horizons * 1000).astype(np.int64)
-    kf_rows = c["frame_row"][_group_starts(c["group"])]  # keyframe FRAMES row per group
-    kf_scene = c["scene"][_group_starts(c["group"])]
+    kf_rows = ctx.anchors  # keyframe FRAMES row per group
+    kf_scene = ctx.frames_sc[kf_rows]
+    track_of = np.append(c["track"], -1)  # index -1 (no target: a question about the ego) -> -1
 
     q_chunks, a_chunks, tpl_ids = [], [], []
     meta = {k: [] for k in ("group", "a", "b", "hidx", "batch", "value", "oov", "tpl", "render_pos", "gs", "gl")}
@@ -650,8 +533,8 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
         hidx = bt.horizon_idx if bt.horizon_idx is not None else np.full(n, -1)
         g = bt.group
         h = hash_fields(cfg.qa.seed, ctx.scene_hash[kf_scene[g]], ctx.frames_fi[kf_rows[g]],
-                        np.full(n, stable_hash(f"{bt.qt.family}/{bt.qt.name}"), np.uint64), c["track"][bt.a],
-                        np.where(b >= 0, c["track"][np.maximum(b, 0)], -1),
+                        np.full(n, stable_hash(f"{bt.qt.family}/{bt.qt.name}"), np.uint64), track_of[bt.a],
+                        track_of[b],
                         np.where(hidx >= 0, horizon_ms[np.maximum(hidx, 0)], -1))
         var = (h % np.uint64(len(variants))).astype(np.int64)
         order = np.argsort(var, kind="stable")
@@ -698,12 +581,14 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
     famtype = pa.array([f"{bt.qt.family}:{bt.qt.name}:" for bt in batches], pa.string())
     track_str = pc.cast(pa.array(c["track"]), pa.string())
     b_str = pc.binary_join_element_wise("-", track_str, "")
-    has_b = m["b"] >= 0
+    has_a, has_b = m["a"] >= 0, m["b"] >= 0
+    a_str = pa.concat_arrays([track_str, pa.array(["ego"], pa.string())])  # no target: about the ego
     b_str = pa.concat_arrays([b_str, pa.array([""], pa.string())])
     h_tab = pa.array([f":+{h:g}s" for h in horizons] + [""], pa.string())
     batch_idx = pa.array(m["batch"])
     qa_id = pc.binary_join_element_wise(
-        pc.take(prefix, grp), pc.take(famtype, batch_idx), pc.take(track_str, pa.array(m["a"])),
+        pc.take(prefix, grp), pc.take(famtype, batch_idx),
+        pc.take(a_str, pa.array(np.where(has_a, m["a"], len(c["track"])))),
         pc.take(b_str, pa.array(np.where(has_b, m["b"], len(c["track"])))),
         pc.take(h_tab, pa.array(np.where(m["hidx"] >= 0, m["hidx"], len(horizons)))), "")
 
@@ -714,8 +599,8 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
     kind_arr = pa.array([bt.qt.kind for bt in batches], pa.string())
     unit_arr = pa.array([UNIT_TEXT.get(bt.qt.unit, bt.qt.unit) for bt in batches], pa.string())
 
-    # list columns: one or two targets per row
-    nper = np.where(has_b, 2, 1)
+    # list columns: no, one or two targets per row
+    nper = has_a.astype(np.int64) + has_b
     offs = np.zeros(n + 1, np.int32)
     offs[1:] = np.cumsum(nper)
     flat_c = np.stack([m["a"], m["b"]], axis=1).reshape(-1)
@@ -723,6 +608,9 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
     offs_arr = pa.array(offs)
     region_ids = pa.ListArray.from_arrays(offs_arr, pa.array(c["region"][flat_c].astype(np.int32)))
     track_ids = pa.ListArray.from_arrays(offs_arr, pa.array(c["track"][flat_c]))
+    token = c["token"]
+    instance_tokens = pa.ListArray.from_arrays(offs_arr, pa.DictionaryArray.from_arrays(
+        pc.take(token.indices, pa.array(flat_c)), token.dictionary))
     class_raw = pc.take(column(ctx.attrs, "class_name"), pa.array(c["attr"][flat_c]))
     class_names = pa.ListArray.from_arrays(offs_arr, class_raw)
 
@@ -745,14 +633,8 @@ def _assemble(ctx: Context, batches: list[Batch], pool: pa.StructArray, template
         "question": questions, "answer": answers, "value": pa.array(m["value"]),
         "unit": pc.take(unit_arr, batch_idx),
         "horizon_s": pa.array(horizon_col, mask=~is_st),
-        "region_ids": region_ids, "track_ids": track_ids, "class_names": class_names,
-        "out_of_view": pa.array(m["oov"], mask=~is_st), "grounding": grounding,
+        "region_ids": region_ids, "track_ids": track_ids, "instance_tokens": instance_tokens,
+        "class_names": class_names,
+        "out_of_view": pa.array(m["oov"], mask=~(is_st & has_a)), "grounding": grounding,
     })
     return table.cast(QA)
-
-
-def _group_starts(group: np.ndarray) -> np.ndarray:
-    """Positions of the first row of each group (groups numbered 0..G-1 in sorted order)."""
-    first = np.ones(len(group), bool)
-    first[1:] = group[1:] != group[:-1]
-    return np.nonzero(first)[0]

@@ -3,7 +3,10 @@
 ``format_fixed`` prints a float column with N decimals using integer arithmetic in numpy and Arrow's
 integer-to-string cast (no per-row Python): value -> round(|v| * 10^N) -> integer and fraction parts ->
 ``sign + int + '.' + zero-padded fraction``. The printed number equals the value rounded half-to-even at
-N decimals of its binary value (so |printed - value| <= 0.5 * 10^-N up to float error).
+N decimals of its binary value (so |printed - value| <= 0.5 * 10^-N up to float error). Rows whose
+|v| * 10^N reaches 2^53 (|v| >= 9.007e13 at 2 decimals: no real distance or speed) are printed exactly by
+Python's float formatting instead: above 2^53 the float product can be off by more than one unit of the last
+digit, and from 2^63 on it overflows int64 (issue #11 item 7: "-92233720368547759.92 m/s").
 """
 from __future__ import annotations
 
@@ -24,12 +27,23 @@ def _fraction_table(decimals: int) -> pa.Array:
     return _FRACTIONS[decimals]
 
 
+_EXACT_INTEGERS = float(2 ** 53)  # float64 holds every integer below this: the columnar path stays exact
+
+
 def format_fixed(values: np.ndarray, decimals: int, suffix: str = "") -> pa.Array:
-    """Float64 (N,) -> Arrow strings with ``decimals`` digits after the point (+ ``suffix``). Non-finite -> null."""
+    """Float64 (N,) -> Arrow strings with ``decimals`` digits after the point (+ ``suffix``). Non-finite -> null.
+
+    Correct for every finite float64: one minus sign at most, never "-0.00"; rows beyond the columnar
+    path's range (see the module docstring) are formatted one by one, the others stay columnar."""
     v = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(v)
     scale = 10 ** decimals
-    q = np.rint(np.where(finite, np.abs(v), 0.0) * scale).astype(np.int64)
+    scaled = np.rint(np.where(finite, np.abs(v), 0.0) * scale)
+    huge = scaled >= _EXACT_INTEGERS  # also |v| * scale = inf
+    any_huge = bool(huge.any())
+    if any_huge:
+        scaled[huge] = 0.0
+    q = scaled.astype(np.int64)
     ip = q // scale
     neg = (v < 0) & (q != 0)
     parts = [pc.if_else(pa.array(neg), "-", ""), pc.cast(pa.array(ip), pa.string())]
@@ -42,9 +56,20 @@ def format_fixed(values: np.ndarray, decimals: int, suffix: str = "") -> pa.Arra
     if suffix:
         parts.append(suffix)
     out = pc.binary_join_element_wise(*parts, "")
+    if any_huge:
+        exact = [f"{x:.{decimals}f}{suffix}" for x in v[huge].tolist()]
+        out = pc.replace_with_mask(out, pa.array(huge), pa.array(exact, pa.string()))
     if not finite.all():
         out = pc.if_else(pa.array(finite), out, pa.scalar(None, pa.string()))
     return out
+
+
+def format_quantity(values: np.ndarray, unit: str, decimals: int) -> pa.Array:
+    """The one way drivegen prints a quantity: ``format_fixed`` with ``decimals`` (``cfg.qa.decimals`` unless a
+    template asks for another) and the unit's text (``UNIT_TEXT``): ``[-0.004, 15.0]``, 'deg', 2 ->
+    ``['0.00 degrees', '15.00 degrees']``. The STRIDE-QA-Bench export prints its numbers with the same
+    ``format_fixed`` and decimals (``generator.writers.bench_export``)."""
+    return format_fixed(values, decimals, " " + UNIT_TEXT[unit])
 
 
 class FieldColumns:
@@ -86,7 +111,7 @@ class FieldColumns:
         f = self.qt.field(ph.name)
         if f.kind == "quantity":
             dec = int(ph.spec[1]) if ph.spec else self.decimals
-            out = format_fixed(self.quantities[ph.name], dec, " " + UNIT_TEXT[f.unit])
+            out = format_quantity(self.quantities[ph.name], f.unit, dec)
         else:
             out = self._text(ph.name)
             if ph.spec == "upper":

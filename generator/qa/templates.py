@@ -12,7 +12,7 @@ Template language (the whole of it):
 
 A template file (YAML, one per family by convention)::
 
-    family: ego_spatial          # object_spatial | ego_spatial | ego_spatiotemporal
+    family: ego_spatial          # a registered family (generator.qa.families)
     replace: false               # optional: true drops every earlier template of this family first
     templates:
       - id: ego_spatial.distance.plain     # unique; a later file with the same id replaces it
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from generator.qa.fields import FAMILIES, QUESTION_TYPES, QuestionType
-from generator.types import DrivegenError
+from generator.qa.fields import QuestionType
+from schemas.errors import InputError
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "templates"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -44,7 +44,7 @@ _TEMPLATE_KEYS = {"id", "type", "question", "answer"}
 _FILE_KEYS = {"family", "replace", "templates"}
 
 
-class TemplateError(DrivegenError):
+class TemplateError(InputError):
     """A template file is malformed or a template uses something it may not; names file, line and field."""
 
     def __init__(self, message: str, *, file: str | Path, line: int | None = None, field_name: str | None = None):
@@ -187,8 +187,18 @@ def _string(node, path, what, key) -> str:
     return node.value
 
 
-def load_template_file(path: str | Path) -> tuple[str, bool, list[Template]]:
-    """Parse one template file -> (family, replace, templates). Raises TemplateError naming file/line/field."""
+def _registered_types() -> dict[tuple[str, str], QuestionType]:
+    from generator.qa.families import QUESTION_TYPES  # the registry imports the plan, which imports this module
+
+    return QUESTION_TYPES
+
+
+def load_template_file(path: str | Path, types: dict[tuple[str, str], QuestionType] | None = None
+                       ) -> tuple[str, bool, list[Template]]:
+    """Parse one template file -> (family, replace, templates) against the question types ``types``
+    (default: the registered families'). Raises TemplateError naming file/line/field."""
+    QUESTION_TYPES = types if types is not None else _registered_types()
+    FAMILIES = list(dict.fromkeys(f for f, _ in QUESTION_TYPES))
     path = Path(path)
     root = _compose(path)
     if root is None:
@@ -270,7 +280,7 @@ def template_files(dirs) -> list[Path]:
     for d in dirs:
         d = Path(d)
         if not d.exists():
-            raise TemplateError("template folder does not exist", file=d)
+            raise TemplateError("template folder does not exist (check qa.template_dirs or --templates)", file=d)
         if d.is_file():
             files.append(d)
             continue

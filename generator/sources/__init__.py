@@ -1,7 +1,9 @@
 """Log sources: open a set of driving logs, rebuild a source from its description, frames/scenes as Arrow.
 
 ``open_source('nuscenes', dataroot, cfg, version=..., scenes=...)`` / ``open_source('av2', root, cfg)``.
-``cfg`` may be a ``KeyframeConfig`` or a whole ``PipelineConfig`` (its ``keyframes`` section is used).
+``cfg`` may be a whole ``PipelineConfig`` (its ``keyframes`` and ``sources`` sections are used, and its
+detection backend decides whether frames must carry annotations), a ``KeyframeConfig`` or a dict of one
+(sanity bounds then at their defaults, annotations not required).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pyarrow as pa
 from generator.sources.base import LogSource
 from generator.types import Scene, SourceError
 from schemas import tables
-from schemas.config import KeyframeConfig
+from schemas.config import KeyframeConfig, SourceLimitsConfig
 
 KINDS = ("nuscenes", "av2")
 
@@ -30,6 +32,17 @@ def _keyframe_cfg(cfg) -> KeyframeConfig:
     raise TypeError(f"cfg must be a KeyframeConfig, a PipelineConfig or a dict, got {type(cfg).__name__}")
 
 
+def _limits_cfg(cfg) -> SourceLimitsConfig:
+    limits = getattr(cfg, "sources", None)
+    return limits if isinstance(limits, SourceLimitsConfig) else SourceLimitsConfig()
+
+
+def _labels_required(cfg) -> bool:
+    """The 'labels' detection backend turns a log's annotations into detections: a log without them would
+    finish "ok" with no objects and no QA, so its scenes must fail when they load."""
+    return getattr(getattr(cfg, "detection", None), "backend", None) == "labels"
+
+
 def _detect_version(dataroot: Path) -> str:
     """The single table folder (``<dataroot>/<version>/scene.json``) under a nuScenes dataroot."""
     found = sorted(p.parent.name for p in dataroot.glob("*/scene.json"))
@@ -43,32 +56,42 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
     """Open logs of ``kind`` ('nuscenes' | 'av2') at ``path``.
 
     nuscenes: ``path`` is the dataroot; keywords ``version`` (default: the only table folder present),
-    ``scenes`` (names or tokens), ``check_files``. av2: ``path`` is a folder of logs or one log folder.
+    ``scenes`` (names or tokens), ``check_files``, ``max_sweeps``. av2: ``path`` is a folder of logs or
+    one log folder; keywords ``check_files``, ``max_sweeps``. ``max_sweeps``: earlier LiDAR sweeps listed per
+    frame (``Frame.lidar_sweeps``, default 10).
+    Both: ``limits`` (a ``SourceLimitsConfig``, default ``cfg.sources``); av2: ``require_labels`` (default:
+    ``cfg``'s detection backend is 'labels'; nuScenes samples always carry their annotation list).
     """
     kf = _keyframe_cfg(cfg)
+    limits = kw.pop("limits", None) or _limits_cfg(cfg)
     if kind == "nuscenes":
         from generator.sources.nuscenes import NuScenesSource
 
         version = kw.pop("version", None) or _detect_version(Path(path))
-        return NuScenesSource(path, version=version, cfg=kf, **kw)
+        return NuScenesSource(path, version=version, cfg=kf, limits=limits, **kw)
     if kind == "av2":
         from generator.sources.av2 import AV2Source
 
-        if kw:
-            raise TypeError(f"av2 source takes no options {sorted(kw)}")
-        return AV2Source(path, cfg=kf)
+        require_labels = kw.pop("require_labels", _labels_required(cfg))
+        check_files = kw.pop("check_files", True)
+        unknown = sorted(set(kw) - {"max_sweeps"})
+        if unknown:
+            raise TypeError(f"av2 source takes no options {unknown}")
+        return AV2Source(path, cfg=kf, limits=limits, require_labels=require_labels, check_files=check_files, **kw)
     raise ValueError(f"unknown source kind {kind!r}; known: {list(KINDS)}")
 
 
 def source_from_description(desc: dict) -> LogSource:
-    """Rebuild a source from ``LogSource.describe()`` (e.g. on a Ray worker)."""
+    """Rebuild a source from ``LogSource.describe()`` (e.g. on a Ray worker): keyframes, sanity bounds
+    (a description without them, from before they existed, gets the defaults) and options."""
     d = dict(desc)
     kind = d.pop("kind", None)
     cfg = KeyframeConfig.model_validate(d.pop("keyframes", None) or {})
+    d["limits"] = SourceLimitsConfig.model_validate(d.pop("limits", None) or {})
     if kind == "nuscenes":
         return open_source("nuscenes", d.pop("dataroot"), cfg, **d)
     if kind == "av2":
-        return open_source("av2", d.pop("root"), cfg)
+        return open_source("av2", d.pop("root"), cfg, **d)
     raise ValueError(f"cannot rebuild a source from description with kind {kind!r}: {desc}")
 
 

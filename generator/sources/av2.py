@@ -24,9 +24,11 @@ import numpy as np
 from generator.geometry import SE3, quat_wxyz_to_matrix, yaw_of_matrix
 from generator.sources.av2_classes import AV2_TO_NUSCENES
 from generator.sources.base import LogSource
+from generator.sources.io import check_lidar
 from generator.sources.keyframes import nearest_indices, select_anchors
-from generator.types import Boxes3D, CameraCalib, Frame, Scene, SourceError
-from schemas.config import KeyframeConfig
+from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
+from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
+from schemas.config import KeyframeConfig, SourceLimitsConfig
 
 FRONT_CAMERA = "ring_front_center"
 POSES_FILE = "city_SE3_egovehicle.feather"
@@ -110,13 +112,28 @@ def track_velocities(track: np.ndarray, t_s: np.ndarray, p_city: np.ndarray, max
 
 
 class AV2Source(LogSource):
-    """A folder of AV2 sensor logs (or one log folder). ``scene_ids()`` are the log ids."""
+    """A folder of AV2 sensor logs (or one log folder). ``scene_ids()`` are the log ids. ``limits``: sanity
+    bounds on annotations, ego poses and LiDAR files (``SourceLimitsConfig``, default: its defaults); the
+    frames carry them to the LiDAR reader. ``check_files``: ``load_scene`` checks every sweep file the log has
+    (``generator.sources.io.check_lidar``: size, finite, complete; ~6 ms a sweep): a damaged sweep is a
+    ``FrameIssue`` of the scene (``Scene.issues``; too many fail it in the pipeline); an absent sweep is allowed (the frame is listed, reading it raises ``SourceError``).
+    ``require_labels``: a log without ``annotations.feather`` is an error (the 'labels' detection backend
+    needs annotations; without it the log's frames are its LiDAR sweeps, unlabelled). ``max_sweeps``: each frame
+    lists the LiDAR sweeps of up to this many frames before it whose sweep file exists (``Frame.lidar_sweeps``,
+    newest first; AV2 sweeps are already in the ego frame of their time)."""
 
     name = "av2"
 
-    def __init__(self, root, cfg: KeyframeConfig | None = None):
+    def __init__(self, root, cfg: KeyframeConfig | None = None, limits: SourceLimitsConfig | None = None,
+                 require_labels: bool = False, check_files: bool = True, max_sweeps: int = 10):
+        if max_sweeps < 0:
+            raise ValueError(f"max_sweeps must be >= 0, got {max_sweeps}")
+        self.max_sweeps = int(max_sweeps)
         self.root = Path(os.path.abspath(root))
         self.cfg = cfg or KeyframeConfig()
+        self.limits = limits or SourceLimitsConfig()
+        self.require_labels = bool(require_labels)
+        self.check_files = bool(check_files)
         if not self.root.is_dir():
             raise SourceError("AV2 root folder does not exist", file=str(self.root), stage="open")
         if _is_log(self.root):
@@ -131,7 +148,9 @@ class AV2Source(LogSource):
         return list(self._logs)
 
     def describe(self) -> dict:
-        return {"kind": self.name, "root": str(self.root), "keyframes": self.cfg.model_dump(mode="json")}
+        return {"kind": self.name, "root": str(self.root), "keyframes": self.cfg.model_dump(mode="json"),
+                "limits": self.limits.model_dump(mode="json"), "require_labels": self.require_labels,
+                "check_files": self.check_files, "max_sweeps": self.max_sweeps}
 
     def load_scene(self, scene_id: str) -> Scene:
         log = self._logs.get(scene_id)
@@ -154,6 +173,11 @@ class AV2Source(LogSource):
                                    "qw", "qx", "qy", "qz", "tx_m", "ty_m", "tz_m", "num_interior_pts"],
                         scene, "annotations")
             frame_ns = np.unique(ann["timestamp_ns"].astype(np.int64))
+        elif self.require_labels:
+            raise SourceError(f"the log has no annotations ({ANNOTATIONS_FILE} is missing), and detection.backend "
+                              f"'labels' turns annotations into detections: the scene would have no objects and no "
+                              f"QA. Add the annotations, or use detection.backend lidar or mmdet3d for unlabelled "
+                              f"logs", scene=scene, file=str(ann_path), stage="read")
         else:
             lidar_dir = log / "sensors" / "lidar"
             frame_ns = np.array(sorted(int(p.stem) for p in lidar_dir.glob("*.feather")), dtype=np.int64)
@@ -172,6 +196,8 @@ class AV2Source(LogSource):
         if np.any(np.diff(pose_ns) <= 0) or not (np.isfinite(pq).all() and np.isfinite(pt).all()):
             raise SourceError("ego poses have repeated timestamps or non-finite values", scene=scene,
                               file=str(poses_path), stage="read")
+        check_ego_positions(self.limits, pt, scene=scene, file=str(poses_path),
+                            row_name=lambda i: f"ego pose at timestamp_ns {pose_ns[i]} (tx_m, ty_m, tz_m)")
         try:
             R_ce, t_ce = interpolate_poses(pose_ns, pq, pt, frame_ns)
         except ValueError:
@@ -179,6 +205,10 @@ class AV2Source(LogSource):
                               f"({pose_ns[0]}..{pose_ns[-1]} ns)", scene=scene, file=str(poses_path),
                               stage="read") from None
 
+        # speeds between the frames the pipeline uses: raw poses can be 1 ns apart (the AV2 log has such a pair)
+        check_ego_speeds(self.limits, frame_ns // 1000, t_ce,
+                         row_name=lambda i: f"ego poses interpolated at LiDAR timestamps {frame_ns[i]} -> "
+                                            f"{frame_ns[i + 1]} ns", scene=scene, file=str(poses_path))
         cams = self._cameras(scene, log)
         images = self._image_index(log, list(cams))
         labels = self._labels(scene, ann_path, ann, frame_ns, R_ce, t_ce) if ann is not None else None
@@ -199,13 +229,27 @@ class AV2Source(LogSource):
                                 city_SE3_ego=city_SE3_ego, ego_SE3_lidar=SE3.identity(),
                                 lidar_path=str(log / "sensors" / "lidar" / f"{int(ts)}.feather"),
                                 lidar_format="av2_feather", cameras=frame_cams, image_paths=image_paths,
-                                labels=None if labels is None else labels[i]))
+                                labels=None if labels is None else labels[i], limits=self.limits))
+        issues = []
+        if self.check_files:
+            for f in frames:
+                if os.path.isfile(f.lidar_path):
+                    try:
+                        check_lidar(f)
+                    except SourceError as err:  # recorded for the frame; the run counts such frames
+                        issues.append(FrameIssue(f.frame_index, "load", "lidar_unreadable", err.message, f.lidar_path))
+        has_lidar = np.array([os.path.isfile(f.lidar_path) for f in frames], dtype=bool)
+        for i, fr in enumerate(frames):
+            fr.lidar_sweeps = [LidarSweep(frames[j].lidar_path, "av2_feather", frames[j].timestamp_us,
+                                          frames[j].city_SE3_ego, frames[j].ego_SE3_lidar)
+                               for j in range(i - 1, max(i - 1 - self.max_sweeps, -1), -1) if has_lidar[j]]
         anchors = select_anchors(np.array([f.timestamp_us for f in frames], dtype=np.int64), self.cfg)
         for i in anchors:
             frames[i].is_anchor = True
         return Scene(scene_id=scene, source=self.name, log_name=scene, frames=frames,
                      anchor_indices=[int(i) for i in anchors],
-                     front_camera=FRONT_CAMERA if FRONT_CAMERA in cams else (next(iter(cams), FRONT_CAMERA)))
+                     front_camera=FRONT_CAMERA if FRONT_CAMERA in cams else (next(iter(cams), FRONT_CAMERA)),
+                     issues=issues)
 
     def _cameras(self, scene: str, log: Path) -> dict[str, CameraCalib]:
         intr = _read(log / INTRINSICS_FILE, ["sensor_name", "fx_px", "fy_px", "cx_px", "cy_px", "width_px",
@@ -272,6 +316,12 @@ class AV2Source(LogSource):
         p_city = np.einsum("nij,nj->ni", R_ce[fi], t) + t_ce[fi]
         v_city = track_velocities(track, ts * 1e-9, p_city)
         v_ego = np.einsum("nji,nj->ni", R_ce[fi], v_city)  # R^T v
+        rows = np.flatnonzero(keep)
+        check_boxes(self.limits, center_m=t, size_m=size, size_fields=("length_m", "width_m", "height_m"),
+                    velocity_mps=v_ego, center_field="(tx_m, ty_m, tz_m)",
+                    velocity_field="the positions of its track's neighbouring annotations",
+                    row_name=lambda i: f"annotation row {rows[i]} (track_uuid {uuid[i]}, timestamp_ns {ts[i]})",
+                    scene=scene, file=str(path))
         yaw = yaw_of_matrix(quat_wxyz_to_matrix(q))
         boxes = Boxes3D(center_m=t, size_lwh_m=size, yaw_rad=yaw, class_name=mapped[keep],
                         velocity_mps=v_ego[:, :2], track_id=track.astype(np.int64),

@@ -1,7 +1,11 @@
 """Sensor file readers: LiDAR sweeps into the ego frame, camera images as BGR arrays.
 
 Every failure is a ``SourceError`` naming the scene, the file and what is wrong, so a run records it
-for that scene and goes on with the others.
+for that scene and goes on with the others. A LiDAR file is checked against the frame's sanity bounds
+(``Frame.limits``, the config's ``sources`` section) before it is used: its size before it is read (empty,
+larger than ``max_lidar_file_bytes``), then its points (finite coordinates, a complete revolution:
+``min_lidar_azimuth_coverage``, every ring of a nuScenes-format sweep: ``lidar_rings``). ``check_lidar``
+runs the same checks without keeping the points, for sources that check their files when a scene loads.
 """
 from __future__ import annotations
 
@@ -9,10 +13,13 @@ import os
 
 import numpy as np
 
+from generator.geometry import SE3
 from generator.types import Frame, SourceError
+from schemas.config import SourceLimitsConfig
 
 NUSCENES_RECORD_FLOATS = 5  # x, y, z, intensity, ring index (float32 each)
 AV2_LIDAR_COLUMNS = ("x", "y", "z", "intensity")
+AZIMUTH_BINS = 360  # one-degree bins for the azimuth coverage of a sweep
 
 
 def _err(frame: Frame, path: str, what: str) -> SourceError:
@@ -20,34 +27,89 @@ def _err(frame: Frame, path: str, what: str) -> SourceError:
                        scene=frame.scene_id, file=path, stage="read")
 
 
-def _check_points(frame: Frame, path: str, pts: np.ndarray) -> np.ndarray:
-    bad = ~np.isfinite(pts[:, :3]).all(axis=1)
-    if bad.any():
-        raise _err(frame, path, f"LiDAR sweep has {int(bad.sum())} points with NaN/inf coordinates")
-    return pts
+def _limits(frame: Frame) -> SourceLimitsConfig:
+    return frame.limits if frame.limits is not None else SourceLimitsConfig()
 
 
-def _load_nuscenes_bin(frame: Frame, path: str) -> np.ndarray:
-    from nuscenes.utils.data_classes import LidarPointCloud
-
-    record_bytes = 4 * NUSCENES_RECORD_FLOATS
+def _check_size(frame: Frame, path: str) -> int:
+    """The file's size in bytes, refused when empty or over ``max_lidar_file_bytes`` (nothing is read)."""
     size = os.path.getsize(path)
+    if size == 0:
+        raise _err(frame, path, "LiDAR file is empty (0 bytes): the sweep was not written or was cut; restore it "
+                                "from the original log")
+    limit = _limits(frame).max_lidar_file_bytes
+    if size > limit:
+        raise _err(frame, path, f"LiDAR file is {size} bytes, larger than sources.max_lidar_file_bytes = {limit}; "
+                                f"not read (a sweep costs about 40x its file size in memory downstream): check the "
+                                f"file, or raise the limit if your LiDAR really writes such sweeps")
+    return size
+
+
+def sweep_gaps(xy: np.ndarray, ring: np.ndarray | None, limits: SourceLimitsConfig) -> str | None:
+    """What is missing from a sweep, or None when it is complete. ``xy`` (N, 2) point coordinates around the
+    sensor (LiDAR frame; AV2: ego frame, the sensors sit on its roof), ``ring`` (N,) ring indices or None.
+
+    Complete: points in at least ``min_lidar_azimuth_coverage`` of the 360 one-degree azimuth bins (a sweep
+    stored in firing order and cut loses a sector), and, with ``ring`` and ``lidar_rings`` > 0, points on
+    every ring 0..lidar_rings-1 (a sweep stored ring by ring and cut loses its upper rings)."""
+    if len(xy) == 0:
+        return "incomplete sweep: no points"
+    az = np.arctan2(xy[:, 1], xy[:, 0])
+    bins = np.minimum(((az + np.pi) * (AZIMUTH_BINS / (2 * np.pi))).astype(np.int64), AZIMUTH_BINS - 1)
+    covered = int(np.count_nonzero(np.bincount(bins, minlength=AZIMUTH_BINS)))
+    if covered < limits.min_lidar_azimuth_coverage * AZIMUTH_BINS:
+        return (f"incomplete sweep: points in {covered} of the {AZIMUTH_BINS} one-degree azimuth bins around the "
+                f"sensor ({covered / AZIMUTH_BINS:.0%}), below sources.min_lidar_azimuth_coverage = "
+                f"{limits.min_lidar_azimuth_coverage:g}: the file was cut or the sweep is partial")
+    n_rings = limits.lidar_rings
+    if ring is not None and n_rings:
+        r = np.asarray(ring, dtype=np.float64)
+        r = r[np.isfinite(r) & (r >= 0) & (r < n_rings)].astype(np.int64)
+        missing = np.flatnonzero(np.bincount(r, minlength=n_rings)[:n_rings] == 0)
+        if len(missing):
+            return (f"incomplete sweep: rings {_ranges(missing)} of sources.lidar_rings = {n_rings} hold no points: "
+                    f"the file was cut (a sweep stored ring by ring loses its upper rings), or the LiDAR has fewer "
+                    f"rings (then set sources.lidar_rings to its ring count, 0 = no check)")
+    return None
+
+
+def _ranges(idx: np.ndarray) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    cuts = np.flatnonzero(np.diff(idx) != 1) + 1
+    return ", ".join(f"{g[0]}-{g[-1]}" if len(g) > 1 else f"{g[0]}" for g in np.split(idx, cuts))
+
+
+def _check_points(frame: Frame, path: str, xyz: np.ndarray, ring: np.ndarray | None = None) -> None:
+    bad = ~np.isfinite(xyz).all(axis=1)
+    if bad.any():
+        raise _err(frame, path, f"LiDAR sweep has {int(bad.sum())} points with NaN/inf coordinates (of {len(xyz)}; "
+                                f"the first is point {int(np.argmax(bad))}): the file is corrupt")
+    gap = sweep_gaps(xyz[:, :2], ring, _limits(frame))
+    if gap:
+        raise _err(frame, path, gap)
+
+
+def _read_nuscenes_bin(frame: Frame, path: str) -> np.ndarray:
+    """(N, 4) float32 x, y, z, intensity in the LiDAR frame, checked. The nuScenes layout (what the devkit's
+    ``LidarPointCloud.from_file`` reads): float32 records of x, y, z, intensity, ring index."""
+    record_bytes = 4 * NUSCENES_RECORD_FLOATS
+    size = _check_size(frame, path)
     if size % record_bytes:
         raise _err(frame, path, f"LiDAR file is truncated or corrupt: {size} bytes is not a multiple of the "
                                 f"{record_bytes}-byte nuScenes point record (float32 x, y, z, intensity, ring)")
     if not path.endswith(".bin"):
         raise _err(frame, path, "nuScenes LiDAR files must end in .bin")
-    pc = LidarPointCloud.from_file(path)  # (4, N) x, y, z, intensity in the LiDAR frame
-    pts = pc.points.T.astype(np.float32, copy=True)
-    _check_points(frame, path, pts)
-    pts[:, :3] = frame.ego_SE3_lidar.transform_points(pts[:, :3]).astype(np.float32)
-    return pts
+    rec = np.fromfile(path, dtype=np.float32, count=size // 4).reshape(-1, NUSCENES_RECORD_FLOATS)
+    _check_points(frame, path, rec[:, :3], rec[:, 4])
+    return rec[:, :4]
 
 
-def _load_av2_feather(frame: Frame, path: str) -> np.ndarray:
+def _read_av2_feather(frame: Frame, path: str) -> np.ndarray:
+    """(N, 4) float32 x, y, z, intensity in the ego frame, checked."""
     import pyarrow as pa
     import pyarrow.feather as feather
 
+    _check_size(frame, path)
     try:
         table = feather.read_table(path, columns=list(AV2_LIDAR_COLUMNS))
     except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as err:
@@ -55,19 +117,14 @@ def _load_av2_feather(frame: Frame, path: str) -> np.ndarray:
                                 f"{err}") from None
     pts = np.stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.float32)
                     for c in AV2_LIDAR_COLUMNS], axis=1) if table.num_rows else np.zeros((0, 4), np.float32)
-    return _check_points(frame, path, pts)
+    _check_points(frame, path, pts[:, :3])
+    return pts
 
 
-_READERS = {"nuscenes_bin": _load_nuscenes_bin, "av2_feather": _load_av2_feather}
+_READERS = {"nuscenes_bin": _read_nuscenes_bin, "av2_feather": _read_av2_feather}
 
 
-def load_lidar_ego(frame: Frame) -> np.ndarray:
-    """The frame's LiDAR sweep as (N, 4) float32 [x, y, z, intensity] in the frame's ego frame.
-
-    'nuscenes_bin': float32 x5 records in the LiDAR frame, read with the devkit's
-    ``LidarPointCloud.from_file`` and moved by ``frame.ego_SE3_lidar``; 'av2_feather': AV2 sweep
-    (x, y, z float16, intensity uint8), already in the ego frame.
-    """
+def _read_checked(frame: Frame) -> np.ndarray:
     path = frame.lidar_path
     reader = _READERS.get(frame.lidar_format)
     if reader is None:
@@ -77,8 +134,126 @@ def load_lidar_ego(frame: Frame) -> np.ndarray:
     return reader(frame, path)
 
 
+def check_lidar(frame: Frame) -> None:
+    """Raise ``SourceError`` when the frame's LiDAR file would not load (see the module docstring)."""
+    _read_checked(frame)
+
+
+def load_lidar_ego(frame: Frame) -> np.ndarray:
+    """The frame's LiDAR sweep as (N, 4) float32 [x, y, z, intensity] in the frame's ego frame.
+
+    'nuscenes_bin': float32 x5 records in the LiDAR frame (the devkit's layout), moved by
+    ``frame.ego_SE3_lidar``; 'av2_feather': AV2 sweep (x, y, z float16, intensity uint8), already in the ego
+    frame. The file is checked first (module docstring).
+    """
+    pts = _read_checked(frame)
+    if frame.lidar_format == "nuscenes_bin":
+        pts = pts.copy()
+        pts[:, :3] = frame.ego_SE3_lidar.transform_points(pts[:, :3]).astype(np.float32)
+    return pts
+
+
+JPEG_SOI = b"\xff\xd8"
+JPEG_EOI = b"\xff\xd9"
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # frame headers (not DHT, JPG, DAC)
+_JPEG_NO_LENGTH = frozenset(range(0xD0, 0xD8)) | {0x01}  # RSTn, TEM: markers without a length field
+
+
+def is_jpeg(data: bytes) -> bool:
+    """The bytes start like a JPEG (SOI marker), whatever the file is called."""
+    return data[:2] == JPEG_SOI
+
+
+def jpeg_problem(data: bytes) -> str | None:
+    """What is wrong with the structure of JPEG ``data``, or None when it is whole: SOI first, header
+    segments whose lengths fit in the file up to the scan (SOS) with a frame header (SOFn) before it, EOI
+    last (zero padding after it allowed). OpenCV decodes a truncated JPEG without an error (grey below the
+    cut), so this is the check that catches one; it reads the header segments only (microseconds; decoding
+    an 800x450 image takes milliseconds). Corruption inside the compressed scan is not detected."""
+    if not is_jpeg(data):
+        return "not a JPEG (it does not start with the SOI marker FF D8)"
+    pos, n, frame_header = 2, len(data), False
+    while True:
+        if pos + 2 > n:
+            return f"a truncated JPEG: the headers stop at byte {pos} of {n}, before the scan"
+        if data[pos] != 0xFF:
+            return f"a corrupt JPEG: byte {pos} should start a marker (FF), found {data[pos]:02X}"
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _JPEG_NO_LENGTH:
+            pos += 2
+            continue
+        if marker == 0xD9:
+            return f"a corrupt JPEG: it ends (EOI at byte {pos}) before any scan"
+        if pos + 4 > n:
+            return f"a truncated JPEG: the segment at byte {pos} has no length"
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if length < 2 or pos + 2 + length > n:
+            return f"a truncated JPEG: the segment at byte {pos} claims {length} bytes, the file ends at {n}"
+        frame_header |= marker in _JPEG_SOF
+        if marker == 0xDA:  # SOS: the compressed scan follows, up to EOI
+            break
+        pos += 2 + length
+    if not frame_header:
+        return "a corrupt JPEG: no frame header (SOFn) before the scan"
+    if not data.rstrip(b"\x00").endswith(JPEG_EOI):
+        return f"a truncated JPEG: its {n} bytes do not end with the EOI marker (FF D9)"
+    return None
+
+
+def image_file_problem(path: str) -> str | None:
+    """``jpeg_problem`` of the file at ``path`` when it is a JPEG (by content or by name), else None."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return jpeg_problem(data) if is_jpeg(data) or path.lower().endswith((".jpg", ".jpeg")) else None
+
+
+def read_lidar_records(path: str, lidar_format: str, ego_SE3_lidar: SE3, record_dim: int = NUSCENES_RECORD_FLOATS,
+                       scene: str | None = None) -> np.ndarray:
+    """A LiDAR file (a frame's sweep or one of its ``lidar_sweeps``) as (N, record_dim) float32 records in its
+    LiDAR (sensor) frame, the way mmdet3d's ``LoadPointsFromFile`` / ``LoadPointsFromMultiSweeps`` read them.
+
+    'nuscenes_bin': the file's float32 values as they are, ``record_dim`` per point (nuScenes: 5 = x, y, z,
+    intensity, ring index); 'av2_feather': (x, y, z) moved from the ego frame into the LiDAR frame by
+    ``inv(ego_SE3_lidar)``, intensity in column 3, any further columns 0 (AV2 has no ring index here).
+    A missing, truncated or non-finite file is a ``SourceError`` naming it."""
+    def err(what: str) -> SourceError:
+        return SourceError(what, scene=scene, file=path, stage="read")
+
+    if lidar_format not in _READERS:
+        raise err(f"unknown lidar_format {lidar_format!r}; known: {sorted(_READERS)}")
+    if not path or not os.path.isfile(path):
+        raise err("LiDAR file is missing")
+    if lidar_format == "nuscenes_bin":
+        size = os.path.getsize(path)
+        if size % (4 * record_dim):
+            raise err(f"LiDAR file is truncated or corrupt: {size} bytes is not a multiple of {record_dim} float32 "
+                      f"values per point")
+        pts = np.fromfile(path, dtype=np.float32).reshape(-1, record_dim)
+    else:
+        import pyarrow as pa
+        import pyarrow.feather as feather
+
+        try:
+            table = feather.read_table(path, columns=list(AV2_LIDAR_COLUMNS))
+        except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as e:
+            raise err(f"unreadable AV2 LiDAR feather (needs columns {list(AV2_LIDAR_COLUMNS)}): {e}") from None
+        ego = np.stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.float64) for c in AV2_LIDAR_COLUMNS],
+                       axis=1) if table.num_rows else np.zeros((0, 4))
+        pts = np.zeros((len(ego), record_dim), dtype=np.float32)
+        pts[:, :3] = ego_SE3_lidar.inverse().transform_points(ego[:, :3])
+        pts[:, 3] = ego[:, 3]
+    if not np.isfinite(pts[:, :3]).all():
+        bad = int((~np.isfinite(pts[:, :3]).all(axis=1)).sum())
+        raise err(f"LiDAR sweep has {bad} points with NaN/inf coordinates")
+    return pts
+
+
 def load_image(frame: Frame, camera: str) -> np.ndarray:
-    """Camera image as (H, W, 3) uint8 BGR (OpenCV order); its size must equal the calibration's."""
+    """Camera image as (H, W, 3) uint8 BGR (OpenCV order); its size must equal the calibration's. A JPEG
+    (by content) must be whole (``jpeg_problem``): OpenCV would decode a truncated one as grey."""
     import cv2
 
     if camera not in frame.cameras:
@@ -88,6 +263,9 @@ def load_image(frame: Frame, camera: str) -> np.ndarray:
         raise _err(frame, path, f"the log has no image for camera {camera!r}")
     if not os.path.isfile(path):
         raise _err(frame, path, f"image of camera {camera!r} is missing")
+    problem = image_file_problem(path)
+    if problem:
+        raise _err(frame, path, f"image of camera {camera!r} is unreadable: {problem}; restore it from the log")
     img = cv2.imread(path, cv2.IMREAD_COLOR)
     if img is None:
         raise _err(frame, path, f"image of camera {camera!r} is unreadable (not a decodable image)")

@@ -13,6 +13,9 @@ Conventions of the info file, checked on the real keyframe (tests/test_projectio
   datasets; here it contradicts the points: counting sweep points inside the boxes reproduces
   ``num_lidar_pts`` for 88% of the boxes with z as centre and 20% with z as bottom.)
 - ``velocity`` is [vx, vy] in the LiDAR frame; NaN when unknown.
+- ``lidar_sweeps`` (when the entry has the key): the earlier sweeps, newest first, each with its
+  ``lidar_points.lidar2ego``, ``ego2global`` and ``timestamp`` (s) -> ``Frame.lidar_sweeps``. Without the key
+  ``Frame.lidar_sweeps`` is None (the demo keyframe has none: mmdet3d then pads with copies of the sweep).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from generator.geometry import SE3
-from generator.types import Boxes3D, CameraCalib, Frame, Scene, SourceError
+from generator.types import Boxes3D, CameraCalib, Frame, LidarSweep, Scene, SourceError
 
 
 def _image_size(path: Path, scene: str) -> tuple[int, int]:
@@ -65,13 +68,19 @@ def load_mmdet_info(pkl_path, index: int = 0, data_root=None) -> Scene:
                                        ego_SE3_lidar.compose(lidar_SE3_cam), w, h)
             images[cam] = str(path)
         labels = _instances(item.get("instances", []), classes, ego_SE3_lidar)
+        sweeps = None if "lidar_sweeps" not in item else [
+            LidarSweep(lidar_path=str(root / Path(sw["lidar_points"]["lidar_path"]).name), lidar_format="nuscenes_bin",
+                       timestamp_us=int(round(float(sw["timestamp"]) * 1e6)),
+                       city_SE3_ego=SE3.from_matrix(np.asarray(sw["ego2global"], dtype=np.float64)),
+                       ego_SE3_lidar=SE3.from_matrix(np.asarray(sw["lidar_points"]["lidar2ego"], dtype=np.float64)))
+            for sw in item["lidar_sweeps"]]
     except (KeyError, ValueError, TypeError) as err:
         raise SourceError(f"sample {index}: malformed info entry: {type(err).__name__}: {err}", scene=scene,
                           file=str(pkl_path), stage="read") from None
     frame = Frame(scene_id=scene, frame_index=0, timestamp_us=int(round(float(item["timestamp"]) * 1e6)),
                   token=str(item.get("token", index)), city_SE3_ego=city_SE3_ego, ego_SE3_lidar=ego_SE3_lidar,
                   lidar_path=str(root / Path(item["lidar_points"]["lidar_path"]).name), lidar_format="nuscenes_bin",
-                  cameras=cameras, image_paths=images, labels=labels)
+                  cameras=cameras, image_paths=images, labels=labels, lidar_sweeps=sweeps)
     return Scene(scene_id=scene, source="nuscenes", log_name=scene, frames=[frame], front_camera="CAM_FRONT")
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from generator.geometry import SE3
-from generator.types import CAMERA_NAMES, CameraCalib
+from generator.types import CameraCalib
+from schemas.errors import InputError
+from schemas.vocab import NUSCENES_CAMERAS
 
 NATIVE_WIDTH_PX = 1600
 NATIVE_HEIGHT_PX = 900
@@ -30,7 +32,7 @@ _CAMERAS = {
     "CAM_FRONT_LEFT": ([0.6757265, -0.67362665, 0.21214015, -0.21122827], [1.523878, 0.494631, 1.509328],
                        (1272.5979, 826.6155, 479.7517)),
 }
-assert tuple(_CAMERAS) == CAMERA_NAMES
+assert tuple(_CAMERAS) == NUSCENES_CAMERAS
 
 LIDAR_CHANNEL = "LIDAR_TOP"
 LIDAR_QUAT_WXYZ = [0.70779551, -0.00649224, 0.01064621, -0.70630731]
@@ -49,7 +51,7 @@ def camera_rig(width_px: int = 800, height_px: int = 450) -> dict[str, CameraCal
     The aspect ratio must stay 16:9 so one scale factor applies to both axes.
     """
     if width_px * NATIVE_HEIGHT_PX != height_px * NATIVE_WIDTH_PX:
-        raise ValueError(f"camera size {width_px}x{height_px} is not 16:9 like nuScenes' 1600x900")
+        raise InputError(f"camera size {width_px}x{height_px} is not 16:9 like nuScenes' 1600x900")
     s = width_px / NATIVE_WIDTH_PX
     rig = {}
     for name, (q, t, (f, cx, cy)) in _CAMERAS.items():

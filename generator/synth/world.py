@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from generator.synth.rig import EGO_CENTER_OFFSET_X_M, EGO_SIZE_LWH_M
+from schemas.vocab import SCRIPTED_SCENARIOS
 
 DT_S = 0.05
 TIME_GRID_S = np.round(np.arange(-1.0, 20.5 + 1e-9, DT_S), 6)
@@ -46,10 +47,7 @@ CLASS_SIZE_WLH_M = {
     "movable_object.trafficcone": (0.41, 0.41, 1.07),
     "movable_object.barrier": (2.53, 0.50, 0.98),
 }
-SCENARIOS = ("oncoming_pass", "overtake", "path_divergence", "pulling_away", "maintain_state", "ped_crossing",
-             "cyclist_veering", "waiting_at_curb", "parked", "static")
-MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
-SPEED_STATUSES = ("Accelerate", "Decelerate", "Maintain Speed")
+SCENARIOS = SCRIPTED_SCENARIOS
 
 
 # ----------------------------------------------------------------------------------------------- routes
@@ -233,8 +231,8 @@ class EgoScript:
     yaw: np.ndarray
     speed_mps: np.ndarray
     accel_mps2: np.ndarray
-    maneuver: np.ndarray  # (T,) str from MANEUVERS
-    speed_status: np.ndarray  # (T,) str from SPEED_STATUSES
+    maneuver: np.ndarray  # (T,) str from schemas.vocab.MANEUVERS
+    speed_status: np.ndarray  # (T,) str from schemas.vocab.SPEED_STATUS
     route: Route
     s: np.ndarray
     lateral_m: np.ndarray

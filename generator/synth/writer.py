@@ -18,7 +18,9 @@ import cv2
 import numpy as np
 
 from generator.geometry import SE3, yaw_to_quat_wxyz
-from generator.types import CAMERA_NAMES, DrivegenError
+from generator.types import DrivegenError
+from schemas.errors import InputError
+from schemas.vocab import MANEUVERS, NUSCENES_CAMERAS, SPEED_STATUS
 from generator.synth import rig
 from generator.synth.lidar import BoxSet, cast_sweep
 from generator.synth.render import CameraRenderer
@@ -200,7 +202,7 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
     tables.rows["calibrated_sensor"].append({
         "token": cs_tok[rig.LIDAR_CHANNEL], "sensor_token": sensor_tokens[rig.LIDAR_CHANNEL],
         "translation": list(rig.LIDAR_TRANSLATION_M), "rotation": list(rig.LIDAR_QUAT_WXYZ), "camera_intrinsic": []})
-    for name in CAMERA_NAMES:
+    for name in NUSCENES_CAMERAS:
         q, t = rig.camera_extrinsics(name)
         cs_tok[name] = token(seed, index, "cs", name)
         tables.rows["calibrated_sensor"].append({
@@ -248,7 +250,7 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
     key_hits = np.zeros((NUM_KEYFRAMES, n_agents), dtype=np.int64)
     key_unocc = np.zeros((NUM_KEYFRAMES, n_agents), dtype=np.int64)
     lidar_rows = []
-    cam_rows = {name: [] for name in CAMERA_NAMES}
+    cam_rows = {name: [] for name in NUSCENES_CAMERAS}
     for j, t in enumerate(lidar_t):
         local_SE3_ego = _se3_yaw(ex[j], ey[j], eyaw[j])
         global_SE3_ego = local_to_global.compose(local_SE3_ego)
@@ -282,7 +284,7 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
         agents_draw = [(np.array([A_x[a, j], A_y[a, j], A_z[a]]), A_size_lwh[a], A_yaw[a, j], tracks[a].category)
                        for a in range(n_agents)]
         paint = marking_quads(np.array([ex[j], ey[j]]), 62.0)
-        for name in CAMERA_NAMES:
+        for name in NUSCENES_CAMERAS:
             cam = rig_cams[name]
             img = renderers[name].render(local_SE3_ego.compose(cam.ego_SE3_cam), static_draw, agents_draw, paint)
             cfile = f"samples/{name}/{logfile}__{name}__{ts}.jpg"
@@ -303,7 +305,7 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
                                    "filename": cfile, "prev": "", "next": ""})
     _chain(lidar_rows)
     tables.rows["sample_data"].extend(lidar_rows)
-    for name in CAMERA_NAMES:
+    for name in NUSCENES_CAMERAS:
         _chain(cam_rows[name])
         tables.rows["sample_data"].extend(cam_rows[name])
 
@@ -372,6 +374,14 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
     return nbytes
 
 
+def version_problem(version: str) -> str | None:
+    """Why ``version`` cannot name the table folder ``<root>/<version>``, or None: it must be one plain folder
+    name (``--overwrite`` removes ``<root>/<version>``; '..' or a path would point outside ``root``)."""
+    if not version or version in (".", "..") or any(c in version for c in "/\\\0"):
+        return "must be a plain folder name such as v1.0-drivegen: not '.' or '..', without '/' or '\\'"
+    return None
+
+
 def make_dataset(root, num_scenes: int = 2, seed: int = 0, version: str = "v1.0-drivegen", *, sweep_hz: int = 10,
                  image_width_px: int = 800, image_height_px: int = 450, jpeg_quality: int = 90,
                  num_azimuth: int = 1084, first_scene_index: int = 0, overwrite: bool = False) -> SynthSummary:
@@ -383,25 +393,32 @@ def make_dataset(root, num_scenes: int = 2, seed: int = 0, version: str = "v1.0-
     scene index ``first_scene_index + i``; the same (seed, index) always gives the same bytes.
     A ``root`` that already holds ``<version>/scene.json`` is refused unless ``overwrite``, which first removes
     ``<version>/``, ``samples/``, ``sweeps/`` and ``maps/`` under it (stale files would mix two datasets).
+    Every argument is checked before anything is removed (``InputError``), so a bad value never costs the
+    user the logs it was meant to replace; ``version`` must be a plain folder name.
     """
     root = Path(root)
-    if (root / version / "scene.json").exists():
+    if num_scenes < 1:
+        raise InputError(f"num_scenes must be >= 1, got {num_scenes}")
+    if seed < 0 or first_scene_index < 0:
+        raise InputError(f"seed and first_scene_index must be >= 0, got {seed} and {first_scene_index}")
+    if sweep_hz < 0 or sweep_hz % 2:
+        raise InputError(f"sweep_hz must be 0 or an even number of sweeps per second, got {sweep_hz}")
+    if sweep_hz > 20:
+        raise InputError(f"sweep_hz above 20 is not supported (the HDL-32E spins at 20 Hz), got {sweep_hz}")
+    problem = version_problem(version)
+    if problem:
+        raise InputError(f"version {version!r}: {problem}")
+    rig_cams = rig.camera_rig(image_width_px, image_height_px)  # refuses a size that is not 16:9
+    if (root / version / "scene.json").exists():  # checked after the arguments: a bad call deletes nothing
         if not overwrite:
-            raise FileExistsError(f"{root / version} already holds a nuScenes table set; choose an empty --out "
-                                  f"or pass overwrite=True (--overwrite) to replace it")
+            raise InputError(f"{root / version} already holds a nuScenes table set; choose an empty --out "
+                             f"or pass overwrite=True (--overwrite) to replace it", file=str(root / version))
         for sub in (version, "samples", "sweeps", "maps"):
             shutil.rmtree(root / sub, ignore_errors=True)
-    if num_scenes < 1:
-        raise ValueError(f"num_scenes must be >= 1, got {num_scenes}")
-    if sweep_hz < 0 or sweep_hz % 2:
-        raise ValueError(f"sweep_hz must be 0 or an even number of sweeps per second, got {sweep_hz}")
-    if sweep_hz > 20:
-        raise ValueError(f"sweep_hz above 20 is not supported (the HDL-32E spins at 20 Hz), got {sweep_hz}")
     table_root = root / version
     table_root.mkdir(parents=True, exist_ok=True)
-    rig_cams = rig.camera_rig(image_width_px, image_height_px)
     renderers = {name: CameraRenderer(cam, noise_seed=i) for i, (name, cam) in enumerate(rig_cams.items())}
-    sensor_tokens = {ch: token("sensor", ch) for ch in (rig.LIDAR_CHANNEL,) + CAMERA_NAMES}
+    sensor_tokens = {ch: token("sensor", ch) for ch in (rig.LIDAR_CHANNEL,) + NUSCENES_CAMERAS}
     category_tokens = {name: token("category", name) for name in CATEGORIES}
     attribute_tokens = {name: token("attribute", name) for name in ATTRIBUTES}
     tables = _Tables()
@@ -419,14 +436,13 @@ def make_dataset(root, num_scenes: int = 2, seed: int = 0, version: str = "v1.0-
     out["attribute"] = [{"token": attribute_tokens[n], "name": n, "description": d} for n, d in ATTRIBUTES.items()]
     out["visibility"] = [{"token": t, "level": lvl, "description": d} for t, lvl, d in VISIBILITY]
     out["sensor"] = [{"token": sensor_tokens[ch], "channel": ch, "modality": "lidar" if ch == rig.LIDAR_CHANNEL
-                      else "camera"} for ch in (rig.LIDAR_CHANNEL,) + CAMERA_NAMES]
+                      else "camera"} for ch in (rig.LIDAR_CHANNEL,) + NUSCENES_CAMERAS]
     for name, rows in out.items():
         data = json.dumps(rows, indent=0)
         (table_root / f"{name}.json").write_text(data)
         nbytes += len(data)
     side = {"format": "drivegen-scenarios/1", "seed": int(seed), "version": version,
-            "maneuvers": ["Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop"],
-            "speed_statuses": ["Accelerate", "Decelerate", "Maintain Speed"], "scenes": scenarios}
+            "maneuvers": list(MANEUVERS), "speed_statuses": list(SPEED_STATUS), "scenes": scenarios}
     data = json.dumps(side, indent=1)
     (table_root / SCENARIO_FILE).write_text(data)
     nbytes += len(data)

@@ -34,7 +34,8 @@ import pyarrow.compute as pc
 from scipy.optimize import linear_sum_assignment
 
 from generator.types import Boxes3D, Scene
-from schemas.tables import OBJECTS, PROJECTIONS, QA, check_schema
+from generator.validate.groundtruth import ValidateInputError
+from schemas.tables import OBJECTS, PROJECTIONS, check_schema
 
 log = logging.getLogger(__name__)
 
@@ -166,10 +167,11 @@ def compare_answers(perception_qa: pa.Table, label_qa: pa.Table, matches: pd.Dat
     for side in ("a", "b"):
         P = P.merge(m.rename(columns={"track_id": side, "gt_track_id": f"g{side}"}),
                     on=["scene_id", "keyframe_index", side], how="left")
+    # no target (-1: a question about the ego, or no second target) needs no match
+    P["ga"] = np.where(P["a"] < 0, -1, P["ga"].fillna(-2))
     P["gb"] = np.where(P["b"] < 0, -1, P["gb"].fillna(-2))
-    P["ga"] = P["ga"].fillna(-2)
     P = P.astype({"ga": np.int64, "gb": np.int64})
-    matched = (P.ga >= 0) & ((P.b < 0) | (P.gb >= 0))
+    matched = ((P.a < 0) | (P.ga >= 0)) & ((P.b < 0) | (P.gb >= 0))
     key = ["scene_id", "keyframe_index", "family", "question_type", "horizon_ms"]
     Gk = G.rename(columns={"a": "ga", "b": "gb", "value": "label_value"})[key + ["ga", "gb", "label_value"]]
     Gk = Gk.drop_duplicates(key + ["ga", "gb"])
@@ -210,16 +212,18 @@ def label_agreement(rd, es, source, cfg, gate_m: float = 2.0) -> dict:
     """The label-noise section of the report (see module doc). ``rd``: RunData, ``es``: EvalSet,
     ``source``: the LogSource the run read, ``cfg``: the run's PipelineConfig."""
     from generator.attributes.compute import compute_attributes
-    from generator.qa.generate import generate_qa
+    from generator.qa import generate_qa
     from generator.qa.templates import load_templates
     from generator.sources import frames_table
-    from generator.validate.run import read_folder
-    from schemas.tables import ATTRIBUTES
+    from schemas.errors import RunFolderError
 
     scenes = es.scenes
     objects = rd.objects.filter(pc.is_in(rd.objects.column("scene_id"), pa.array(scenes)))
-    projections = read_folder(rd.store, "perception/projections", PROJECTIONS, scenes)
-    qa = read_folder(rd.store, "qa", QA, scenes)
+    try:
+        projections = rd.reader.read_table("projections", scenes)
+        qa = rd.reader.read_table("qa", scenes)
+    except RunFolderError as err:
+        raise ValidateInputError(f"cannot read the run's tables: {err.message}", file=err.file) from None
     templates = load_templates(cfg)
     loaded = {s: source.load_scene(s) for s in scenes}
     frames = (rd.frames.filter(pc.is_in(rd.frames.column("scene_id"), pa.array(scenes))) if rd.frames is not None
@@ -229,7 +233,7 @@ def label_agreement(rd, es, source, cfg, gate_m: float = 2.0) -> dict:
         if projections is None:
             return {"agreement": None, "note": "the run has neither QA shards (qa/) nor projections "
                                                "(perception/projections/): no questions to compare"}
-        attrs = read_folder(rd.store, "attributes", ATTRIBUTES, scenes)
+        attrs = rd.reader.read_table("attributes", scenes)
         if attrs is None:
             attrs = compute_attributes(objects, frames)
         qa = generate_qa(frames, attrs, projections, cfg, templates)

@@ -34,13 +34,13 @@ from scipy.spatial.transform import Rotation
 from generator.geometry import quat_wxyz_to_matrix
 from generator.sources.av2 import interpolate_poses, track_velocities
 from generator.sources.av2_classes import AV2_TO_NUSCENES
-from generator.types import DrivegenError
+from schemas.errors import InputError
 from generator.validate.boxes import BoxArrays, to_detection_boxes, to_tracking_boxes
 
 log = logging.getLogger(__name__)
 
 
-class ValidateInputError(DrivegenError):
+class ValidateInputError(InputError):
     """Inputs to ``drivegen validate`` are unusable; the message says which and what to do."""
 
 

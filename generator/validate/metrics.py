@@ -127,6 +127,45 @@ def _f(x) -> float | None:
     return None if np.isnan(x) else x
 
 
+def false_positives(gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, classes, dist_th_m: float) -> dict[str, int]:
+    """Predicted boxes per class that match no GT box: ``{class: count}`` over ``classes``.
+
+    The devkit's matching rule (``nuscenes.eval.detection.algo.accumulate``): per class, predictions in
+    descending score order (ties: the later box first) each take the nearest GT box of their sample and
+    class not taken yet, by BEV centre distance; a prediction whose nearest free GT box is ``dist_th_m`` or
+    farther (or that has none) is a false positive. A class without GT has all its predictions as false
+    positives: the headline means (over classes with GT) do not see them at all. Both inputs must be the
+    devkit-filtered boxes that ``evaluate_detection`` scores."""
+    gt_xy: dict[tuple[str, str], np.ndarray] = defaultdict(list)
+    for b in gt_boxes.all:
+        gt_xy[(b.sample_token, b.detection_name)].append(b.translation[:2])
+    gt_xy = {k: np.asarray(v, dtype=np.float64).reshape(-1, 2) for k, v in gt_xy.items()}
+    preds: dict[str, list] = defaultdict(list)
+    for b in pred_boxes.all:
+        preds[b.detection_name].append(b)
+    out = {}
+    for c in classes:
+        boxes = preds.get(c, [])
+        score = np.array([b.detection_score for b in boxes], dtype=np.float64)
+        order = np.lexsort((np.arange(len(boxes)), score))[::-1]  # the devkit's sort: score, then index, reversed
+        taken = {k: np.zeros(len(v), dtype=bool) for k, v in gt_xy.items() if k[1] == c}
+        fp = 0
+        for i in order:  # greedy and sequential by definition: each match removes a GT box for the next ones
+            key = (boxes[i].sample_token, c)
+            if key not in taken:
+                fp += 1
+                continue
+            d = np.hypot(*(gt_xy[key] - np.asarray(boxes[i].translation[:2], dtype=np.float64)).T)
+            d[taken[key]] = np.inf
+            j = int(np.argmin(d))
+            if d[j] < dist_th_m:
+                taken[key][j] = True
+            else:
+                fp += 1
+        out[c] = fp
+    return out
+
+
 def evaluate_detection(gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, has_attributes: bool = True,
                        config: DetectionConfig | None = None) -> dict:
     """mAP (AP averaged over the 0.5/1/2/4 m centre-distance thresholds, then over classes), mATE, mASE,
@@ -135,6 +174,10 @@ def evaluate_detection(gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, has_attribute
     Headline figures average over the classes that have GT in the evaluated samples (a small log set
     rarely holds all ten; the devkit would count an absent class as AP 0 and TP errors 1, and gives NaN
     for an absent class in tracking). ``all_classes`` holds the devkit's literal ten-class summary.
+    Because boxes of a class without GT cost those means nothing, false positives are counted apart
+    (``false_positives``; per class ``num_fp``, ``fp_rate`` = share of the class's predictions,
+    ``fp_per_sample``): predictions matching no GT box of their class within the devkit's TP distance
+    (``dist_th_tp``, 2 m), every prediction of a class without GT included.
     """
     ev = BoxesDetectionEval(gt_boxes, pred_boxes, config, has_attributes=has_attributes)
     gt_count = defaultdict(int)
@@ -154,6 +197,8 @@ def evaluate_detection(gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, has_attribute
                 "NDS": _f(m.nd_score) if m.classes else None,
                 "nds_terms": ["mAP"] + [TP_SUMMARY[k] for k in TP_METRICS if k in m.tp_scores]}
 
+    fp = false_positives(gt_boxes, pred_boxes, ev.cfg.class_names, ev.cfg.dist_th_tp)
+    n_samples = len(ev.sample_tokens)
     per_class = {}
     for c in ev.cfg.class_names:
         per_class[c] = {
@@ -161,13 +206,23 @@ def evaluate_detection(gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, has_attribute
             "AP_by_dist": {str(d): _f(metrics.get_label_ap(c, d)) for d in ev.cfg.dist_ths},
             **{TP_SUMMARY[m][1:]: _f(metrics.get_label_tp(c, m)) for m in TP_METRICS},  # ATE, ASE, ...
             "num_gt": int(gt_count[c]), "num_pred": int(pred_count[c]), "has_gt": gt_count[c] > 0,
+            "num_fp": fp[c], "fp_rate": fp[c] / pred_count[c] if pred_count[c] else None,
+            "fp_per_sample": fp[c] / n_samples if n_samples else None,
         }
+    absent = {c: fp[c] for c in ev.cfg.class_names if not gt_count[c] and fp[c]}
+    n_fp = sum(fp.values())
     return {
         **summary(metrics),
         "classes": present,
         "all_classes": summary(every),
         "has_attributes": has_attributes,
         "per_class": per_class,
+        "false_positives": {
+            "dist_th_m": float(ev.cfg.dist_th_tp), "num_fp": n_fp,
+            "fp_rate": n_fp / len(pred_boxes.all) if len(pred_boxes.all) else None,
+            "fp_per_sample": n_fp / n_samples if n_samples else None,
+            "classes_without_gt": absent, "num_fp_classes_without_gt": sum(absent.values()),
+        },
         "num_samples": len(ev.sample_tokens),
         "num_gt": len(gt_boxes.all),
         "num_pred": len(pred_boxes.all),

@@ -55,7 +55,7 @@ def _fmt(v, digits: int = 3) -> str:
         return "n/a"
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, int):
+    if isinstance(v, (int, str)):
         return f"{v}"
     return f"{v:.{digits}f}"
 
@@ -71,6 +71,14 @@ def to_markdown(r: dict) -> str:
     rows = [("Detection", "mAP", d["mAP"]), ("", "mATE (m)", d["mATE"]), ("", "mASE", d["mASE"]),
             ("", "mAOE (rad)", d["mAOE"]), ("", "mAVE (m/s)", d["mAVE"]), ("", "mAAE", d["mAAE"]),
             ("", "NDS", d["NDS"])]
+    fp = d.get("false_positives")
+    if fp is not None:
+        absent = ", ".join(f"{c} {n}" for c, n in fp["classes_without_gt"].items())
+        rows += [("", f"False positives (no GT within {fp['dist_th_m']:g} m)",
+                  f"{fp['num_fp']} ({_fmt(fp['fp_rate'], 2)} of predictions, "
+                  f"{_fmt(fp['fp_per_sample'], 2)} per sample)"),
+                 ("", "... of classes without GT (not in the means)",
+                  f"{fp['num_fp_classes_without_gt']}" + (f" ({absent})" if absent else ""))]
     if t is not None:
         rows += [("Tracking", "AMOTA", t["AMOTA"]), ("", "AMOTP (m)", t["AMOTP"]), ("", "Recall", t["recall"]),
                  ("", "MOTA", t["MOTA"]), ("", "IDSW", _count(t["IDSW"])), ("", "Fragmentations", _count(t["FRAG"]))]
@@ -81,18 +89,23 @@ def to_markdown(r: dict) -> str:
               f"({', '.join(d['classes'])}); NDS terms: {', '.join(d['nds_terms'])}"
               f"{'' if d['has_attributes'] else ' (the logs carry no attributes: mAAE is not defined)'}. "
               f"Devkit ten-class figures: mAP {_fmt(d['all_classes']['mAP'])}, "
-              f"NDS {_fmt(d['all_classes']['NDS'])}.",
+              f"NDS {_fmt(d['all_classes']['NDS'])}. Boxes of a class without ground truth leave those means "
+              f"unchanged; they are counted as false positives (FP: no GT box of the class within the devkit's "
+              f"TP distance, matched greedily by score as the devkit does; FP rate: share of the class's "
+              f"predictions).",
           (f"Tracking: {t['num_gt_tracks']} GT tracks over {t['num_frames']} frames, {t['num_thresholds']} recall "
            f"thresholds (devkit: 40), {t['workers']} worker(s)." if t is not None else "Tracking: not evaluated."),
           ""]
     L += ["## Detection per class", "",
-          "| Class | GT | Pred | AP | AP@0.5 | AP@1 | AP@2 | AP@4 | ATE | ASE | AOE | AVE | AAE |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| Class | GT | Pred | FP | FP rate | FP/sample | AP | AP@0.5 | AP@1 | AP@2 | AP@4 | ATE | ASE | AOE | AVE "
+          "| AAE |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c, m in d["per_class"].items():
         if not m["has_gt"] and not m["num_pred"]:
             continue
         ap = m["AP_by_dist"]
-        L.append(f"| {c} | {m['num_gt']} | {m['num_pred']} | {_fmt(m['AP'])} | {_fmt(ap['0.5'])} | {_fmt(ap['1.0'])} | "
+        L.append(f"| {c} | {m['num_gt']} | {m['num_pred']} | {_fmt(m.get('num_fp'))} | {_fmt(m.get('fp_rate'), 2)} | "
+                 f"{_fmt(m.get('fp_per_sample'), 2)} | {_fmt(m['AP'])} | {_fmt(ap['0.5'])} | {_fmt(ap['1.0'])} | "
                  f"{_fmt(ap['2.0'])} | {_fmt(ap['4.0'])} | {_fmt(m['ATE'])} | {_fmt(m['ASE'])} | {_fmt(m['AOE'])} | "
                  f"{_fmt(m['AVE'])} | {_fmt(m['AAE'])} |")
     if t is not None:

@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.pipeline.store import RunStore
+from generator.runfolder import RunReader, RunStore
 from generator.validate.boxes import BoxArrays, cap_per_sample, objects_to_arrays, to_detection_boxes, \
     to_tracking_boxes
 from generator.validate.groundtruth import LogGroundTruth, ValidateInputError, open_ground_truth
 from generator.validate.metrics import build_tracks, detection_config, evaluate_detection, tracking_config
-from schemas.tables import FRAMES, OBJECTS
+from schemas.errors import RunFolderError
 
 log = logging.getLogger(__name__)
 
@@ -47,72 +47,45 @@ class ValidateOptions:
 
 @dataclass
 class RunData:
-    store: RunStore
+    reader: RunReader
     source: dict
     objects: pa.Table
     frames: pa.Table | None
     config_yaml: str | None
 
+    @property
+    def store(self) -> RunStore:
+        return self.reader.store
+
 
 def read_run(run: str) -> RunData:
-    """The run folder's source.json, config and perception tables (objects required, frames optional)."""
-    store = RunStore(run)
-    if not store.exists(""):
-        raise ValidateInputError(f"run folder {run} does not exist")
-    if not store.exists("source.json"):
+    """The run folder's source.json, config and committed perception tables (objects required, frames
+    optional), through the run-folder reader (finished scenes only)."""
+    try:
+        reader = RunReader(run)
+    except RunFolderError as err:
+        raise ValidateInputError(str(err.message), file=err.file) from None
+    source = reader.source()
+    if source is None:
         raise ValidateInputError(f"run folder {run} has no source.json: it is not a drivegen run folder (or the run "
                                  f"never started); run `drivegen run` first")
-    source = store.read_json("source.json")
-    objects = read_folder(store, "perception/objects", OBJECTS)
+    objects = read_folder(reader, "objects")
     if objects is None:
-        raise ValidateInputError(f"run folder {run} has no perception tables (perception/objects/*.parquet"
-                                 f"{' of a finished scene' if _has_manifests(store) else ''}); validate needs a run "
-                                 f"that finished perception: run `drivegen run` (or resume it) and try again")
-    frames = read_folder(store, "perception/frames", FRAMES)
-    cfg = store.read_bytes("config.yaml").decode() if store.exists("config.yaml") else None
-    return RunData(store, source, objects, frames, cfg)
+        raise ValidateInputError(f"run folder {run} has no committed perception tables (perception/objects/*.parquet "
+                                 "of a finished scene); validate needs a run that finished perception: run "
+                                 "`drivegen run` (or resume it) and try again")
+    frames = read_folder(reader, "frames")
+    cfg = reader.config_text()
+    return RunData(reader, source, objects, frames, cfg.decode() if cfg is not None else None)
 
 
-def _has_manifests(store: RunStore) -> bool:
-    return any(p.endswith(".json") for p in store.list("manifest"))
-
-
-def read_folder(store: RunStore, folder: str, schema: pa.Schema, scenes: list[str] | None = None) -> pa.Table | None:
-    """A run-folder table (``folder`` = 'perception/objects', 'qa', ...) with the exact ``schema`` types, or None.
-
-    When the run has manifests only files of finished scenes are read (``generator.pipeline.read``); a
-    folder written without the pipeline (no manifests) is read whole, skipping temporary files. Files are
-    read with ``schemas.tables.read_parquet`` (stored variable-size lists cast back to fixed size).
-    """
-    if _has_manifests(store):
-        from generator.pipeline.read import read_table
-
-        try:
-            table = read_table(store, folder, schema)
-        except Exception as err:
-            raise ValidateInputError(f"cannot read {folder} of the run: {type(err).__name__}: {err}",
-                                     file=store.full(folder)) from None
-        tables = [] if table is None else [table]
-    else:
-        files = [p for p in store.list(folder) if p.endswith(".parquet") and not _hidden(p)]
-        tables = [_read(store, p, schema) for p in files]
-    if not tables:
-        return None
-    out = pa.concat_tables(tables)  # each read with the exact schema types
-    if scenes is not None:
-        out = out.filter(pc.is_in(out.column("scene_id"), pa.array(scenes, pa.string())))
-    return out
-
-
-def _hidden(rel: str) -> bool:
-    return rel.rsplit("/", 1)[-1].startswith(".")
-
-
-def _read(store: RunStore, rel: str, schema: pa.Schema) -> pa.Table:
+def read_folder(reader: RunReader, table: str, scenes: list[str] | None = None) -> pa.Table | None:
+    """A run-folder table ('objects', 'qa', ...) of the finished scenes, or None (``RunReader.read_table``);
+    read errors become ValidateInputError."""
     try:
-        return store.read_parquet(rel, schema)
-    except Exception as err:
-        raise ValidateInputError(f"cannot read {rel}: {type(err).__name__}: {err}", file=store.full(rel)) from None
+        return reader.read_table(table, scenes)
+    except RunFolderError as err:
+        raise ValidateInputError(f"cannot read {table} of the run: {err.message}", file=err.file) from None
 
 
 def _match(sample_ts: np.ndarray, ts: np.ndarray, tol_us: int) -> np.ndarray:
@@ -192,15 +165,13 @@ def select(run: RunData, gt: LogGroundTruth, opts: ValidateOptions) -> EvalSet:
 
 def run_config(rd: RunData):
     """The run's PipelineConfig (config.yaml; defaults when the run folder has none)."""
-    import yaml
-
-    from schemas.config import ConfigError, parse_config
+    from schemas.config import ConfigError, config_from_yaml
 
     if rd.config_yaml is None:
-        return parse_config({})
+        return config_from_yaml("", "<defaults>")
     try:
-        return parse_config(yaml.safe_load(rd.config_yaml), where=rd.store.full("config.yaml"))
-    except (ConfigError, yaml.YAMLError) as err:
+        return config_from_yaml(rd.config_yaml, where=rd.store.full("config.yaml"))
+    except ConfigError as err:
         raise ValidateInputError(f"the run's config.yaml is invalid: {err}",
                                  file=rd.store.full("config.yaml")) from None
 

@@ -1,5 +1,6 @@
-"""STRIDE-QA-Bench export (STRIDE-QA §5.2, App. C): scene groups around one target agent, 13 QA each,
-in the exact files the public STRIDE-QA-Bench toolkit reads.
+"""STRIDE-QA-Bench export (STRIDE-QA §5.2, App. C): scene groups around one target agent, 13 QA each (the
+four ego-speed questions once per keyframe: in its first group), in the exact files the public
+STRIDE-QA-Bench toolkit reads.
 
 Format (read from ``turingmotors/STRIDE-QA-Dataset``, folder ``benchmarks/STRIDE-QA-Bench``):
 
@@ -17,9 +18,13 @@ Format (read from ``turingmotors/STRIDE-QA-Dataset``, folder ``benchmarks/STRIDE
   prediction per type). LSR pairs ``distance`` and ``direction`` per group, time and subject, so the
   t1..t3 distance questions carry both quantities (t0 direction is its own bearing question).
   ``<annotation-dir>/annotation_sheet.csv`` gives ``group_id, object_type, relation`` (relation = the
-  scenario) per group.
+  scenario) per group. ``visualize/visualize.py`` plots LSR per relation under hard-coded names
+  (``Path_Divergence_at_Intersection``, ``Other_Pulling_Away_From_Ego``, ...; any other is a "minor
+  relation"), so ``relation`` is written in that spelling (``schemas.vocab.BENCH_SCENARIOS``: ``toolkit``).
 * ``config/prompt.yaml``: the four images are t = -1.5, -1.0, -0.5, 0 s; answers are one sentence with
-  numbers and units ("... 20.12 meters", "... -24 degrees", "... 11.77 m/s").
+  numbers and units ("... 20.12 meters", "... -24 degrees", "... 11.77 m/s"). drivegen prints every
+  number like its QA (``cfg.qa.decimals`` digits, ``generator.qa.render.format_fixed``) and stores as
+  ``gt_value`` the number the sentence states.
 
 Layout written: ``OUT/bench/annotation_files/strideqa_bench_t{0..3}.json``,
 ``OUT/bench/annotation_files/annotation_sheet.csv``, ``OUT/bench/images/<front camera>/*.jpg`` (the
@@ -29,9 +34,9 @@ scenario x OOV table like App. C Table 8).
 Values: distance = 3D distance ego origin -> box centre, direction = bearing (0 ahead, CCW positive,
 [-180, 180]), both in the ego frame at the target time; velocities are ground speeds (ATTRIBUTES
 ``ego_speed_mps`` / ``speed_mps``). A group is dropped when a frame of its window is missing, the
-target is not tracked over the whole window, it has no mask in the front camera in one of the four
-context frames or is not visible there at t0, the images are missing, a value is not finite (e.g. the
-speed of a single-observation track), or it is not dynamic.
+target is not tracked over the whole window, the images are missing, it has no mask in the front camera in
+one of the four context frames or is not visible there at t0, a value is not finite (e.g. the speed of a
+single-observation track), or it is not dynamic (``DROP_REASONS``).
 """
 from __future__ import annotations
 
@@ -40,8 +45,6 @@ import io
 import json
 import logging
 import os
-import shutil
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,24 +53,26 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from pycocotools import mask as mask_utils
 
 from generator.geometry import SE3
 from generator.projection import project_boxes
-from generator.runfolder import RunFolder, safe_name
-from generator.types import Boxes3D, CameraCalib
+from generator.qa.render import format_fixed
+from generator.sources.keyframes import nearest_frame_rows
+from generator.types import Boxes3D, CameraCalib, front_camera
 from generator.writers.wds import read_jpeg
-from schemas.config import PipelineConfig, load_config
-from schemas.tables import ATTRIBUTES, FRAMES, OBJECTS, PROJECTIONS, read_parquet
+from schemas.config import PipelineConfig, ScenarioConfig
+from schemas.layout import safe_name
+from schemas.vocab import BENCH_SCENARIO_NAMES, SCENARIO_NAME, TOOLKIT_RELATION
 
 log = logging.getLogger(__name__)
 
-BENCH_DIR = "bench"
 ANNOTATION_DIR = "annotation_files"
+EXPORT_SUMMARY = "export_summary.json"
+EXPORT_FORMAT = "drivegen-strideqa-bench/1"  # marks a folder as a drivegen export (replaced only if it is one)
 CONTEXT_BUCKETS = ("prev_3", "prev_2", "prev_1", "current")
-SCENARIOS = ("Oncoming Pass", "Maintain State", "Overtake", "Path Divergence", "Pulling Away From Ego",
-             "Minor Relations")
+SCENARIOS = BENCH_SCENARIO_NAMES  # what ``classify_scenario`` returns (readable names)
+RELATIONS = tuple(TOOLKIT_RELATION[s] for s in SCENARIOS)  # what the export writes: the toolkit's spelling
 # (qa_category, horizon index t, quantities in gt_value), in the order each group's 13 questions get ids
 QA_CATEGORIES = (
     ("ego_distance_data", 0, ("distance",)),
@@ -90,28 +95,14 @@ def wrap_deg(a):
     return (np.asarray(a, dtype=np.float64) + 180.0) % 360.0 - 180.0
 
 
-@dataclass(frozen=True)
-class ScenarioThresholds:
-    """Thresholds of ``classify_scenario`` (metres, degrees, m/s)."""
-
-    same_dir_deg: float = 45.0  # |relative heading| below: travelling the same way as the ego
-    opposite_dir_deg: float = 135.0  # |relative heading| above: travelling against the ego
-    pass_x_m: float = 0.0  # the target counts as passed once its centre is behind this x (ego frame)
-    diverge_deg: float = 30.0  # relative heading change over the window that makes the paths diverge
-    ahead_bearing_deg: float = 30.0  # "ahead of the ego": |bearing| below this at t0
-    pull_away_m: float = 3.0  # distance gained over the future horizon for Pulling Away From Ego
-    maintain_m: float = 2.5  # |distance change| over the window allowed for Maintain State
-    maintain_rel: float = 0.15  # ... or this fraction of the t0 distance, whichever is larger
-
-
 def classify_scenario(rel_xy_m, times_s, rel_heading_deg, *, t_now_s: float = 0.0,
-                      thresholds: ScenarioThresholds = ScenarioThresholds()) -> str:
+                      thresholds: ScenarioConfig | None = None) -> str:
     """Scenario of one scene group (App. C.2) from the target's trajectory relative to the ego.
 
     rel_xy_m (T, 2): target box centre in the ego frame *of each time* (x forward, y left, metres);
     times_s (T,): seconds, increasing, covering context and future (e.g. -1.5 .. +3); rel_heading_deg
     (T,): target yaw in the ego frame of each time (0 = same heading as the ego). ``t_now_s`` marks t0.
-    Rules, first match wins (thresholds in ``ScenarioThresholds``):
+    Rules, first match wins (thresholds: ``cfg.bench.scenario``, ``schemas.config.ScenarioConfig``):
 
     1. Path Divergence: the relative heading changes by more than diverge_deg between the first and the
        last time of the window: one of the two turned away from the other's path (checked first: a
@@ -127,7 +118,7 @@ def classify_scenario(rel_xy_m, times_s, rel_heading_deg, *, t_now_s: float = 0.
     6. Minor Relations: everything else (targets overtaking the ego, crossing pedestrians, distant
        crossings, partial manoeuvres).
     """
-    th = thresholds
+    th = thresholds or ScenarioConfig()
     p = np.asarray(rel_xy_m, dtype=np.float64).reshape(-1, 2)
     t = np.asarray(times_s, dtype=np.float64).reshape(-1)
     h = np.asarray(rel_heading_deg, dtype=np.float64).reshape(-1)
@@ -141,20 +132,20 @@ def classify_scenario(rel_xy_m, times_s, rel_heading_deg, *, t_now_s: float = 0.
     dist = np.hypot(p[:, 0], p[:, 1])
     habs = np.abs(wrap_deg(h))
     if abs(wrap_deg(h[-1] - h[0])) > th.diverge_deg:
-        return "Path Divergence"
+        return SCENARIO_NAME["path_divergence"]
     passed = bool(p[i0, 0] > th.pass_x_m and fut.any() and (p[fut, 0] < th.pass_x_m).any())
     if passed and (habs > th.opposite_dir_deg).all():
-        return "Oncoming Pass"
+        return SCENARIO_NAME["oncoming_pass"]
     if passed and (habs < th.same_dir_deg).all():
-        return "Overtake"
+        return SCENARIO_NAME["overtake"]
     h0 = habs[i0]
     same = h0 < th.same_dir_deg
     bearing0 = np.degrees(np.arctan2(p[i0, 1], p[i0, 0]))
     if same and p[i0, 0] > 0 and abs(bearing0) < th.ahead_bearing_deg and dist[-1] - dist[i0] > th.pull_away_m:
-        return "Pulling Away From Ego"
+        return SCENARIO_NAME["pulling_away"]
     if same and np.ptp(dist) <= max(th.maintain_m, th.maintain_rel * dist[i0]):
-        return "Maintain State"
-    return "Minor Relations"
+        return SCENARIO_NAME["maintain_state"]
+    return SCENARIO_NAME["minor_relations"]
 
 
 def is_dynamic(target_speed_mps, threshold_mps: float) -> bool:
@@ -166,12 +157,26 @@ def is_dynamic(target_speed_mps, threshold_mps: float) -> bool:
     return bool(len(v) and v.mean() > threshold_mps)
 
 
+# why candidate groups are dropped (the export summary's ``dropped`` counts), in the order they are checked
+DROP_REASONS = {
+    "missing_frame": "a frame of the group's window (context frames, t0..t3) is missing from the log",
+    "track_lost": "the target is not tracked over the whole window",
+    "no_image": "the front camera has no image in a context frame: the bench shows the four images, so logs "
+                "without camera images give no groups",
+    "no_front_mask": "the target has no mask in the front camera in a context frame, or is not visible there at t0",
+    "non_finite_value": "a value is not finite (e.g. the speed of a track seen once)",
+    "static": "the target does not move (bench.dynamic_speed_mps)",
+    "repetitive": "the same target and relation within one horizon of a group kept before it",
+}
+
+
 # ------------------------------------------------------------------------------------------ groups
 @dataclass
 class SceneInputs:
     """One scene's tables: FRAMES, ATTRIBUTES, PROJECTIONS (schemas.tables), the scene's
-    ego_spatiotemporal QA rows (or None: every anchor x tracked object is a candidate) and, optionally,
-    OBJECTS (for instance tokens)."""
+    ego_spatiotemporal QA rows (columns keyframe_index, family, track_ids, region_ids, split; or None: the
+    targets the QA plan would ask about are the candidates) and, optionally, OBJECTS (for instance
+    tokens)."""
 
     scene_id: str
     frames: pa.Table
@@ -186,6 +191,7 @@ class Group:
     scene_id: str
     keyframe_index: int
     track_id: int
+    region_id: int  # the target's "Region [X]" number at the keyframe (generator.qa.generate's numbering)
     class_name: str
     instance_token: str
     split: str | None
@@ -205,15 +211,12 @@ class Group:
 
 
 def front_camera_name(frames: pa.Table, preferred: str) -> str:
-    """``preferred`` when the frames have it, else the camera whose optical axis points most along +x."""
+    """The scene's front camera (``generator.types.front_camera`` over its first frame's cameras)."""
     cams = frames.column("cameras")[0].as_py() if frames.num_rows else []
-    names = [c["name"] for c in cams]
-    if preferred in names:
-        return preferred
-    if not cams:
+    name = front_camera([c["name"] for c in cams], [c["ego_SE3_cam"] for c in cams], preferred)
+    if name is None:
         raise ValueError("frames carry no cameras")
-    fwd = [np.asarray(c["ego_SE3_cam"], dtype=np.float64).reshape(4, 4)[0, 2] for c in cams]
-    return names[int(np.argmax(fwd))]
+    return name
 
 
 def _calib(cam: dict) -> CameraCalib:
@@ -223,19 +226,42 @@ def _calib(cam: dict) -> CameraCalib:
 
 
 def _nearest_frames(ts_us: np.ndarray, fidx: np.ndarray, wanted_us: np.ndarray, tol_us: float) -> np.ndarray:
-    """Frame index nearest to each wanted time (any shape); -1 where none lies within ``tol_us``."""
-    order = np.argsort(ts_us)
-    ts, fi = ts_us[order], fidx[order]
-    w = wanted_us.ravel()
-    j = np.clip(np.searchsorted(ts, w), 1, len(ts) - 1) if len(ts) > 1 else np.zeros(len(w), dtype=np.int64)
-    left = np.maximum(j - 1, 0)
-    pick = np.where(np.abs(ts[left] - w) <= np.abs(ts[j] - w), left, j)
-    out = np.where(np.abs(ts[pick] - w) <= tol_us, fi[pick], -1)
-    return out.reshape(wanted_us.shape)
+    """Frame index nearest to each wanted time (any shape); -1 where none lies within ``tol_us``
+    (``generator.sources.keyframes.nearest_frame_rows`` on one scene)."""
+    w = np.asarray(wanted_us, np.int64).ravel()
+    rows = nearest_frame_rows(np.zeros(len(ts_us)), ts_us, np.zeros(len(w)), w, tol_us / 1e6)
+    return np.where(rows >= 0, np.asarray(fidx)[np.maximum(rows, 0)], -1).reshape(np.shape(wanted_us))
 
 
 def _index(df: pd.DataFrame, keys: list[str]) -> pd.MultiIndex:
     return pd.MultiIndex.from_frame(df[keys])
+
+
+def _candidates(inp: SceneInputs, cfg: PipelineConfig) -> pd.DataFrame:
+    """(keyframe_index, track_id, region_id, split) of the targets the groups are built around, sorted: the
+    targets of the scene's ego_spatiotemporal QA rows, or, without QA rows, those the QA plan would ask
+    about (``generator.qa.generate.make_plan``: candidates visible in the front camera at the keyframe).
+    Either way ``region_id`` is the QA's region number of the target at its keyframe."""
+    cols = ["keyframe_index", "track_id", "region_id", "split"]
+    if inp.qa is not None and inp.qa.num_rows:
+        st = inp.qa.filter(pc.equal(inp.qa.column("family"), "ego_spatiotemporal"))
+        st = st.filter(pc.greater(pc.list_value_length(st.column("track_ids")), 0))  # not the ego's rows
+        cand = pd.DataFrame({"keyframe_index": st.column("keyframe_index").to_numpy(),
+                             "track_id": pc.list_element(st.column("track_ids"), 0).to_numpy(zero_copy_only=False),
+                             "region_id": pc.list_element(st.column("region_ids"), 0).to_numpy(zero_copy_only=False),
+                             "split": st.column("split").to_numpy(zero_copy_only=False)}, columns=cols)
+    else:
+        from generator.qa.generate import make_plan
+
+        plan = make_plan(inp.frames, inp.attributes, inp.projections, cfg)
+        if plan is None:
+            return pd.DataFrame(columns=cols)
+        c = plan.cand
+        sel = c["front_proj"] >= 0
+        cand = pd.DataFrame({"keyframe_index": plan.frames_fi[c["frame_row"][sel]], "track_id": c["track"][sel],
+                             "region_id": c["region"][sel], "split": None}, columns=cols)
+    cand = cand.dropna(subset=["track_id"]).drop_duplicates(["keyframe_index", "track_id"])
+    return cand.sort_values(["keyframe_index", "track_id"]).reset_index(drop=True)
 
 
 def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = None) -> list[Group]:
@@ -252,25 +278,16 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
     ts = frames.column("timestamp_us").to_numpy().astype(np.int64)
     ts_of = dict(zip(fidx.tolist(), ts.tolist()))
 
-    # candidates: (keyframe, track, split)
-    if inp.qa is not None and inp.qa.num_rows:
-        st = inp.qa.filter(pc.equal(inp.qa.column("family"), "ego_spatiotemporal"))
-        cand = pd.DataFrame({"keyframe_index": st.column("keyframe_index").to_numpy(),
-                             "track_id": pc.list_element(st.column("track_ids"), 0).to_numpy(zero_copy_only=False),
-                             "split": st.column("split").to_numpy(zero_copy_only=False)})
-    else:
-        anchors = set(fidx[frames.column("is_anchor").to_numpy(zero_copy_only=False).astype(bool)].tolist())
-        att = inp.attributes.select(["frame_index", "track_id"]).to_pandas()
-        cand = att[att["frame_index"].isin(anchors)].rename(columns={"frame_index": "keyframe_index"})
-        cand["split"] = None
-    cand = cand.dropna(subset=["track_id"]).drop_duplicates(["keyframe_index", "track_id"])
-    cand = cand.sort_values(["keyframe_index", "track_id"]).reset_index(drop=True)
+    cand = _candidates(inp, cfg)
     if cand.empty:
         return []
     n = len(cand)
 
-    # window times: 4 context frames at context_rate_hz ending at t0, then the horizons
-    ctx_off = -np.arange(3, -1, -1) / kcfg.context_rate_hz
+    # window times: the 4 context frames ending at t0 (keyframes.context_offsets_s), then the horizons
+    ctx_off = np.asarray(kcfg.context_offsets_s(), dtype=np.float64)
+    if len(ctx_off) != len(CONTEXT_BUCKETS):
+        raise ValueError(f"STRIDE-QA-Bench shows {len(CONTEXT_BUCKETS)} context images; keyframes.context_frames is "
+                         f"{kcfg.context_frames}")
     hor_off = np.asarray(qcfg.horizons_s, dtype=np.float64)
     if len(hor_off) != 4:
         raise ValueError(f"STRIDE-QA-Bench needs 4 horizons (t0..t3); qa.horizons_s is {qcfg.horizons_s}")
@@ -298,6 +315,17 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
     safe_rows = np.where(rows >= 0, rows, 0)
     A = {c: att[c].to_numpy()[safe_rows] for c in att.columns if c not in ("frame_index", "track_id")}
 
+    # images of the context frames (first: without images there are no masks either, and the reason a
+    # group is dropped is the missing image)
+    ctx_frames = win_frames[:, ctx_cols]
+    cams_by_frame = {int(f): {c["name"]: c for c in cl} for f, cl in
+                     zip(fidx.tolist(), frames.column("cameras").to_pylist())}
+    img = np.array([[cams_by_frame.get(int(f), {}).get(front, {}).get("image_path") or "" for f in r]
+                    for r in ctx_frames], dtype=object).reshape(n, 4)
+    has_img = (img != "").all(axis=1)
+    drops["no_image"] += int((ok & ~has_img).sum())
+    ok &= has_img
+
     # front-camera masks in the context frames
     pr = inp.projections.filter(pc.equal(inp.projections.column("camera"), front))
     prd = pd.DataFrame({"frame_index": pr.column("frame_index").to_numpy(), "track_id": pr.column("track_id").to_numpy(),
@@ -309,7 +337,6 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
         area[has_mask] = mask_utils.area([{"size": list(m["size"]), "counts": m["counts"].encode()}
                                           for m, h in zip(masks, has_mask) if h])
         has_mask &= area > 0
-    ctx_frames = win_frames[:, ctx_cols]
     prow = _index(prd, ["frame_index", "track_id"]).get_indexer(
         pd.MultiIndex.from_arrays([ctx_frames.ravel(), np.repeat(tid, 4)])).reshape(n, 4)
     mask_ok = (prow >= 0) & has_mask[np.where(prow >= 0, prow, 0)]
@@ -317,15 +344,6 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
     good_mask = mask_ok.all(axis=1) & vis_now
     drops["no_front_mask"] += int((ok & ~good_mask).sum())
     ok &= good_mask
-
-    # images of the context frames
-    cams_by_frame = {int(f): {c["name"]: c for c in cl} for f, cl in
-                     zip(fidx.tolist(), frames.column("cameras").to_pylist())}
-    img = np.array([[cams_by_frame.get(int(f), {}).get(front, {}).get("image_path") or "" for f in r]
-                    for r in ctx_frames], dtype=object).reshape(n, 4)
-    has_img = (img != "").all(axis=1)
-    drops["no_image"] += int((ok & ~has_img).sum())
-    ok &= has_img
 
     # out of view: the target's box misses the front camera in some future frame (t1..t3)
     fut_cols = hor_cols[hor_off > 0]
@@ -355,14 +373,15 @@ def scene_groups(inp: SceneInputs, cfg: PipelineConfig, drops: Counter | None = 
     drops["non_finite_value"] += int((ok & ~finite).sum())
     ok &= finite
     for g in np.flatnonzero(ok):
-        if not is_dynamic(A["speed_mps"][g], qcfg.dynamic_speed_mps):
+        if not is_dynamic(A["speed_mps"][g], cfg.bench.dynamic_speed_mps):
             drops["static"] += 1
             continue
         rel = np.stack([A["x_ego_m"][g], A["y_ego_m"][g]], axis=1)
-        scen = classify_scenario(rel, win_t, A["heading_ego_deg"][g])
+        scen = classify_scenario(rel, win_t, A["heading_ego_deg"][g], thresholds=cfg.bench.scenario)
         hc = hor_cols
         groups.append(Group(
             scene_id=inp.scene_id, keyframe_index=int(cand["keyframe_index"][g]), track_id=int(tid[g]),
+            region_id=int(cand["region_id"][g]),
             class_name=str(A["class_name"][g, hc[0]]), instance_token=inst[g], split=cand["split"][g],
             context_frames=[int(f) for f in ctx_frames[g]], horizon_frames=[int(f) for f in win_frames[g, hc]],
             context_tokens=[token_of.get(int(f)) or "" for f in ctx_frames[g]],
@@ -401,42 +420,53 @@ def _drop_repeats(groups: list[Group], gap_s: float, ts_of: dict, drops: Counter
 
 
 # ------------------------------------------------------------------------------------------ records
-def _num(x: float, decimals: int) -> float:
-    return float(round(float(x), decimals))
-
-
 def _seconds(t: int) -> str:
     return "1 second" if t == 1 else f"{t} seconds"
 
 
-def group_questions(g: Group, decimals: int = 2) -> list[dict]:
-    """The 13 questions of a group, in ``QA_CATEGORIES`` order, without ids or images: qa_category,
-    horizon t, question, gt (one sentence stating the values with units), gt_value, unit."""
+def _printed(values, decimals: int) -> tuple[list[str], list[float]]:
+    """Numbers as the QA prints them (``generator.qa.render.format_fixed``: fixed decimals, never "-0.00")
+    and the value each string states: the answer parses back to exactly its ``gt_value``."""
+    text = format_fixed(np.asarray(values, np.float64), decimals).to_pylist()
+    return text, [float(x) for x in text]
+
+
+def group_questions(g: Group, decimals: int = 2, ego: bool = True) -> list[dict]:
+    """The questions of a group, in ``QA_CATEGORIES`` order, without ids or images: qa_category, horizon t,
+    question, gt (one sentence stating the values with their units), gt_value, unit. Numbers print with
+    ``decimals`` digits (``cfg.qa.decimals``, as in the QA); the target is named by its keyframe region.
+    ``ego=False``: without the four ego-speed questions (asked once per keyframe: ``bench_records``)."""
+    region = f"Region [{g.region_id}]"
+    d, d_v = _printed(g.distance_m, decimals)
+    b, b_v = _printed(g.bearing_deg, decimals)
+    ve, ve_v = _printed(g.ego_speed_mps, decimals)
+    vt, vt_v = _printed(g.target_speed_mps, decimals)
+    angle = "(degrees, counter-clockwise positive)"
     out = []
     for cat, t, qtypes in QA_CATEGORIES:
-        d, b = _num(g.distance_m[t], decimals), _num(g.bearing_deg[t], decimals)
-        ve, vt = _num(g.ego_speed_mps[t], decimals), _num(g.target_speed_mps[t], decimals)
+        is_ego = cat.startswith("ego_speed")
+        if is_ego and not ego:
+            continue
+        when = f"In {_seconds(t)}"
         if cat == "ego_distance_data":
-            q, a = "How far is Region [0] from the ego vehicle?", f"Region [0] is {d} meters away."
+            q, a = f"How far is {region} from the ego vehicle?", f"{region} is {d[t]} meters away."
         elif cat == "target_bearing_angle_data":
-            q = ("At what angle is Region [0] from the ego vehicle's heading (degrees, counter-clockwise "
-                 "positive)?")
-            a = f"Region [0] is at {b} degrees."
+            q = f"At what angle is {region} from the ego vehicle's heading {angle}?"
+            a = f"{region} is at {b[t]} degrees."
         elif cat == "ego_speed_data":
-            q, a = "What is the ego vehicle's current speed?", f"Ego speed is {ve} m/s."
+            q, a = "What is the ego vehicle's current speed?", f"The ego vehicle's speed is {ve[t]} m/s."
         elif cat == "target_speed_data":
-            q, a = "What is the current speed of Region [0]?", f"Region [0] is moving at {vt} m/s."
+            q, a = f"What is the current speed of {region}?", f"{region} is moving at {vt[t]} m/s."
         elif cat.startswith("ego_distance_data_4d"):
-            q = (f"In {_seconds(t)}, how far from the ego vehicle will Region [0] be, and at what angle "
-                 "(degrees, counter-clockwise positive)?")
-            a = f"In {_seconds(t)} they are {d} meters at {b} degrees."
-        elif cat.startswith("ego_speed_data_4d"):
-            q, a = f"What will the ego vehicle's speed be after {_seconds(t)}?", f"Ego speed after {_seconds(t)} is {ve} m/s."
+            q = f"{when}, how far from the ego vehicle will {region} be, and at what angle {angle}?"
+            a = f"{when}, {region} will be {d[t]} meters away at {b[t]} degrees."
+        elif is_ego:
+            q = f"What will the ego vehicle's speed be in {_seconds(t)}?"
+            a = f"{when}, the ego vehicle's speed will be {ve[t]} m/s."
         else:
-            q = f"What will the speed of Region [0] be after {_seconds(t)}?"
-            a = f"Region [0] speed after {_seconds(t)} is {vt} m/s."
-        vals = {"distance": d, "direction": b,
-                "velocity": ve if cat.startswith("ego_speed") else vt}
+            q = f"What will the speed of {region} be in {_seconds(t)}?"
+            a = f"{when}, {region} will be moving at {vt[t]} m/s."
+        vals = {"distance": d_v[t], "direction": b_v[t], "velocity": ve_v[t] if is_ego else vt_v[t]}
         out.append({"qa_category": cat, "t": t, "question": q, "gt": a,
                     "gt_value": {k: vals[k] for k in qtypes}, "unit": {k: UNITS[k] for k in qtypes}})
     return out
@@ -451,10 +481,14 @@ def bench_records(groups: list[Group], decimals: int = 2) -> tuple[dict[int, lis
     """Annotation records per horizon {t: [record, ...]} and annotation-sheet rows for ``groups``.
 
     question_id = ``q<N:08d>_g<M:05d>`` (N counts questions over the export, M groups), group_id =
-    ``g<M:05d>``; every record carries the four context images, the RLE per bucket and region 0."""
+    ``g<M:05d>``; every record carries the four context images, the RLE per bucket and the target's region
+    number at the keyframe (``region_id``, the QA's ``Region [X]``). The ego-speed questions do not depend
+    on the target: they are asked once per keyframe, in its first group (13 questions; its other groups
+    have the 9 about their target)."""
     per_t: dict[int, list[dict]] = {0: [], 1: [], 2: [], 3: []}
     sheet = []
     n = 0
+    ego_asked: set[tuple[str, int]] = set()
     for m, g in enumerate(groups):
         gid = f"g{m:05d}"
         images = [bench_image_name(g, k) for k in range(4)]
@@ -463,130 +497,79 @@ def bench_records(groups: list[Group], decimals: int = 2) -> tuple[dict[int, lis
                       "instance_token": g.instance_token, "context_frame_indices": g.context_frames,
                       "context_sample_tokens": g.context_tokens, "horizon_frame_indices": g.horizon_frames,
                       "camera": g.front_camera}
-        for q in group_questions(g, decimals):
+        keyframe = (g.scene_id, g.keyframe_index)
+        for q in group_questions(g, decimals, ego=keyframe not in ego_asked):
             t = q.pop("t")
             per_t[t].append({"question_id": f"q{n:08d}_{gid}", "group_id": gid, **q, "images": images,
-                             "rle": rle, "region_id": 0, "object_class": g.class_name,
-                             "object_type": OBJECT_TYPES.get(g.class_name, g.class_name), "relation": g.scenario,
+                             "rle": rle, "region_id": g.region_id, "object_class": g.class_name,
+                             "object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
+                             "relation": TOOLKIT_RELATION[g.scenario],
                              "oov": g.oov, "split": g.split, "token_info": token_info})
             n += 1
+        ego_asked.add(keyframe)
         sheet.append({"group_id": gid, "object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
-                      "relation": g.scenario, "oov": g.oov, "scene_id": g.scene_id,
-                      "keyframe_index": g.keyframe_index, "track_id": g.track_id, "class_name": g.class_name,
-                      "instance_token": g.instance_token, "split": g.split})
+                      "relation": TOOLKIT_RELATION[g.scenario], "oov": g.oov, "scene_id": g.scene_id,
+                      "keyframe_index": g.keyframe_index, "track_id": g.track_id, "region_id": g.region_id,
+                      "class_name": g.class_name, "instance_token": g.instance_token, "split": g.split})
     return per_t, sheet
 
 
 SHEET_COLUMNS = ("group_id", "object_type", "relation", "oov", "scene_id", "keyframe_index", "track_id",
-                 "class_name", "instance_token", "split")
+                 "region_id", "class_name", "instance_token", "split")
 
 
-def summarize(groups: list[Group], drops: Counter) -> dict:
-    """Counts like App. C Tables 8 (scenario, OOV) and 9 (object types)."""
-    scen = {s: {"groups": 0, "oov": 0} for s in SCENARIOS}
+def summarize(groups: list[Group], drops: Counter, questions: int) -> dict:
+    """Counts like App. C Tables 8 (scenario, OOV; by the toolkit's relation names) and 9 (object types);
+    ``questions``: how many records were written."""
+    scen = {s: {"groups": 0, "oov": 0} for s in RELATIONS}
     for g in groups:
-        scen[g.scenario]["groups"] += 1
-        scen[g.scenario]["oov"] += int(g.oov)
+        scen[TOOLKIT_RELATION[g.scenario]]["groups"] += 1
+        scen[TOOLKIT_RELATION[g.scenario]]["oov"] += int(g.oov)
     for v in scen.values():
         v["oov_rate"] = round(v["oov"] / v["groups"], 4) if v["groups"] else None
     types = Counter(OBJECT_TYPES.get(g.class_name, g.class_name) for g in groups)
-    return {"groups": len(groups), "questions": 13 * len(groups), "scenarios": scen,
+    return {"groups": len(groups), "questions": questions, "scenarios": scen,
             "object_types": dict(types.most_common()), "oov_groups": sum(g.oov for g in groups),
             "dropped": dict(sorted(drops.items()))}
 
 
-# ------------------------------------------------------------------------------------------ run folder
-def _read(path: Path, schema: pa.Schema) -> pa.Table | None:
-    return read_parquet(path, schema) if path.exists() else None
-
-
-def load_scene_inputs(run_dir: str | os.PathLike, splits: list[str] | None = None):
-    """Yield ``SceneInputs`` for every scene of a run folder that has attributes (layout: runfolder.py)."""
-    rf = RunFolder(run_dir)
-    qa_dir = rf.path("qa")
-    # QA is scanned with a filter for columns that hold no fixed-size list: no storage cast needed
-    qa_ds = ds.dataset(qa_dir, format="parquet") if qa_dir.is_dir() and any(qa_dir.glob("*.parquet")) else None
-    for att_path in sorted(rf.path("attributes").glob("*.parquet")):
-        if att_path.name.startswith("."):
-            continue
-        attributes = read_parquet(att_path, ATTRIBUTES)
-        if attributes.num_rows == 0:
-            continue
-        scene_id = attributes.column("scene_id")[0].as_py()
-        frames = _read(rf.perception("frames", scene_id), FRAMES)
-        projections = _read(rf.perception("projections", scene_id), PROJECTIONS)
-        if frames is None or projections is None:
-            log.warning("bench export: scene %s lacks perception frames/projections; skipped", scene_id)
-            continue
-        qa = None
-        if qa_ds is not None:
-            flt = (ds.field("scene_id") == scene_id) & (ds.field("family") == "ego_spatiotemporal")
-            if splits:
-                flt &= ds.field("split").isin(splits)
-            qa = qa_ds.to_table(filter=flt, columns=["scene_id", "keyframe_index", "family", "track_ids", "split"])
-            if qa.num_rows == 0:
-                continue
-        yield SceneInputs(scene_id, frames, attributes, projections, qa, _read(rf.perception("objects", scene_id), OBJECTS))
-
-
+# ------------------------------------------------------------------------------------------ files
 def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int = 2,
                 image_root: str | os.PathLike | None = None, drops: Counter | None = None) -> dict:
-    """Write the bench folder ``out_dir`` (annotation_files/, images/, export_summary.json) atomically:
-    built beside it under a temporary name, then swapped in. Returns the summary."""
+    """Write the bench files of ``groups`` into the local folder ``out_dir`` (annotation_files/, images/,
+    export_summary.json; a fresh staging folder: the caller commits it, ``generator.pipeline.exports``).
+    Returns the summary; its ``files`` lists every file written, relative to ``out_dir``."""
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        per_t, sheet = bench_records(groups, decimals)
-        ann = tmp / ANNOTATION_DIR
-        ann.mkdir(parents=True)
-        for t, recs in per_t.items():
-            (ann / f"strideqa_bench_t{t}.json").write_text(json.dumps(recs, indent=1, ensure_ascii=False))
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(SHEET_COLUMNS), lineterminator="\n")
-        w.writeheader()
-        w.writerows(sheet)
-        (ann / "annotation_sheet.csv").write_text(buf.getvalue())
-        done = set()
-        for g in groups:
-            for k in range(4):
-                rel = bench_image_name(g, k)
-                if rel in done:
-                    continue
-                src = Path(g.image_paths[k])
-                if not src.is_absolute() and image_root is not None:
-                    src = Path(image_root) / src
-                dst = tmp / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_bytes(read_jpeg(src, g.scene_id))
-                done.add(rel)
-        summary = summarize(groups, drops or Counter())
-        summary["images"] = len(done)
-        (tmp / "export_summary.json").write_text(json.dumps(summary, indent=2))
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return summary
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def export_bench(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
-                 cfg: PipelineConfig | None = None, splits: list[str] | None = None,
-                 image_root: str | os.PathLike | None = None) -> dict:
-    """Export a run folder's ego-spatiotemporal groups as STRIDE-QA-Bench files under ``out_dir``
-    (default ``RUN/bench``). ``cfg`` defaults to ``RUN/config.yaml`` (or the defaults); ``splits``
-    restricts the QA rows used as candidates (e.g. ["val"] for a held-out bench). Returns the summary."""
-    run = Path(run_dir)
-    if cfg is None:
-        cfg = load_config(run / "config.yaml") if (run / "config.yaml").exists() else PipelineConfig()
-    drops: Counter = Counter()
-    groups: list[Group] = []
-    for inp in load_scene_inputs(run, splits):
-        groups.extend(scene_groups(inp, cfg, drops))
-    return write_bench(groups, out_dir or run / BENCH_DIR, cfg.qa.decimals, image_root, drops)
+    per_t, sheet = bench_records(groups, decimals)
+    ann = out / ANNOTATION_DIR
+    ann.mkdir(parents=True, exist_ok=True)
+    files = []
+    for t, recs in per_t.items():
+        (ann / f"strideqa_bench_t{t}.json").write_text(json.dumps(recs, indent=1, ensure_ascii=False))
+        files.append(f"{ANNOTATION_DIR}/strideqa_bench_t{t}.json")
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(SHEET_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    w.writerows(sheet)
+    (ann / "annotation_sheet.csv").write_text(buf.getvalue())
+    files.append(f"{ANNOTATION_DIR}/annotation_sheet.csv")
+    done = set()
+    for g in groups:
+        for k in range(4):
+            rel = bench_image_name(g, k)
+            if rel in done:
+                continue
+            src = Path(g.image_paths[k])
+            if not src.is_absolute() and image_root is not None:
+                src = Path(image_root) / src
+            dst = out / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(read_jpeg(src, g.scene_id))
+            done.add(rel)
+    files += sorted(done)
+    summary = summarize(groups, drops or Counter(), sum(len(recs) for recs in per_t.values()))
+    summary["images"] = len(done)
+    summary["format"] = EXPORT_FORMAT
+    summary["files"] = files + [EXPORT_SUMMARY]
+    (out / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
+    return summary

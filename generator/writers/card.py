@@ -11,7 +11,10 @@ the needed columns are read, no shard set is materialised):
   bearing angle (deg) and velocity (m/s) (Fig. 9), picked by ``unit`` (sizes, which also answer in
   metres, are recognised by ``question_type`` and left out), drawn as PNGs with matplotlib's Agg canvas;
 * ``visibility_drops`` (objects dropped by the visibility filter per reason) and ``errors`` (failed
-  scene/stage count per stage) when given in ``extra`` (``run_extra(run_dir)`` reads them from a run).
+  scene/stage count per stage) when given in ``extra`` (``generator.pipeline.finalize`` reads them from
+  the run folder).
+
+The card is written into a local folder (a run's staging folder; the run folder commits it).
 """
 from __future__ import annotations
 
@@ -26,13 +29,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from generator.runfolder import atomic_write_bytes
+from schemas.layout import CARD_DIR
+from generator.qa.families import FAMILIES as REGISTERED
+from schemas.vocab import QA_KINDS
 
-CARD_DIR = "card"
-FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
-FAMILY_TITLES = {"object_spatial": "Object-centric Spatial QA", "ego_spatial": "Ego-centric Spatial QA",
-                 "ego_spatiotemporal": "Ego-centric Spatiotemporal QA"}
-KINDS = ("qualitative", "quantitative")
+FAMILIES = tuple(REGISTERED)
+FAMILY_TITLES = {name: f.title for name, f in REGISTERED.items()}
+KINDS = QA_KINDS
 # quantity -> (accepted units, bin edges); values outside the edges are counted as under/overflow
 HISTOGRAMS = {
     "distance": ({"m", "meter", "meters", "metre", "metres"}, np.linspace(0.0, 100.0, 51)),
@@ -148,30 +151,9 @@ def _distinct(t: pa.Table) -> pa.Table:
     return t.group_by(t.column_names).aggregate([])
 
 
-def run_extra(run_dir: str | os.PathLike) -> dict:
-    """Visibility drops per reason (from ``perception/projections``) and failed scene/stage counts per
-    stage (from ``errors``) of a run folder, streamed; keys are absent when the folder lacks them."""
-    run = Path(run_dir)
-    extra: dict = {}
-    proj = run / "perception" / "projections"
-    if proj.is_dir() and any(proj.glob("*.parquet")):
-        drops: dict[str, int] = defaultdict(int)
-        for rb in ds.dataset(proj, format="parquet").to_batches(columns=["visible", "drop_reason"]):
-            t = pa.Table.from_batches([rb]).filter(pc.invert(pc.fill_null(rb.column("visible"), False)))
-            reasons = pc.fill_null(t.column("drop_reason"), "unspecified")
-            for r in pa.table({"r": reasons}).group_by("r").aggregate([([], "count_all")]).to_pylist():
-                drops[r["r"]] += r["count_all"]
-        extra["visibility_drops"] = dict(sorted(drops.items()))
-    err = run / "errors"
-    if err.is_dir():
-        by_stage: dict[str, int] = defaultdict(int)
-        files = sorted(err.glob("*.parquet"))
-        if files:
-            for rb in ds.dataset([str(f) for f in files], format="parquet").to_batches(columns=["stage"]):
-                for r in pa.table({"s": rb.column("stage")}).group_by("s").aggregate([([], "count_all")]).to_pylist():
-                    by_stage[r["s"]] += r["count_all"]
-        extra["errors"] = dict(sorted(by_stage.items()))
-    return extra
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
 
 
 def _plot(hist: dict, name: str, path: Path) -> None:
@@ -191,7 +173,7 @@ def _plot(hist: dict, name: str, path: Path) -> None:
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    atomic_write_bytes(path, buf.getvalue())
+    _write(path, buf.getvalue())
 
 
 def _md_table(header: list[str], rows: list[list]) -> str:
@@ -269,7 +251,7 @@ def write_card(qa_dataset_paths_or_table, out_dir: str | os.PathLike, extra: dic
     ``qa_dataset_paths_or_table``: a folder of QA shards (e.g. ``RUN/qa``), a list of shard paths, a
     ``pyarrow.dataset.Dataset`` or a ``pa.Table`` (``schemas.tables.QA``). ``extra`` adds
     ``visibility_drops`` ({reason: count}), ``errors`` (count, or {stage: count}) and any other
-    JSON-serialisable entries to stats.json (see ``run_extra``). ``out_dir`` is the run folder root.
+    JSON-serialisable entries to stats.json. ``out_dir`` is the (staged) run folder root.
     """
     stats = compute_stats(qa_dataset_paths_or_table)
     for k, v in (extra or {}).items():
@@ -277,6 +259,6 @@ def write_card(qa_dataset_paths_or_table, out_dir: str | os.PathLike, extra: dic
     card = Path(out_dir) / CARD_DIR
     for name, h in stats["histograms"].items():
         _plot(h, name, card / f"hist_{name}.png")
-    atomic_write_bytes(card / "stats.json", json.dumps(stats, indent=2, sort_keys=False).encode())
-    atomic_write_bytes(card / "README.md", render_readme(stats, title).encode())
+    _write(card / "stats.json", json.dumps(stats, indent=2, sort_keys=False).encode())
+    _write(card / "README.md", render_readme(stats, title).encode())
     return stats

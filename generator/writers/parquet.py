@@ -14,24 +14,35 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.runfolder import numbered_files, safe_name
 from schemas.config import WriterConfig
+from schemas.layout import TABLES, scene_file
 from schemas.tables import QA, check_schema, compact_dictionaries, read_parquet, to_storage, write_parquet
 from schemas.tables import storage_schema  # noqa: F401  (re-exported: the one implementation is in schemas)
 
-QA_DIR = "qa"
+QA_DIR = TABLES["qa"].folder
 QA_STORED = storage_schema(QA)  # the QA columns as shards store them
 
 
 def qa_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
     """``out_dir/qa/<safe scene>-<k:05d>.parquet`` (``out_dir`` is the run folder root)."""
-    return Path(out_dir) / QA_DIR / f"{safe_name(scene_id)}-{k:05d}.parquet"
+    return Path(out_dir) / scene_file("qa", scene_id, k)
+
+
+def numbered_files(path_of: Callable[[int], Path]) -> list[Path]:
+    """Existing files ``path_of(0), path_of(1), ...`` up to the first missing number. A scene's shards are
+    numbered contiguously from 0, so this costs one stat per shard, not a scan of the whole folder."""
+    out = []
+    for k in itertools.count():
+        p = path_of(k)
+        if not p.exists():
+            return out
+        out.append(p)
 
 
 def scene_qa_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
@@ -71,20 +82,25 @@ def _empty_file_bytes(schema: pa.Schema, compression: str) -> int:
 
 
 def _write_tmp(tmp: Path, table: pa.Table, compression: str, statistics: bool | list[str] = True,
-               compact: bool = True) -> int:
-    """Write ``table`` to the temporary file ``tmp``, fsync it, return its size in bytes."""
+               compact: bool = True, fsync: bool = True) -> int:
+    """Write ``table`` to the temporary file ``tmp``, fsync it (``fsync``), return its size in bytes."""
     write_parquet(tmp, table, compression=compression, compact=compact, write_statistics=statistics)
+    if not fsync:
+        return os.stat(tmp).st_size
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
         return os.fstat(fh.fileno()).st_size
 
 
 def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_bytes: int,
-                  compression: str = "zstd", statistics: bool | list[str] = True) -> list[Path]:
+                  compression: str = "zstd", statistics: bool | list[str] = True, fsync: bool = True,
+                  rows_out: list[int] | None = None) -> list[Path]:
     """Write contiguous runs of ``table`` to successive ``paths``; each file holds at most ``max_rows``
     rows and at most ``max_bytes`` bytes on disk (a single row too large for the bound gets a file of its
-    own). Each file is written under a temporary name, fsynced and renamed into place. ``statistics``:
-    Parquet min/max statistics for all columns (True), none, or the named ones.
+    own). Each file is written under a temporary name, fsynced (``fsync``; a staging folder whose files are
+fsynced when committed passes False) and renamed into place. ``statistics``:
+    Parquet min/max statistics for all columns (True), none, or the named ones. ``rows_out``: gets each
+    file's row count.
 
     The first guess of rows per file is the byte budget left after the fixed Parquet footer over the
     table's mean in-memory row size; a run whose Arrow size or written file exceeds the bound is halved
@@ -108,7 +124,8 @@ def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_byt
         while True:
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             try:
-                size = _write_tmp(tmp, table.slice(off, length), compression, statistics, compact=length < n)
+                size = _write_tmp(tmp, table.slice(off, length), compression, statistics, compact=length < n,
+                                  fsync=fsync)
                 if size <= max_bytes or length == 1:
                     break
             except BaseException:
@@ -118,12 +135,14 @@ def write_bounded(table: pa.Table, paths: Iterator[Path], max_rows: int, max_byt
             length //= 2
         os.replace(tmp, path)
         written.append(path)
+        if rows_out is not None:
+            rows_out.append(length)
         off += length
     return written
 
 
 def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
-                    cfg: WriterConfig | None = None) -> list[Path]:
+                    cfg: WriterConfig | None = None, fsync: bool = True) -> list[Path]:
     """Write one scene's QA rows as shards ``out_dir/qa/<safe scene>-<k:05d>.parquet``, k = 0, 1, ...
 
     ``out_dir`` is the run folder root. ``table`` follows ``schemas.tables.QA`` (cast with
@@ -132,6 +151,7 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     ``scene_id == scene_id``. Shards hold at most ``cfg.parquet_max_rows`` rows and
     ``cfg.parquet_max_bytes`` bytes on disk; rows keep their order. The scene's stale shards numbered
     past the new count are removed afterwards; an empty table leaves the scene with no shards.
+    ``fsync=False`` for a staging folder (the commit fsyncs each file as it moves it into place).
     Returns the written paths in shard order.
     """
     cfg = cfg or WriterConfig()
@@ -148,7 +168,7 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
     paths = (qa_shard_path(out_dir, scene_id, k) for k in itertools.count())
     # write_bounded removes its own temporary file on failure: no scan of the (possibly huge) qa/ folder
     written = write_bounded(table, paths, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression,
-                            statistics=list(cfg.qa_statistics_columns))
+                            statistics=list(cfg.qa_statistics_columns), fsync=fsync)
     # stale shards of an earlier, longer write: removed from the highest number down, so an interrupted
     # cleanup still leaves the numbers contiguous from 0
     for p in reversed(old[len(written):]):

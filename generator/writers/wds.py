@@ -42,12 +42,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import webdataset as wds
 
-from generator.runfolder import numbered_files, safe_name
+from generator.sources.io import is_jpeg, jpeg_problem
+from generator.writers.parquet import numbered_files
 from generator.types import DrivegenError
 from schemas.config import WriterConfig
+from schemas.layout import TABLES, safe_name, scene_file
 from schemas.tables import QA, check_schema
 
-WDS_DIR = "wds"
+WDS_DIR = TABLES["wds"].folder
 _TAR_OVERHEAD = 1024  # tar header + padding per member (upper bound)
 
 
@@ -56,7 +58,7 @@ class WriterError(DrivegenError):
 
 
 def wds_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
-    return Path(out_dir) / WDS_DIR / f"{safe_name(scene_id)}-{k:05d}.tar"
+    return Path(out_dir) / scene_file("wds", scene_id, k)
 
 
 def scene_wds_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
@@ -93,12 +95,19 @@ def _resolve(path: str, image_root: str | os.PathLike | None) -> Path:
 
 
 def read_jpeg(path: Path, scene_id: str) -> bytes:
-    """The image at ``path`` as JPEG bytes (JPEG files verbatim, others re-encoded with OpenCV)."""
+    """The image at ``path`` as JPEG bytes: a JPEG (by content) verbatim once its structure is whole
+    (``generator.sources.io.jpeg_problem``: a truncated JPEG is refused, not packed), others re-encoded
+    with OpenCV."""
     if not path.is_file():
         raise WriterError("image referenced by a QA grounding is missing", scene=scene_id, file=str(path),
                           stage="write_wds")
-    if path.suffix.lower() in (".jpg", ".jpeg"):
-        return path.read_bytes()
+    data = path.read_bytes()
+    if is_jpeg(data) or path.suffix.lower() in (".jpg", ".jpeg"):
+        problem = jpeg_problem(data)
+        if problem:
+            raise WriterError(f"image referenced by a QA grounding is {problem}; restore it from the log and "
+                              f"write the scene again", scene=scene_id, file=str(path), stage="write_wds")
+        return data
     import cv2
 
     img = cv2.imread(str(path), cv2.IMREAD_COLOR)

@@ -13,8 +13,8 @@ trajectories (global frame = the ego's start pose):
     crossing   pedestrian crossing the road at x=150 from y=-8 at 1.4 m/s from t=12 s
 
 The run folder is written with the project's own table code: OBJECTS -> ``compute_attributes``,
-``project_boxes`` for the camera, box-shaped COCO RLE masks (pycocotools), QA shards by
-``write_qa_shards``. Expected values in the tests come from the analytic trajectories here.
+``project_boxes`` for the camera, box-shaped COCO RLE masks (pycocotools), committed like a pipeline
+scene (``generator.runfolder.commit_tables``). Expected values in the tests come from the analytic trajectories here.
 """
 from __future__ import annotations
 
@@ -23,15 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pycocotools import mask as mask_utils
 
 from generator.attributes.compute import compute_attributes
 from generator.geometry import SE3
 from generator.projection import project_boxes
-from generator.runfolder import RunFolder
+from generator.runfolder import RunStore, commit_tables
 from generator.types import Boxes3D, CameraCalib
-from generator.writers.parquet import storage_schema, write_qa_shards
 from schemas.tables import FRAMES, OBJECTS, PROJECTIONS, QA
 
 SCENE = "bench-scene-1"
@@ -100,6 +98,7 @@ def camera() -> CameraCalib:
 class BenchRun:
     run: Path
     images: Path
+    tables: dict  # what the run folder holds, by layout name (frames, objects, projections, attributes, qa)
 
 
 def _box_rle(box):
@@ -110,13 +109,14 @@ def _box_rle(box):
     return {"size": [H, W], "counts": r["counts"].decode()}
 
 
-def make_bench_run(root: Path, with_qa: bool | str = True) -> BenchRun:
+def make_bench_run(root: Path, with_qa: bool | str = True, cfg=None) -> BenchRun:
     """Write the scripted run folder under ``root``. ``with_qa``: True = minimal hand-made QA rows (one
     ego_spatiotemporal row per anchor and visible target), "generated" = the project's QA generator
-    (``generator.qa.generate.generate_qa``) over the tables, False = no QA shards."""
+    (``generator.qa.generate.generate_qa``) over the tables, False = no QA shards. ``cfg``: the run's
+    PipelineConfig (default: the defaults), written to its config.yaml and used by the QA generator."""
     import cv2
 
-    rf = RunFolder(root / "run")
+    store = RunStore(root / "run")
     img_dir = root / "logs" / "samples" / "CAM_FRONT"
     img_dir.mkdir(parents=True, exist_ok=True)
     cam = camera()
@@ -163,20 +163,15 @@ def make_bench_run(root: Path, with_qa: bool | str = True) -> BenchRun:
     frames_t = pa.Table.from_pylist(frames, schema=FRAMES)
     objects_t = pa.Table.from_pylist(objects, schema=OBJECTS)
     proj_t = pa.Table.from_pylist(projections, schema=PROJECTIONS)
-    for name, t in (("frames", frames_t), ("objects", objects_t), ("projections", proj_t)):
-        p = rf.perception(name, SCENE)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(t.cast(storage_schema(t.schema)), p)  # null boxes: see writers/parquet.py
     att = compute_attributes(objects_t, frames_t)
-    rf.attributes(SCENE).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(att, rf.attributes(SCENE))
-    if with_qa == "generated":
-        from generator.qa.generate import generate_qa
-        from generator.qa.templates import load_templates
-        from schemas.config import PipelineConfig
+    tables = {"frames": frames_t, "objects": objects_t, "projections": proj_t, "attributes": att}
+    from schemas.config import PipelineConfig
 
-        cfg = PipelineConfig()
-        write_qa_shards(generate_qa(frames_t, att, proj_t, cfg, load_templates(cfg)), rf.root, SCENE)
+    cfg = cfg or PipelineConfig()
+    if with_qa == "generated":
+        from generator.qa import generate_qa, load_templates
+
+        tables["qa"] = generate_qa(frames_t, att, proj_t, cfg, load_templates(cfg))
     elif with_qa:
         qa = []
         vis_now = {(r["frame_index"], r["track_id"]) for r in projections if r["visible"]}
@@ -194,5 +189,14 @@ def make_bench_run(root: Path, with_qa: bool | str = True) -> BenchRun:
                                "horizon_s": 1.0, "region_ids": [0], "track_ids": [tid],
                                "class_names": [AGENTS[NAME_OF_TRACK[tid]][1]], "out_of_view": False,
                                "grounding": []})
-        write_qa_shards(pa.Table.from_pylist(qa, schema=QA), rf.root, SCENE)
-    return BenchRun(rf.root, img_dir)
+        tables["qa"] = pa.Table.from_pylist(qa, schema=QA)
+    store.write_bytes("config.yaml", cfg.to_yaml().encode())
+    commit_tables(store, SCENE, tables)
+    return BenchRun(Path(store.base), img_dir, tables)
+
+
+def recommit(br: BenchRun, **changed: pa.Table) -> None:
+    """Commit the bench scene again with some of its tables replaced (a run folder is only ever changed
+    through a commit: its manifest lists the new files and row counts)."""
+    br.tables.update(changed)
+    commit_tables(RunStore(br.run), SCENE, br.tables)

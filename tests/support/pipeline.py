@@ -1,4 +1,4 @@
-"""Helpers for tests/test_pipeline.py and tests/test_faults.py: a local multi-node Ray cluster, the CLI as a
+"""Helpers for the pipeline, fault and reliability tests: a local multi-node Ray cluster, the CLI as a
 subprocess, reading a run's rows, a log set with one corrupted LiDAR file, finding busy Ray workers."""
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
 
-from generator.pipeline.read import check_run, read_table
+from generator.runfolder import RunReader, read_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SYNTH_VERSION = "v1.0-drivegen"
 
 
@@ -69,7 +71,7 @@ def assert_exactly_once(out, reference_keys: list) -> None:
     assert len(keys) == len(set(keys)), "duplicated QA rows"
     assert set(keys) == set(reference_keys), (f"{len(set(reference_keys) - set(keys))} rows missing, "
                                               f"{len(set(keys) - set(reference_keys))} unexpected")
-    assert check_run(out) == []
+    assert RunReader(str(out)).check() == []
     assert not list(Path(str(out).removeprefix("file://")).rglob("*.tmp"))
 
 
@@ -154,9 +156,11 @@ def link_synth_cache(synth_root: Path, base: Path, seed: int = 0, n: int = 2) ->
     return base
 
 
-def corrupt_lidar_logs(synth_root: Path, dst: Path, scene_name: str = "scene-0001") -> Path:
-    """A copy of the generated log set (tables copied, sensor folders linked) in which one LiDAR keyframe of
-    ``scene_name`` is truncated mid-record. Returns the truncated file's path."""
+def damaged_lidar_logs(synth_root: Path, dst: Path, damage, scene_name: str = "scene-0001", frames: int = 1,
+                       ) -> list[Path]:
+    """A copy of the generated log set (tables copied, sensor folders linked) in which the LiDAR files of the
+    first ``frames`` keyframes of ``scene_name`` are replaced by ``damage(original bytes) -> bytes``.
+    Returns the damaged files' paths."""
     dst.mkdir(parents=True)
     for sub in ("maps", "samples", "sweeps"):
         (dst / sub).symlink_to(synth_root / sub, target_is_directory=True)
@@ -165,16 +169,57 @@ def corrupt_lidar_logs(synth_root: Path, dst: Path, scene_name: str = "scene-000
     scene_token = next(s["token"] for s in json.loads((tables / "scene.json").read_text()) if s["name"] == scene_name)
     samples = {s["token"] for s in json.loads((tables / "sample.json").read_text()) if s["scene_token"] == scene_token}
     sd = json.loads((tables / "sample_data.json").read_text())
-    rec = next(r for r in sd if r["sample_token"] in samples and r["is_key_frame"]
-               and r["filename"].startswith("samples/LIDAR_TOP/"))
-    data = (synth_root / rec["filename"]).read_bytes()
-    bad = dst / "corrupt" / Path(rec["filename"]).name
-    bad.parent.mkdir()
-    bad.write_bytes(data[: (len(data) // 2) // 20 * 20 + 7])  # not a whole number of 5 x float32 records
-    rec["filename"] = f"corrupt/{bad.name}"
+    recs = [r for r in sd if r["sample_token"] in samples and r["is_key_frame"]
+            and r["filename"].startswith("samples/LIDAR_TOP/")]
+    recs.sort(key=lambda r: r["timestamp"])
+    (dst / "corrupt").mkdir()
+    out = []
+    for rec in recs[:frames] if damage is not None else []:
+        bad = dst / "corrupt" / Path(rec["filename"]).name
+        bad.write_bytes(damage((synth_root / rec["filename"]).read_bytes()))
+        rec["filename"] = f"corrupt/{bad.name}"
+        out.append(bad)
     (tables / "sample_data.json").write_text(json.dumps(sd))
-    return bad
+    return out
+
+
+def corrupt_lidar_logs(synth_root: Path, dst: Path, scene_name: str = "scene-0001", frames: int = 8) -> Path:
+    """``damaged_lidar_logs`` with ``frames`` LiDAR keyframes truncated mid-record (8 of 40 by default: more
+    than ``failures.max_failed_frame_share``, so the scene fails). Returns the first damaged file's path."""
+    return damaged_lidar_logs(synth_root, dst, lambda data: data[: (len(data) // 2) // 20 * 20 + 7], scene_name,
+                              frames)[0]
 
 
 def count_values(table, column: str) -> dict:
     return {d["values"]: d["counts"] for d in pc.value_counts(table.column(column)).to_pylist()}
+
+
+# ------------------------------------------------------------------------------------------ comparing runs
+def _sorted(out, folder) -> pa.Table:
+    t = read_table(str(out), folder)
+    keys = [k for k in ("scene_id", "frame_index", "track_id", "camera", "subject", "qa_id") if k in t.column_names]
+    return t.sort_by([(k, "ascending") for k in keys]).combine_chunks()
+
+
+def _floats(arr: pa.ChunkedArray):
+    """The float leaves of a (nested list) column, or None when it holds none."""
+    a = arr.combine_chunks()
+    while pa.types.is_list(a.type) or pa.types.is_fixed_size_list(a.type) or pa.types.is_large_list(a.type):
+        a = a.flatten()
+    return a.to_numpy(zero_copy_only=False).astype(float) if pa.types.is_floating(a.type) else None
+
+
+def assert_same_rows(a_out, b_out, folder: str, exact: bool) -> None:
+    """Same rows in both run folders. ``exact``: bit for bit (QA answers are rounded, so they must be);
+    otherwise float columns may differ in the last bit (numpy's SIMD sin/cos/arctan2 give 1-ulp
+    differences depending on array alignment in the process) and everything else must be identical."""
+    a, b = _sorted(a_out, folder), _sorted(b_out, folder)
+    assert a.schema == b.schema and a.num_rows == b.num_rows, folder
+    for name in a.column_names:
+        fa, fb = _floats(a.column(name)), _floats(b.column(name))
+        if fa is None or exact:
+            assert a.column(name).to_pylist() == b.column(name).to_pylist() or (
+                fa is not None and np.array_equal(fa, fb, equal_nan=True)), f"{folder}.{name}"
+        else:
+            assert a.column(name).null_count == b.column(name).null_count, f"{folder}.{name}"
+            assert np.allclose(fa, fb, rtol=1e-12, atol=1e-12, equal_nan=True), f"{folder}.{name}"

@@ -1,0 +1,328 @@
+"""The default online tracker: a constant-velocity Kalman filter per track, two-stage association, confirmation
+and coasting. Pure core ``kalman_tracking(t_s, frame_start, boxes..., cfg) -> KalmanTracks`` over one scene's
+boxes in a common (global) frame; ``actors.track.pubtracker.track_scene`` moves boxes to that frame, turns the
+result into boxes and runs fragment linking, velocities and headings after it.
+
+State of a track (all times in seconds, all noises per second, so 2 Hz and 10 Hz logs behave alike):
+  * centre ``(x, y)`` and velocity ``(vx, vy)`` under a constant-velocity model with white-noise acceleration
+    of power spectral density ``q`` (m^2/s^3, per class). The noises are isotropic, so the x and y axes are
+    two independent filters with one shared 2x2 covariance ``[[Ppp, Ppv], [Ppv, Pvv]]``: predicting by ``dt``
+    adds ``q [[dt^3/3, dt^2/2], [dt^2/2, dt]]``;
+  * the measurement is the detected centre, std ``sqrt(position_std_m^2 + (position_std_size_frac * d)^2)``
+    with ``d`` the box's BEV diagonal, and the detector's velocity where it gives one (std
+    ``velocity_std_mps``). A track is born at its first detection with the detector's velocity, or zero
+    velocity of std ``birth_velocity_std_mps`` (so its second detection is gated by that uncertainty, not by
+    a class speed limit);
+  * log size (l, w, h) and yaw as random walks (scalar filters); the yaw innovation is taken modulo pi
+    (L-shape fits know the box axis only); ``z`` is the last detection's.
+
+Each frame (time order): every live track is predicted to the frame's time. Detections with score
+``>= high_score`` are assigned to the live tracks of their class by minimum total cost (Hungarian,
+``scipy.optimize.linear_sum_assignment``), first to the tracks matched in the previous frame, then what is
+left to the tracks that are coasting (so a track that keeps missing never takes the detection of one that
+does not, DeepSORT's cascade in two levels). The cost of a pair is the negative log-likelihood of the centre
+innovation ``d^2 / S + 2 ln S`` with ``S = Ppp + r`` (track + detection variance: a distance normalised by
+box size and state uncertainty), allowed only where ``d^2 / S <= gate_chi2``. Then the lower-scored
+detections are assigned the same way to the confirmed tracks left unmatched (ByteTrack's second stage).
+Matched tracks are updated; unmatched high-score detections start tentative tracks; unmatched low-score
+detections are dropped. A tentative track becomes confirmed at ``confirm_hits`` matches (all its boxes are
+output, the early ones included) and is deleted, with its boxes, when unmatched for longer than
+``tentative_max_age_s`` in a frame that has detections; tentative tracks alive at the scene's end are kept.
+Boxes without a finite centre, size or yaw are output as one-box tracks and never matched. A confirmed track
+is deleted when unmatched for longer than ``max_age_s``. While it coasts, boxes are output for misses up to
+``coast_output_s``: when a later match bridges the gap, on the cubic Hermite path between the filtered
+states (centre, velocity) at the gap's two ends (the constant-velocity model's smoothed path); after its last
+match, for up to ``coast_trailing_s``, its prediction. Their score is the last matched score halved every
+``coast_score_half_life_s`` since that match.
+
+The per-frame work is a fixed number of numpy operations on the (tracks, columns) state matrix, whatever the
+number of boxes: predicting is one matrix product, births copy rows prepared for all boxes at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from schemas.config import DETECTION_CLASSES, TrackingConfig
+
+# Columns of the state matrix (one row per live track).
+X, Y, VX, VY, PPP, PPV, PVV, PS, PY, Q, ONE = range(11)  # PPP..ONE: the columns the prediction step mixes
+LS = slice(11, 14)  # log length, width, height
+Z, YAW, YAW_DET, SCORE, T_MATCH, HITS, TID, CLS, BIRTH = range(14, 23)
+NCOL = 23
+_NO_VELOCITY_VAR = 1e12  # variance of an absent velocity measurement: its Kalman gain is 0 to ~1e-12
+_BIG = 1e9  # cost of a forbidden pair in the assignment
+
+
+@dataclass
+class KalmanTracks:
+    """Result over the N input boxes of a scene. ``track_of_box`` (N,) raw track id, -1 for a box that is not
+    output (unconfirmed track, or a low-score detection no track took). Coasted boxes (M of them, global frame):
+    ``coast_frame`` (M,) frame index, ``coast_track`` (M,) raw track id, ``coast_xy`` (M, 2), ``coast_z`` (M,),
+    ``coast_size`` (M, 3) lwh, ``coast_yaw`` (M,), ``coast_score`` (M,), ``coast_birth`` (M,) index of the box
+    that started the track (its class is the track's)."""
+
+    track_of_box: np.ndarray
+    coast_frame: np.ndarray
+    coast_track: np.ndarray
+    coast_xy: np.ndarray
+    coast_z: np.ndarray
+    coast_size: np.ndarray
+    coast_yaw: np.ndarray
+    coast_score: np.ndarray
+    coast_birth: np.ndarray
+
+
+def class_table(values: dict[str, float]) -> np.ndarray:
+    """(len(DETECTION_CLASSES) + 1,) per class index; the last entry (index -1, unknown classes) is the largest."""
+    return np.array([values.get(c, 0.0) for c in DETECTION_CLASSES] + [max(values.values(), default=0.0)])
+
+
+def _wrap_half_pi(a: np.ndarray) -> np.ndarray:
+    """Angles modulo pi, into [-pi/2, pi/2)."""
+    return np.mod(a + np.pi / 2, np.pi) - np.pi / 2
+
+
+def _transition(dt: float, size_q: float, yaw_q: float) -> np.ndarray:
+    """(ONE + 1, PY + 1) matrix A with ``state[:, :PY+1] = state[:, :ONE+1] @ A`` = the prediction by dt."""
+    A = np.zeros((ONE + 1, PY + 1))
+    for c in (X, Y, VX, VY, PPP, PPV, PVV, PS, PY):
+        A[c, c] = 1.0
+    A[VX, X] = A[VY, Y] = dt  # x += vx dt
+    A[PPV, PPP], A[PVV, PPP], A[Q, PPP] = 2 * dt, dt * dt, dt ** 3 / 3  # F P F^T + Q, isotropic
+    A[PVV, PPV], A[Q, PPV] = dt, dt * dt / 2
+    A[Q, PVV] = dt
+    A[ONE, PS], A[ONE, PY] = size_q * dt, yaw_q * dt
+    return A
+
+
+def _assign(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarray, state: np.ndarray,
+            gate: float) -> tuple[np.ndarray, np.ndarray]:
+    """Detections ``dets`` (D,) (indices into meas (N, 10) and cls (N,)) against live tracks ``tracks`` (T,) (rows
+    of state (L, NCOL)). Returns (detection indices (K,), track rows (K,)) of the minimum-cost assignment among
+    allowed pairs (same class, squared Mahalanobis distance within ``gate``)."""
+    if len(dets) == 0 or len(tracks) == 0:
+        return dets[:0], tracks[:0]
+    st = state[tracks]
+    m_d = meas[dets]
+    dx = m_d[:, 0, None] - st[None, :, X]
+    dy = m_d[:, 1, None] - st[None, :, Y]
+    s = st[None, :, PPP] + m_d[:, 2, None]
+    m = (dx * dx + dy * dy) / s
+    ok = (m <= gate) & (cls[dets][:, None] == st[None, :, CLS])
+    rows_n, cols_n = ok.sum(axis=1), ok.sum(axis=0)
+    if not rows_n.any():
+        return dets[:0], tracks[:0]
+    if rows_n.max() <= 1 and cols_n.max() <= 1:  # no conflicts: every allowed pair is the assignment
+        a, b = np.nonzero(ok)
+        return dets[a], tracks[b]
+    rows, cols = np.nonzero(rows_n)[0], np.nonzero(cols_n)[0]
+    sub = ok[np.ix_(rows, cols)]
+    cost = np.where(sub, m[np.ix_(rows, cols)] + 2 * np.log(s[np.ix_(rows, cols)]), _BIG)
+    a, b = linear_sum_assignment(cost)
+    good = sub[a, b]
+    return dets[rows[a[good]]], tracks[cols[b[good]]]
+
+
+def _measurements(xy, vel, size, yaw, cfg) -> np.ndarray:
+    """Per box, what an update reads: (N, 10) [x, y, r, vx, vy, rv, log l, log w, log h, yaw] with r the centre
+    variance and rv the velocity variance (huge where the detector gives none, velocity then 0)."""
+    k = cfg.kalman
+    has_v = np.isfinite(vel).all(axis=1)
+    diag2 = size[:, 0] ** 2 + size[:, 1] ** 2
+    out = np.empty((len(xy), 10))
+    out[:, 0:2] = xy
+    out[:, 2] = k.position_std_m ** 2 + k.position_std_size_frac ** 2 * diag2
+    out[:, 3:5] = np.where(has_v[:, None], vel, 0.0)
+    out[:, 5] = np.where(has_v, k.velocity_std_mps ** 2, _NO_VELOCITY_VAR)
+    out[:, 6:9] = np.log(np.maximum(size, 1e-3))
+    out[:, 9] = yaw
+    return out
+
+
+def _birth_rows(meas, z, score, t_box, cls, cfg) -> np.ndarray:
+    """(N, NCOL) the state row a track born from each box starts with (TID filled in at birth)."""
+    k = cfg.kalman
+    n = len(meas)
+    rows = np.zeros((n, NCOL))
+    rows[:, X:Y + 1] = meas[:, 0:2]
+    rows[:, VX:VY + 1] = meas[:, 3:5]
+    rows[:, PPP] = meas[:, 2]
+    rows[:, PVV] = np.where(meas[:, 5] < _NO_VELOCITY_VAR, meas[:, 5], k.birth_velocity_std_mps ** 2)
+    rows[:, PS] = k.size_std_frac ** 2
+    rows[:, PY] = k.yaw_std_rad ** 2
+    rows[:, Q] = class_table(k.process_noise)[cls]
+    rows[:, ONE] = 1.0
+    rows[:, LS] = meas[:, 6:9]
+    rows[:, Z] = z
+    rows[:, YAW] = rows[:, YAW_DET] = meas[:, 9]
+    rows[:, SCORE] = score
+    rows[:, T_MATCH] = t_box
+    rows[:, HITS] = 1
+    rows[:, CLS] = cls
+    return rows
+
+
+def _update(g: np.ndarray, m: np.ndarray, mz: np.ndarray, mscore: np.ndarray, t: float, rs: float, ry: float) -> None:
+    """Kalman update of track rows ``g`` (K, NCOL) in place with their detections' measurements ``m`` (K, 10)."""
+    ppp, ppv, pvv = g[:, PPP], g[:, PPV], g[:, PVV]
+    r, rv = m[:, 2], m[:, 5]
+    a, c = ppp + r, pvv + rv
+    det = a * c - ppv * ppv
+    k11 = (ppp * c - ppv * ppv) / det
+    k12 = ppv * r / det
+    k21 = ppv * rv / det
+    k22 = (pvv * a - ppv * ppv) / det
+    yp = m[:, 0:2] - g[:, X:Y + 1]
+    yv = np.where(rv[:, None] < _NO_VELOCITY_VAR, m[:, 3:5] - g[:, VX:VY + 1], 0.0)
+    g[:, X:Y + 1] += k11[:, None] * yp + k12[:, None] * yv
+    g[:, VX:VY + 1] += k21[:, None] * yp + k22[:, None] * yv
+    new_ppp = (1 - k11) * ppp - k12 * ppv
+    new_ppv = (1 - k11) * ppv - k12 * pvv
+    g[:, PVV] = (1 - k22) * pvv - k21 * ppv
+    g[:, PPP], g[:, PPV] = new_ppp, new_ppv
+    ks = g[:, PS] / (g[:, PS] + rs)
+    g[:, LS] += ks[:, None] * (m[:, 6:9] - g[:, LS])
+    g[:, PS] *= 1 - ks
+    ky = g[:, PY] / (g[:, PY] + ry)
+    g[:, YAW] += ky * _wrap_half_pi(m[:, 9] - g[:, YAW])
+    g[:, PY] *= 1 - ky
+    g[:, YAW_DET] = m[:, 9]
+    g[:, Z] = mz
+    g[:, SCORE] = mscore
+    g[:, T_MATCH] = t
+    g[:, HITS] += 1
+
+
+def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z: np.ndarray, vel: np.ndarray,
+                    size: np.ndarray, yaw: np.ndarray, score: np.ndarray, cls: np.ndarray,
+                    cfg: TrackingConfig) -> KalmanTracks:
+    """Track one scene. Frames: t_s (F,) seconds, increasing; frame_start (F + 1,) offsets of each frame's boxes.
+    Boxes (N, sorted by frame), all in one common frame (global): centre xy (N, 2) and z (N,), velocity (N, 2)
+    (NaN = the detector gives none), size (N, 3) lwh, yaw (N,), score (N,), class index (N,) (-1 = unknown).
+    See the module docstring."""
+    k = cfg.kalman
+    n = len(xy)
+    f = len(t_s)
+    t_box = np.repeat(t_s, np.diff(frame_start))
+    # Boxes without a finite centre, size and yaw cannot be filtered: each is a track of its own, always output
+    # (the pipeline records why it drops them), and never matched.
+    valid = np.isfinite(xy).all(axis=1) & np.isfinite(z) & np.isfinite(size).all(axis=1) & np.isfinite(yaw)
+    meas = _measurements(xy, vel, size, yaw, cfg)
+    born = _birth_rows(meas, z, score, t_box, cls, cfg)
+    high = (score >= k.high_score) & valid
+    low = (score < k.high_score) & valid
+    rs, ry = k.size_std_frac ** 2, k.yaw_std_rad ** 2
+    eps = 1e-6
+    track_of_box = np.full(n, -1, dtype=np.int64)
+    final_hits = np.zeros(n, dtype=np.int64)  # per raw track id, when it is deleted or the scene ends
+    final_t_match = np.zeros(n)
+    state = np.zeros((0, NCOL))
+    coast_rows, coast_frames = [], []
+    gaps = []  # per gap a track bridged: (track id, times of the matches before and after, x, y, vx, vy after)
+    n_tracks = 0
+    for fi in range(f):
+        tk = t_s[fi]
+        if fi and len(state):
+            A = _transition(tk - t_s[fi - 1], k.size_process_frac_per_s ** 2, k.yaw_process_rad_per_s ** 2)
+            state[:, :PY + 1] = state[:, :ONE + 1] @ A
+        s, e = frame_start[fi], frame_start[fi + 1]
+        matched = np.zeros(len(state), dtype=bool)
+        if e > s:
+            # Stage 1, high-score detections: tracks matched in the previous frame first, then coasting ones (a
+            # track that keeps missing must not take the detection of one that does not); stage 2: low-score
+            # detections to confirmed tracks left over.
+            hi, lo = np.nonzero(high[s:e])[0] + s, np.nonzero(low[s:e])[0] + s
+            rows = np.arange(len(state))
+            fresh = state[:, T_MATCH] >= t_s[fi - 1] - eps if fi else np.ones(len(state), dtype=bool)
+            di, ti = _assign(hi, rows[fresh], meas, cls, state, k.gate_chi2)
+            taken = np.zeros(e - s, dtype=bool)
+            taken[di - s] = True
+            d1, t1 = _assign(hi[~taken[hi - s]], rows[~fresh], meas, cls, state, k.gate_chi2)
+            taken[d1 - s] = True
+            free = np.ones(len(state), dtype=bool)
+            free[ti] = free[t1] = False
+            d2, t2 = _assign(lo, rows[free & (state[:, HITS] >= k.confirm_hits)], meas, cls, state, k.gate_chi2)
+            di, ti = np.concatenate([di, d1, d2]), np.concatenate([ti, t1, t2])
+            if len(ti):
+                g = state[ti]
+                t_before = g[:, T_MATCH].copy()
+                _update(g, meas[di], z[di], score[di], tk, rs, ry)
+                state[ti] = g
+                closed = t_before < t_s[fi - 1] - eps  # the track coasted: this match closes a gap
+                if fi and closed.any():
+                    gaps.append(np.column_stack([g[closed, TID], t_before[closed], np.full(int(closed.sum()), tk),
+                                                 g[closed, X:VY + 1]]))
+                matched[ti] = True
+                track_of_box[di] = g[:, TID].astype(np.int64)
+            new = hi[~taken[hi - s]]
+            if len(new):
+                births = born[new]
+                births[:, TID] = np.arange(n_tracks, n_tracks + len(new))
+                births[:, BIRTH] = new
+                track_of_box[new] = births[:, TID].astype(np.int64)
+                n_tracks += len(new)
+                state = np.concatenate([state, births])
+                matched = np.concatenate([matched, np.ones(len(new), dtype=bool)])
+        if not len(state):
+            continue
+        miss = tk - state[:, T_MATCH]
+        confirmed = state[:, HITS] >= k.confirm_hits
+        coasting = ~matched & confirmed & (miss <= k.coast_output_s + eps)
+        if coasting.any():
+            coast_rows.append(state[coasting])
+            coast_frames.append(np.full(int(coasting.sum()), fi))
+        # A frame without any detection (an unreadable sweep, a failed detector) is no evidence against a
+        # tentative track; confirmed tracks age by time alone.
+        dead = np.where(confirmed, miss > cfg.max_age_s + eps, (miss > k.tentative_max_age_s + eps) & (e > s))
+        if dead.any():
+            tid = state[dead, TID].astype(np.int64)
+            final_hits[tid] = state[dead, HITS]
+            final_t_match[tid] = state[dead, T_MATCH]
+            state = state[~dead]
+    alive = state[:, TID].astype(np.int64)
+    final_hits[alive] = np.maximum(state[:, HITS], k.confirm_hits)  # alive at the end: kept, even if tentative
+    final_t_match[alive] = state[:, T_MATCH]
+    kept = final_hits[:n_tracks] >= k.confirm_hits
+    ok = track_of_box >= 0
+    track_of_box[ok] = np.where(kept[track_of_box[ok]], track_of_box[ok], -1)
+    track_of_box[~valid] = np.arange(n_tracks, n_tracks + int((~valid).sum()))
+    return _coasted(track_of_box, coast_rows, coast_frames, gaps, t_s, final_t_match, k)
+
+
+def _coasted(track_of_box, coast_rows, coast_frames, gaps, t_s, final_t_match, k) -> KalmanTracks:
+    """The result with the coasted boxes worth output: in gaps a later match bridged, the constant-velocity model's
+    path between the filtered states at the gap's two ends (cubic Hermite in time: what a Rauch-Tung-Striebel
+    smoother of white-noise acceleration gives with exact end states); after the last match, up to
+    coast_trailing_s, the prediction."""
+    rows = np.concatenate(coast_rows) if coast_rows else np.zeros((0, NCOL))
+    frame = np.concatenate(coast_frames) if coast_frames else np.zeros(0, dtype=np.int64)
+    tid = rows[:, TID].astype(np.int64)
+    t = t_s[frame]
+    miss = t - rows[:, T_MATCH]
+    bridged = final_t_match[tid] > t
+    keep = bridged | (miss <= k.coast_trailing_s + 1e-6)
+    rows, frame, tid, miss, bridged = rows[keep], frame[keep], tid[keep], miss[keep], bridged[keep]
+    xy = rows[:, X:Y + 1].copy()
+    if bridged.any():
+        # The gap a record lies in: the one its track closed after the match the record coasts from.
+        ends = np.concatenate(gaps)
+        span_t = t_s[-1] + 1.0  # one sortable key per (track, time)
+        order = np.argsort(ends[:, 0] * span_t + ends[:, 1])
+        ends = ends[order]
+        b = np.nonzero(bridged)[0]
+        t0 = rows[b, T_MATCH]
+        j = np.searchsorted(ends[:, 0] * span_t + ends[:, 1], tid[b] * span_t + t0 - 1e-6)
+        t1, x1, v1, v0 = ends[j, 2], ends[j, 3:5], ends[j, 5:7], rows[b, VX:VY + 1]
+        x0 = xy[b] - v0 * (t[keep][b] - t0)[:, None]  # the filtered state at t0: the prediction run back
+        d = (t1 - t0)[:, None]
+        u = (t[keep][b] - t0)[:, None] / d
+        xy[b] = ((2 * u ** 3 - 3 * u ** 2 + 1) * x0 + (u ** 3 - 2 * u ** 2 + u) * d * v0
+                 + (3 * u ** 2 - 2 * u ** 3) * x1 + (u ** 3 - u ** 2) * d * v1)
+    # Output yaw: the filtered axis, pointing the way the last matched detection did.
+    yaw = rows[:, YAW_DET] + _wrap_half_pi(rows[:, YAW] - rows[:, YAW_DET])
+    return KalmanTracks(track_of_box, frame, tid, xy, rows[:, Z].copy(), np.exp(rows[:, LS]),
+                        yaw, rows[:, SCORE] * 0.5 ** (miss / k.coast_score_half_life_s),
+                        rows[:, BIRTH].astype(np.int64))

@@ -1,0 +1,203 @@
+"""By-products built from a run folder's committed scenes (``generator.runfolder.RunReader``): the dataset
+card and the STRIDE-QA-Bench export. Both are built in a staging folder on the run folder's own filesystem
+(or the temp dir for object stores) and committed file by file; a folder is only ever replaced when it is
+one drivegen made, and then only the files it lists.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from generator.runfolder import RunReader, RunStore
+from schemas import layout
+from schemas.config import PipelineConfig
+from schemas.errors import RunFolderError
+
+log = logging.getLogger("drivegen.pipeline")
+
+
+# ------------------------------------------------------------------------------------------ owned folders
+def check_owned_folder(store: RunStore, rel_dir: str, marker: str, fmt: str, in_run_folder: bool = False) -> list[str]:
+    """The files an earlier drivegen folder at ``rel_dir`` lists (its ``marker`` JSON with ``"format": fmt``),
+    [] for a new or empty folder; RunFolderError for a non-empty folder that is not drivegen's (see
+    ``replace_owned_folder``)."""
+    marker_rel = f"{rel_dir}/{marker}" if rel_dir else marker
+    existing = store.list(rel_dir, recursive=True) if store.exists(rel_dir) else []
+    if not existing:
+        return []
+    try:
+        old = store.read_json(marker_rel) if store.exists(marker_rel) else None
+    except (ValueError, OSError):
+        old = None
+    if not (isinstance(old, dict) and (old.get("format") == fmt or in_run_folder)):
+        raise RunFolderError(f"{store.full(rel_dir)} already exists and is not a {fmt} folder made by drivegen "
+                             f"({len(existing)} file(s) in it, e.g. {existing[0]}); choose an empty or new --out "
+                             "folder", file=store.full(rel_dir))
+    return list(old.get("files", [])) if isinstance(old, dict) else []
+
+
+def replace_owned_folder(store: RunStore, rel_dir: str, built: Path, marker: str, fmt: str,
+                         in_run_folder: bool = False) -> list[str]:
+    """Commit the files under the local folder ``built`` to ``rel_dir`` of ``store``, replacing an earlier
+    folder drivegen made there (its ``marker`` JSON has ``"format": fmt`` and lists its ``files``): files of
+    the earlier one that the new one lacks are removed, nothing else. A non-empty folder that is not
+    drivegen's is refused (RunFolderError): a user's files are never overwritten or deleted.
+    ``in_run_folder``: ``rel_dir`` is a run folder's own by-product folder (bench/), which older drivegen
+    versions wrote without a format: accepted, only listed files are removed."""
+    marker_rel = f"{rel_dir}/{marker}" if rel_dir else marker
+    old_files = check_owned_folder(store, rel_dir, marker, fmt, in_run_folder)
+    new_files = []
+    for p in sorted(built.rglob("*")):
+        if p.is_file() and p.name != marker:
+            rel = p.relative_to(built).as_posix()
+            store.commit_file(p, f"{rel_dir}/{rel}" if rel_dir else rel)
+            new_files.append(rel)
+    store.commit_file(built / marker, marker_rel)  # last: the marker lists what is there
+    for rel in sorted(set(old_files) - set(new_files) - {marker}):
+        store.delete(f"{rel_dir}/{rel}" if rel_dir else rel)
+    return new_files
+
+
+def _release(store: RunStore, built: Path) -> None:
+    if store.is_local:
+        store.release_staging(built)
+    else:
+        shutil.rmtree(built, ignore_errors=True)
+
+
+def _staging(store: RunStore, name: str, beside: bool = False) -> Path:
+    """A local folder to build ``name`` in on the target's filesystem: the run folder's ``.staging/``, or
+    (``beside``: a folder that is not a run folder, where nothing but the export may appear) a temporary
+    folder next to it; the temp dir for object stores."""
+    if not store.is_local:
+        return Path(tempfile.mkdtemp(prefix=f"drivegen-{name}-"))
+    if not beside:
+        return store.staging_dir(name)
+    import uuid
+
+    root = Path(store.base)
+    d = root.parent / f".{root.name}.{uuid.uuid4().hex}.tmp"
+    d.mkdir(parents=True)
+    return d
+
+
+# ------------------------------------------------------------------------------------------ bench
+def scene_inputs(reader: RunReader, splits: list[str] | None = None):
+    """Yield ``SceneInputs`` (bench export) for every finished scene with attributes."""
+    import pyarrow.compute as pc
+
+    from generator.writers.bench_export import SceneInputs
+
+    for sid in reader.scene_ids():
+        attributes = reader.read_scene("attributes", sid)
+        if attributes is None or attributes.num_rows == 0:
+            continue
+        frames = reader.read_scene("frames", sid)
+        projections = reader.read_scene("projections", sid)
+        if frames is None or projections is None:
+            log.warning("bench export: scene %s lacks perception frames/projections; skipped", sid)
+            continue
+        qa = reader.read_scene("qa", sid, columns=["scene_id", "keyframe_index", "family", "track_ids",
+                                                   "region_ids", "split"])
+        if qa is not None:
+            keep = pc.equal(qa.column("family"), "ego_spatiotemporal")
+            if splits:
+                keep = pc.and_(keep, pc.is_in(qa.column("split"), value_set=__import__("pyarrow").array(splits)))
+            qa = qa.filter(keep)
+            if qa.num_rows == 0:
+                continue
+        yield SceneInputs(sid, frames, attributes, projections, qa, reader.read_scene("objects", sid))
+
+
+def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
+                 splits: list[str] | None = None, image_root: str | None = None) -> dict:
+    """Export a run folder's ego-spatiotemporal groups as STRIDE-QA-Bench files into ``out`` (any
+    filesystem; default ``RUN/bench``). ``cfg`` defaults to the run's config; ``splits`` restricts the QA rows
+    used as candidates (e.g. ["val"] for a held-out bench). Returns the summary (``export_summary.json``)."""
+    from generator.writers.bench_export import EXPORT_FORMAT, EXPORT_SUMMARY, scene_groups, write_bench
+
+    reader = run if isinstance(run, RunReader) else RunReader(run)
+    cfg = cfg or reader.config()
+    drops: Counter = Counter()
+    groups = []
+    for inp in scene_inputs(reader, splits):
+        groups.extend(scene_groups(inp, cfg, drops))
+    target = RunStore(out) if out is not None else reader.store
+    rel_dir = "" if out is not None else layout.BENCH_DIR
+    check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
+    built = _staging(target, "bench", beside=out is not None)
+    try:
+        summary = write_bench(groups, built, cfg.qa.decimals, image_root, drops)
+        if not groups:
+            summary["why_empty"] = _why_no_groups(reader, drops)
+            (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
+        replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
+    finally:
+        _release(target, built)
+    return summary
+
+
+def _why_no_groups(reader: RunReader, drops: Counter) -> str:
+    """Why an export holds no group, in words: the reason most candidates were dropped for (with its
+    count and what it means, ``bench_export.DROP_REASONS``), then the other reasons' counts."""
+    from generator.writers.bench_export import DROP_REASONS
+
+    if not reader.scene_ids():
+        return "the run has no finished scene"
+    drops = Counter({k: v for k, v in drops.items() if v})
+    if drops:
+        (top, n), *rest = drops.most_common()
+        others = "; also " + ", ".join(f"{k}={v}" for k, v in rest) if rest else ""
+        return (f"every candidate group was dropped, most for {top}={n}: {DROP_REASONS.get(top, top)}{others} "
+                "(see 'dropped' in export_summary.json)")
+    return "no ego_spatiotemporal QA rows (targets visible in the front camera) to build groups from"
+
+
+# ------------------------------------------------------------------------------------------ card
+def card_extra(reader: RunReader, summary: dict | None = None) -> dict:
+    """Visibility drops per reason and failed scene/stage counts per stage of a run folder, from its
+    manifests and errors table."""
+    drops: Counter = Counter()
+    for m in reader.manifests():
+        drops.update(m.get("counts", {}).get("dropped_by_reason", {}))
+    extra = {"visibility_drops": dict(sorted(drops.items())),
+             "errors": dict(sorted(Counter(e["stage"] for e in reader.errors()).items()))}
+    if summary is not None:
+        extra.update(scenes=summary["scenes"], frames=summary["frames"], objects=summary["objects"])
+    return extra
+
+
+def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | None:
+    """The dataset card (``card/``) over the committed QA shards; None when there are none."""
+    import pyarrow.dataset as pads
+
+    from generator.writers.card import write_card
+
+    files = reader.files("qa")
+    if not files:
+        return None
+    owner = reader.table_owner("qa")
+    dataset = pads.dataset([owner.store.full(p) for p in files], format="parquet", filesystem=owner.store.fs)
+    store = reader.store
+    built = _staging(store, "card")
+    try:
+        stats = write_card(dataset, built, extra=card_extra(reader, summary))
+        store.commit_tree(built)
+    finally:
+        _release(store, built)
+    return stats
+
+
+def finalize_run(store: RunStore, summary: dict) -> None:
+    """End of ``drivegen run``: the dataset card and the STRIDE-QA-Bench export, when the config asks."""
+    reader = RunReader(store)
+    cfg = reader.config()
+    if cfg.writers.card:
+        write_run_card(reader, summary)
+    if cfg.writers.bench_export:
+        result = export_bench(reader, cfg=cfg)
+        summary["bench_export"] = {k: result[k] for k in ("groups", "questions", "why_empty") if k in result}

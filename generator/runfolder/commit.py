@@ -1,0 +1,262 @@
+"""The write side of a run folder: committing a scene's files exactly once, error rows, leftovers.
+
+The protocol (the reader's one rule is its other half: a file belongs to the run exactly when a manifest
+lists it, ``generator.runfolder.reader``):
+
+1. a worker builds all of a scene's files in a private staging folder (``RunStore.staging_dir``), named
+   as the layout says (``schemas.layout.scene_file``);
+2. ``commit_scene``: intent ``_pending/<scene>.json`` (files about to appear, and any files of an earlier
+   commit) -> an earlier manifest of the scene is removed (the scene is unfinished while it is rewritten)
+   -> each file moved into place atomically -> earlier files this commit does not produce are removed ->
+   ``manifest/<scene>.json`` (files, row counts, figures, config key, run epoch) -> the intent and the
+   scene's old error rows go. Before the first move and before the manifest the writer's epoch is checked
+   against the run's (``fence``): a worker left over from a killed driver cannot commit into a resumed run.
+3. a crash anywhere before the manifest leaves the scene unfinished and invisible to readers; the next
+   attempt overwrites the same names and removes what the intent lists, so the final files and rows are the
+   same as after a clean run.
+
+Commands delete only what they made: files named by an intent, their own temporary names
+(``schemas.layout.is_tmp_name``), their staging folders and attempt markers.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from generator.runfolder.store import RunStore
+from schemas import layout
+from schemas.tables import ERRORS, write_parquet
+
+# -------------------------------------------------------------------------------------------- keys
+
+
+def text_key(text: str | bytes) -> str:
+    """A short content hash (config.yaml, source.json): what manifests and run.json record."""
+    data = text.encode() if isinstance(text, str) else text
+    return hashlib.sha1(data).hexdigest()[:16]
+
+
+def config_key(cfg) -> str:
+    """The key of a PipelineConfig: the hash of the ``config.yaml`` it is written as."""
+    return text_key(cfg.to_yaml())
+
+
+def source_key(desc: dict) -> str:
+    """The key of a source description (``source.json``), independent of its formatting."""
+    import json
+
+    return text_key(json.dumps(desc, sort_keys=True))
+
+
+# ------------------------------------------------------------------------------------------ commit
+def _file_rows(path: Path) -> int | None:
+    return pq.ParquetFile(path).metadata.num_rows if path.suffix == ".parquet" else None
+
+
+def staged_entries(staging: Path, rows: dict[str, int] | None = None) -> list[dict]:
+    """Manifest entries (path, rows, bytes) of the files under a staging folder (``rows``: counts the writer
+    already knows, by relative path; the others are read from the Parquet footers)."""
+    rows = rows or {}
+    out = []
+    for p in sorted(q for q in staging.rglob("*") if q.is_file()):
+        rel = p.relative_to(staging).as_posix()
+        out.append({"path": rel, "rows": rows[rel] if rel in rows else _file_rows(p), "bytes": p.stat().st_size})
+    return out
+
+
+def commit_scene(store: RunStore, scene_id: str, staging: Path, *, counts: dict | None = None,
+                 timings_s: dict | None = None, config: str | None = None, epoch: int | None = None,
+                 fence: Callable[[], None] | None = None, extra: dict | None = None, synced: bool = False,
+                 rows: dict[str, int] | None = None) -> dict:
+    """Commit the files built under ``staging`` (run-folder layout) as scene ``scene_id``; see the module
+    docstring for the order. ``fence()`` raises when this writer may no longer commit; ``synced``: the
+    staged files are already fsynced; ``rows``: their row counts when the writer knows them. Returns the
+    manifest."""
+    entries = staged_entries(staging, rows)
+    return commit_files(store, scene_id, [(staging / e["path"], e) for e in entries], counts=counts,
+                        timings_s=timings_s, config=config, epoch=epoch, fence=fence, extra=extra, synced=synced)
+
+
+def commit_files(store: RunStore, scene_id: str, files: list[tuple[Path, dict]], *, counts: dict | None = None,
+                 timings_s: dict | None = None, config: str | None = None, epoch: int | None = None,
+                 fence: Callable[[], None] | None = None, extra: dict | None = None, synced: bool = False) -> dict:
+    """The commit itself: ``files`` are (local file, manifest entry with its ``path`` in the layout) pairs,
+    each moved to its path under the intent (see the module docstring)."""
+    entries = [e for _, e in files]
+    new_paths = {e["path"] for e in entries}
+    pending_rel = f"{layout.PENDING_DIR}/{layout.safe_name(scene_id)}.json"
+    manifest_rel = layout.manifest_file(scene_id)
+    old_paths: set[str] = set()
+    if store.exists(pending_rel):  # an earlier attempt got this far and died
+        old_paths |= set(store.read_json(pending_rel).get("files", []))
+    if store.exists(manifest_rel):  # a re-commit (regenerate into the same folder): the scene goes unfinished
+        old_paths |= {f["path"] for f in store.read_json(manifest_rel).get("files", [])}
+    if fence is not None:
+        fence()
+    # the intent need not survive a power cut (it is gone once the manifest exists); the manifest must
+    store.write_json(pending_rel, {"scene_id": scene_id, "files": sorted(new_paths | old_paths)}, durable=False)
+    if old_paths:
+        store.delete(manifest_rel)
+    for local, e in files:
+        store.commit_file(local, e["path"], synced=synced)
+    for rel in sorted(old_paths - new_paths):
+        store.delete(rel)
+    manifest = {"scene_id": scene_id, "files": entries, "counts": counts or {},
+                "timings_s": {k: round(v, 4) for k, v in (timings_s or {}).items()},
+                "config": config, "epoch": epoch, "finished_unix": time.time(), **(extra or {})}
+    if fence is not None:
+        fence()
+    store.write_json(manifest_rel, manifest)
+    store.delete(pending_rel)
+    clear_errors(store, scene_id)
+    return manifest
+
+
+def rollback_pending(store: RunStore, scene_id: str) -> None:
+    """After a failed commit: remove the files the scene's intent names (when no manifest was written)."""
+    pending_rel = f"{layout.PENDING_DIR}/{layout.safe_name(scene_id)}.json"
+    if store.exists(pending_rel) and not store.exists(layout.manifest_file(scene_id)):
+        for rel in store.read_json(pending_rel).get("files", []):
+            store.delete(rel)
+        store.delete(pending_rel)
+
+
+def commit_tables(store: RunStore, scene_id: str, tables: dict[str, pa.Table], *, compression: str = "snappy",
+                  writer_cfg=None, counts: dict | None = None, config: str | None = None,
+                  epoch: int | None = None, fence: Callable[[], None] | None = None, tidy: bool = True) -> dict:
+    """Commit one scene's tables by layout name ({'frames': ..., 'qa': ...}) in one step: each written to a
+    staging folder (QA as size-bounded shards, ``generator.writers.parquet.write_qa_shards``), then
+    ``commit_scene``. For writers of run folders other than ``drivegen run`` (regenerate, tests, benches);
+    ``tidy=False`` keeps the ``.staging`` folder for the next scene (the writer removes it at its end)."""
+    from generator.writers.parquet import write_qa_shards
+
+    if store.is_local and set(tables) == {"qa"}:  # shards written beside their final names: no staging folder
+        return _commit_qa_in_place(store, scene_id, tables["qa"], writer_cfg, counts=counts, config=config,
+                                   epoch=epoch, fence=fence)
+    staging = store.staging_dir(layout.safe_name(scene_id))
+    try:
+        rows: dict[str, int] = {}
+        synced = True
+        for name, table in tables.items():
+            if name == "qa":  # fsynced by the shard writer, row counts known
+                for p in write_qa_shards(table, staging, scene_id, writer_cfg):
+                    rows[p.relative_to(staging).as_posix()] = pq.ParquetFile(p).metadata.num_rows
+                continue
+            synced = False
+            path = staging / layout.scene_file(name, scene_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet(path, table, compression=compression)
+        return commit_scene(store, scene_id, staging, counts=counts, config=config, epoch=epoch, fence=fence,
+                            synced=synced)
+    except BaseException:
+        rollback_pending(store, scene_id)
+        raise
+    finally:
+        store.release_staging(staging, tidy)
+
+
+def _commit_qa_in_place(store: RunStore, scene_id: str, table: pa.Table, writer_cfg, **kw) -> dict:
+    """A scene's QA shards written under temporary names in ``qa/`` itself (fsynced, row counts known), then
+    committed (renamed to their shard names under the intent): what ``commit_tables`` does through a staging
+    folder, without creating and removing one per scene (regeneration commits thousands in a row)."""
+    import itertools
+
+    from generator.writers.parquet import QA_STORED, write_bounded
+    from schemas.config import WriterConfig
+    from schemas.tables import QA, check_schema
+
+    cfg = writer_cfg or WriterConfig()
+    if not table.schema.equals(QA_STORED, check_metadata=True):
+        table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
+    base = Path(store.full(layout.TABLES["qa"].folder))
+    if "qa" not in store._made:
+        base.mkdir(parents=True, exist_ok=True)
+        store._made.add("qa")
+    tmps = (Path(store.full(layout.tmp_name(layout.scene_file("qa", scene_id, k)))) for k in itertools.count())
+    rows: list[int] = []
+    written = write_bounded(table, tmps, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression,
+                            statistics=list(cfg.qa_statistics_columns), rows_out=rows)
+    files = [(p, {"path": layout.scene_file("qa", scene_id, k), "rows": n, "bytes": p.stat().st_size})
+             for k, (p, n) in enumerate(zip(written, rows))]
+    try:
+        return commit_files(store, scene_id, files, synced=True, **kw)
+    except BaseException:
+        rollback_pending(store, scene_id)
+        raise
+    finally:
+        for p, _ in files:
+            p.unlink(missing_ok=True)  # the ones not moved (a failed commit)
+
+
+# ------------------------------------------------------------------------------------------ errors
+def write_error(store: RunStore, error: dict, attempt: int | None = None) -> str:
+    """Write one ERRORS row as ``errors/<scene>-<stage>.parquet``; returns its relative path."""
+    row = {**{k: error.get(k) for k in ERRORS.names}, "attempt": attempt if attempt is not None else error.get("attempt")}
+    rel = layout.error_file(error.get("scene_id"), error["stage"])
+    store.write_table(rel, pa.Table.from_pylist([row], schema=ERRORS))
+    return rel
+
+
+def clear_errors(store: RunStore, scene_id: str) -> None:
+    """Remove the scene's error rows (``errors/<safe>-<stage>.parquet``; stage names are [a-z_])."""
+    import re
+
+    pat = re.compile(rf"^{re.escape(layout.safe_name(scene_id))}-[a-z_]+\.parquet$")
+    if store.is_local and not os.path.isdir(store.full(layout.ERRORS_DIR)):
+        return
+    for rel in store.list(layout.ERRORS_DIR):
+        if pat.match(rel.rsplit("/", 1)[-1]):
+            store.delete(rel)
+
+
+# ------------------------------------------------------------------------------------------ attempts
+def mark_attempt(store: RunStore, scene_id: str, stage: str) -> None:
+    """An empty marker per stage attempt; the driver counts them to find scenes that keep killing their
+    worker (Ray's retries exhausted) and records those as failed."""
+    store.write_bytes(f"{layout.ATTEMPTS_DIR}/{layout.safe_name(scene_id)}/{stage}.{uuid.uuid4().hex[:12]}", b"")
+
+
+def count_attempts(store: RunStore, scene_id: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for rel in store.list(f"{layout.ATTEMPTS_DIR}/{layout.safe_name(scene_id)}"):
+        stage = rel.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        counts[stage] = counts.get(stage, 0) + 1
+    return counts
+
+
+# ------------------------------------------------------------------------------------------ leftovers
+def remove_leftovers(store: RunStore) -> list[str]:
+    """Remove what killed writers of THIS run folder can leave behind, and nothing else: scenes half
+    committed (their intent's files), drivegen's own temporary names in the layout's folders, staging
+    folders and attempt markers. Only safe while holding the run's lock. Returns what was removed."""
+    removed: list[str] = []
+    for rel in store.list(layout.PENDING_DIR):
+        scene = store.read_json(rel).get("scene_id")
+        if scene is not None and not store.exists(layout.manifest_file(scene)):
+            removed += store.read_json(rel).get("files", [])
+            rollback_pending(store, scene)
+        else:
+            store.delete(rel)
+    folders = ["", layout.MANIFEST_DIR, layout.ERRORS_DIR, layout.PENDING_DIR, layout.BENCH_DIR, layout.CARD_DIR,
+               layout.VALIDATE_DIR, *{t.folder for t in layout.TABLES.values()}, "perception"]
+    for folder in folders:
+        for rel in store.list(folder, recursive=bool(folder)):
+            if layout.is_tmp_name(rel):
+                store.delete(rel)
+                removed.append(rel)
+    for rel in store.list_dirs(layout.STAGING_DIR):
+        store.delete_dir(rel)
+        removed.append(rel + "/")
+    if not store.list(layout.STAGING_DIR, recursive=True):
+        store.delete_dir(layout.STAGING_DIR)
+    store.delete_dir(layout.ATTEMPTS_DIR)
+    if not store.list(layout.PENDING_DIR):
+        store.delete_dir(layout.PENDING_DIR)
+    return removed

@@ -1,0 +1,255 @@
+"""``RunStore``: the run folder on any filesystem pyarrow supports (local path, ``file://``, ``s3://``, ``gs://``).
+
+The one place that touches a run folder's bytes. Every write is atomic: written under a temporary name
+(``schemas.layout.tmp_name``) and moved into place, so a reader sees either nothing or the whole file. On a
+local filesystem the move is a ``rename`` after an fsync; on object stores (S3/GCS), where an object only
+appears once its upload completes, the move is copy+delete and the manifest is what makes a scene visible
+(``generator.runfolder.commit``). Paths inside the store are relative and '/'-separated (``schemas.layout``).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from schemas.errors import RunFolderError
+from schemas.layout import STAGING_DIR, tmp_name
+from schemas.tables import read_parquet, write_parquet
+
+
+class RunStore:
+    """A run folder addressed by a local path or a URI; picklable (rebuilt from the URI on each worker)."""
+
+    def __init__(self, uri: str | os.PathLike):
+        uri = str(uri)
+        try:
+            if "://" in uri:
+                self.fs, base = pafs.FileSystem.from_uri(uri)
+            else:
+                self.fs, base = pafs.LocalFileSystem(), os.path.abspath(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as err:
+            raise RunFolderError(f"cannot open the run folder {uri}: {err}") from None
+        self.uri = uri if "://" in uri else base
+        self.base = base.rstrip("/") or "/"
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+        self._made: set[str] = set()  # folders this object created or found (no create_dir call each write)
+
+    def __reduce__(self):
+        return (RunStore, (self.uri,))
+
+    def __repr__(self) -> str:
+        return f"RunStore({self.uri!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RunStore) and (self.uri, self.base) == (other.uri, other.base)
+
+    def __hash__(self) -> int:
+        return hash(self.base)
+
+    # ---- paths
+    def full(self, rel: str) -> str:
+        return f"{self.base}/{rel}" if rel else self.base
+
+    def uri_of(self, rel: str) -> str:
+        """The URI (or local path) of ``rel`` inside this folder, openable as a RunStore of its own."""
+        return f"{self.uri.rstrip('/')}/{rel}" if "://" in self.uri else os.path.join(self.base, rel)
+
+    @property
+    def local_root(self) -> Path | None:
+        """The run folder as a local path when it lives on the local filesystem, else None."""
+        return Path(self.base) if self.is_local else None
+
+    # ---- reading
+    def exists(self, rel: str) -> bool:
+        if self.is_local:
+            return os.path.exists(self.full(rel))
+        return self.fs.get_file_info(self.full(rel)).type != pafs.FileType.NotFound
+
+    def is_dir(self, rel: str = "") -> bool:
+        return self.fs.get_file_info(self.full(rel)).type == pafs.FileType.Directory
+
+    def size(self, rel: str) -> int | None:
+        info = self.fs.get_file_info(self.full(rel))
+        return None if info.type == pafs.FileType.NotFound else info.size
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.full(rel)) as fh:
+            return fh.read()
+
+    def read_json(self, rel: str):
+        return json.loads(self.read_bytes(rel))
+
+    def list(self, rel_dir: str, recursive: bool = False) -> list[str]:
+        """Relative paths of the plain files under ``rel_dir`` (sorted; [] when it does not exist)."""
+        sel = pafs.FileSelector(self.full(rel_dir), allow_not_found=True, recursive=recursive)
+        n = len(self.base) + 1
+        return sorted(i.path[n:] for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File)
+
+    def list_dirs(self, rel_dir: str) -> list[str]:
+        """Relative paths of the folders directly under ``rel_dir`` (sorted)."""
+        sel = pafs.FileSelector(self.full(rel_dir), allow_not_found=True, recursive=False)
+        n = len(self.base) + 1
+        return sorted(i.path[n:] for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.Directory)
+
+    def is_empty(self) -> bool:
+        """True when the folder does not exist or holds nothing."""
+        if not self.exists(""):
+            return True
+        sel = pafs.FileSelector(self.base, allow_not_found=True, recursive=False)
+        return not self.fs.get_file_info(sel)
+
+    def read_parquet(self, rel: str | list[str], schema: pa.Schema | None = None,
+                     columns: list[str] | None = None) -> pa.Table:
+        """Tables written by ``write_table`` (one file or a list), with their declared types
+        (``schemas.tables.read_parquet``)."""
+        target = [self.full(r) for r in rel] if isinstance(rel, list) else self.full(rel)
+        return read_parquet(target, schema=schema, columns=columns, filesystem=self.fs)
+
+    # ---- writing (always atomic)
+    def mkdirs(self, rel_dir: str) -> None:
+        if rel_dir in self._made:
+            return
+        try:
+            self.fs.create_dir(self.full(rel_dir), recursive=True)
+        except (PermissionError, OSError) as err:
+            raise self._write_error(rel_dir, err) from None
+        self._made.add(rel_dir)
+
+    def _write_error(self, rel: str, err: BaseException) -> RunFolderError:
+        why = getattr(err, "strerror", None) or str(err)
+        return RunFolderError(f"cannot write {self.full(rel)}: {why}; give an --out folder you can write to",
+                              file=self.full(rel))
+
+    def write_bytes(self, rel: str, data: bytes, durable: bool = True) -> None:
+        """Write ``data`` at ``rel``: temporary name, then move into place (fsynced first unless
+        ``durable=False``: a file that need not survive a power cut)."""
+        parent = str(PurePosixPath(rel).parent)
+        parent = "" if parent in ("", ".") else parent
+        self.mkdirs(parent)
+        tmp = tmp_name(rel)
+        if self.is_local and not os.path.isdir(self.full(parent)):  # removed since it was made (by another writer)
+            self._made.discard(parent)
+            self.mkdirs(parent)
+        try:
+            if self.is_local:  # fsync so a crash right after the rename cannot leave an empty file
+                with open(self.full(tmp), "wb") as fh:
+                    fh.write(data)
+                    if durable:
+                        fh.flush()
+                        os.fsync(fh.fileno())
+            else:
+                with self.fs.open_output_stream(self.full(tmp)) as fh:
+                    fh.write(data)
+            self.fs.move(self.full(tmp), self.full(rel))
+        except OSError as err:  # read-only filesystem, permissions, a full disk: name the file
+            self._delete_quiet(tmp)
+            raise self._write_error(rel, err) from None
+        except BaseException:
+            self._delete_quiet(tmp)
+            raise
+
+    def write_json(self, rel: str, obj, durable: bool = True) -> None:
+        self.write_bytes(rel, (json.dumps(obj, indent=1, sort_keys=True, default=_json_default) + "\n").encode(),
+                         durable)
+
+    def write_table(self, rel: str, table: pa.Table, compression: str = "zstd") -> None:
+        """Write ``table`` as Parquet at ``rel`` (``schemas.tables.write_parquet``), atomically."""
+        buf = io.BytesIO()
+        write_parquet(buf, table, compression=compression)
+        self.write_bytes(rel, buf.getvalue())
+
+    def commit_file(self, local: Path, rel: str, synced: bool = False) -> None:
+        """Move a finished local file into the store at ``rel`` (rename when local, upload otherwise);
+        ``synced``: its writer already fsynced it."""
+        if self.is_local:
+            dst = Path(self.full(rel))
+            parent = str(PurePosixPath(rel).parent)
+            if parent not in self._made:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                self._made.add(parent)
+            if not synced:
+                with open(local, "rb") as fh:
+                    os.fsync(fh.fileno())
+            os.replace(local, dst)  # staging lives inside the run folder: same filesystem, atomic
+        else:
+            parent = str(PurePosixPath(rel).parent)
+            if parent not in ("", "."):
+                self.mkdirs(parent)
+            tmp = tmp_name(rel)
+            try:
+                with open(local, "rb") as src, self.fs.open_output_stream(self.full(tmp)) as dst:
+                    shutil.copyfileobj(src, dst, 8 << 20)
+                self.fs.move(self.full(tmp), self.full(rel))
+            except BaseException:
+                self._delete_quiet(tmp)
+                raise
+
+    def delete(self, rel: str) -> None:
+        self._delete_quiet(rel)
+
+    def delete_dir(self, rel_dir: str) -> None:
+        self._made = {d for d in self._made if not (d == rel_dir or d.startswith(rel_dir + "/") or not rel_dir)}
+        try:
+            self.fs.delete_dir(self.full(rel_dir))
+        except (FileNotFoundError, OSError):
+            pass
+
+    def _delete_quiet(self, rel: str) -> None:
+        try:
+            if self.is_local:
+                os.unlink(self.full(rel))
+            else:
+                self.fs.delete_file(self.full(rel))
+        except (FileNotFoundError, OSError):
+            pass
+
+    # ---- staging: local folders where files are built before they are committed
+    def staging_dir(self, name: str) -> Path:
+        """A fresh local folder ``<name>.<uuid>`` to build files in before committing them: inside the run
+        folder (``.staging/``) when it is local, so the commit is a rename on the same filesystem; in the
+        temp dir otherwise (the commit uploads)."""
+        if self.is_local:
+            d = Path(self.full(STAGING_DIR)) / f"{name}.{uuid.uuid4().hex}"
+            d.mkdir(parents=True)
+            return d
+        return Path(tempfile.mkdtemp(prefix=f"drivegen-{name}-"))
+
+    def release_staging(self, d: Path, tidy: bool = True) -> None:
+        """Remove a folder ``staging_dir`` made (and, ``tidy``, ``.staging`` itself once it is empty; a
+        writer of many scenes in a row keeps it and removes it at its end)."""
+        shutil.rmtree(d, ignore_errors=True)
+        if tidy and self.is_local and d.parent == Path(self.full(STAGING_DIR)):
+            try:
+                d.parent.rmdir()
+            except OSError:  # other scenes are being staged
+                pass
+
+    def commit_tree(self, local_dir: Path, rel_dir: str = "") -> list[str]:
+        """Commit every file under ``local_dir`` to ``rel_dir/<its relative path>``; returns the paths."""
+        out = []
+        for p in sorted(local_dir.rglob("*")):
+            if p.is_file():
+                rel = p.relative_to(local_dir).as_posix()
+                rel = f"{rel_dir}/{rel}" if rel_dir else rel
+                self.commit_file(p, rel)
+                out.append(rel)
+        return out
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

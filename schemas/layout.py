@@ -1,0 +1,126 @@
+"""The run folder's layout, declared once: every path a run writes or reads, and the names of its files.
+
+    OUT/config.yaml                     the PipelineConfig of the run (a complete description of it)
+    OUT/source.json                     how to rebuild the log source on any node
+    OUT/scenes.json                     {"scene_ids": [...]}: the scenes the run covers
+    OUT/run.json                        run state: epoch (one per driver), config and source hashes, parent
+    OUT/_lock.json                      the writer's lock: owner, epoch, heartbeat (while a run is going)
+    OUT/<table folder>/<scene>.parquet  per-scene tables, see TABLES (issues/: frames a stage skipped)
+    OUT/qa/<scene>-<k:05d>.parquet      QA shards, OUT/wds/<scene>-<k:05d>.tar WebDataset shards
+    OUT/errors/<scene>-<stage>.parquet  one row per failed scene and stage
+    OUT/manifest/<scene>.json           written last for a finished scene: its files with row counts
+    OUT/summary.json, bench/, card/, validate/   run summary and by-products
+
+A file belongs to the run exactly when a manifest lists it (``generator.runfolder.RunReader``). While a
+run is going: ``_pending/<scene>.json`` (files a scene is committing), ``_attempts/`` (stage attempt
+markers), ``.staging/`` (per-scene folders workers build files in), temporary files
+``.<name>.<32 hex>.tmp`` beside their final names. Scene file names never start with '.' or '_'
+(``safe_name``): pyarrow, pandas and ``datasets`` skip such files, so a shard named so would be invisible.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import pyarrow as pa
+
+from schemas import tables
+
+CONFIG = "config.yaml"
+SOURCE = "source.json"
+SCENES = "scenes.json"
+RUN_STATE = "run.json"
+LOCK = "_lock.json"
+SUMMARY = "summary.json"
+MANIFEST_DIR = "manifest"
+ERRORS_DIR = "errors"
+PENDING_DIR = "_pending"
+ATTEMPTS_DIR = "_attempts"
+STAGING_DIR = ".staging"
+BENCH_DIR = "bench"
+CARD_DIR = "card"
+VALIDATE_DIR = "validate"
+# Folders and files a command may create inside a run folder (anything else there is the user's).
+RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY)
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Where a per-scene table lives: ``folder/<scene>.<ext>`` (``sharded``: ``folder/<scene>-<k:05d>.<ext>``)."""
+
+    name: str
+    folder: str
+    schema: pa.Schema | None  # None: not Parquet (WebDataset tars)
+    sharded: bool = False
+    ext: str = "parquet"
+
+
+TABLES: dict[str, TableLayout] = {t.name: t for t in (
+    TableLayout("frames", "perception/frames", tables.FRAMES),
+    TableLayout("objects", "perception/objects", tables.OBJECTS),
+    TableLayout("projections", "perception/projections", tables.PROJECTIONS),
+    TableLayout("attributes", "attributes", tables.ATTRIBUTES),
+    TableLayout("labels", "labels", tables.LABELS),
+    TableLayout("issues", "issues", tables.ISSUES),
+    TableLayout("qa", "qa", tables.QA, sharded=True),
+    TableLayout("wds", "wds", None, sharded=True, ext="tar"),
+)}
+
+
+def table(name_or_folder: str) -> TableLayout:
+    """A table's layout by name ('objects') or folder ('perception/objects')."""
+    if name_or_folder in TABLES:
+        return TABLES[name_or_folder]
+    for t in TABLES.values():
+        if t.folder == name_or_folder.rstrip("/"):
+            return t
+    raise KeyError(f"unknown run-folder table {name_or_folder!r}; known: {sorted(TABLES)}")
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(scene_id: str) -> str:
+    """A scene id as a file-name stem: stable, filesystem-safe, and never hidden from readers (a leading
+    '.' or '_' becomes 'x.' / 'x_'). Distinct ids that map to one name are refused when a run starts."""
+    name = _UNSAFE.sub("_", scene_id) or "x"
+    return f"x{name}" if name[0] in "._" else name
+
+
+def scene_file(table_name: str, scene_id: str, k: int | None = None) -> str:
+    """Relative path of a scene's file of ``table_name`` (shard ``k`` for sharded tables)."""
+    t = TABLES[table_name]
+    if t.sharded:
+        if k is None:
+            raise ValueError(f"table {table_name!r} is sharded: give the shard number")
+        return f"{t.folder}/{safe_name(scene_id)}-{k:05d}.{t.ext}"
+    return f"{t.folder}/{safe_name(scene_id)}.{t.ext}"
+
+
+def manifest_file(scene_id: str) -> str:
+    return f"{MANIFEST_DIR}/{safe_name(scene_id)}.json"
+
+
+def error_file(scene_id: str | None, stage: str) -> str:
+    return f"{ERRORS_DIR}/{safe_name(scene_id or 'run')}-{stage}.parquet"
+
+
+def scene_files_pattern(scene_id: str) -> re.Pattern:
+    """File names a scene owns inside a table folder: ``<safe>.<ext>`` or ``<safe>-<k digits>.<ext>``."""
+    return re.compile(rf"^{re.escape(safe_name(scene_id))}(-\d+)?\.[A-Za-z0-9.]+$")
+
+
+_TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+
+
+def tmp_name(rel: str) -> str:
+    """The temporary name a file is written under before it is moved to ``rel``: ``.<name>.<uuid>.tmp``."""
+    p = PurePosixPath(rel)
+    return str(p.with_name(f".{p.name}.{uuid.uuid4().hex}.tmp"))
+
+
+def is_tmp_name(rel: str) -> bool:
+    """True for names ``tmp_name`` makes (and nothing else: a user's ``notes.tmp`` is not ours)."""
+    return bool(_TMP.match(PurePosixPath(rel).name))

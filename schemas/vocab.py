@@ -1,0 +1,64 @@
+"""Every vocabulary drivegen writes or reads, defined once and imported everywhere else.
+
+The strings are part of the dataset: labels columns, QA answers and exports carry them verbatim, so they
+follow the papers' spelling (sources beside each).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# nuScenes detection classes (nuscenes-devkit ``eval.detection`` / ``category_to_detection_name``).
+DETECTION_CLASSES = ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle",
+                     "bicycle", "traffic_cone", "barrier")
+VEHICLE_CLASSES = ("car", "truck", "bus", "trailer", "construction_vehicle")
+# Vulnerable road users (DRAMA-X §3: pedestrians and cyclists; motorcyclists included).
+VRU_CLASSES = ("pedestrian", "bicycle", "motorcycle")
+
+# Cameras. nuScenes' ring in its own order; the forward-facing camera of each log format drivegen reads.
+NUSCENES_CAMERAS = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_BACK_RIGHT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_FRONT_LEFT")
+FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
+
+# Ego behaviour (Intention-Drive §3: atomic maneuvers and speed status).
+MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
+SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")
+
+# VRU intent (DRAMA-X §3.1: lateral x vertical, as seen from the ego).
+INTENT_LATERAL = ("goes to the left", "goes to the right", "stationary")
+INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "stationary")
+
+# QA: the STRIDE-QA families (§3) and kinds; grounding roles in QA_GROUNDING.role's dictionary order.
+STRIDE_FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
+DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour",)  # generated unless qa.families says otherwise
+QA_KINDS = ("qualitative", "quantitative")
+GROUNDING_ROLES = ("context", "current", "future")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A STRIDE-QA-Bench scene-group relation (App. C.2, Table 8). ``key`` is the machine spelling the
+    generated logs script (``drivegen_scenarios.json``), ``name`` the readable one (the paper's), ``toolkit``
+    the spelling the public STRIDE-QA-Bench toolkit groups its results by (``turingmotors/STRIDE-QA-Dataset``,
+    ``benchmarks/STRIDE-QA-Bench/src/strideqa_bench/visualize/visualize.py``: its major relations and the
+    ``Minor_Relations`` panel of the rest), which the bench export writes."""
+
+    key: str
+    name: str
+    toolkit: str
+
+
+BENCH_SCENARIOS = (
+    Scenario("oncoming_pass", "Oncoming Pass", "Oncoming_Pass"),
+    Scenario("maintain_state", "Maintain State", "Maintain_State"),
+    Scenario("overtake", "Overtake", "Overtake"),
+    Scenario("path_divergence", "Path Divergence", "Path_Divergence_at_Intersection"),
+    Scenario("pulling_away", "Pulling Away From Ego", "Other_Pulling_Away_From_Ego"),
+    Scenario("minor_relations", "Minor Relations", "Minor_Relations"),
+)
+BENCH_SCENARIO_NAMES = tuple(s.name for s in BENCH_SCENARIOS)
+SCENARIO_NAME = {s.key: s.name for s in BENCH_SCENARIOS}
+TOOLKIT_RELATION = {s.name: s.toolkit for s in BENCH_SCENARIOS}  # readable name -> the toolkit's spelling
+
+# Agent scripts of the generated logs (``generator.synth``): the bench relations the ego takes part in,
+# plus DRAMA-X / PIE behaviours and static fillers.
+SCRIPTED_SCENARIOS = ("oncoming_pass", "overtake", "path_divergence", "pulling_away", "maintain_state",
+                      "ped_crossing", "cyclist_veering", "waiting_at_curb", "parked", "static")

@@ -1,0 +1,39 @@
+"""Fixtures of the real data excerpts (``../shared/data``, skipped with a reason when absent) and a small
+generated nuScenes-format log set."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_DATA = REPO.parent / "shared" / "data"
+SYNTH_VERSION = "v1.0-drivegen"
+
+
+def shared_data(sub: str) -> Path:
+    """Path under ../shared/data, skipping the test with a reason when it is absent."""
+    p = SHARED_DATA / sub
+    if not p.exists():
+        pytest.skip(f"real data excerpt {p} is absent (it lives in ../shared/data beside the repo, never in it)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def nuscenes_demo() -> Path:
+    return shared_data("nuscenes-demo")
+
+
+@pytest.fixture(scope="session")
+def av2_log() -> Path:
+    return shared_data("av2/7fab2350-7eaf-3b7e-a39d-6937a4c1bede")
+
+
+@pytest.fixture(scope="session")
+def synth_root(tmp_path_factory) -> Path:
+    """Two generated 20 s scenes (seed 0) in nuScenes format, made once per test session."""
+    from generator.synth import make_dataset
+
+    root = tmp_path_factory.mktemp("synth")
+    make_dataset(root, num_scenes=2, seed=0, version=SYNTH_VERSION)
+    return root
