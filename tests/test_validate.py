@@ -1,11 +1,10 @@
 """drivegen validate: nuscenes-devkit detection/tracking metrics of a run against its labelled logs.
 
-Run folders are made here by running perception per scene (tests/conftest_validate.py) on the generated
+Run folders are made here by running perception per scene (tests/support/validate.py) on the generated
 logs (fixture ``synth_root``) and on the real Argoverse 2 log (``/work/shared/data/av2``).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -15,9 +14,9 @@ import pyarrow as pa
 import pyarrow.feather as feather
 import pytest
 
-from conftest import SYNTH_VERSION
-from conftest_validate import make_run_folder, noise_config
-from generator.runfolder import RunFolder, atomic_write_table
+from support.data import SYNTH_VERSION
+from support.validate import make_run_folder, noise_config
+from generator.runfolder import RunReader, RunStore, commit_tables
 from generator.sources import open_source
 from generator.validate.agreement import match_tracks, within_tolerance
 from generator.validate.boxes import BoxArrays, cap_per_sample, predicted_attributes
@@ -27,9 +26,6 @@ from schemas.config import ToleranceConfig, parse_config
 from schemas.tables import OBJECTS
 
 REPO = Path(__file__).resolve().parents[1]
-needs_motmetrics = pytest.mark.skipif(
-    importlib.util.find_spec("motmetrics") is None,
-    reason="motmetrics is not installed: nuscenes-devkit's TrackingEval imports it (pin motmetrics==1.4.0)")
 SWEEP = (0.0, 0.5, 1.0, 2.0)
 THRESHOLDS = 10  # recall thresholds for AMOTA in tests (devkit: 40; see generator.validate.tracking)
 
@@ -65,7 +61,6 @@ def sweep_reports(synth_runs):
 
 
 # ----------------------------------------------------------------------------------------- generated logs
-@needs_motmetrics
 def test_labels_backend_scores_one_on_generated_logs(sweep_reports):
     r = sweep_reports[0.0]
     d, t, a = r["detection"], r["tracking"], r["label_agreement"]
@@ -89,7 +84,6 @@ def test_labels_backend_scores_one_on_generated_logs(sweep_reports):
     assert a["agreement"] == 1.0 and a["compared"] > 1000 and a["unmatched_target"] == 0
 
 
-@needs_motmetrics
 def test_noise_sweep_moves_every_metric_the_expected_way(sweep_reports):
     def series(section, key):
         return np.array([sweep_reports[lvl][section][key] for lvl in SWEEP], dtype=float)
@@ -135,7 +129,6 @@ def test_empty_predicted_boxes_count_only_when_asked(synth_runs, sweep_reports):
     assert strict["mATE"] == pytest.approx(0.0, abs=1e-6)
 
 
-@needs_motmetrics
 def test_pipeline_run_folder_validates(synth_root, tmp_path):
     """A run folder written by ``drivegen run`` itself (manifests, QA shards, the writers' storage types):
     validate reads only manifest-listed files and takes the perception answers from the run's QA shards."""
@@ -167,7 +160,6 @@ def _copy_tables(src_root: Path, dst_root: Path) -> Path:
     return dst_root
 
 
-@needs_motmetrics
 def test_unlabelled_scene_is_listed_and_excluded(synth_root, synth_runs, sweep_reports, tmp_path):
     logs = _copy_tables(synth_root, tmp_path / "logs")
     tdir = logs / SYNTH_VERSION
@@ -189,7 +181,6 @@ def test_unlabelled_scene_is_listed_and_excluded(synth_root, synth_runs, sweep_r
 
 
 # ------------------------------------------------------------------------------------------ real AV2 log
-@needs_motmetrics
 def test_av2_real_annotations_within_noise_bounds(av2_log, tmp_path):
     """Labels of the real AV2 log with seeded geometric noise, through the tracker, scored by the devkit.
 
@@ -254,20 +245,20 @@ def _bad(res, *words):
 
 
 def test_run_without_perception_tables_is_refused(cli, tmp_path):
-    rf = RunFolder(tmp_path / "run")
-    rf.root.mkdir()
-    (rf.root / "source.json").write_text(json.dumps({"kind": "nuscenes", "dataroot": "/nowhere", "version": "v"}))
-    _bad(cli(rf.root, "--no-tracking"), "no perception tables", "perception/objects", "drivegen run")
+    store = RunStore(tmp_path / "run")
+    store.write_bytes("config.yaml", b"{}\n")
+    store.write_json("source.json", {"kind": "nuscenes", "dataroot": "/nowhere", "version": "v"})
+    _bad(cli(tmp_path / "run", "--no-tracking"), "no committed perception tables", "perception/objects",
+         "drivegen run")
 
 
 def test_scenes_absent_from_the_logs_are_refused(cli, synth_runs, tmp_path):
     run = synth_runs(("sweep", 0.0), noise_config(0.0, seed=3))
     moved = tmp_path / "run"
     shutil.copytree(run, moved)
-    path = RunFolder(moved).perception("objects", "scene-0000")
-    t = pa.Table.from_pylist([dict(r, scene_id="scene-9999") for r in
-                              pa.parquet.read_table(path).to_pylist()], schema=OBJECTS)
-    atomic_write_table(path, t)
+    t = RunReader(moved).read_table("objects", ["scene-0000"])
+    t = pa.Table.from_pylist([dict(r, scene_id="scene-9999") for r in t.to_pylist()], schema=OBJECTS)
+    commit_tables(RunStore(moved), "scene-9999", {"objects": t})
     _bad(cli(moved, "--no-tracking"), "scene-9999", "not in the logs", "--logs")
 
 
@@ -283,20 +274,18 @@ def test_class_missing_from_the_mapping_is_refused(cli, av2_log, tmp_path):
     cat[:5] = "HOVERBOARD"
     feather.write_feather(ann.set_column(ann.schema.get_field_index("category"), "category", pa.array(cat)),
                           log / "annotations.feather")
-    rf = RunFolder(tmp_path / "run")
-    rf.root.mkdir()
-    (rf.root / "source.json").write_text(json.dumps({"kind": "av2", "root": str(logs)}))
+    store = RunStore(tmp_path / "run")
+    store.write_json("source.json", {"kind": "av2", "root": str(logs)})
     row = {k: None for k in OBJECTS.names}
     row.update(scene_id=av2_log.name, frame_index=0, timestamp_us=int(ann.column("timestamp_ns")[0].as_py()) // 1000,
                track_id=0, class_name="car", score=0.9, center_ego_m=[5.0, 0, 0], size_lwh_m=[4.0, 2, 1.5],
                yaw_ego_rad=0.0, center_global_m=[0.0, 0, 0], yaw_global_rad=0.0, velocity_ego_mps=[0.0, 0],
                velocity_global_mps=[0.0, 0], num_lidar_pts=10, instance_token="", source="labels")
-    atomic_write_table(rf.perception("objects", av2_log.name), pa.Table.from_pylist([row], schema=OBJECTS))
-    _bad(cli(rf.root, "--no-tracking"), "HOVERBOARD", "av2_classes.py")
+    commit_tables(store, av2_log.name, {"objects": pa.Table.from_pylist([row], schema=OBJECTS)})
+    _bad(cli(tmp_path / "run", "--no-tracking"), "HOVERBOARD", "av2_classes.py")
 
 
 # ------------------------------------------------------------------------------------------ CLI and gates
-@needs_motmetrics
 def test_cli_writes_reports_and_applies_gates(cli, synth_runs, sweep_reports, tmp_path):
     noisy = synth_runs(("sweep", 1.0), noise_config(1.0, seed=3))
     code, out, err = cli(noisy, "--tracking-thresholds", THRESHOLDS, "--min-map", "0.99", "--min-amota", "0.05")
@@ -361,3 +350,68 @@ def test_predicted_attributes_and_box_cap():
     kept, dropped = cap_per_sample(b, 3)
     assert dropped == 2
     assert sorted(kept.score.tolist()) == [0.2, 0.4, 0.5, 0.7, 0.9]
+
+
+def _det_boxes(rows):
+    """rows: (sample, class, x, y, score) -> the devkit's EvalBoxes (unit boxes, no attributes)."""
+    from nuscenes.eval.common.data_classes import EvalBoxes
+    from nuscenes.eval.detection.data_classes import DetectionBox
+
+    out = EvalBoxes()
+    by_sample: dict = {}
+    for tok, cls, x, y, score in rows:
+        by_sample.setdefault(tok, []).append(DetectionBox(
+            sample_token=tok, translation=(x, y, 0.5), size=(1.0, 1.0, 1.0), rotation=(1.0, 0, 0, 0),
+            velocity=(0.0, 0.0), ego_translation=(x, y, 0.5), num_pts=10, detection_name=cls,
+            detection_score=score, attribute_name=""))
+    for tok in ("s0", "s1"):
+        out.add_boxes(tok, by_sample.get(tok, []))
+    return out
+
+
+def test_false_positives_follow_the_devkit_matching_and_count_classes_without_gt():
+    from generator.validate.metrics import evaluate_detection, false_positives
+
+    gt = _det_boxes([("s0", "car", 10.0, 0.0, -1.0), ("s0", "car", 13.0, 0.0, -1.0), ("s1", "car", 20.0, 5.0, -1.0)])
+    base = [("s0", "car", 11.4, 0.0, 0.9), ("s1", "car", 20.0, 5.5, 0.8)]
+    # s0: the 0.9 car takes the nearer GT box (1.4 m; the other is 1.6 m off); a 0.3 car 1 m from that box
+    # finds only the far one left (4 m): a false positive. Matched lowest score first, both would match.
+    # s1: a car 2.5 m off.
+    extra_car = [("s0", "car", 9.0, 0.0, 0.3), ("s1", "car", 22.5, 5.0, 0.7)]
+    trucks = [("s0", "truck", 30.0, 0.0, 0.95), ("s1", "truck", 15.0, 2.0, 0.9), ("s1", "truck", 40.0, 0.0, 0.4)]
+    pred = _det_boxes(base + extra_car + trucks)
+    fp = false_positives(gt, pred, ["car", "truck", "bus"], 2.0)
+    assert fp == {"car": 2, "truck": 3, "bus": 0}
+    assert false_positives(gt, _det_boxes(base), ["car"], 2.0) == {"car": 0}
+    assert false_positives(gt, _det_boxes(base), ["car"], 1.0) == {"car": 1}  # 1.4 m off is not within 1 m
+
+    clean = evaluate_detection(gt, _det_boxes(base), has_attributes=False)
+    noisy = evaluate_detection(gt, _det_boxes(base + trucks), has_attributes=False)
+    # the headline mean does not see the phantom trucks ...
+    assert noisy["classes"] == ["car"] and noisy["mAP"] == clean["mAP"]
+    # ... the false-positive report does
+    f = noisy["false_positives"]
+    assert clean["false_positives"]["num_fp"] == 0 and f["num_fp"] == 3 and f["num_fp_classes_without_gt"] == 3
+    assert f["classes_without_gt"] == {"truck": 3} and f["fp_rate"] == pytest.approx(3 / 5)
+    t = noisy["per_class"]["truck"]
+    assert t["num_fp"] == 3 and t["fp_rate"] == 1.0 and t["fp_per_sample"] == 1.5 and not t["has_gt"]
+
+
+def test_report_lists_false_positives_of_classes_without_gt(synth_runs):
+    """Label noise adds false positives of random classes, trailers and construction vehicles among them;
+    the generated logs have none of those: the summary and the per-class table name them. The greedy tracker
+    keeps one-frame boxes (the default Kalman tracker confirms a track only after several hits)."""
+    from generator.validate.report import to_markdown
+
+    run = synth_runs(("fp", 1.0), noise_config(1.0, seed=3, tracking_mode="greedy"), ["scene-0000"])
+    r = validate_run(str(run), ValidateOptions(tracking=False, label_agreement=False))
+    d = r["detection"]
+    absent = [c for c, m in d["per_class"].items() if not m["has_gt"] and m["num_pred"]]
+    assert absent and set(d["false_positives"]["classes_without_gt"]) == set(absent)
+    for c in absent:
+        assert d["per_class"][c]["num_fp"] == d["per_class"][c]["num_pred"] and d["per_class"][c]["fp_rate"] == 1.0
+    assert 0 < d["false_positives"]["num_fp_classes_without_gt"] < d["false_positives"]["num_fp"]
+    md = to_markdown(r)
+    assert "| Class | GT | Pred | FP | FP rate |" in md
+    row = next(line for line in md.splitlines() if line.startswith("|  | ... of classes without GT"))
+    assert all(f"{c} {d['per_class'][c]['num_fp']}" in row for c in absent)
