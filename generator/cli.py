@@ -13,7 +13,7 @@ import logging
 import sys
 import traceback
 
-COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "inspect")
+COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "export_intention", "export_pie", "inspect", "score", "export_drama")
 
 
 def build_parser() -> argparse.ArgumentParser:

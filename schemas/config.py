@@ -471,6 +471,51 @@ class LabelsConfig(_Model):
     waypoint_step_s: float = Field(0.5, gt=0)  # ... 0.5 s apart (3 s)
 
 
+class IntentionConfig(_Model):
+    """Intention-Drive planning samples and instructions (``generator.attributes.intention``; Intention-Drive
+    §3: K BEV waypoints from a history of observations and a language instruction; §3.4: ADE, collision
+    rate, ISR). The waypoints themselves are ``labels.num_waypoints`` x ``labels.waypoint_step_s`` (6 at
+    0.5 s, the paper's setting). The paper annotates instructions with a VLM; drivegen derives them from what
+    the log shows the ego does next, so every threshold below is chosen here and checked on the generated
+    logs (tests/test_intention.py: the ground truth satisfies every instruction it is given)."""
+
+    history_steps: int = Field(4, ge=0)  # past ego states given to a model, labels.waypoint_step_s apart (2 s)
+    # The instruction's maneuver is the labeller's (generator.attributes.labels.ego_labels) on the trajectory
+    # past + future, at this time after the sample (the middle of the 3 s horizon).
+    classify_at_s: float = Field(1.5, gt=0)
+    # Ego body for the collision check: nuScenes' ego frame is at the rear axle; the box centre is this far
+    # ahead of it. The generated logs' ego body (generator.synth.rig EGO_SIZE_LWH_M, EGO_CENTER_OFFSET_X_M).
+    ego_length_m: float = Field(4.9, gt=0)
+    ego_width_m: float = Field(2.0, gt=0)
+    ego_center_offset_m: float = 1.4
+    collision_substeps: int = Field(5, ge=1)  # boxes checked at this many points per waypoint interval
+    lane_half_width_m: float = Field(1.75, gt=0)  # "in the ego's lane": |lateral| below this (3.5 m lanes)
+    # follow Region [X]: a vehicle ahead in the lane now and at the end, the ego ends this far behind it
+    follow_gap_m: tuple[float, float] = (2.0, 40.0)
+    # stop behind Region [X]: the ego stops (maneuver Stop) this far behind the vehicle ahead in its lane
+    stop_gap_m: tuple[float, float] = (2.0, 8.0)
+    # overtake Region [X]: a vehicle ahead now (within this distance, same direction, within this lateral
+    # offset), behind the ego (centre behind the ego's centre by at least overtake_clear_m) at the end
+    overtake_max_ahead_m: float = Field(40.0, gt=0)
+    overtake_max_lateral_m: float = Field(6.0, gt=0)
+    overtake_clear_m: float = Field(0.0, ge=0)
+    moving_speed_mps: float = Field(1.0, ge=0)  # overtake: the target's mean speed over the horizon at least this
+    same_direction_deg: float = Field(45.0, gt=0, le=180)  # |relative heading| below: same way as the ego
+    # yield to Region [X]: a VRU crossing (DRAMA-X lateral intent) ahead within these limits while the ego
+    # slows or stops, keeping at least yield_clearance_m from it over the horizon
+    yield_max_ahead_m: float = Field(30.0, gt=0)
+    yield_max_lateral_m: float = Field(8.0, gt=0)
+    yield_clearance_m: float = Field(3.0, ge=0)
+    move_step_m: float = Field(0.2, ge=0)  # an object moving less per waypoint step keeps its last heading
+
+    @field_validator("follow_gap_m", "stop_gap_m")
+    @classmethod
+    def _range(cls, v):
+        if not (0 <= v[0] < v[1]):
+            raise ValueError(f"needs 0 <= min < max, got {list(v)}")
+        return v
+
+
 class ScenarioConfig(_Model):
     """Thresholds of the STRIDE-QA-Bench scenario classifier (``generator.writers.bench_export.
     classify_scenario``, App. C.2 names the relations, not thresholds): chosen here and checked against the
@@ -501,6 +546,7 @@ class WriterConfig(_Model):
     wds_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024)  # and bytes per tar shard
     webdataset: bool = True
     bench_export: bool = True
+    intention_export: bool = True  # Intention-Drive planning samples (intention/) at the end of a run
     card: bool = True
     compression: str = "zstd"  # QA shards (the dataset): a Parquet codec pyarrow has
     # the run folder's perception, attribute and label tables: caches that regenerate, export_bench and
@@ -553,6 +599,108 @@ class FailureConfig(_Model):
     max_failed_frame_share: float = Field(0.1, ge=0, le=1)
 
 
+class DramaRiskConfig(_Model):
+    """DRAMA-X risk and suggested action from hindsight (``generator.attributes.drama.risk_table``). DRAMA-X
+    keeps DRAMA's human Risk / suggestion labels (App. A.2) and gives no rule: every threshold here is chosen
+    here and checked against the generated logs' scripts (tests/test_drama.py)."""
+
+    horizon_s: float = Field(4.0, gt=0)  # look this far ahead for a conflict
+    step_s: float = Field(0.25, gt=0)  # future poses are sampled this far apart
+    ego_front_m: float = Field(3.85, ge=0)  # ego origin -> front bumper (nuScenes rear-axle origin, 4.9 m car)
+    ego_rear_m: float = Field(1.05, ge=0)  # ego origin -> rear bumper
+    ego_width_m: float = Field(2.0, gt=0)
+    lateral_margin_m: float = Field(0.5, ge=0)  # corridor = ego width + this on each side (+ object half width)
+    front_buffer_m: float = Field(5.0, ge=0)  # the corridor reaches this far beyond the front bumper
+    # object at p(tau) conflicts when the ego's buffered footprint covers p(tau) at some tau' in
+    # [tau, tau + encroachment_s]: the ego arrives where the object is within this (post-encroachment time)
+    encroachment_s: float = Field(1.0, ge=0)
+    min_track_s: float = Field(0.5, ge=0)  # objects seen for less than this of the future get no risk
+    stop_ttc_s: float = Field(1.0, ge=0)  # risk with time-to-conflict at most this: stop
+    yield_ttc_s: float = Field(3.0, ge=0)  # VRU risk within this: yield
+    slow_ttc_s: float = Field(3.0, ge=0)  # other risk within this while the ego moves: slow down
+    moving_speed_mps: float = Field(0.5, ge=0)  # the ego counts as moving above this
+
+
+class DramaImageIntentConfig(_Model):
+    """DRAMA-X §3.2 image-based intent: 2D track displacement minus the camera displacement, which is the
+    Farneback flow (OpenCV ``calcOpticalFlowFarneback``) in a ring around the object (its box excluded),
+    over several windows. DRAMA-X gives no numbers; the windows fit 2 Hz keyframes, the thresholds are
+    chosen here and measured against the 3D-track intent on generated logs (tests/test_drama.py)."""
+
+    windows_s: list[float] = Field(default_factory=lambda: [0.5, 1.0], min_length=1)  # displacement windows
+    compensate: bool = True  # subtract the camera displacement (False: raw image motion, for comparison)
+    region_scale: float = Field(2.0, gt=1)  # ring = the box grown to this many times its width/height ...
+    region_min_px: int = Field(24, ge=1)  # ... and at least this many pixels on each side
+    statistic: Literal["median", "mean"] = "median"  # §3.2 text says median, Eq. 3.2 a mean
+    lateral_rate: float = Field(0.4, gt=0)  # |dx| / box height per second at least this: left / right
+    vertical_rate: float = Field(0.15, gt=0)  # |dy of the box bottom| / box height per second: towards / away
+    # cv2.calcOpticalFlowFarneback(pyr_scale, levels, winsize, iterations, poly_n, poly_sigma)
+    flow_pyr_scale: float = Field(0.5, gt=0, lt=1)
+    flow_levels: int = Field(5, ge=1)
+    flow_winsize: int = Field(21, ge=3)
+    flow_iterations: int = Field(3, ge=1)
+    flow_poly_n: int = Field(7, ge=5)
+    flow_poly_sigma: float = Field(1.5, gt=0)
+
+
+class DramaXConfig(_Model):
+    """DRAMA-X family (``generator.attributes.drama``, ``generator.writers.drama_export``, scorer
+    ``drama-x``)."""
+
+    match_iou: float = Field(0.3, ge=0, le=1)  # App. A.3: Hungarian on 1 - IoU, theta_iou = 0.3
+    od_iou: float = Field(0.5, ge=0, le=1)  # App. A.4.1: OD counts a GT box localized at IoU >= 0.5
+    front_position_deg: float = Field(15.0, gt=0, le=90)  # |bearing| below this: Position "Front"
+    risk: DramaRiskConfig = Field(default_factory=DramaRiskConfig)
+    image_intent: DramaImageIntentConfig = Field(default_factory=DramaImageIntentConfig)
+
+
+class PieConfig(_Model):
+    """The PIE/JAAD pedestrian behaviour family (``generator.sources.jaad``, ``generator.attributes.pie``,
+    ``generator.validate.score.pie``). Defaults are the benchmark paper's (seed 001, "Pedestrian behaviour
+    prediction: intention, action, event risk", §III-A data and §III-D metrics) unless the comment says
+    otherwise."""
+
+    fps: float = Field(30.0, gt=0)  # JAAD/PIE videos are 30 fps (JAAD annotations README)
+    observation_frames: int = Field(15, ge=1)  # §III-A: observation length 0.5 s = 15 frames
+    overlap: float = Field(0.3, ge=0, lt=1)  # §III-A: samples extracted with a 30 % overlap
+    tte_min_frames: int = Field(30, ge=0)  # §III-A 2): observations end 1-3 s (30-90 frames) before the event
+    tte_max_frames: int = Field(90, ge=1)
+    risk_horizon_frames: int = Field(90, ge=1)  # §III-A 3): risk class from the box centre 3 s ahead
+    risk_region_width_px: float = Field(160.0, gt=0)  # §III-A 3): vertical regions 160 px wide ...
+    risk_reference_width_px: float = Field(1920.0, gt=0)  # ... in a 1920 px wide image (12 regions, 6 classes)
+    tte_sigma: float = Field(0.3, gt=0)  # §III-D 1): TTE weights, sigma 0.3
+    risk_sigma: float = Field(0.5, gt=0)  # §III-D 2): risk-region weights, sigma 0.5
+    # JAAD Table I counts 1872 pedestrians for action prediction: more than the 686 with behaviour tags, so
+    # the bystanders ('ped' tracks, non-crossing) are sampled too; False keeps only the behavioural ones
+    include_bystanders: bool = True
+    split_variant: Literal["default", "all_videos", "high_visibility"] = "default"  # JAAD split_ids/<variant>
+    # Not from the paper: JAAD's annotation tool rounds boxes; measured on videos 0001-0250 one box ends
+    # 1 px outside its 1280 px image (video_0069). A box further outside is a SourceError.
+    box_outside_tolerance_px: float = Field(1.0, ge=0)
+    # Not from the paper: a track with missing frames (16 tracks in JAAD 0001-0250, occlusions the annotators
+    # left out) is a SourceError for its video ('error', the issue's rule) or kept, sampling only windows
+    # without a gap ('keep'); tests/test_pie.py checks both
+    track_gap: Literal["error", "keep"] = "error"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.tte_min_frames > self.tte_max_frames:
+            raise ValueError(f"tte_min_frames {self.tte_min_frames} > tte_max_frames {self.tte_max_frames}")
+        n = self.risk_reference_width_px / self.risk_region_width_px
+        if abs(n - round(n)) > 1e-6 or round(n) < 2:
+            raise ValueError(f"risk_reference_width_px / risk_region_width_px must be a whole number >= 2, got {n}")
+        return self
+
+    @property
+    def risk_regions(self) -> int:
+        return int(round(self.risk_reference_width_px / self.risk_region_width_px))
+
+    @property
+    def sample_step_frames(self) -> int:
+        """Frames between the starts of consecutive samples (PCPA's ``int((1 - overlap) * obs_length)``)."""
+        return max(1, int((1.0 - self.overlap) * self.observation_frames))
+
+
 class PipelineConfig(_Model):
     version: Literal[1] = 1
     keyframes: KeyframeConfig = Field(default_factory=KeyframeConfig)
@@ -562,8 +710,11 @@ class PipelineConfig(_Model):
     segmentation: SegmentationConfig = Field(default_factory=SegmentationConfig)
     visibility: VisibilityConfig = Field(default_factory=VisibilityConfig)
     labels: LabelsConfig = Field(default_factory=LabelsConfig)
+    drama_x: DramaXConfig = Field(default_factory=DramaXConfig)
+    intention: IntentionConfig = Field(default_factory=IntentionConfig)
     qa: QAConfig = Field(default_factory=QAConfig)
     bench: BenchConfig = Field(default_factory=BenchConfig)
+    pie: PieConfig = Field(default_factory=PieConfig)
     tolerances: ToleranceConfig = Field(default_factory=ToleranceConfig)
     writers: WriterConfig = Field(default_factory=WriterConfig)
     failures: FailureConfig = Field(default_factory=FailureConfig)

@@ -9,7 +9,7 @@
     OUT/qa/<scene>-<k:05d>.parquet      QA shards, OUT/wds/<scene>-<k:05d>.tar WebDataset shards
     OUT/errors/<scene>-<stage>.parquet  one row per failed scene and stage
     OUT/manifest/<scene>.json           written last for a finished scene: its files with row counts
-    OUT/summary.json, bench/, card/, validate/   run summary and by-products
+    OUT/summary.json, bench/, intention/, card/, validate/   run summary and by-products
 
 A file belongs to the run exactly when a manifest lists it (``generator.runfolder.RunReader``). While a
 run is going: ``_pending/<scene>.json`` (files a scene is committing), ``_attempts/`` (stage attempt
@@ -40,6 +40,7 @@ PENDING_DIR = "_pending"
 ATTEMPTS_DIR = "_attempts"
 STAGING_DIR = ".staging"
 BENCH_DIR = "bench"
+INTENTION_DIR = "intention"  # Intention-Drive export (planning samples)
 CARD_DIR = "card"
 VALIDATE_DIR = "validate"
 # Folders and files a command may create inside a run folder (anything else there is the user's).

@@ -126,6 +126,46 @@ LABELS = _schema("labels", [
     pa.field("future_xy_ego_m", pa.list_(vec2)),  # future waypoints in this frame's ego frame
 ], "behaviour labels: ego maneuvers and speed status, VRU intent, future waypoints")
 
+DRAMA_RISK = _schema("drama_risk", [
+    pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("track_id", i64, False),
+    pa.field("risk", b, False),  # the object's future path enters the ego's future corridor within the horizon
+    pa.field("time_to_conflict_s", f64),  # null without risk
+    pa.field("suggested_action", s, False),  # schemas.vocab.DRAMA_ACTIONS
+], "DRAMA-X risk and suggested ego action per tracked object and frame, from hindsight "
+   "(generator.attributes.drama.risk_table; not yet a run-folder table)")
+
+# Intention-Drive export (``generator.writers.intention_export``): one row per instruction (a QA row of the
+# ego_intention family) and one row per object at each keyframe sample (what the collision check sweeps).
+vec4 = pa.list_(f64, 4)
+IMAGE = pa.struct([("camera", s), ("image_path", s)])
+INTENTION_SAMPLES = _schema("intention_samples", [
+    pa.field("sample_id", s, False),  # = the QA row's qa_id
+    pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("timestamp_us", i64),
+    pa.field("split", s), pa.field("level", s, False),  # 'low' (atomic) | 'high'
+    pa.field("kind", s, False),  # schemas.vocab.INSTRUCTION_KINDS
+    pa.field("instruction", s, False),  # the QA question: the instruction as a model reads it
+    pa.field("instruction_low", s),  # the same keyframe's atomic instruction, e.g. 'Turn Left, Decelerate'
+    pa.field("region_id", i32), pa.field("target_track_id", i64), pa.field("target_class", s),
+    pa.field("images", pa.list_(IMAGE)),  # every camera at the keyframe
+    pa.field("ego_speed_mps", f64),
+    pa.field("past_states", pa.list_(vec4)),  # x_m, y_m, yaw_rad, speed_mps, BEV ego frame, oldest first (NaN: none)
+    pa.field("future_xy_ego_m", pa.list_(vec2)),  # the logged K waypoints (ground truth), BEV ego frame
+    pa.field("waypoint_step_s", f64),
+    # success predicate: maneuver / speed status (null: any); slow: Decelerate or Stop; goal 'none' |
+    # 'behind' (bumper gap in [gap_min_m, gap_max_m], |lateral| <= lateral_max_m) | 'ahead' (target's centre
+    # at least -gap_max_m behind the ego's) | 'clear' (distance to the target >= clearance_m), about target
+    pa.field("maneuver", s), pa.field("speed_status", s), pa.field("slow", b, False), pa.field("goal", s, False),
+    pa.field("gap_min_m", f64), pa.field("gap_max_m", f64), pa.field("lateral_max_m", f64),
+    pa.field("clearance_m", f64),
+], "Intention-Drive planning samples: instruction, images, past states, waypoints and success predicate")
+
+INTENTION_OBJECTS = _schema("intention_objects", [
+    pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("track_id", i64, False),
+    pa.field("class_name", s), pa.field("xy_ego_m", vec2), pa.field("heading_ego_rad", f64),
+    pa.field("size_lw_m", vec2), pa.field("future_xy_ego_m", pa.list_(vec2)),  # NaN after the track ends
+    pa.field("future_heading_ego_rad", pa.list_(f64)), pa.field("intent_lateral", s),
+], "tracked objects at each Intention-Drive sample and their logged future (BEV ego frame of the sample)")
+
 ISSUES = _schema("issues", [
     pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("stage", s, False),
     pa.field("reason", s, False), pa.field("camera", s), pa.field("file", s), pa.field("message", s, False),
@@ -138,7 +178,8 @@ ERRORS = _schema("errors", [
 ], "one row per scene and stage that failed; the run goes on")
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
-       for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS)}
+       for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS,
+                   INTENTION_SAMPLES, INTENTION_OBJECTS)}
 
 
 def check_schema(table: pa.Table, schema: pa.Schema, where: str = "") -> pa.Table:

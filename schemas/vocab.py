@@ -21,6 +21,9 @@ FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
 # Ego behaviour (Intention-Drive §3: atomic maneuvers and speed status).
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
 SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")
+# Instruction kinds (Intention-Drive §3.2: low-level atomic, high-level intentions grounded in the scene).
+INSTRUCTION_KINDS = ("atomic", "turn", "change_lane", "stop", "stop_behind", "follow", "overtake", "yield")
+INSTRUCTION_LEVELS = ("low", "high")  # atomic is the low level, every other kind a high-level intention
 
 # VRU intent (DRAMA-X §3.1: lateral x vertical, as seen from the ego).
 INTENT_LATERAL = ("goes to the left", "goes to the right", "stationary")
@@ -28,7 +31,7 @@ INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "
 
 # QA: the STRIDE-QA families (§3) and kinds; grounding roles in QA_GROUNDING.role's dictionary order.
 STRIDE_FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
-DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour",)  # generated unless qa.families says otherwise
+DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour", "ego_intention")  # generated unless qa.families says otherwise
 QA_KINDS = ("qualitative", "quantitative")
 GROUNDING_ROLES = ("context", "current", "future")
 
@@ -62,3 +65,17 @@ TOOLKIT_RELATION = {s.name: s.toolkit for s in BENCH_SCENARIOS}  # readable name
 # plus DRAMA-X / PIE behaviours and static fillers.
 SCRIPTED_SCENARIOS = ("oncoming_pass", "overtake", "path_divergence", "pulling_away", "maintain_state",
                       "ped_crossing", "cyclist_veering", "waiting_at_curb", "parked", "static")
+
+# DRAMA-X (App. A.2): suggested ego actions, most severe last (a frame takes its objects' most severe one);
+# the object groups of a sample and the relative position of an object (§3.2: Left / Right / Front).
+DRAMA_ACTIONS = ("continue", "be aware or cautious", "slow down", "yield", "stop")
+DRAMA_POSITIONS = ("Left", "Front", "Right")
+DRAMA_GROUPS = {"pedestrian": "Pedestrians", "bicycle": "Cyclists", "motorcycle": "Cyclists"}
+
+# PIE/JAAD (JAAD 2.0 annotations; the pedestrian behaviour benchmark, seed 001 §III-A). Track labels: behaviour
+# pedestrians, bystanders, groups; ego-vehicle actions in JAAD's own order (jaad_data.py codes 0-4).
+JAAD_TRACK_LABELS = ("pedestrian", "ped", "people")
+JAAD_OCCLUSION = ("none", "part", "full")
+JAAD_VEHICLE_ACTIONS = ("stopped", "moving_slow", "moving_fast", "decelerating", "accelerating")
+JAAD_SPLITS = ("train", "val", "test")
+PIE_TASKS = ("action", "risk")  # action prediction (crossing in 1-3 s) and event risk assessment (6 classes)

@@ -207,7 +207,15 @@ def test_item6_templates_read_as_an_annotator_writes(default_run):
     """6. Templates: a double question ("Which is taller, Region [N] or Region [N]? Is Region [N] taller or
     shorter?"); "the car" as the answer's subject when both regions are cars; "they are" for one object."""
     _, _, qa, bench, _ = default_run
-    assert set(qa.template_id) == _template_ids()  # every built-in template is in the run
+    # every built-in template of the STRIDE-QA and ego-behaviour families is in the run; the Intention-Drive
+    # instructions depend on what the ego does (no stop behind a vehicle in these scenes): its templates are
+    # checked one by one below
+    stride = {t for t in _template_ids() if not t.startswith("ego_intention.")}
+    assert stride <= set(qa.template_id) <= _template_ids()
+    for qt, variants in _templates().by_type.items():
+        for t in variants if qt[0] == "ego_intention" else ():
+            assert t.question_text.count("?") <= 1 and t.question_text.endswith(("?", ".")), t.id
+            assert not _class_subjects(t.answer_text) and not re.search(r"\bthey\b", t.question_text, re.I), t.id
     for r in qa.itertuples():  # one question (or one instruction: "Measure the distance ..."), nothing after it
         assert r.question.count("?") <= 1 and r.question.endswith(("?", ".")), r.question
         assert not _class_subjects(r.answer), (r.template_id, r.answer)

@@ -130,7 +130,7 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
         try:
             finalize(store, summary)
         except Exception as err:  # noqa: BLE001 - the rows are committed; the by-product's failure is reported
-            log.error("finalize (dataset card, bench export) failed: %s: %s", type(err).__name__, err)
+            log.error("finalize (dataset card, exports) failed: %s: %s", type(err).__name__, err)
             summary["finalize_error"] = f"{type(err).__name__}: {err}"
     store.write_json(layout.SUMMARY, summary)
     return RunResult(summary, rows)
@@ -251,8 +251,12 @@ def format_summary(summary: dict, max_errors: int = 20) -> str:
         be = summary["bench_export"]
         lines.append(f"STRIDE-QA-Bench export: {be['groups']} groups, {be['questions']} questions (bench/)"
                      + (f": {be['why_empty']}" if be.get("why_empty") else ""))
+    if summary.get("intention_export"):
+        ie = summary["intention_export"]
+        lines.append(f"Intention-Drive export: {ie['samples']} planning samples at {ie['keyframes']} keyframes "
+                     "(intention/)" + (f": {ie['why_empty']}" if ie.get("why_empty") else ""))
     if summary.get("finalize_error"):
-        lines.append(f"error: finalize (card, bench export) failed: {summary['finalize_error']}")
+        lines.append(f"error: finalize (card, exports) failed: {summary['finalize_error']}")
     for e in summary["errors"][:max_errors]:
         lines.append(f"error: scene={e['scene_id']} stage={e['stage']} file={e['file']}: {e['message']}")
     if len(summary["errors"]) > max_errors:

@@ -157,6 +157,60 @@ def _why_no_groups(reader: RunReader, drops: Counter) -> str:
     return "no ego_spatiotemporal QA rows (targets visible in the front camera) to build groups from"
 
 
+# ------------------------------------------------------------------------------------------ intention
+def intention_tables(reader: RunReader, cfg: PipelineConfig | None = None, splits: list[str] | None = None):
+    """Yield each finished scene's Intention-Drive export tables (``generator.writers.intention_export``)."""
+    from generator.writers.intention_export import read_run_scene
+
+    cfg = cfg or reader.config()
+    for sid in reader.scene_ids():
+        out = read_run_scene(reader, sid, cfg, splits)
+        if out is not None:
+            yield out
+
+
+def export_intention(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
+                     splits: list[str] | None = None) -> dict:
+    """Write a run folder's Intention-Drive export (``generator.writers.intention_export``) into ``out`` (any
+    filesystem; default ``RUN/intention``); a folder is replaced only when it is an earlier such export.
+    Returns the summary (``export_summary.json``)."""
+    import pyarrow as pa
+
+    from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE)
+    from schemas.tables import INTENTION_OBJECTS, INTENTION_SAMPLES, write_parquet
+
+    reader = run if isinstance(run, RunReader) else RunReader(run)
+    cfg = cfg or reader.config()
+    parts = list(intention_tables(reader, cfg, splits))
+    samples = pa.concat_tables([p[0] for p in parts]) if parts else INTENTION_SAMPLES.empty_table()
+    objects = pa.concat_tables([p[1] for p in parts]) if parts else INTENTION_OBJECTS.empty_table()
+    target = RunStore(out) if out is not None else reader.store
+    rel_dir = "" if out is not None else layout.INTENTION_DIR
+    check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT)
+    built = _staging(target, "intention", beside=out is not None)
+    try:
+        write_parquet(built / SAMPLES_FILE, samples)
+        write_parquet(built / OBJECTS_FILE, objects)
+        kinds = Counter(samples.column("kind").to_pylist())
+        summary = {"format": EXPORT_FORMAT, "run": reader.uri, "samples": samples.num_rows,
+                   "keyframes": len({(r["scene_id"], r["frame_index"]) for r in
+                                     samples.select(["scene_id", "frame_index"]).to_pylist()}),
+                   "objects": objects.num_rows, "by_kind": dict(sorted(kinds.items())),
+                   "splits": dict(sorted(Counter(samples.column("split").to_pylist()).items())),
+                   "files": [SAMPLES_FILE, OBJECTS_FILE],
+                   # what the samples were made with: the scorer classifies and checks with the same
+                   "config": {"labels": cfg.labels.model_dump(mode="json"),
+                              "intention": cfg.intention.model_dump(mode="json")}}
+        if not samples.num_rows:
+            summary["why_empty"] = ("the run has no ego_intention QA rows (is 'ego_intention' in qa.families, and "
+                                    "do keyframes have 3 s of log after them?)")
+        (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
+        replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT)
+    finally:
+        _release(target, built)
+    return summary
+
+
 # ------------------------------------------------------------------------------------------ card
 def card_extra(reader: RunReader, summary: dict | None = None) -> dict:
     """Visibility drops per reason and failed scene/stage counts per stage of a run folder, from its
@@ -193,7 +247,8 @@ def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | Non
 
 
 def finalize_run(store: RunStore, summary: dict) -> None:
-    """End of ``drivegen run``: the dataset card and the STRIDE-QA-Bench export, when the config asks."""
+    """End of ``drivegen run``: the dataset card, the STRIDE-QA-Bench and Intention-Drive exports, when the
+    config asks."""
     reader = RunReader(store)
     cfg = reader.config()
     if cfg.writers.card:
@@ -201,3 +256,6 @@ def finalize_run(store: RunStore, summary: dict) -> None:
     if cfg.writers.bench_export:
         result = export_bench(reader, cfg=cfg)
         summary["bench_export"] = {k: result[k] for k in ("groups", "questions", "why_empty") if k in result}
+    if cfg.writers.intention_export and "ego_intention" in cfg.qa.families:
+        result = export_intention(reader, cfg=cfg)
+        summary["intention_export"] = {k: result[k] for k in ("samples", "keyframes", "why_empty") if k in result}

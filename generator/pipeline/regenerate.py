@@ -63,9 +63,11 @@ def load_scenes(run: str | RunReader, scene_ids: list[str], extra: dict[str, lis
                 ) -> tuple[pa.Table, pa.Table, pa.Table, dict[str, pa.Table]]:
     """(frames, attributes, projections, {other table: rows}) of several finished scenes, concatenated: the
     columns ``generate_qa`` reads (``QA_INPUT_COLUMNS``, and ``extra``: the tables and columns the selected
-    families read, ``generator.qa.reads``), typed as in the schemas. RunFolderError names a scene that is not
-    finished or lacks a table."""
+    families read, ``generator.qa.reads``; a family's ``attributes`` columns are added to the shared ones), typed
+    as in the schemas. RunFolderError names a scene that is not finished or lacks a table."""
     reader = run if isinstance(run, RunReader) else RunReader(run)
+    extra = dict(extra or {})
+    att_cols = list(dict.fromkeys(QA_INPUT_COLUMNS["attributes"] + list(extra.pop("attributes", []))))
     finished = set(reader.scene_ids())
     missing = [s for s in scene_ids if s not in finished]
     if missing:
@@ -81,13 +83,13 @@ def load_scenes(run: str | RunReader, scene_ids: list[str], extra: dict[str, lis
     with_att = {f.rsplit("/", 1)[-1] for f in reader.files("attributes", scene_ids)}
     have_att = [s for s in scene_ids if layout.scene_file("attributes", s).rsplit("/", 1)[-1] in with_att]
     try:
-        parts = [reader.read_table("attributes", have_att, QA_INPUT_COLUMNS["attributes"])] if have_att else []
+        parts = [reader.read_table("attributes", have_att, att_cols)] if have_att else []
     except RunFolderError:  # attributes written before a column QA reads existed: recomputed from objects below
-        older = set(_lacking_columns(reader, "attributes", have_att, QA_INPUT_COLUMNS["attributes"]))
+        older = set(_lacking_columns(reader, "attributes", have_att, att_cols))
         if not older:
             raise
         have_att = [s for s in have_att if s not in older]
-        parts = [reader.read_table("attributes", have_att, QA_INPUT_COLUMNS["attributes"])] if have_att else []
+        parts = [reader.read_table("attributes", have_att, att_cols)] if have_att else []
     for sid in scene_ids:
         if sid in have_att:
             continue
@@ -96,9 +98,9 @@ def load_scenes(run: str | RunReader, scene_ids: list[str], extra: dict[str, lis
             raise RunFolderError(f"scene {sid}: neither attributes nor perception/objects are committed in "
                                  f"{reader.uri}", file=reader.uri)
         frames = reader.read_scene("frames", sid)
-        parts.append(compute_attributes(objects, frames).select(QA_INPUT_COLUMNS["attributes"]))
+        parts.append(compute_attributes(objects, frames).select(att_cols))
     attributes = pa.concat_tables(parts) if parts else ATTRIBUTES.empty_table()
-    others = {name: reader.read_table(name, scene_ids, cols) for name, cols in (extra or {}).items()}
+    others = {name: reader.read_table(name, scene_ids, cols) for name, cols in extra.items()}
     return tables["frames"], attributes, tables["projections"], {k: v for k, v in others.items() if v is not None}
 
 

@@ -61,7 +61,9 @@ class Family:
     """A QA family: its name, a title for dataset cards, its question types, ``build(plan) -> [Batch]`` over
     a ``generator.qa.generate.Plan``, and the run tables (with the columns) it reads beyond the frames,
     attributes and projections every family gets (e.g. ``{"labels": [...]}``); those tables reach it as
-    ``plan.tables[name]`` (absent when a run folder has none)."""
+    ``plan.tables[name]`` (absent when a run folder has none). ``"attributes"`` in ``reads`` names attribute
+    columns beyond the shared ones (``generator.pipeline.regenerate.QA_INPUT_COLUMNS``); they reach it in
+    ``plan.attrs``."""
 
     name: str
     title: str

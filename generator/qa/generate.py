@@ -414,6 +414,12 @@ def pool_entries(role, frame_rows, proj_rows, img_rows, track, region, f_fi, f_t
     }
 
 
+def _nullable(values: np.ndarray) -> pa.Array:
+    """Float64 values with NaN as null (a row without one number: an instruction answered by a trajectory)."""
+    nan = np.isnan(values)
+    return pa.array(values, mask=nan if nan.any() else None)
+
+
 def _dictionary(indices: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
     null = indices < 0
     idx = pa.array(np.where(null, 0, indices).astype(np.int32), mask=null if null.any() else None)
@@ -630,7 +636,7 @@ def _assemble(ctx: Plan, batches: list[Batch], pool: pa.StructArray, templates: 
         "family": pc.take(fam_arr, batch_idx), "kind": pc.take(kind_arr, batch_idx),
         "question_type": pc.take(type_arr, batch_idx),
         "template_id": pc.take(pa.array(tpl_ids, pa.string()), pa.array(m["tpl"])),
-        "question": questions, "answer": answers, "value": pa.array(m["value"]),
+        "question": questions, "answer": answers, "value": _nullable(m["value"]),
         "unit": pc.take(unit_arr, batch_idx),
         "horizon_s": pa.array(horizon_col, mask=~is_st),
         "region_ids": region_ids, "track_ids": track_ids, "instance_tokens": instance_tokens,

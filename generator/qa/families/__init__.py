@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from generator.qa.fields import Family, QuestionType
 from generator.qa.families.ego_behaviour import EGO_BEHAVIOUR
+from generator.qa.families.ego_intention import EGO_INTENTION
 from generator.qa.families.stride import EGO_SPATIAL, EGO_SPATIOTEMPORAL, OBJECT_SPATIAL
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -12,6 +13,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     EGO_SPATIAL,
     EGO_SPATIOTEMPORAL,
     EGO_BEHAVIOUR,
+    EGO_INTENTION,
 )}
 
 QUESTION_TYPES: dict[tuple[str, str], QuestionType] = {qt.key: qt for f in FAMILIES.values() for qt in f.question_types}

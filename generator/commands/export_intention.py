@@ -1,0 +1,32 @@
+"""``drivegen export_intention RUN [--out DIR]``: the run's Intention-Drive planning samples (one per
+ego_intention instruction: images, instruction levels, past states, logged waypoints, success predicate) and
+the objects a trajectory is checked against, as Parquet (README "Intention-Drive"). ``drivegen run`` writes
+the same into RUN/intention when ``writers.intention_export`` is on.
+
+RUN and DIR may be local paths or URIs. DIR must be new, empty, or an earlier such export (only its own files
+are replaced). Score a planner on it with ``drivegen score intention --pred PRED DIR``. Exit codes: 0 =
+exported (possibly zero samples: the summary says why), 2 = unusable input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("export_intention", help="export Intention-Drive planning samples from a finished run",
+                              description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("run", help="run folder (path or URI)")
+    p.add_argument("--out", default=None, help="export folder to write (default: RUN/intention)")
+    p.add_argument("--split", action="append", default=None, help="only samples of this split (repeatable)")
+    return p
+
+
+def main(args) -> int:
+    from generator.pipeline.exports import export_intention
+    from generator.runfolder import RunReader
+
+    summary = export_intention(RunReader(args.run), args.out, splits=args.split)
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("files", "config")}, indent=2))
+    return 0

@@ -1,0 +1,210 @@
+"""``drivegen score intention --pred PRED TARGET``: Intention-Drive's metrics (§3.4) on planning samples.
+
+TARGET is an Intention-Drive export (``drivegen export_intention``; ``RUN/intention`` after a run) or a run
+folder (its export is built in memory). PRED holds one trajectory per sample:
+
+- Parquet, JSON (a list of objects, or ``{sample_id: waypoints}``) or JSON Lines, with ``sample_id`` and either
+  ``waypoints`` (K [x, y] pairs, metres, the sample's BEV ego frame: x forward, y left) or ``trajectory`` /
+  ``answer``: the paper's text output "Here is the planning trajectory [PT, (x1, y1), ..., (xK, yK)]";
+- or ``baseline:NAME``: ``ground_truth``, ``constant_velocity`` (the current speed straight ahead),
+  ``stop`` (stay where it is), ``mirror`` (the logged trajectory mirrored left <-> right).
+
+Metrics: ADE and FDE (m, over the samples with a valid prediction); CR, the share of those whose swept ego
+body hits a logged object (``generator.attributes.intention.collisions``); ISR, the share of ALL samples
+whose prediction is collision-free and satisfies the instruction's success predicate (a missing or
+malformed prediction counts as a failure); ISR per instruction kind and level. Malformed predictions (unknown
+or duplicate sample id, wrong K, NaN, unparseable text) are listed per item in ``problems``.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.errors import InputError
+
+NAME = "intention"
+HELP = "Intention-Drive: ADE, FDE, collision rate, intent success rate"
+BASELINES = ("ground_truth", "constant_velocity", "stop", "mirror")
+_PAIR = re.compile(r"\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)")
+
+
+def load_target(target: str, splits: list[str] | None = None):
+    """(PlanningSamples, Instructions, sample ids, kinds, levels, config) of an export folder or a run folder;
+    the config's ``labels`` and ``intention`` sections are the ones the samples were made with."""
+    import pyarrow as pa
+
+    from generator.runfolder import RunReader, RunStore
+    from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
+                                                    read_samples)
+    from schemas.tables import read_parquet
+
+    store = RunStore(target)
+    summary = None
+    if store.exists(EXPORT_SUMMARY):
+        try:
+            summary = store.read_json(EXPORT_SUMMARY)
+        except ValueError:
+            summary = None
+    if isinstance(summary, dict) and summary.get("format") == EXPORT_FORMAT:
+        from schemas.config import parse_config
+
+        samples = read_parquet(store.full(SAMPLES_FILE), filesystem=store.fs)
+        objects = read_parquet(store.full(OBJECTS_FILE), filesystem=store.fs)
+        cfg = parse_config(summary.get("config", {}), where=store.full(EXPORT_SUMMARY))
+    else:
+        reader = RunReader(target, require=False)
+        if not reader.is_run_folder():
+            raise InputError(f"{target} is neither an Intention-Drive export ({EXPORT_SUMMARY} with format "
+                             f"{EXPORT_FORMAT!r}) nor a drivegen run folder", file=target)
+        from generator.writers.intention_export import read_run_scene
+        from schemas.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
+
+        cfg = reader.config()
+        parts = [p for p in (read_run_scene(reader, sid, cfg) for sid in reader.scene_ids()) if p is not None]
+        samples = pa.concat_tables([p[0] for p in parts]) if parts else INTENTION_SAMPLES.empty_table()
+        objects = pa.concat_tables([p[1] for p in parts]) if parts else INTENTION_OBJECTS.empty_table()
+    if splits:
+        samples = samples.filter(pc.is_in(samples.column("split"), value_set=pa.array(splits)))
+    if samples.num_rows == 0:
+        raise InputError(f"{target}: no Intention-Drive samples" + (f" in splits {splits}" if splits else ""),
+                         file=target)
+    s, ins, ids = read_samples(samples, objects)
+    return s, ins, ids, samples.column("kind").to_pylist(), samples.column("level").to_pylist(), cfg
+
+
+def baseline(name: str, s, ins) -> np.ndarray:
+    """(R, K, 2) trajectories of a named baseline for the instructions (module docstring)."""
+    gt = s.future_xy[ins.sample]
+    k = gt.shape[1]
+    if name == "ground_truth":
+        return gt.copy()
+    if name == "constant_velocity":
+        v = np.nan_to_num(s.speed_mps[ins.sample])
+        return np.stack([v[:, None] * s.step_s * np.arange(1, k + 1)[None, :], np.zeros((len(v), k))], axis=-1)
+    if name == "stop":
+        return np.zeros_like(gt)
+    if name == "mirror":
+        return gt * np.array([1.0, -1.0])
+    raise InputError(f"unknown baseline {name!r}; available: {list(BASELINES)}")
+
+
+def _records(path: str) -> list[dict]:
+    from generator.runfolder import RunStore
+
+    folder, _, name = path.rstrip("/").rpartition("/") if "://" in path else (None, None, None)
+    if folder is None:
+        import os
+        folder, name = os.path.split(os.path.abspath(path))
+    store = RunStore(folder)
+    if not store.exists(name):
+        raise InputError(f"prediction file {path} does not exist", file=path)
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+        try:
+            return pq.read_table(store.full(name), filesystem=store.fs).to_pylist()
+        except (pa.ArrowException, OSError) as err:
+            raise InputError(f"cannot read the prediction file {path}: {err}", file=path) from None
+    text = store.read_bytes(name).decode("utf-8", errors="replace")
+    try:
+        if name.endswith(".jsonl"):
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        data = json.loads(text)
+    except ValueError as err:
+        raise InputError(f"{path} is not valid JSON: {err}", file=path) from None
+    if isinstance(data, dict):
+        return [{"sample_id": k, "waypoints": v} for k, v in data.items()]
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a list of predictions or an object keyed by sample_id", file=path)
+    return data
+
+
+def _waypoints(rec) -> list | None:
+    if not isinstance(rec, dict):
+        return None
+    if rec.get("waypoints") is not None:
+        return rec["waypoints"]
+    for key in ("trajectory", "answer", "prediction"):
+        if isinstance(rec.get(key), str):
+            return [[float(a), float(b)] for a, b in _PAIR.findall(rec[key])]
+    return None
+
+
+def load_predictions(pred: str, s, ins, ids: pa.Array) -> tuple[np.ndarray, list[dict]]:
+    """(R, K, 2) predicted trajectories in the instructions' order (NaN: none or malformed) and the problems."""
+    k = s.future_xy.shape[1]
+    out = np.full((ins.n, k, 2), np.nan)
+    if pred.startswith("baseline:"):
+        return baseline(pred.split(":", 1)[1], s, ins), []
+    problems: list[dict] = []
+    where = {sid: i for i, sid in enumerate(ids.to_pylist())}
+    seen: set = set()
+    for n, rec in enumerate(_records(pred)):
+        sid = rec.get("sample_id") if isinstance(rec, dict) else None
+        if sid not in where:
+            problems.append({"item": n, "sample_id": sid, "problem": "unknown sample_id" if sid else "no sample_id"})
+            continue
+        if sid in seen:
+            problems.append({"item": n, "sample_id": sid, "problem": "duplicate prediction (the first is scored)"})
+            continue
+        seen.add(sid)
+        try:
+            wp = np.asarray(_waypoints(rec), dtype=np.float64)
+        except (TypeError, ValueError):
+            wp = np.zeros((0,))
+        if wp.ndim != 2 or wp.shape != (k, 2):
+            problems.append({"item": n, "sample_id": sid, "problem": f"expected {k} [x, y] waypoints, got shape "
+                                                                      f"{list(wp.shape)}"})
+            continue
+        if not np.isfinite(wp).all():
+            problems.append({"item": n, "sample_id": sid, "problem": "non-finite waypoint"})
+            continue
+        out[where[sid]] = wp
+    missing = [sid for sid in where if sid not in seen]
+    if missing:
+        problems.append({"item": None, "sample_id": missing[0], "problem": f"{len(missing)} sample(s) without a "
+                                                                          f"prediction, e.g. {missing[:3]}"})
+    return out, problems
+
+
+def score(pred_path: str, target: str, splits: list[str] | None = None, **_) -> dict:
+    from generator.attributes.intention import check
+
+    s, ins, ids, kinds, levels, cfg = load_target(target, splits)
+    traj, problems = load_predictions(pred_path, s, ins, ids)
+    res = check(s, ins, traj, cfg.labels, cfg.intention)
+    valid = np.isfinite(traj).all(axis=(1, 2))
+    err = np.linalg.norm(traj - s.future_xy[ins.sample], axis=2)
+    kinds_a, levels_a = np.asarray(kinds), np.asarray(levels)
+
+    def rate(mask):
+        return float(res["success"][mask].mean()) if mask.any() else None
+
+    return {
+        "prediction": pred_path, "target": target, "samples": int(ins.n), "scored": int(valid.sum()),
+        "ADE_m": float(err[valid].mean()) if valid.any() else None,
+        "FDE_m": float(err[valid, -1].mean()) if valid.any() else None,
+        "collision_rate": float(res["collision"][valid].mean()) if valid.any() else None,
+        "ISR": rate(np.ones(ins.n, bool)),
+        "semantic_rate": float(res["semantic"].mean()),
+        "ISR_by_kind": {k: rate(kinds_a == k) for k in dict.fromkeys(kinds)},
+        "ISR_by_level": {lv: rate(levels_a == lv) for lv in dict.fromkeys(levels)},
+        "problems": problems,
+    }
+
+
+def to_text(r: dict) -> str:
+    f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    lines = [f"Intention-Drive score of {r['prediction']} on {r['target']}",
+             f"samples: {r['samples']}  scored: {r['scored']}",
+             f"ADE {f(r['ADE_m'], 2)} m  FDE {f(r['FDE_m'], 2)} m  collision rate {f(r['collision_rate'])}  "
+             f"ISR {f(r['ISR'])}",
+             "ISR by kind: " + ", ".join(f"{k} {f(v)}" for k, v in r["ISR_by_kind"].items()),
+             "ISR by level: " + ", ".join(f"{k} {f(v)}" for k, v in r["ISR_by_level"].items())]
+    if r["problems"]:
+        lines.append(f"problems ({len(r['problems'])}):")
+        lines += [f"  item {p['item']}: {p['sample_id']}: {p['problem']}" for p in r["problems"][:20]]
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""Intention-Drive family (issue #15): planning samples, instructions with success predicates, the ego_intention
+QA family, the export and ``drivegen score intention`` (ADE, FDE, collision rate, ISR), on generated logs."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from support.data import SYNTH_VERSION
+from generator.attributes.intention import (boxes_overlap, check, classify, collisions, instructions,
+                                            planning_samples)
+from generator.cli import main as cli
+from generator.runfolder import RunReader
+from generator.validate.score import intention as scorer
+from schemas.config import PipelineConfig, parse_config
+from schemas.vocab import MANEUVERS
+
+LIGHT = {"writers": {"webdataset": False, "bench_export": False, "card": False}}
+
+
+@pytest.fixture(scope="module")
+def run_dir(synth_root, tmp_path_factory):
+    """The two generated scenes through the whole pipeline, in-process, with the intention export."""
+    from generator.pipeline import run
+
+    out = tmp_path_factory.mktemp("intention") / "run"
+    res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=parse_config(LIGHT),
+              executor="local", progress=False)
+    assert res.exit_code == 0, res.summary
+    assert res.summary["intention_export"]["samples"] > 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def samples(run_dir):
+    r = RunReader(str(run_dir))
+    cfg = r.config()
+    s = planning_samples(r.read_table("frames"), r.read_table("attributes"), r.read_table("labels"), cfg.labels,
+                         cfg.intention)
+    return s, instructions(s, cfg.intention), cfg
+
+
+def score(pred, target):
+    return scorer.score(pred, str(target))
+
+
+def test_ground_truth_satisfies_every_instruction_without_collision(run_dir, samples):
+    s, ins, cfg = samples
+    kinds = Counter(ins.kind.tolist())
+    # the generated scenes exercise the low level and several high-level kinds
+    from schemas.vocab import INSTRUCTION_KINDS
+    present = {INSTRUCTION_KINDS[k] for k in kinds}
+    assert {"atomic", "follow", "yield", "turn"} <= present, present
+    assert kinds[0] == s.n  # one atomic instruction per labelled sample
+    res = check(s, ins, s.future_xy[ins.sample], cfg.labels, cfg.intention)
+    assert res["success"].all() and not res["collision"].any()
+    r = score("baseline:ground_truth", run_dir / "intention")
+    assert r["ISR"] == 1.0 and r["collision_rate"] == 0.0 and r["ADE_m"] == 0.0 and r["FDE_m"] == 0.0
+    assert r["samples"] == r["scored"] > 0
+
+
+def test_baselines_fail_where_they_should(run_dir):
+    target = run_dir / "intention"
+    gt, cv, stop, mirror = (score(f"baseline:{b}", target)
+                            for b in ("ground_truth", "constant_velocity", "stop", "mirror"))
+    assert cv["ISR"] < 1 and stop["ISR"] < 1 and mirror["ISR"] < 1
+    assert 0 < cv["ADE_m"] < stop["ADE_m"] and stop["collision_rate"] == 0.0
+    # a mirrored trajectory turns and changes lanes the wrong way: it fails every such instruction ...
+    for kind in ("turn", "change_lane"):
+        if kind in mirror["ISR_by_kind"]:
+            assert mirror["ISR_by_kind"][kind] == 0.0, mirror["ISR_by_kind"]
+    assert "turn" in mirror["ISR_by_kind"]
+    # ... while standing still satisfies "stop" and a constant speed does not satisfy "turn"
+    assert stop["ISR_by_kind"].get("stop", 1.0) == 1.0 and cv["ISR_by_kind"]["turn"] == 0.0
+
+
+def test_the_run_folder_scores_like_its_export(run_dir):
+    a = score("baseline:constant_velocity", run_dir)
+    b = score("baseline:constant_velocity", run_dir / "intention")
+    a.pop("target"), b.pop("target")
+    assert a == b
+
+
+def test_qa_rows_are_the_instructions_and_answers_parse_back(run_dir, tmp_path, capsys):
+    qa = pd.read_parquet(run_dir / "qa")
+    q = qa[qa.family == "ego_intention"]
+    exp = pd.read_parquet(run_dir / "intention" / "planning_samples.parquet")
+    assert len(q) == len(exp) > 0 and set(q.qa_id) == set(exp.sample_id)
+    assert q.question.str.contains(r"\{").sum() == 0 and q.answer.str.startswith("Here is the planning trajectory [PT, (").all()
+    # objects are named by the keyframe's Region [X]; ego instructions name none
+    targeted = exp[exp.target_track_id >= 0]
+    merged = targeted.merge(q[["qa_id", "region_ids", "question"]], left_on="sample_id", right_on="qa_id")
+    assert (merged.apply(lambda r: f"Region [{int(r.region_id)}]" in r.question and list(r.region_ids) == [int(r.region_id)],
+                         axis=1)).all()
+    # the QA answers, given back as a model's text output, score like the ground truth (2 decimals)
+    preds = [{"sample_id": r.qa_id, "answer": r.answer} for r in q.itertuples()]
+    preds += [{"sample_id": "nope"}, {"sample_id": preds[0]["sample_id"], "answer": "[PT, (1, 2)]"},
+              {"sample_id": exp.sample_id.iloc[0], "waypoints": [[0, 0]] * 6}]
+    path = tmp_path / "pred.json"
+    path.write_text(json.dumps(preds))
+    assert cli(["score", "intention", "--pred", str(path), str(run_dir / "intention"), "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    r = json.loads((tmp_path / "s" / "score.json").read_text())
+    assert r["ISR"] == 1.0 and r["ADE_m"] < 0.01 and r["collision_rate"] == 0.0, out
+    problems = [p["problem"] for p in r["problems"]]
+    assert problems == ["unknown sample_id", "duplicate prediction (the first is scored)",
+                        "duplicate prediction (the first is scored)"]
+    assert "problems (3)" in out
+
+
+def test_malformed_predictions_are_reported_and_count_as_failures(run_dir, tmp_path):
+    exp = pd.read_parquet(run_dir / "intention" / "planning_samples.parquet")
+    ids = exp.sample_id.tolist()
+    gt = {r.sample_id: np.stack(r.future_xy_ego_m).tolist() for r in exp.itertuples()}
+    bad = {ids[0]: gt[ids[0]][:5], ids[1]: [[float("nan"), 0.0]] * 6, ids[2]: "x"}
+    pred = [{"sample_id": k, "waypoints": v} for k, v in gt.items() if k not in bad and k != ids[3]]
+    pred += [{"sample_id": k, "waypoints": v} for k, v in bad.items()]
+    path = tmp_path / "pred.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in pred))
+    r = score(str(path), run_dir / "intention")
+    assert r["scored"] == len(ids) - 4
+    assert r["ISR"] == pytest.approx((len(ids) - 4) / len(ids))
+    kinds = sorted(p["problem"].split(",")[0].split(" got")[0] for p in r["problems"])
+    assert len(r["problems"]) == 4 and any("non-finite" in k for k in kinds) and any("without a prediction" in k
+                                                                                   for k in kinds)
+    with pytest.raises(Exception, match="does not exist"):
+        score(str(tmp_path / "missing.json"), run_dir / "intention")
+    assert cli(["score", "intention", "--pred", str(tmp_path / "missing.json"), str(run_dir / "intention")]) == 2
+
+
+def test_classifier_is_the_labellers_on_any_trajectory():
+    """Straight at constant speed, a left turn, a lane change right, a stop: classified from waypoints alone."""
+    cfg = PipelineConfig()
+    step, k, h = cfg.labels.waypoint_step_s, cfg.labels.num_waypoints, cfg.intention.history_steps
+    v = 8.0
+    past = np.stack([-v * step * np.arange(h, 0, -1), np.zeros(h), np.zeros(h), np.full(h, v)], -1)
+    t = step * np.arange(1, k + 1)
+    straight = np.stack([v * t, np.zeros(k)], -1)
+    r = 10.0  # a left turn of radius 10 m at 8 m/s
+    ang = v * t / r
+    left = np.stack([r * np.sin(ang), r * (1 - np.cos(ang))], -1)
+    lc = np.stack([v * t, -3.5 * (3 * (t / 3) ** 2 - 2 * (t / 3) ** 3)], -1)
+    stop = np.zeros((k, 2))
+    brake = np.stack([v * t - v / 6 * t ** 2, np.zeros(k)], -1)  # 8 m/s to 0 over 3 s
+    man, sst = classify(np.stack([past] * 5), np.stack([straight, left, lc, stop, brake]), step, cfg.labels,
+                        cfg.intention.classify_at_s)
+    assert [MANEUVERS[m] for m in man] == ["Straight", "Turn Left", "Change Lane Right", "Stop", "Straight"]
+    assert sst[0] == 2 and sst[3] == 2 and sst[4] == 1  # Maintain Speed (also once stopped); braking decelerates
+    with pytest.raises(ValueError, match="classify_at_s"):
+        classify(past[None], straight[None], step, cfg.labels, 1.2)
+    man, _ = classify(past[None], np.full((1, k, 2), np.nan), step, cfg.labels, 1.5)
+    assert man[0] == -1
+
+
+def test_boxes_overlap_boundaries():
+    c = np.zeros(2)
+    # two 4 x 2 boxes side by side: touching at 2.0 m counts, 2.01 m apart does not
+    assert boxes_overlap(c, 0.0, 4.0, 2.0, np.array([0.0, 2.0]), 0.0, 4.0, 2.0)
+    assert not boxes_overlap(c, 0.0, 4.0, 2.0, np.array([0.0, 2.01]), 0.0, 4.0, 2.0)
+    # rotated 45 degrees: the corner reaches sqrt(2) * 1 further along the diagonal
+    assert boxes_overlap(c, 0.0, 2.0, 2.0, np.array([2.3, 0.0]), np.pi / 4, 2.0, 2.0)
+    assert not boxes_overlap(c, 0.0, 2.0, 2.0, np.array([2.5, 0.0]), np.pi / 4, 2.0, 2.0)
+    assert not boxes_overlap(c, 0.0, 2.0, 2.0, np.array([np.nan, 0.0]), 0.0, 2.0, 2.0)
+
+
+def test_driving_through_the_vehicle_ahead_collides(samples):
+    """Every sample with a follow instruction: a trajectory that keeps going at twice the distance to the
+    followed vehicle's end hits it; the logged one does not."""
+    s, ins, cfg = samples
+    sel = np.flatnonzero(ins.kind == 5)  # follow
+    assert len(sel)
+    t = ins.target[sel]
+    end = s.obj_future_xy[t]  # the followed vehicle's future centres
+    k = end.shape[1]
+    ram = end * (np.arange(1, k + 1) / k)[None, :, None]
+    ram[:, -1] = end[:, -1]  # end on the vehicle's centre
+    hit, first = collisions(s, ins.sample[sel], ram, cfg.intention)
+    assert hit.all() and (first >= 0).all()
+    hit_gt, _ = collisions(s, ins.sample[sel], s.future_xy[ins.sample[sel]], cfg.intention)
+    assert not hit_gt.any()
+
+
+def test_thresholds_come_from_the_config(samples):
+    s, ins, cfg = samples
+    n_follow = int((ins.kind == 5).sum())
+    tight = cfg.intention.model_copy(update={"follow_gap_m": (2.0, 3.0)})
+    assert int((instructions(s, tight).kind == 5).sum()) < n_follow
+    no_yield = cfg.intention.model_copy(update={"yield_clearance_m": 1000.0})
+    assert int((instructions(s, no_yield).kind == 7).sum()) == 0 < int((ins.kind == 7).sum())
+    with pytest.raises(Exception, match="follow_gap_m"):
+        parse_config({"intention": {"follow_gap_m": [5, 2]}})
+
+
+def test_regenerate_keeps_the_family(run_dir, tmp_path):
+    out = tmp_path / "regen"
+    assert cli(["regenerate", str(run_dir), "--seed", "7", "--out", str(out)]) == 0
+    q = pd.read_parquet(out / "qa")
+    before = pd.read_parquet(run_dir / "qa")
+    a = q[q.family == "ego_intention"].set_index("qa_id")
+    b = before[before.family == "ego_intention"].set_index("qa_id")
+    assert set(a.index) == set(b.index) and (a.answer == b.answer.reindex(a.index)).all()
