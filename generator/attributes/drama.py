@@ -1,0 +1,327 @@
+"""DRAMA-X (``../shared/seeds/000_cca7d6292c5feb99.txt`` §3.2, App. A): risk and suggested ego action from
+hindsight, DRAMA-X's image-based intent with camera-motion compensation, and its Hungarian object matching.
+Pure functions over numpy arrays and Arrow tables; every threshold is a field of ``schemas.config.DramaXConfig``.
+
+**Risk** (``risk_table``), per tracked object and frame t. The future is sampled at tau = t, t + step, ...,
+t + H (H = ``risk.horizon_s``). The ego's *corridor* at tau' is its footprint at its pose at tau' (origin ->
+front bumper ``ego_front_m`` + ``front_buffer_m`` ahead, ``ego_rear_m`` behind) widened by
+``lateral_margin_m`` and the object's half width on each side of ``ego_width_m``. The object *conflicts* at
+tau when its centre p(tau) (its track's city-frame position, interpolated; no extrapolation) lies in the
+corridor at some tau' in [tau, tau + ``encroachment_s``]: the ego will be where the object is within that
+time (a post-encroachment time). Places the ego has already passed do not count, nor do objects the ego
+only reaches much later (a lead car at a safe headway). Risk = some conflict within H;
+``time_to_conflict_s`` = the first conflicting tau - t. Objects tracked for less than ``min_track_s`` of the
+horizon get no risk (too little future to judge).
+
+**Suggested action** (``schemas.vocab.DRAMA_ACTIONS``), per object, first rule that applies:
+
+1. no risk -> ``continue``;
+2. time-to-conflict <= ``stop_ttc_s`` -> ``stop``;
+3. a VRU (pedestrian, cyclist) with time-to-conflict <= ``yield_ttc_s`` -> ``yield``;
+4. the ego moves (speed > ``moving_speed_mps``) and time-to-conflict <= ``slow_ttc_s`` -> ``slow down``;
+5. otherwise -> ``be aware or cautious``.
+
+A frame's Risk is any of its objects' risk and its action the most severe of theirs (``frame_risk``).
+
+**Image intent** (``image_intent``), DRAMA-X's method for camera-only logs: for a 2D track in the front
+camera, the object's image displacement over each window (box centre for lateral, box bottom for vertical)
+minus the camera displacement: the dense Farneback flow (``cv2.calcOpticalFlowFarneback``) in a ring around
+the object's box (the box and the other objects' boxes excluded), chained over the frames of the window.
+Displacements are divided by the box height (scale-free: a person is ~1.7 m tall at any range) and the
+window; their mean over the windows gives left/right past ``lateral_rate`` and towards (down the image) /
+away past ``vertical_rate``.
+
+**Matching** (``match_boxes``): App. A.3: Hungarian assignment (scipy ``linear_sum_assignment``) on
+C = 1 - IoU, keeping pairs with IoU >= theta (0.3); when the solver fails (non-finite or degenerate cost
+matrix) a greedy assignment takes the lowest-cost valid pairs in turn.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from generator.attributes.arrays import codes, column, fixed_list_to_numpy, to_numpy
+from generator.attributes.ego import ego_states, interp_grouped
+from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig
+from schemas.tables import DRAMA_RISK
+from schemas.vocab import DRAMA_ACTIONS, DRAMA_POSITIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
+
+CONTINUE, AWARE, SLOW, YIELD, STOP = range(5)  # indices into DRAMA_ACTIONS (severity order)
+
+
+# ------------------------------------------------------------------------------------------------- risk
+def suggested_actions(risk: np.ndarray, ttc_s: np.ndarray, is_vru: np.ndarray, ego_speed_mps: np.ndarray,
+                      th: DramaRiskConfig) -> np.ndarray:
+    """Action codes (indices into DRAMA_ACTIONS) by the module docstring's rules."""
+    ttc = np.where(risk, ttc_s, np.inf)
+    act = np.full(len(risk), AWARE, dtype=np.int64)
+    act = np.where((ego_speed_mps > th.moving_speed_mps) & (ttc <= th.slow_ttc_s), SLOW, act)
+    act = np.where(is_vru & (ttc <= th.yield_ttc_s), YIELD, act)
+    act = np.where(ttc <= th.stop_ttc_s, STOP, act)
+    return np.where(risk, act, CONTINUE)
+
+
+def conflict_times(obj_xy: np.ndarray, obj_half_width_m: np.ndarray, ego_xy: np.ndarray, ego_yaw: np.ndarray,
+                   step_s: float, th: DramaRiskConfig) -> np.ndarray:
+    """First conflict time (s after the first sample; NaN: none) per row.
+
+    obj_xy (N, K, 2) object centres at K future samples ``step_s`` apart (NaN where untracked), ego_xy (N, K, 2)
+    and ego_yaw (N, K) the ego's poses at the same times (city frame), obj_half_width_m (N,)."""
+    n, k = obj_xy.shape[:2]
+    lag = int(np.floor(th.encroachment_s / step_s + 1e-9))
+    c, s = np.cos(ego_yaw), np.sin(ego_yaw)  # (N, K')
+    d = obj_xy[:, :, None, :] - ego_xy[:, None, :, :]  # (N, K tau, K' tau', 2)
+    x = c[:, None, :] * d[..., 0] + s[:, None, :] * d[..., 1]  # in the ego frame at tau'
+    y = -s[:, None, :] * d[..., 0] + c[:, None, :] * d[..., 1]
+    half_w = th.ego_width_m / 2 + th.lateral_margin_m + obj_half_width_m[:, None, None]
+    with np.errstate(invalid="ignore"):
+        inside = (x >= -th.ego_rear_m) & (x <= th.ego_front_m + th.front_buffer_m) & (np.abs(y) <= half_w)
+    i_tau = np.arange(k)[:, None]
+    i_ego = np.arange(k)[None, :]
+    window = (i_ego >= i_tau) & (i_ego <= i_tau + lag)
+    hit = (inside & window[None]).any(axis=2)  # (N, K)
+    first = np.argmax(hit, axis=1)
+    return np.where(hit.any(axis=1), first * step_s, np.nan)
+
+
+def risk_table(frames: pa.Table, objects: pa.Table, cfg: DramaXConfig | None = None) -> pa.Table:
+    """DRAMA_RISK rows (scene_id, frame_index, track_id, risk, time_to_conflict_s, suggested_action) for every
+    tracked OBJECTS row (track_id >= 0), from the run's FRAMES (ego poses) and OBJECTS (tracked boxes)."""
+    th = (cfg or DramaXConfig()).risk
+    objects = objects.filter(pc.greater_equal(objects.column("track_id"), 0)) if objects.num_rows else objects
+    n = objects.num_rows
+    if n == 0:
+        return DRAMA_RISK.empty_table()
+    ego = ego_states(frames)
+    sc = codes(column(objects, "scene_id"), ego.scenes)
+    fi = to_numpy(column(objects, "frame_index"), np.int64)
+    row = ego.lookup(sc, fi)
+    if (row < 0).any():
+        i = int(np.nonzero(row < 0)[0][0])
+        raise ValueError(f"scene {objects.column('scene_id')[i].as_py()}: objects refer to frame {fi[i]} "
+                         "which is not in the frames table")
+    track = to_numpy(column(objects, "track_id"), np.int64)
+    t = ego.t_s[row]
+    T = ego.city_T_ego[row]
+    center_ego = fixed_list_to_numpy(objects.column("center_ego_m"), 3)
+    cg = np.einsum("nij,nj->ni", T[:, :3, :3], center_ego)[:, :2] + T[:, :2, 3]
+    size = fixed_list_to_numpy(objects.column("size_lwh_m"), 3)
+    half_w = np.nan_to_num(size[:, 1] / 2, nan=0.0)
+
+    # one group per (scene, track), rows sorted by time inside it
+    order = np.lexsort((t, track, sc))
+    keys = np.stack([sc[order], track[order]], axis=1)
+    g_sorted = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        g_sorted[1:] = np.cumsum(np.any(keys[1:] != keys[:-1], axis=1))
+    g = np.empty(n, dtype=np.int64)
+    g[order] = g_sorted
+
+    steps = np.arange(0.0, th.horizon_s + 1e-9, th.step_s)
+    k = len(steps)
+    qt = (t[:, None] + steps[None, :]).reshape(-1)
+    obj_xy = interp_grouped(g_sorted, t[order], cg[order], np.repeat(g, k), qt).reshape(n, k, 2)
+    qs = np.repeat(sc, k)
+    ego_xy = ego.interp(ego.position_m[:, :2], qs, qt).reshape(n, k, 2)
+    ego_yaw = ego.interp(ego.yaw_rad, qs, qt).reshape(n, k)
+    tracked_s = np.isfinite(obj_xy[..., 0]).sum(axis=1) * th.step_s - th.step_s
+    ttc = np.full(n, np.nan)
+    # in chunks: the (N, K, K) test is the memory peak
+    chunk = max(1, 2_000_000 // (k * k))
+    for a in range(0, n, chunk):
+        ttc[a:a + chunk] = conflict_times(obj_xy[a:a + chunk], half_w[a:a + chunk], ego_xy[a:a + chunk],
+                                          ego_yaw[a:a + chunk], th.step_s, th)
+    risk = np.isfinite(ttc) & (tracked_s >= th.min_track_s)
+    ttc = np.where(risk, ttc, np.nan)
+    is_vru = to_numpy(pc.is_in(column(objects, "class_name"), value_set=pa.array(VRU_CLASSES)), bool, fill=False)
+    act = suggested_actions(risk, ttc, is_vru, ego.speed_mps[row], th)
+    return pa.table({
+        "scene_id": column(objects, "scene_id"), "frame_index": column(objects, "frame_index"),
+        "track_id": column(objects, "track_id"), "risk": pa.array(risk),
+        "time_to_conflict_s": pa.array(ttc, from_pandas=True),
+        "suggested_action": pc.take(pa.array(DRAMA_ACTIONS), pa.array(act)),
+    }).cast(DRAMA_RISK)
+
+
+def frame_risk(risk: pa.Table) -> pa.Table:
+    """Per (scene_id, frame_index): Risk = any object's risk, suggested_action = the most severe action."""
+    if risk.num_rows == 0:
+        return pa.table({"scene_id": pa.array([], pa.string()), "frame_index": pa.array([], pa.int32()),
+                         "risk": pa.array([], pa.bool_()), "suggested_action": pa.array([], pa.string())})
+    sev = pc.index_in(risk.column("suggested_action"), value_set=pa.array(DRAMA_ACTIONS))
+    t = risk.append_column("_sev", sev)
+    agg = t.group_by(["scene_id", "frame_index"]).aggregate([("risk", "any"), ("_sev", "max")])
+    return pa.table({"scene_id": agg.column("scene_id"), "frame_index": agg.column("frame_index"),
+                     "risk": agg.column("risk_any"),
+                     "suggested_action": pc.take(pa.array(DRAMA_ACTIONS), agg.column("_sev_max"))}
+                    ).sort_by([("scene_id", "ascending"), ("frame_index", "ascending")])
+
+
+def relative_position(x_ego_m: np.ndarray, y_ego_m: np.ndarray, front_deg: float) -> np.ndarray:
+    """Codes into DRAMA_POSITIONS (Left / Front / Right) from the bearing of the object as seen from the ego
+    (DRAMA-X §3.2 uses the final image x; this is its 3D equivalent)."""
+    bearing = np.degrees(np.arctan2(y_ego_m, x_ego_m))
+    return np.where(np.abs(bearing) <= front_deg, 1, np.where(bearing > 0, 0, 2))
+
+
+# --------------------------------------------------------------------------------------- image intent
+def farneback(prev_gray: np.ndarray, next_gray: np.ndarray, th: DramaImageIntentConfig) -> np.ndarray:
+    """Dense optical flow (H, W, 2) from ``prev_gray`` to ``next_gray`` (uint8 grayscale)."""
+    import cv2
+
+    return cv2.calcOpticalFlowFarneback(prev_gray, next_gray, None, th.flow_pyr_scale, th.flow_levels,
+                                        th.flow_winsize, th.flow_iterations, th.flow_poly_n, th.flow_poly_sigma, 0)
+
+
+def ring_region(box_xyxy: np.ndarray, shape_hw: tuple[int, int], th: DramaImageIntentConfig,
+                exclude_xyxy: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask (H, W): the box grown by ``region_scale`` (at least ``region_min_px`` per side), minus the
+    box itself and the ``exclude_xyxy`` boxes (other objects, whose own motion is not the camera's)."""
+    h, w = shape_hw
+    x1, y1, x2, y2 = box_xyxy
+    bw, bh = x2 - x1, y2 - y1
+    gx = max(bw * (th.region_scale - 1) / 2, th.region_min_px)
+    gy = max(bh * (th.region_scale - 1) / 2, th.region_min_px)
+    m = np.zeros((h, w), dtype=bool)
+    r = [int(np.clip(np.floor(x1 - gx), 0, w)), int(np.clip(np.floor(y1 - gy), 0, h)),
+         int(np.clip(np.ceil(x2 + gx), 0, w)), int(np.clip(np.ceil(y2 + gy), 0, h))]
+    m[r[1]:r[3], r[0]:r[2]] = True
+    for b in [box_xyxy] + ([] if exclude_xyxy is None else list(exclude_xyxy)):
+        if np.all(np.isfinite(b)):
+            m[int(np.clip(np.floor(b[1]), 0, h)):int(np.clip(np.ceil(b[3]), 0, h)),
+              int(np.clip(np.floor(b[0]), 0, w)):int(np.clip(np.ceil(b[2]), 0, w))] = False
+    return m
+
+
+@dataclass
+class ImageIntent:
+    """Per (track, frame) of ``image_intent``'s input: codes into INTENT_LATERAL / INTENT_VERTICAL (-1: no
+    label) and the compensated rates (box heights per second; lateral + = image right, vertical + = down)."""
+
+    lateral: np.ndarray
+    vertical: np.ndarray
+    lateral_rate: np.ndarray
+    vertical_rate: np.ndarray
+
+
+def image_intent(gray: list[np.ndarray], t_s: np.ndarray, boxes_xyxy: np.ndarray,
+                 cfg: DramaImageIntentConfig | None = None, flows: list[np.ndarray] | None = None) -> ImageIntent:
+    """DRAMA-X image intent of M 2D tracks over F frames.
+
+    ``gray``: F grayscale uint8 images (one camera, in time order), ``t_s`` (F,) their times,
+    ``boxes_xyxy`` (M, F, 4) each track's box per frame (NaN where absent). ``flows`` (F - 1 flows between
+    consecutive frames) may be given to share them between calls. Returns ``ImageIntent`` with (M, F) arrays.
+    The image's right is the ego's right for a forward camera: ``goes to the right`` = + image x.
+    """
+    th = cfg or DramaImageIntentConfig()
+    boxes = np.asarray(boxes_xyxy, dtype=np.float64)
+    m, f = boxes.shape[:2]
+    t_s = np.asarray(t_s, dtype=np.float64)
+    if flows is None:
+        flows = [farneback(gray[i], gray[i + 1], th) for i in range(f - 1)] if th.compensate else []
+    stat = np.median if th.statistic == "median" else np.mean
+    # camera displacement at each track's box from frame i to i + 1
+    cam = np.zeros((m, max(f - 1, 0), 2))
+    if th.compensate:
+        shape = gray[0].shape[:2]
+        for i in range(f - 1):
+            present = np.all(np.isfinite(boxes[:, i]), axis=1)
+            for j in np.nonzero(present)[0]:
+                others = boxes[np.arange(m) != j, i]
+                region = ring_region(boxes[j, i], shape, th, others)
+                if region.any():
+                    cam[j, i] = stat(flows[i][region], axis=0)
+    cx = (boxes[..., 0] + boxes[..., 2]) / 2
+    bottom = boxes[..., 3]
+    height = boxes[..., 3] - boxes[..., 1]
+    cum = np.concatenate([np.zeros((m, 1, 2)), np.cumsum(cam, axis=1)], axis=1)  # chained camera motion
+    lat_sum = np.zeros((m, f))
+    ver_sum = np.zeros((m, f))
+    count = np.zeros((m, f))
+    for w in th.windows_s:
+        for i in range(f):
+            # the frame closest to t_i + w (within half a frame interval)
+            j = int(np.argmin(np.abs(t_s - (t_s[i] + w))))
+            if j <= i or abs(t_s[j] - t_s[i] - w) > 0.5 * w:
+                continue
+            dt = t_s[j] - t_s[i]
+            with np.errstate(invalid="ignore"):
+                dx = (cx[:, j] - cx[:, i]) - (cum[:, j, 0] - cum[:, i, 0])
+                dy = (bottom[:, j] - bottom[:, i]) - (cum[:, j, 1] - cum[:, i, 1])
+                ok = np.isfinite(dx) & np.isfinite(dy) & (height[:, i] > 0)
+                lat_sum[ok, i] += dx[ok] / height[ok, i] / dt
+                ver_sum[ok, i] += dy[ok] / height[ok, i] / dt
+            count[ok, i] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lat = np.where(count > 0, lat_sum / count, np.nan)
+        ver = np.where(count > 0, ver_sum / count, np.nan)
+    lat_code = np.where(lat >= th.lateral_rate, 1, np.where(lat <= -th.lateral_rate, 0, 2))
+    ver_code = np.where(ver >= th.vertical_rate, 0, np.where(ver <= -th.vertical_rate, 1, 2))
+    ok = count > 0
+    return ImageIntent(np.where(ok, lat_code, -1), np.where(ok, ver_code, -1), lat, ver)
+
+
+def intent_names(codes_: np.ndarray, vocab: tuple[str, ...]) -> list[str | None]:
+    """Codes -> vocabulary strings (None for -1)."""
+    return [vocab[c] if c >= 0 else None for c in np.asarray(codes_).tolist()]
+
+
+# ---------------------------------------------------------------------------------------------- matching
+def iou_matrix(a_xyxy: np.ndarray, b_xyxy: np.ndarray) -> np.ndarray:
+    """(N, M) IoU of boxes a (N, 4) and b (M, 4); 0 where either box is empty or not finite."""
+    a = np.asarray(a_xyxy, dtype=np.float64).reshape(-1, 4)[:, None, :]
+    b = np.asarray(b_xyxy, dtype=np.float64).reshape(-1, 4)[None, :, :]
+    iw = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
+    ih = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)
+    inter = iw * ih
+    area_a = np.clip(a[..., 2] - a[..., 0], 0, None) * np.clip(a[..., 3] - a[..., 1], 0, None)
+    area_b = np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = inter / (area_a + area_b - inter)
+    return np.where(np.isfinite(iou), iou, 0.0)
+
+
+def greedy_assignment(cost: np.ndarray, max_cost: float) -> list[tuple[int, int]]:
+    """Lowest-cost valid pairs in turn (each row and column used once); non-finite costs are never taken."""
+    pairs = []
+    c = np.where(np.isfinite(cost), cost, np.inf)
+    flat = np.argsort(c, axis=None, kind="stable")
+    used_r, used_c = set(), set()
+    for f in flat:
+        i, j = divmod(int(f), c.shape[1])
+        if c[i, j] > max_cost:
+            break
+        if i in used_r or j in used_c:
+            continue
+        pairs.append((i, j))
+        used_r.add(i)
+        used_c.add(j)
+    return pairs
+
+
+def match_boxes(tracks_xyxy: np.ndarray, labelled_xyxy: np.ndarray, iou_min: float = 0.3,
+                cost: np.ndarray | None = None) -> tuple[list[tuple[int, int]], str]:
+    """App. A.3 matching: (pairs (track index, labelled index) with IoU >= ``iou_min``, method) where method
+    is 'hungarian' or 'greedy' (the solver failed: a degenerate cost matrix). ``cost`` (1 - IoU) may be given
+    directly (tests feed degenerate matrices this way)."""
+    from scipy.optimize import linear_sum_assignment
+
+    if cost is None:
+        cost = 1.0 - iou_matrix(tracks_xyxy, labelled_xyxy)
+    cost = np.asarray(cost, dtype=np.float64)
+    max_cost = 1.0 - iou_min + 1e-12
+    if cost.size == 0:
+        return [], "hungarian"
+    try:
+        rows, cols = linear_sum_assignment(cost)
+    except ValueError:  # NaN/inf entries or an infeasible matrix
+        return greedy_assignment(cost, max_cost), "greedy"
+    return [(int(i), int(j)) for i, j in zip(rows, cols) if cost[i, j] <= max_cost], "hungarian"
+
+
+__all__ = ["risk_table", "frame_risk", "suggested_actions", "conflict_times", "relative_position",
+           "image_intent", "ImageIntent", "farneback", "ring_region", "intent_names", "iou_matrix",
+           "match_boxes", "greedy_assignment", "DRAMA_POSITIONS", "INTENT_LATERAL", "INTENT_VERTICAL"]

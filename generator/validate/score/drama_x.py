@@ -1,0 +1,250 @@
+"""DRAMA-X scorer (``drivegen score drama-x --pred PRED.json TARGET``), the paper's metrics (App. A.4):
+
+- **OD**: share of ground-truth objects localized by a predicted box with IoU >= ``drama_x.od_iou`` (0.5),
+  one prediction per ground-truth object (Hungarian on 1 - IoU per sample);
+- **LIP / VIP / combined**: share of ground-truth objects whose matched prediction (IoU >= ``match_iou``,
+  0.3, the paper's matching threshold) has the right lateral / vertical / both intents; unmatched objects
+  count as wrong (N = all ground-truth objects);
+- **risk**: balanced accuracy and positive-class F1 of the per-sample ``Risk`` (scikit-learn); a sample
+  without a usable prediction counts as the wrong answer;
+- **action**: the paper scores free-form actions with BERTScore F1. Weights cannot be downloaded here, so
+  by default two stand-ins, labelled as such: ``action_exact_vocab_accuracy`` (normalised text equal to the
+  reference, the reference being one of ``schemas.vocab.DRAMA_ACTIONS``) and ``action_token_f1`` (bag-of-words
+  F1, SQuAD-style). ``score(..., bertscore_model=PATH, bertscore_num_layers=N)`` adds ``action_bertscore_f1``
+  through ``bert-score`` with a local model (skipped, with a note, when ``bert-score`` is not installed).
+
+Predictions: a JSON object ``{sample_id: sample}`` in the export's format (``generator.writers.drama_export``)
+with at least ``Risk``, ``suggested_action`` and ``Pedestrians`` / ``Cyclists`` objects each with ``Box`` and
+``Intent`` ([lateral, vertical]). ``TARGET`` is a DRAMA-X export folder or a run folder (its samples are
+built the way the export builds them). Malformed predictions (missing sample, unknown label, bad box) are
+listed in ``result["problems"]``, never a crash.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+
+import numpy as np
+
+from schemas.errors import InputError
+from schemas.vocab import DRAMA_ACTIONS, INTENT_LATERAL, INTENT_VERTICAL
+
+NAME = "drama-x"
+HELP = "DRAMA-X: object detection, lateral/vertical intent, risk, suggested action"
+MAX_PROBLEMS = 200  # listed in full up to this many; the count is always complete
+
+
+def _target_samples(target: str):
+    from generator.runfolder import RunReader, RunStore
+    from generator.writers.drama_export import read_export, records_from_run
+
+    store = RunStore(target)
+    try:
+        samples = read_export(store)
+    except (ValueError, OSError) as err:
+        raise InputError(f"{target}: unreadable DRAMA-X export: {err}", file=target) from None
+    if samples is not None:
+        return samples, "export"
+    reader = RunReader(store)  # raises RunFolderError (an InputError) for a folder that is neither
+    out = {}
+    for scene in records_from_run(reader).values():
+        out.update(scene)
+    return out, "run"
+
+
+def _load_predictions(pred_path: str) -> dict:
+    from generator.runfolder import RunStore
+
+    if "://" in pred_path:
+        head, _, name = pred_path.rpartition("/")
+        data = RunStore(head).read_bytes(name)
+    else:
+        try:
+            with open(pred_path, "rb") as fh:
+                data = fh.read()
+        except OSError as err:
+            raise InputError(f"{pred_path}: cannot read the predictions: {err.strerror or err}", file=pred_path) from None
+    try:
+        pred = json.loads(data)
+    except ValueError as err:
+        raise InputError(f"{pred_path}: not JSON: {err}", file=pred_path) from None
+    if not isinstance(pred, dict):
+        raise InputError(f"{pred_path}: predictions must be a JSON object {{sample_id: sample}}, got "
+                         f"{type(pred).__name__}", file=pred_path)
+    return pred
+
+
+def _box(v) -> np.ndarray | None:
+    if not isinstance(v, (list, tuple)) or len(v) != 4:
+        return None
+    try:
+        b = np.array([float(x) for x in v])
+    except (TypeError, ValueError):
+        return None
+    if not np.all(np.isfinite(b)) or b[2] <= b[0] or b[3] <= b[1]:
+        return None
+    return b
+
+
+def _objects(sample: dict) -> list[tuple[str, dict]]:
+    out = []
+    for g, objs in sample.items():
+        if g[:1].isupper() and g not in ("Risk",) and isinstance(objs, dict):
+            out.extend((f"{g}/{k}", o) for k, o in objs.items())
+    return out
+
+
+def _norm(text) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"[^a-z0-9 ]", " ", str(text).lower())).strip()
+
+
+def _token_f1(pred: str, ref: str) -> float:
+    p, r = _norm(pred).split(), _norm(ref).split()
+    if not p or not r:
+        return float(p == r)
+    common = sum((Counter(p) & Counter(r)).values())
+    if common == 0:
+        return 0.0
+    prec, rec = common / len(p), common / len(r)
+    return 2 * prec * rec / (prec + rec)
+
+
+def score(pred_path: str, target: str, splits: list[str] | None = None, *, bertscore_model: str | None = None,
+          bertscore_num_layers: int | None = None, cfg=None) -> dict:
+    """The metrics of the module docstring. ``splits`` keeps samples whose ``split`` field is listed (samples
+    without one are kept: the export does not split frames of one scene)."""
+    from sklearn.metrics import balanced_accuracy_score, f1_score
+
+    from generator.attributes.drama import iou_matrix, match_boxes
+    from schemas.config import DramaXConfig
+
+    cfg = cfg or DramaXConfig()
+    gt, kind = _target_samples(target)
+    if splits:
+        gt = {k: v for k, v in gt.items() if v.get("split") in (None, *splits)}
+    pred = _load_predictions(pred_path)
+    problems: list[dict] = []
+    n_problems = Counter()
+
+    def problem(sample: str, item: str, what: str, reason: str) -> None:
+        n_problems[reason] += 1
+        if len(problems) < MAX_PROBLEMS:
+            problems.append({"sample": sample, "item": item, "problem": reason, "detail": what[:200]})
+
+    for sid in sorted(set(pred) - set(gt)):
+        problem(sid, "", "no such sample in the target", "unknown sample")
+    n_gt = od = lip = vip = both = 0
+    risk_true, risk_pred = [], []
+    exact, tok, cands, refs = [], [], [], []
+    for sid in sorted(gt):
+        g = gt[sid]
+        p = pred.get(sid)
+        if not isinstance(p, dict):
+            problem(sid, "", "no prediction for this sample" if p is None else f"not an object: {p!r}",
+                    "missing sample" if p is None else "malformed sample")
+            p = {}
+        gts = _objects(g)
+        n_gt += len(gts)
+        pboxes, pobjs = [], []
+        for key, o in _objects(p):
+            b = _box(o.get("Box")) if isinstance(o, dict) else None
+            if b is None:
+                problem(sid, key, repr(o.get("Box") if isinstance(o, dict) else o), "bad box")
+                continue
+            intent = o.get("Intent")
+            if not (isinstance(intent, (list, tuple)) and len(intent) == 2 and intent[0] in INTENT_LATERAL
+                    and intent[1] in INTENT_VERTICAL):
+                problem(sid, key, repr(intent), "unknown intent label")
+                intent = (None, None)
+            pboxes.append(b)
+            pobjs.append(intent)
+        if gts and pboxes:
+            gb = np.array([o["Box"] for _, o in gts], dtype=np.float64)
+            pb = np.array(pboxes)
+            iou = iou_matrix(gb, pb)
+            od_pairs, _ = match_boxes(gb, pb, cfg.od_iou, cost=1.0 - iou)
+            od += len(od_pairs)
+            for i, j in match_boxes(gb, pb, cfg.match_iou, cost=1.0 - iou)[0]:
+                gl, gv = gts[i][1]["Intent"]
+                pl, pv = pobjs[j]
+                lip += pl == gl
+                vip += pv == gv
+                both += (pl == gl) and (pv == gv)
+        gr = g["Risk"] == "Yes"
+        pr = p.get("Risk")
+        if pr not in ("Yes", "No"):
+            if p:
+                problem(sid, "Risk", repr(pr), "unknown risk label")
+            pr_b = not gr  # no usable answer: wrong
+        else:
+            pr_b = pr == "Yes"
+        risk_true.append(gr)
+        risk_pred.append(pr_b)
+        pa_ = p.get("suggested_action")
+        if not isinstance(pa_, str):
+            if p:
+                problem(sid, "suggested_action", repr(pa_), "missing action")
+            pa_ = ""
+        elif _norm(pa_) not in {_norm(a) for a in DRAMA_ACTIONS}:
+            problem(sid, "suggested_action", pa_, "action outside the vocabulary (scored by token F1 only)")
+        exact.append(_norm(pa_) == _norm(g["suggested_action"]))
+        tok.append(_token_f1(pa_, g["suggested_action"]))
+        cands.append(pa_)
+        refs.append(g["suggested_action"])
+
+    def share(k, n):
+        return float(k / n) if n else float("nan")
+
+    result = {
+        "family": NAME, "target": target, "target_kind": kind, "samples": len(gt), "objects": n_gt,
+        "OD": share(od, n_gt), "LIP": share(lip, n_gt), "VIP": share(vip, n_gt), "intent_combined": share(both, n_gt),
+        "risk_balanced_accuracy": float("nan"), "risk_f1": float("nan"),
+        "action_exact_vocab_accuracy": share(sum(exact), len(exact)),
+        "action_token_f1": float(np.mean(tok)) if tok else float("nan"),
+        "action_metric_note": "exact-vocabulary accuracy and token F1 (stand-ins for the paper's BERTScore F1)",
+        "problems": problems, "problem_counts": dict(n_problems), "num_problems": sum(n_problems.values()),
+    }
+    if risk_true:
+        yt, yp = np.array(risk_true), np.array(risk_pred)
+        if len(set(yt.tolist())) > 1:
+            result["risk_balanced_accuracy"] = float(balanced_accuracy_score(yt, yp))
+        else:  # one class present: balanced accuracy is that class's recall
+            result["risk_balanced_accuracy"] = float(np.mean(yp == yt))
+        result["risk_f1"] = float(f1_score(yt, yp, pos_label=True, zero_division=1.0 if not yt.any() else 0.0))
+    if bertscore_model:
+        result.update(_bertscore(cands, refs, bertscore_model, bertscore_num_layers))
+    return result
+
+
+def _bertscore(cands: list[str], refs: list[str], model: str, num_layers: int | None) -> dict:
+    try:
+        from bert_score import score as bscore
+    except ImportError:
+        return {"action_bertscore_note": "bert-score is not installed: pip install bert-score"}
+    if not cands:
+        return {"action_bertscore_f1": float("nan")}
+    _, _, f1 = bscore([c or " " for c in cands], refs, model_type=model, num_layers=num_layers or 2,
+                      verbose=False, batch_size=64)
+    return {"action_bertscore_f1": float(f1.mean()), "action_bertscore_model": model}
+
+
+def to_text(result: dict) -> str:
+    def pct(v):
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f} %"
+
+    lines = [f"DRAMA-X on {result['target']} ({result['target_kind']}): {result['samples']} samples, "
+             f"{result['objects']} objects",
+             f"  OD (IoU >= 0.5)            {pct(result['OD'])}",
+             f"  intent LIP / VIP / both    {pct(result['LIP'])} / {pct(result['VIP'])} / {pct(result['intent_combined'])}",
+             f"  risk balanced acc. / F1    {pct(result['risk_balanced_accuracy'])} / {pct(result['risk_f1'])}",
+             f"  action exact-vocab acc.    {pct(result['action_exact_vocab_accuracy'])}",
+             f"  action token F1            {pct(result['action_token_f1'])}"]
+    if "action_bertscore_f1" in result:
+        lines.append(f"  action BERTScore F1        {pct(result['action_bertscore_f1'])}")
+    lines.append(f"  ({result['action_metric_note']})")
+    if result["num_problems"]:
+        lines.append(f"  {result['num_problems']} malformed prediction item(s): "
+                     + ", ".join(f"{k}={v}" for k, v in sorted(result["problem_counts"].items())))
+    return "\n".join(lines)

@@ -1,0 +1,263 @@
+"""DRAMA-X-format export (``../shared/seeds/000_cca7d6292c5feb99.txt`` App. A.2): one JSON object per frame,
+one file per scene.
+
+Layout of an export folder::
+
+    DIR/drama_x_export.json        marker: format, source run, counts, the files it wrote (written last)
+    DIR/samples/<scene_id>.json    {"<scene_id>_<frame_index:04d>": sample, ...}
+
+A sample (the paper's fields, plus the keys that tie it to the run)::
+
+    {"scene_id": "scene-0001", "frame_index": 12, "timestamp_us": 1546300806000000,
+     "image_path": "samples/CAM_FRONT/....jpg", "video_path": "", "camera": "CAM_FRONT",
+     "Risk": "Yes", "suggested_action": "yield",
+     "Pedestrians": {"7": {"Box": [x1, y1, x2, y2], "Class": "pedestrian",
+                           "Intent": ["goes to the left", "stationary"], "Position": "Front",
+                           "Description": "A pedestrian ahead of the ego vehicle, 12 m away, ...",
+                           "time_to_conflict_s": 1.5}},
+     "Cyclists": {}}
+
+A frame is exported when at least one VRU (pedestrian, bicycle, motorcycle) with an intent label is visible
+in the front camera (DRAMA-X keeps only frames with valid VRU detections). ``Risk`` / ``suggested_action``
+are the frame's (``generator.attributes.drama.frame_risk``: any object, vehicles included; the most severe
+action); ``Box`` is the projected 3D box (``projections.box2d_proj_xyxy``) in pixels; ``Intent`` is the
+3D-track intent of the labels table; ``Position`` Left / Front / Right from the bearing.
+
+Descriptions are rendered with the QA sandboxed template language (``generator.qa.templates`` /
+``generator.qa.render``) from ``DESCRIPTION_TEMPLATES``, whose fields are declared by ``DESCRIPTION_TYPE``.
+
+This module does not import the run folder (layering): ``records_from_run`` takes any object with
+``read_table(name)`` and ``config()`` (a ``generator.runfolder.RunReader``), ``write_export`` any store with
+``list / exists / read_json / write_bytes / delete`` (a ``generator.runfolder.RunStore``).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from generator.attributes.arrays import fixed_list_to_numpy
+from generator.attributes.drama import frame_risk, relative_position, risk_table
+from generator.qa.fields import Field, QuestionType
+from generator.qa.render import FieldColumns, render_parts
+from generator.qa.templates import parse_template_text
+from generator.types import front_camera
+from schemas.config import DramaXConfig
+from schemas.errors import RunFolderError
+from schemas.vocab import DRAMA_GROUPS, DRAMA_POSITIONS, VRU_CLASSES
+
+EXPORT_FORMAT = "drivegen-drama-x/1"
+EXPORT_MARKER = "drama_x_export.json"
+SAMPLES_DIR = "samples"
+GROUPS = ("Pedestrians", "Cyclists")
+
+DESCRIPTION_TYPE = QuestionType(
+    "drama_x", "description", "qualitative",
+    (Field("class_text", "text", doc="'pedestrian' / 'cyclist' / 'motorcyclist'"),
+     Field("where", "text", doc="'ahead of' / 'to the left of' / 'to the right of'"),
+     Field("distance_m", "quantity", unit="m"),
+     Field("going", "text", doc="the intent pair in words"),
+     Field("why", "text", doc="why it matters: the conflict with the ego's path or its absence")),
+    None, "text", doc="DRAMA-X motion description of one object")
+DESCRIPTION_TEMPLATES = {
+    "drama_x_description_0": "A {class_text} {where} the ego vehicle, {distance_m:.0f} away, {going}; {why}.",
+}
+_CLASS_TEXT = {"pedestrian": "pedestrian", "bicycle": "cyclist", "motorcycle": "motorcyclist"}
+_WHERE = ("to the left of", "ahead of", "to the right of")  # DRAMA_POSITIONS order
+_LAT_TEXT = {"goes to the left": "going to the left", "goes to the right": "going to the right",
+             "stationary": None}
+_VER_TEXT = {"moves towards ego vehicle": "moving towards the ego vehicle",
+             "moves away from ego vehicle": "moving away from the ego vehicle", "stationary": None}
+
+
+def _parsed_templates() -> list[tuple]:
+    return [parse_template_text(text, DESCRIPTION_TYPE, file="generator/writers/drama_export.py",
+                                line_of=lambda pos: 1, tid=tid, role="answer")
+            for tid, text in sorted(DESCRIPTION_TEMPLATES.items())]
+
+
+def going_text(lateral: list[str], vertical: list[str]) -> list[str]:
+    out = []
+    for la, ve in zip(lateral, vertical):
+        parts = [p for p in (_LAT_TEXT.get(la), _VER_TEXT.get(ve)) if p]
+        out.append(" and ".join(parts) if parts else "standing still")
+    return out
+
+
+def why_text(risk: list[bool], ttc_s: list[float | None]) -> list[str]:
+    return [f"its path enters the ego vehicle's path in {t:.1f} s" if r and t is not None
+            else "it stays clear of the ego vehicle's path" for r, t in zip(risk, ttc_s)]
+
+
+def describe(class_name: list[str], position: np.ndarray, distance_m: np.ndarray, lateral: list[str],
+             vertical: list[str], risk: list[bool], ttc_s: list[float | None]) -> list[str]:
+    """One motion description per object (class, where relative to the ego, where it is going, why it
+    matters), rendered through the QA template language. ``position``: codes into DRAMA_POSITIONS."""
+    n = len(class_name)
+    if n == 0:
+        return []
+    cols = FieldColumns(DESCRIPTION_TYPE, {
+        "class_text": pa.array([_CLASS_TEXT.get(c, c) for c in class_name], pa.string()),
+        "where": (pa.array(_WHERE, pa.string()), np.asarray(position, np.int64)),
+        "going": pa.array(going_text(lateral, vertical), pa.string()),
+        "why": pa.array(why_text(risk, ttc_s), pa.string()),
+    }, {"distance_m": np.asarray(distance_m, np.float64)}, 2)
+    parts = _parsed_templates()
+    variant = np.arange(n) % len(parts)
+    out = [None] * n
+    for v, p in enumerate(parts):
+        idx = np.nonzero(variant == v)[0]
+        if len(idx) == 0:
+            continue
+        sub = cols if len(parts) == 1 else _subset(cols, idx)
+        rendered = render_parts(p, sub, len(idx)).to_pylist()
+        for i, s in zip(idx, rendered):
+            out[i] = s
+    return out
+
+
+def _subset(cols: FieldColumns, idx: np.ndarray) -> FieldColumns:
+    text = {k: (v[0], v[1][idx]) if isinstance(v, tuple) else v.take(pa.array(idx)) for k, v in cols.text.items()}
+    return FieldColumns(cols.qt, text, {k: v[idx] for k, v in cols.quantities.items()}, cols.decimals)
+
+
+def sample_id(scene_id: str, frame_index: int) -> str:
+    return f"{scene_id}_{int(frame_index):04d}"
+
+
+def _front_cameras(frames: pa.Table, preferred: str) -> dict[tuple[str, int], tuple[str, str]]:
+    """(scene_id, frame_index) -> (front camera name, image path)."""
+    out = {}
+    for sid, fi, cams in zip(frames.column("scene_id").to_pylist(), frames.column("frame_index").to_pylist(),
+                             frames.column("cameras").to_pylist()):
+        cams = cams or []
+        name = front_camera([c["name"] for c in cams], [c["ego_SE3_cam"] for c in cams], preferred)
+        if name is not None:
+            out[(sid, fi)] = (name, next(c["image_path"] for c in cams if c["name"] == name) or "")
+    return out
+
+
+def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, labels: pa.Table,
+                  cfg: DramaXConfig | None = None, preferred_camera: str = "CAM_FRONT",
+                  risk: pa.Table | None = None) -> dict[str, dict[str, dict]]:
+    """{scene_id: {sample_id: sample}} from a run's tables (pure; see the module docstring)."""
+    cfg = cfg or DramaXConfig()
+    risk = risk if risk is not None else risk_table(frames, objects, cfg)
+    fr = {(s, f): (r, a) for s, f, r, a in zip(*(frame_risk(risk).column(c).to_pylist()
+                                                 for c in ("scene_id", "frame_index", "risk", "suggested_action")))}
+    obj_risk = {(s, f, t): (r, c) for s, f, t, r, c in zip(*(risk.column(c).to_pylist() for c in (
+        "scene_id", "frame_index", "track_id", "risk", "time_to_conflict_s")))}
+    front = _front_cameras(frames, preferred_camera)
+    ts = dict(zip(zip(frames.column("scene_id").to_pylist(), frames.column("frame_index").to_pylist()),
+                  frames.column("timestamp_us").to_pylist()))
+    lab = labels.to_pydict() if labels is not None else {k: [] for k in ("subject",)}
+    intent = {}
+    for s, f, sub, t, cls, la, ve in zip(lab.get("scene_id", []), lab.get("frame_index", []), lab["subject"],
+                                         lab.get("track_id", []), lab.get("class_name", []),
+                                         lab.get("intent_lateral", []), lab.get("intent_vertical", [])):
+        if sub == "agent" and cls in VRU_CLASSES and la is not None and ve is not None:
+            intent[(s, f, t)] = (cls, la, ve)
+    centers = fixed_list_to_numpy(objects.column("center_ego_m"), 3) if objects.num_rows else np.zeros((0, 3))
+    where = {(s, f, t): i for i, (s, f, t) in enumerate(zip(objects.column("scene_id").to_pylist(),
+                                                            objects.column("frame_index").to_pylist(),
+                                                            objects.column("track_id").to_pylist()))}
+    rows = []  # (scene, frame, track, camera, box)
+    p = projections.to_pydict() if projections is not None else {}
+    for s, f, t, cam, box, vis in zip(p.get("scene_id", []), p.get("frame_index", []), p.get("track_id", []),
+                                      p.get("camera", []), p.get("box2d_proj_xyxy", []), p.get("visible", [])):
+        key = (s, f, t)
+        if vis and key in intent and key in where and front.get((s, f), (None,))[0] == cam and box is not None \
+                and all(np.isfinite(box)):
+            rows.append((key, box))
+    rows.sort(key=lambda r: r[0])
+    if not rows:
+        return {}
+    idx = np.array([where[k] for k, _ in rows])
+    xy = centers[idx, :2]
+    pos = relative_position(xy[:, 0], xy[:, 1], cfg.front_position_deg)
+    cls = [intent[k][0] for k, _ in rows]
+    lat = [intent[k][1] for k, _ in rows]
+    ver = [intent[k][2] for k, _ in rows]
+    rk = [bool(obj_risk.get(k, (False, None))[0]) for k, _ in rows]
+    ttc = [obj_risk.get(k, (False, None))[1] for k, _ in rows]
+    desc = describe(cls, pos, np.hypot(xy[:, 0], xy[:, 1]), lat, ver, rk, ttc)
+    out: dict[str, dict[str, dict]] = {}
+    for j, ((s, f, t), box) in enumerate(rows):
+        sid = sample_id(s, f)
+        scene = out.setdefault(s, {})
+        if sid not in scene:
+            cam, img = front[(s, f)]
+            r, a = fr.get((s, f), (False, "continue"))
+            scene[sid] = {"scene_id": s, "frame_index": int(f), "timestamp_us": int(ts[(s, f)]), "image_path": img,
+                          "video_path": "", "camera": cam, "Risk": "Yes" if r else "No", "suggested_action": a,
+                          **{g: {} for g in GROUPS}}
+        scene[sid][DRAMA_GROUPS[cls[j]]][str(int(t))] = {
+            "Box": [round(float(v), 2) for v in box], "Class": cls[j], "Intent": [lat[j], ver[j]],
+            "Position": DRAMA_POSITIONS[int(pos[j])], "Description": desc[j],
+            "time_to_conflict_s": None if ttc[j] is None or not rk[j] else round(float(ttc[j]), 3)}
+    return out
+
+
+def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[str, dict]]:
+    """``build_records`` over a run folder (``reader``: a ``generator.runfolder.RunReader``)."""
+    run_cfg = reader.config()
+    frames = reader.read_table("frames")
+    objects = reader.read_table("objects")
+    if frames is None or objects is None:
+        return {}
+    return build_records(frames, objects, reader.read_table("projections"), reader.read_table("labels"),
+                         cfg or run_cfg.drama_x, run_cfg.qa.front_camera)
+
+
+# ------------------------------------------------------------------------------------------------ files
+def check_export_folder(store) -> list[str]:
+    """Files an earlier export in ``store`` lists ([] for a new or empty folder); RunFolderError for a non-empty
+    folder that is not a DRAMA-X export made by drivegen (a user's files are never overwritten)."""
+    existing = store.list("", recursive=True) if store.exists("") else []
+    if not existing:
+        return []
+    try:
+        old = store.read_json(EXPORT_MARKER) if store.exists(EXPORT_MARKER) else None
+    except (ValueError, OSError):
+        old = None
+    if not (isinstance(old, dict) and old.get("format") == EXPORT_FORMAT):
+        raise RunFolderError(f"{store.full('')} already exists and is not a DRAMA-X export made by drivegen "
+                             f"({len(existing)} file(s) in it, e.g. {existing[0]}); choose an empty or new --out "
+                             "folder", file=store.full(""))
+    return [f for f in old.get("files", []) if isinstance(f, str)]
+
+
+def write_export(store, records: dict[str, dict[str, dict]], source: str = "") -> dict:
+    """Write ``records`` into ``store`` (each file atomically: temporary name, then renamed), the marker last;
+    files of an earlier export that this one lacks are removed, nothing else. Returns the marker."""
+    old = check_export_folder(store)
+    files = []
+    counts = {"samples": 0, "objects": 0, "risk_yes": 0}
+    for scene_id in sorted(records):
+        rel = f"{SAMPLES_DIR}/{scene_id}.json"
+        samples = records[scene_id]
+        store.write_bytes(rel, (json.dumps(samples, indent=1, sort_keys=False) + "\n").encode())
+        files.append(rel)
+        counts["samples"] += len(samples)
+        counts["risk_yes"] += sum(s["Risk"] == "Yes" for s in samples.values())
+        counts["objects"] += sum(len(s[g]) for s in samples.values() for g in GROUPS)
+    marker = {"format": EXPORT_FORMAT, "source": source, "scenes": sorted(records), **counts, "files": files}
+    store.write_bytes(EXPORT_MARKER, (json.dumps(marker, indent=2) + "\n").encode())
+    for rel in sorted(set(old) - set(files) - {EXPORT_MARKER}):
+        if store.exists(rel):
+            store.delete(rel)
+    return marker
+
+
+def read_export(store) -> dict[str, dict] | None:
+    """{sample_id: sample} of an export folder, or None when ``store`` holds no DRAMA-X export."""
+    if not store.exists(EXPORT_MARKER):
+        return None
+    marker = store.read_json(EXPORT_MARKER)
+    if not isinstance(marker, dict) or marker.get("format") != EXPORT_FORMAT:
+        return None
+    out = {}
+    for rel in marker.get("files", []):
+        out.update(store.read_json(rel))
+    return out
