@@ -1,0 +1,274 @@
+"""PIE/JAAD samples and labels as the pedestrian behaviour benchmark defines them (seed 001, §III-A).
+
+An *instance* is one pedestrian's track; a *sample* is an observation window of it (``observation_frames``,
+0.5 s = 15 frames) with what is to be predicted from it. Windows start every ``PieConfig.sample_step_frames``
+(30 % overlap: PCPA's ``int((1 - overlap) * obs_length)`` = 10 frames).
+
+- **Action prediction** (task ``action``): will the pedestrian cross in front of the ego vehicle? The *event*
+  is JAAD's ``crossing_point`` (the frame the crossing starts) or, for a pedestrian that does not cross, the
+  last frame it is visible. Samples end 1-3 s before the event: time-to-event ``tte_frames`` in
+  {90, 80, ..., 30} (``tte_max_frames`` down to ``tte_min_frames`` in steps of the window step, so the TTE
+  buckets are the same for every pedestrian); windows that would start before the track are dropped ("only
+  exclude samples below TTE of 1 s and instances shorter than observation length"). Label ``crossing``: 1
+  when JAAD's ``crossing`` attribute is 1; 0 for ``crossing`` 0 / -1 (irrelevant) and for bystanders. A
+  pedestrian whose crossing began before its track (``crossing`` 1, ``crossing_point`` -1) has its event at
+  its first ``cross=crossing`` frame (the track's first frame in JAAD 0001-0250), so it yields no sample.
+- **Event risk** (task ``risk``): windows over the whole track; the class comes from the centre of the box
+  ``risk_horizon_frames`` (3 s) after the window's last frame, or the last box before that when the
+  pedestrian is gone. The image is cut into vertical regions ``risk_region_width_px`` wide at
+  ``risk_reference_width_px`` (160 px at 1920 px: 12 regions), scaled to the video's own width; region r
+  (0-based, left to right) has class ``d_cls`` = its distance from the two centre regions (§III-D 2):
+  0 = the centre (highest risk) ... 5 = the image edges.
+- **Intention**: JAAD has no PIE-style intention votes; its binary convention (crossing intent for every
+  pedestrian with behaviour tags, none for bystanders) is the ``intention`` column, which the paper
+  describes and does not use (§III-A).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.config import PieConfig
+
+SAMPLES_SCHEMA = pa.schema([
+    ("sample_id", pa.string()), ("task", pa.string()), ("split", pa.string()), ("video_id", pa.string()),
+    ("ped_id", pa.string()), ("track_label", pa.string()),
+    ("start_frame", pa.int32()), ("end_frame", pa.int32()),
+    ("frames", pa.list_(pa.int32())), ("boxes_px", pa.list_(pa.list_(pa.float32()))),
+    ("occlusion", pa.list_(pa.string())), ("ego_action", pa.list_(pa.string())),
+    ("image_paths", pa.list_(pa.string())), ("video_path", pa.string()),
+    ("image_width_px", pa.int32()), ("image_height_px", pa.int32()),
+    ("crossing", pa.int8()), ("intention", pa.int8()),
+    ("event_frame", pa.int32()), ("tte_frames", pa.int32()), ("tte_s", pa.float32()),
+    ("risk_horizon_frame", pa.int32()), ("risk_box_visible", pa.bool_()), ("risk_x_center_px", pa.float32()),
+    ("risk_region", pa.int8()), ("risk_class", pa.int8()),
+])
+
+
+# ------------------------------------------------------------------------------------------ risk regions
+def risk_region(x_center_px, image_width_px, cfg: PieConfig | None = None) -> np.ndarray:
+    """0-based vertical region (left to right) of an x coordinate: regions ``risk_region_width_px`` wide at
+    ``risk_reference_width_px``, scaled to ``image_width_px``; centres outside the image fall in the edge
+    regions."""
+    cfg = cfg or PieConfig()
+    n = cfg.risk_regions
+    x = np.asarray(x_center_px, dtype=np.float64)
+    w = np.asarray(image_width_px, dtype=np.float64) * (cfg.risk_region_width_px / cfg.risk_reference_width_px)
+    return np.clip(np.floor(x / w), 0, n - 1).astype(np.int64)
+
+
+def region_distance(region, n_regions: int) -> np.ndarray:
+    """§III-D 2) ``d_cls`` of 0-based regions: with 1-based ``cls_r`` and ``m = ceil(N/2)``, ``|cls_r - m|``
+    when N is odd or cls_r <= m, else ``|cls_r - m - 1|`` (0 for the centre region(s))."""
+    cls = np.asarray(region, dtype=np.int64) + 1
+    m = -(-n_regions // 2)
+    if n_regions % 2 == 1:
+        return np.abs(cls - m)
+    return np.where(cls <= m, np.abs(cls - m), np.abs(cls - m - 1))
+
+
+def risk_class(x_center_px, image_width_px, cfg: PieConfig | None = None) -> np.ndarray:
+    """The risk class (0 = centre ... ``risk_regions // 2 - 1`` = edges) of box centres."""
+    cfg = cfg or PieConfig()
+    return region_distance(risk_region(x_center_px, image_width_px, cfg), cfg.risk_regions)
+
+
+def risk_classes(cfg: PieConfig | None = None) -> int:
+    cfg = cfg or PieConfig()
+    return int(region_distance(np.array([0]), cfg.risk_regions)[0]) + 1
+
+
+def risk_weight(classes, cfg: PieConfig | None = None) -> np.ndarray:
+    """§III-D 2) ``w_r = exp(-1/2 (d_cls / (m sigma))^2)``, ``m = ceil(N_rc / 2)``; ``classes`` are d_cls."""
+    cfg = cfg or PieConfig()
+    m = -(-cfg.risk_regions // 2)
+    d = np.asarray(classes, dtype=np.float64)
+    return np.exp(-0.5 * (d / (m * cfg.risk_sigma)) ** 2)
+
+
+def tte_weight(tte, sigma: float | None = None, max_tte=None) -> np.ndarray:
+    """§III-D 1) ``w_a = exp(-1/2 (d_tte / sigma)^2) / sum w``, ``d_tte = (max TTE - tte_a) / max TTE`` (max
+    over the samples unless given): samples close to the event weigh less."""
+    sigma = PieConfig().tte_sigma if sigma is None else sigma
+    t = np.asarray(tte, dtype=np.float64)
+    if t.size == 0:
+        return t
+    mx = float(np.max(t)) if max_tte is None else float(max_tte)
+    d = (mx - t) / mx if mx > 0 else np.zeros_like(t)
+    w = np.exp(-0.5 * (d / sigma) ** 2)
+    return w / w.sum()
+
+
+# ------------------------------------------------------------------------------------------ windows
+def complete_windows(present: np.ndarray, ends: np.ndarray, obs: int) -> np.ndarray:
+    """Which windows [end - obs + 1, end] (indices into ``present``, a per-frame bool) are fully present."""
+    cs = np.concatenate([[0], np.cumsum(present.astype(np.int64))])
+    ends = np.asarray(ends, dtype=np.int64)
+    ok = (ends - obs + 1 >= 0) & (ends < present.size)
+    e = np.clip(ends, 0, present.size - 1)
+    s = np.clip(ends - obs + 1, 0, present.size)
+    return ok & ((cs[e + 1] - cs[s]) == obs)
+
+
+def action_window_ends(event_frame: int, cfg: PieConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate (last observed frame, TTE in frames) of the action samples of an event, farthest first."""
+    cfg = cfg or PieConfig()
+    tte = np.arange(cfg.tte_max_frames, cfg.tte_min_frames - 1, -cfg.sample_step_frames, dtype=np.int64)
+    return event_frame - tte, tte
+
+
+def horizon_boxes(frames: np.ndarray, ends: np.ndarray, horizon: int) -> np.ndarray:
+    """Index into the sorted ``frames`` of the box at ``end + horizon``, or the last one before it."""
+    return np.searchsorted(frames, np.asarray(ends) + horizon, side="right") - 1
+
+
+# ------------------------------------------------------------------------------------------ samples
+def _event(label: str, frames: np.ndarray, cross_tags: list, attrs: dict | None) -> tuple[int, int, int, str]:
+    """(event frame, crossing label, intention, how) of one pedestrian."""
+    if label != "pedestrian":
+        return int(frames[-1]), 0, 0, "bystander: last visible frame"
+    crossing = attrs.get("crossing") if attrs else None
+    cp = attrs.get("crossing_point") if attrs else None
+    y = 1 if crossing == 1 else 0
+    if cp is not None and cp >= 0:
+        return int(cp), y, 1, "crossing_point"
+    if y == 1:  # crossing began before the track: the first frame tagged crossing (else the first frame)
+        first = next((int(f) for f, t in zip(frames, cross_tags) if t == "crossing"), int(frames[0]))
+        return first, 1, 1, "crossing before the track"
+    return int(frames[-1]), 0, 1, "last visible frame"
+
+
+def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehicle: pa.Table,
+                  cfg: PieConfig | None = None, tasks: tuple[str, ...] = ("action", "risk")) -> tuple[pa.Table, dict]:
+    """The action and risk samples of JAAD tables (``generator.sources.jaad``); also a dict of counts (why
+    pedestrians gave no sample)."""
+    cfg = cfg or PieConfig()
+    obs, step, h = cfg.observation_frames, cfg.sample_step_frames, cfg.risk_horizon_frames
+    vmeta = {r["video_id"]: r for r in videos.to_pylist()}
+    attrs = {(r["video_id"], r["ped_id"]): r for r in pedestrians.to_pylist()}
+    ego: dict[str, np.ndarray] = {}
+    if vehicle.num_rows:
+        vv = vehicle.column("video_id").to_numpy(zero_copy_only=False)
+        vf = vehicle.column("frame").to_numpy()
+        va = np.asarray(vehicle.column("action").to_pylist(), dtype=object)
+        for vid in np.unique(vv):
+            m = vv == vid
+            arr = np.full(int(vf[m].max()) + 1, None, dtype=object)
+            arr[vf[m]] = va[m]
+            ego[str(vid)] = arr
+    keep_labels = ["pedestrian", "ped"] if cfg.include_bystanders else ["pedestrian"]
+    b = boxes.filter(pc.is_in(boxes.column("label"), pa.array(keep_labels)))
+    b = b.sort_by([("video_id", "ascending"), ("ped_id", "ascending"), ("frame", "ascending")])
+    vid_a = b.column("video_id").to_numpy(zero_copy_only=False)
+    pid_a = b.column("ped_id").to_numpy(zero_copy_only=False)
+    frame_a = b.column("frame").to_numpy().astype(np.int64)
+    xyxy = np.stack([b.column(c).to_numpy() for c in ("x1_px", "y1_px", "x2_px", "y2_px")], axis=1).astype(np.float32)
+    occ_a = np.asarray(b.column("occlusion").to_pylist(), dtype=object)
+    cross_a = b.column("cross").to_pylist()
+    label_a = b.column("label").to_numpy(zero_copy_only=False)
+    key_change = np.flatnonzero((vid_a[1:] != vid_a[:-1]) | (pid_a[1:] != pid_a[:-1])) + 1
+    bounds = np.concatenate([[0], key_change, [len(vid_a)]]).astype(np.int64)
+
+    rows: dict[str, list] = {n: [] for n in SAMPLES_SCHEMA.names}
+    stats: Counter = Counter()
+    for i0, i1 in zip(bounds[:-1], bounds[1:]):
+        if i1 <= i0:
+            continue
+        vid, pid, label = str(vid_a[i0]), str(pid_a[i0]), str(label_a[i0])
+        meta = vmeta.get(vid)
+        if meta is None:
+            continue
+        fr = frame_a[i0:i1]
+        f0 = int(fr[0])
+        present = np.zeros(int(fr[-1]) - f0 + 1, dtype=bool)
+        present[fr - f0] = True
+        dense = np.full((present.size, 4), np.nan, dtype=np.float32)
+        dense[fr - f0] = xyxy[i0:i1]
+        occ = np.full(present.size, None, dtype=object)
+        occ[fr - f0] = occ_a[i0:i1]
+        a = attrs.get((vid, pid))
+        if label == "pedestrian" and a is None:
+            stats["behaviour pedestrian without attributes"] += 1
+        event, y, intent, how = _event(label, fr, cross_a[i0:i1], a)
+        stats[f"event: {how}"] += 1
+        if fr.size < obs:
+            stats["instance shorter than the observation"] += 1
+            continue
+        width = int(meta["width_px"])
+        ego_v = ego.get(vid, np.empty(0, dtype=object))
+        for task in tasks:
+            if task == "action":
+                ends, tte = action_window_ends(event, cfg)
+                ends_rel = ends - f0
+                ok = complete_windows(present, ends_rel, obs)
+                ends, tte = ends[ok], tte[ok]
+                if ends.size == 0:
+                    stats["action: no window 1-3 s before the event"] += 1
+            else:
+                ends = np.arange(f0 + obs - 1, int(fr[-1]) + 1, step, dtype=np.int64)
+                ends = ends[complete_windows(present, ends - f0, obs)]
+                tte = event - ends
+            if ends.size == 0:
+                continue
+            hi = horizon_boxes(fr, ends, h)
+            hbox = xyxy[i0:i1][hi]
+            xc = (hbox[:, 0] + hbox[:, 2]) / 2.0
+            reg = risk_region(xc, width, cfg)
+            rcls = region_distance(reg, cfg.risk_regions)
+            hframe = fr[hi]
+            for k, e in enumerate(ends.tolist()):
+                s = e - obs + 1
+                frames = list(range(s, e + 1))
+                rows["sample_id"].append(f"{task}/{vid}/{pid}/{e}")
+                rows["task"].append(task)
+                rows["split"].append(meta.get("split"))
+                rows["video_id"].append(vid)
+                rows["ped_id"].append(pid)
+                rows["track_label"].append(label)
+                rows["start_frame"].append(s)
+                rows["end_frame"].append(e)
+                rows["frames"].append(frames)
+                rows["boxes_px"].append(dense[s - f0:e - f0 + 1].tolist())
+                rows["occlusion"].append(occ[s - f0:e - f0 + 1].tolist())
+                rows["ego_action"].append([ego_v[f] if f < ego_v.size else None for f in frames])
+                rows["image_paths"].append([f"images/{vid}/{f:05d}.png" for f in frames])
+                rows["video_path"].append(f"clips/{vid}.mp4")
+                rows["image_width_px"].append(width)
+                rows["image_height_px"].append(int(meta["height_px"]))
+                rows["crossing"].append(y)
+                rows["intention"].append(intent)
+                rows["event_frame"].append(event)
+                rows["tte_frames"].append(int(tte[k]))
+                rows["tte_s"].append(float(tte[k]) / cfg.fps)
+                rows["risk_horizon_frame"].append(int(hframe[k]))
+                rows["risk_box_visible"].append(bool(hframe[k] == e + h))
+                rows["risk_x_center_px"].append(float(xc[k]))
+                rows["risk_region"].append(int(reg[k]))
+                rows["risk_class"].append(int(rcls[k]))
+    return pa.Table.from_pydict(rows, schema=SAMPLES_SCHEMA), dict(sorted(stats.items()))
+
+
+def sample_counts(samples: pa.Table) -> dict:
+    """Counts the README reports: per task and split; action samples per TTE bucket x label; risk classes."""
+    out: dict = {}
+    for task in sorted(set(samples.column("task").to_pylist())):
+        t = samples.filter(pc.equal(samples.column("task"), task))
+        split = Counter("unsplit" if s is None else s for s in t.column("split").to_pylist())
+        c: dict = {"samples": t.num_rows, "pedestrians": len(set(zip(t.column("video_id").to_pylist(),
+                                                                     t.column("ped_id").to_pylist()))),
+                   "per_split": dict(sorted(split.items()))}
+        if task == "action":
+            y = np.asarray(t.column("crossing").to_pylist())
+            tte = np.asarray(t.column("tte_frames").to_pylist())
+            c["crossing"] = int((y == 1).sum())
+            c["non_crossing"] = int((y == 0).sum())
+            c["per_tte_frames"] = {int(v): {"crossing": int(((tte == v) & (y == 1)).sum()),
+                                            "non_crossing": int(((tte == v) & (y == 0)).sum())}
+                                   for v in np.unique(tte)}
+        rc = Counter(int(v) for v in t.column("risk_class").to_pylist())
+        c["risk_class"] = {k: rc[k] for k in sorted(rc)}
+        out[task] = c
+    return out

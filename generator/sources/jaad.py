@@ -1,0 +1,334 @@
+"""JAAD 2.0 as a camera-only log source: the annotation XMLs of a JAAD folder as Arrow tables, and the frames
+of its videos (``clips/video_XXXX.mp4``) decoded on demand with OpenCV.
+
+A JAAD folder (ykotseruba/JAAD layout)::
+
+    annotations/video_XXXX.xml                       CVAT tracks: per-frame boxes of 'pedestrian' (behaviour
+                                                     tags), 'ped' (bystanders) and 'people' (groups)
+    annotations_attributes/video_XXXX_attributes.xml per behaviour pedestrian: crossing, crossing_point, ...
+    annotations_vehicle/video_XXXX_vehicle.xml       the ego vehicle's action per frame
+    annotations_traffic/video_XXXX_traffic.xml       road type; per frame crossing, signs, traffic light
+    split_ids/<variant>/{train,val,test}.txt         video lists
+    clips/video_XXXX.mp4                             the videos (1920x1080 or 1280x720, 30 fps); optional
+
+``read_jaad(root)`` reads every video it finds and returns ``JaadTables`` (one Arrow table per kind, all
+videos concatenated) plus one ``SourceError`` per video it could not use (broken XML, a box outside the image,
+a track with a gap, missing files): that video is left out, the others continue. ``read_video`` reads one
+video and raises. ``read_frames`` decodes only the requested frames of a clip.
+
+Units: pixels in the video's own image (``x1_px``...); frames are 0-based indices at the video's 30 fps.
+"""
+from __future__ import annotations
+
+import math
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.config import PieConfig
+from schemas.errors import SourceError
+from schemas.vocab import JAAD_SPLITS, JAAD_TRACK_LABELS, JAAD_VEHICLE_ACTIONS
+
+BEHAVIOUR_TAGS = ("action", "look", "cross", "occlusion", "hand_gesture", "reaction", "nod")
+PED_ATTRIBUTES_INT = ("crossing", "crossing_point", "decision_point", "group_size", "num_lanes")
+PED_ATTRIBUTES_STR = ("intersection", "designated", "signalized", "motion_direction", "traffic_direction",
+                      "age", "gender")
+
+VIDEOS_SCHEMA = pa.schema([
+    ("video_id", pa.string()), ("width_px", pa.int32()), ("height_px", pa.int32()), ("num_frames", pa.int32()),
+    ("time_of_day", pa.string()), ("weather", pa.string()), ("location", pa.string()),
+    ("road_type", pa.string()), ("split", pa.string()),
+])
+BOXES_SCHEMA = pa.schema([
+    ("video_id", pa.string()), ("ped_id", pa.string()), ("label", pa.string()), ("frame", pa.int32()),
+    ("x1_px", pa.float32()), ("y1_px", pa.float32()), ("x2_px", pa.float32()), ("y2_px", pa.float32()),
+    ("occluded", pa.bool_()),
+] + [(t, pa.string()) for t in BEHAVIOUR_TAGS])
+PEDESTRIANS_SCHEMA = pa.schema([("video_id", pa.string()), ("ped_id", pa.string()), ("old_id", pa.string())]
+                               + [(a, pa.int32()) for a in PED_ATTRIBUTES_INT]
+                               + [(a, pa.string()) for a in PED_ATTRIBUTES_STR])
+VEHICLE_SCHEMA = pa.schema([("video_id", pa.string()), ("frame", pa.int32()), ("action", pa.string())])
+TRAFFIC_SCHEMA = pa.schema([("video_id", pa.string()), ("frame", pa.int32()), ("ped_crossing", pa.int8()),
+                            ("ped_sign", pa.int8()), ("stop_sign", pa.int8()), ("traffic_light", pa.string())])
+
+
+@dataclass
+class JaadTables:
+    """Every table of a JAAD folder (all videos read without error), plus the errors of the others."""
+
+    root: str
+    videos: pa.Table
+    boxes: pa.Table
+    pedestrians: pa.Table
+    vehicle: pa.Table
+    traffic: pa.Table
+    errors: list[SourceError] = field(default_factory=list)
+
+    @property
+    def video_ids(self) -> list[str]:
+        return self.videos.column("video_id").to_pylist()
+
+
+def annotation_path(root: str | os.PathLike, video_id: str, kind: str = "annotations") -> Path:
+    suffix = {"annotations": "", "annotations_attributes": "_attributes", "annotations_vehicle": "_vehicle",
+              "annotations_traffic": "_traffic"}[kind]
+    return Path(root) / kind / f"{video_id}{suffix}.xml"
+
+
+def clip_path(root: str | os.PathLike, video_id: str) -> Path:
+    return Path(root) / "clips" / f"{video_id}.mp4"
+
+
+def list_videos(root: str | os.PathLike) -> list[str]:
+    """The video ids that have an annotation XML, sorted."""
+    d = Path(root) / "annotations"
+    if not d.is_dir():
+        raise SourceError(f"not a JAAD folder: no annotations/ folder in {root}", file=str(d))
+    return sorted(p.stem for p in d.glob("video_*.xml"))
+
+
+def read_splits(root: str | os.PathLike, variant: str = "default") -> dict[str, str]:
+    """video_id -> 'train' | 'val' | 'test' from ``split_ids/<variant>/``; {} when the folder is absent."""
+    out: dict[str, str] = {}
+    d = Path(root) / "split_ids" / variant
+    for split in JAAD_SPLITS:
+        p = d / f"{split}.txt"
+        if p.is_file():
+            for line in p.read_text().split():
+                out[line.strip()] = split
+    return out
+
+
+def _parse(path: Path, video_id: str) -> ET.Element:
+    try:
+        return ET.parse(path).getroot()
+    except FileNotFoundError:
+        raise SourceError(f"{video_id}: missing annotation file", scene=video_id, file=str(path)) from None
+    except ET.ParseError as err:
+        raise SourceError(f"{video_id}: broken XML ({err})", scene=video_id, file=str(path)) from None
+    except OSError as err:
+        raise SourceError(f"{video_id}: cannot read ({err.strerror or err})", scene=video_id, file=str(path)) from None
+
+
+def _int(text, what: str, video_id: str, path: Path) -> int:
+    try:
+        return int(float(text))
+    except (TypeError, ValueError):
+        raise SourceError(f"{video_id}: {what} is not a number ({str(text)[:40]!r})", scene=video_id,
+                          file=str(path)) from None
+
+
+def _read_annotations(root, video_id: str, cfg: PieConfig) -> tuple[dict, dict[str, list]]:
+    path = annotation_path(root, video_id)
+    xml = _parse(path, video_id)
+    task = xml.find("meta/task")
+    if task is None or task.find("original_size/width") is None:
+        raise SourceError(f"{video_id}: no meta/task/original_size in the annotation", scene=video_id, file=str(path))
+    width = _int(task.findtext("original_size/width"), "image width", video_id, path)
+    height = _int(task.findtext("original_size/height"), "image height", video_id, path)
+    num_frames = _int(task.findtext("size"), "number of frames", video_id, path)
+    if width <= 0 or height <= 0 or num_frames <= 0:
+        raise SourceError(f"{video_id}: image size {width}x{height}, {num_frames} frames", scene=video_id,
+                          file=str(path))
+    va = task.find("video_attributes")
+    meta = {"video_id": video_id, "width_px": width, "height_px": height, "num_frames": num_frames,
+            "time_of_day": va.findtext("time_of_day") if va is not None else None,
+            "weather": va.findtext("weather") if va is not None else None,
+            "location": va.findtext("location") if va is not None else None}
+    cols: dict[str, list] = {n: [] for n in BOXES_SCHEMA.names}
+    tol = cfg.box_outside_tolerance_px
+    seen: set[str] = set()
+    for track in xml.iter("track"):
+        label = track.get("label")
+        if label not in JAAD_TRACK_LABELS:
+            raise SourceError(f"{video_id}: track label {str(label)[:40]!r} is not one of {JAAD_TRACK_LABELS}",
+                              scene=video_id, file=str(path))
+        frames, pid = [], None
+        for box in track.iter("box"):
+            if box.get("outside") == "1":  # CVAT: the object is out of view in this frame
+                continue
+            attrs = {a.get("name"): a.text for a in box.iter("attribute")}
+            pid = pid or attrs.get("id")
+            if not pid:
+                raise SourceError(f"{video_id}: a {label} track without an id", scene=video_id, file=str(path))
+            frame = _int(box.get("frame"), f"frame of {pid}", video_id, path)
+            try:
+                x1, y1, x2, y2 = (float(box.get(k)) for k in ("xtl", "ytl", "xbr", "ybr"))
+            except (TypeError, ValueError):
+                raise SourceError(f"{video_id}: {pid} frame {frame}: box coordinates missing or not numbers",
+                                  scene=video_id, file=str(path)) from None
+            if not (all(map(math.isfinite, (x1, y1, x2, y2))) and x1 < x2 and y1 < y2
+                    and x1 >= -tol and y1 >= -tol and x2 <= width + tol and y2 <= height + tol):
+                raise SourceError(f"{video_id}: {pid} frame {frame}: box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) outside "
+                                  f"the {width}x{height} image or empty", scene=video_id, file=str(path))
+            if not 0 <= frame < num_frames:
+                raise SourceError(f"{video_id}: {pid} frame {frame} outside the video's {num_frames} frames",
+                                  scene=video_id, file=str(path))
+            frames.append(frame)
+            cols["video_id"].append(video_id)
+            cols["ped_id"].append(pid)
+            cols["label"].append(label)
+            cols["frame"].append(frame)
+            cols["x1_px"].append(x1)
+            cols["y1_px"].append(y1)
+            cols["x2_px"].append(x2)
+            cols["y2_px"].append(y2)
+            cols["occluded"].append(box.get("occluded") == "1")
+            for t in BEHAVIOUR_TAGS:
+                cols[t].append(attrs.get(t))
+        if not frames:
+            continue
+        if pid in seen:
+            raise SourceError(f"{video_id}: pedestrian {pid} has two tracks", scene=video_id, file=str(path))
+        seen.add(pid)
+        f = np.asarray(frames)
+        d = np.diff(f)
+        if (d <= 0).any():
+            raise SourceError(f"{video_id}: {pid}: frames repeat or go backwards", scene=video_id, file=str(path))
+        if (d > 1).any() and cfg.track_gap == "error":
+            i = int(np.argmax(d > 1))
+            raise SourceError(f"{video_id}: {pid}: track has a gap: frames {int(f[i]) + 1}-{int(f[i + 1]) - 1} "
+                              f"missing", scene=video_id, file=str(path))
+    return meta, cols
+
+
+def _read_attributes(root, video_id: str) -> dict[str, list]:
+    path = annotation_path(root, video_id, "annotations_attributes")
+    xml = _parse(path, video_id)
+    cols: dict[str, list] = {n: [] for n in PEDESTRIANS_SCHEMA.names}
+    for p in xml.iter("pedestrian"):
+        cols["video_id"].append(video_id)
+        cols["ped_id"].append(p.get("id"))
+        cols["old_id"].append(p.get("old_id"))
+        for a in PED_ATTRIBUTES_INT:
+            v = p.get(a)
+            cols[a].append(None if v is None else _int(v, f"{p.get('id')} {a}", video_id, path))
+        for a in PED_ATTRIBUTES_STR:
+            cols[a].append(p.get(a))
+    return cols
+
+
+def _read_vehicle(root, video_id: str, num_frames: int) -> dict[str, list]:
+    path = annotation_path(root, video_id, "annotations_vehicle")
+    xml = _parse(path, video_id)
+    frames, actions = [], []
+    for f in xml.iter("frame"):
+        a = f.get("action")
+        if a not in JAAD_VEHICLE_ACTIONS:
+            raise SourceError(f"{video_id}: vehicle action {str(a)[:40]!r} is not one of {JAAD_VEHICLE_ACTIONS}",
+                              scene=video_id, file=str(path))
+        frame = _int(f.get("id"), "vehicle frame id", video_id, path)
+        if not 0 <= frame < num_frames:
+            raise SourceError(f"{video_id}: vehicle frame {frame} outside the video's {num_frames} frames",
+                              scene=video_id, file=str(path))
+        frames.append(frame)
+        actions.append(a)
+    return {"video_id": [video_id] * len(frames), "frame": frames, "action": actions}
+
+
+def _read_traffic(root, video_id: str) -> tuple[str | None, dict[str, list]]:
+    path = annotation_path(root, video_id, "annotations_traffic")
+    cols: dict[str, list] = {n: [] for n in TRAFFIC_SCHEMA.names}
+    if not path.is_file():  # optional: not every JAAD copy has it
+        return None, cols
+    xml = _parse(path, video_id)
+    for f in xml.iter("frame"):
+        cols["video_id"].append(video_id)
+        cols["frame"].append(_int(f.get("id"), "traffic frame id", video_id, path))
+        for k in ("ped_crossing", "ped_sign", "stop_sign"):
+            v = f.get(k)
+            cols[k].append(None if v in (None, "n/a") else _int(v, k, video_id, path))
+        cols["traffic_light"].append(f.get("traffic_light"))
+    return xml.findtext("road_type"), cols
+
+
+def read_video(root: str | os.PathLike, video_id: str, cfg: PieConfig | None = None,
+               splits: dict[str, str] | None = None, require_clip: bool = False) -> dict[str, pa.Table]:
+    """One video's tables ({videos, boxes, pedestrians, vehicle, traffic}); raises ``SourceError`` naming the
+    file and the video. ``require_clip``: its ``clips/<video>.mp4`` must exist too."""
+    cfg = cfg or PieConfig()
+    meta, boxes = _read_annotations(root, video_id, cfg)
+    peds = _read_attributes(root, video_id)
+    vehicle = _read_vehicle(root, video_id, meta["num_frames"])
+    road_type, traffic = _read_traffic(root, video_id)
+    if require_clip and not clip_path(root, video_id).is_file():
+        raise SourceError(f"{video_id}: missing video", scene=video_id, file=str(clip_path(root, video_id)))
+    meta["road_type"] = road_type
+    meta["split"] = (splits or {}).get(video_id)
+    return {"videos": pa.Table.from_pylist([meta], schema=VIDEOS_SCHEMA),
+            "boxes": pa.Table.from_pydict(boxes, schema=BOXES_SCHEMA),
+            "pedestrians": pa.Table.from_pydict(peds, schema=PEDESTRIANS_SCHEMA),
+            "vehicle": pa.Table.from_pydict(vehicle, schema=VEHICLE_SCHEMA),
+            "traffic": pa.Table.from_pydict(traffic, schema=TRAFFIC_SCHEMA)}
+
+
+_SCHEMAS = {"videos": VIDEOS_SCHEMA, "boxes": BOXES_SCHEMA, "pedestrians": PEDESTRIANS_SCHEMA,
+            "vehicle": VEHICLE_SCHEMA, "traffic": TRAFFIC_SCHEMA}
+
+
+def read_jaad(root: str | os.PathLike, cfg: PieConfig | None = None, video_ids: Sequence[str] | None = None,
+              require_clips: bool = False) -> JaadTables:
+    """Every video of a JAAD folder (or ``video_ids``). A video that cannot be used is left out and its
+    ``SourceError`` listed in ``errors``; the others continue."""
+    cfg = cfg or PieConfig()
+    ids = list(video_ids) if video_ids is not None else list_videos(root)
+    splits = read_splits(root, cfg.split_variant)
+    parts: dict[str, list[pa.Table]] = {k: [] for k in _SCHEMAS}
+    errors: list[SourceError] = []
+    for vid in ids:
+        try:
+            tables = read_video(root, vid, cfg, splits, require_clip=require_clips)
+        except SourceError as err:
+            errors.append(err)
+            continue
+        for k, t in tables.items():
+            parts[k].append(t)
+    out = {k: pa.concat_tables(v) if v else _SCHEMAS[k].empty_table() for k, v in parts.items()}
+    return JaadTables(root=str(root), errors=errors, **out)
+
+
+def read_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | None = None) -> dict[int, np.ndarray]:
+    """Decode only ``frames`` (0-based) of a video, as BGR uint8 arrays: one seek to the first wanted frame,
+    then ``grab()`` over short stretches between wanted frames (a seek again past 60 frames). Raises
+    ``SourceError`` (file and video named) when the file is missing or unreadable or a frame is past its end."""
+    import cv2
+
+    p = str(path)
+    vid = video_id or Path(p).stem
+    if not os.path.isfile(p):
+        raise SourceError(f"{vid}: missing video", scene=vid, file=p)
+    wanted = sorted({int(f) for f in frames})
+    if not wanted:
+        return {}
+    if wanted[0] < 0:
+        raise SourceError(f"{vid}: negative frame {wanted[0]} requested", scene=vid, file=p)
+    cap = cv2.VideoCapture(p)
+    try:
+        if not cap.isOpened():
+            raise SourceError(f"{vid}: OpenCV cannot open the video", scene=vid, file=p)
+        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+        if count > 0 and wanted[-1] >= count:
+            raise SourceError(f"{vid}: frame {wanted[-1]} past the video's {count} frames", scene=vid, file=p)
+        out: dict[int, np.ndarray] = {}
+        pos = None  # index of the next frame read() would return
+        for f in wanted:
+            if pos is None or f < pos or f - pos > 60:
+                cap.set(cv2.CAP_PROP_POS_FRAMES, f)
+                pos = f
+            while pos < f:
+                if not cap.grab():
+                    raise SourceError(f"{vid}: cannot decode frame {pos}", scene=vid, file=p)
+                pos += 1
+            ok, img = cap.read()
+            if not ok or img is None:
+                raise SourceError(f"{vid}: cannot decode frame {f}", scene=vid, file=p)
+            out[f] = img
+            pos = f + 1
+        return out
+    finally:
+        cap.release()

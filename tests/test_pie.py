@@ -1,0 +1,534 @@
+"""PIE/JAAD family (issue 14): the JAAD reader, the benchmark's samples and labels, the export and the scorer.
+
+Synthetic JAAD folders are written here (XML in JAAD's own layout, a tiny mp4 made with OpenCV); the real
+annotations are read from ../shared/data/jaad when present (skipped otherwise).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from generator.attributes.pie import (build_samples, region_distance, risk_class, risk_region, risk_weight,
+                                      sample_counts, tte_weight)
+from generator.cli import main as cli
+from generator.runfolder import RunStore
+from generator.sources.jaad import read_frames, read_jaad
+from generator.validate.score import pie as scorer
+from generator.writers.pie_export import EXPORT_FORMAT, write_pie_export
+from schemas.config import PieConfig, parse_config
+from schemas.errors import ConfigError, RunFolderError, SourceError
+
+JAAD = Path(__file__).parents[1].parent / "shared" / "data" / "jaad"
+needs_jaad = pytest.mark.skipif(not (JAAD / "annotations").is_dir(),
+                                reason=f"JAAD annotations not found at {JAAD} (../shared/data/jaad)")
+
+
+# ------------------------------------------------------------------------------------------ synthetic JAAD
+def _box(frame, x1, y1, x2, y2, pid, label, cross="not-crossing"):
+    tags = ""
+    if label == "pedestrian":
+        tags = (f'<attribute name="action">walking</attribute><attribute name="look">not-looking</attribute>'
+                f'<attribute name="cross">{cross}</attribute><attribute name="hand_gesture">__undefined__</attribute>'
+                f'<attribute name="reaction">__undefined__</attribute><attribute name="nod">__undefined__</attribute>')
+    return (f'<box frame="{frame}" keyframe="1" occluded="0" outside="0" xtl="{x1}" ytl="{y1}" xbr="{x2}" ybr="{y2}">'
+            f'<attribute name="id">{pid}</attribute><attribute name="old_id">p</attribute>{tags}'
+            f'<attribute name="occlusion">none</attribute></box>')
+
+
+def write_video(root: Path, vid: str, tracks: list[dict], peds: list[dict], n_frames: int = 200,
+                width: int = 1920, height: int = 1080, split: str | None = "train") -> None:
+    """One JAAD video's XMLs. ``tracks``: {pid, label, frames, x (frame -> centre x), cross_from (frame)}."""
+    for d in ("annotations", "annotations_attributes", "annotations_vehicle", "annotations_traffic"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    body = []
+    for t in tracks:
+        boxes = []
+        for f in t["frames"]:
+            xc = t["x"](f)
+            cross = "crossing" if t.get("cross_from") is not None and f >= t["cross_from"] else "not-crossing"
+            boxes.append(_box(f, xc - 20, 500, xc + 20, 600, t["pid"], t["label"], cross))
+        body.append(f'<track label="{t["label"]}">{"".join(boxes)}</track>')
+    (root / "annotations" / f"{vid}.xml").write_text(
+        f"<annotations><version>1.1</version><meta><task><name>{vid}</name><size>{n_frames}</size>"
+        f"<original_size><width>{width}</width><height>{height}</height></original_size>"
+        f"<video_attributes><time_of_day>daytime</time_of_day><weather>clear</weather><location>street"
+        f"</location></video_attributes></task></meta>{''.join(body)}</annotations>")
+    attrs = "".join(
+        f'<pedestrian age="adult" crossing="{p["crossing"]}" crossing_point="{p["crossing_point"]}" '
+        f'decision_point="-1" designated="ND" gender="male" group_size="1" id="{p["pid"]}" intersection="no" '
+        f'motion_direction="LAT" num_lanes="2" old_id="p" signalized="n/a" traffic_direction="TW" />' for p in peds)
+    (root / "annotations_attributes" / f"{vid}_attributes.xml").write_text(f"<ped_attributes>{attrs}</ped_attributes>")
+    (root / "annotations_vehicle" / f"{vid}_vehicle.xml").write_text(
+        "<vehicle_info>" + "".join(f'<frame action="{"moving_slow" if f < 100 else "decelerating"}" id="{f}" />'
+                                   for f in range(n_frames)) + "</vehicle_info>")
+    (root / "annotations_traffic" / f"{vid}_traffic.xml").write_text(
+        "<traffic_scene><road_type>street</road_type>" + "".join(
+            f'<frame id="{f}" ped_crossing="0" ped_sign="0" stop_sign="0" traffic_light="n/a" />'
+            for f in range(n_frames)) + "</traffic_scene>")
+    if split:
+        d = root / "split_ids" / "default"
+        d.mkdir(parents=True, exist_ok=True)
+        p = d / f"{split}.txt"
+        p.write_text((p.read_text() if p.exists() else "") + vid + "\n")
+
+
+def _x_cross(f):  # walks left to right: centre 120 + 4 f px
+    return 120 + 4 * f
+
+
+def good_video(root: Path, vid: str = "video_0001", **kw) -> None:
+    """A crossing pedestrian (event 150), a non-crossing one (gone after 120) and a bystander (10-60)."""
+    write_video(root, vid, [
+        {"pid": "0_1_1b", "label": "pedestrian", "frames": range(0, 200), "x": _x_cross, "cross_from": 150},
+        {"pid": "0_1_2b", "label": "pedestrian", "frames": range(0, 121), "x": lambda f: 1800.0},
+        {"pid": "0_1_3", "label": "ped", "frames": range(10, 61), "x": lambda f: 100.0},
+        {"pid": "0_1_4", "label": "people", "frames": range(0, 50), "x": lambda f: 500.0},
+    ], [{"pid": "0_1_1b", "crossing": 1, "crossing_point": 150},
+        {"pid": "0_1_2b", "crossing": 0, "crossing_point": -1}], **kw)
+
+
+@pytest.fixture
+def jaad_dir(tmp_path):
+    root = tmp_path / "jaad"
+    good_video(root)
+    return root
+
+
+# ------------------------------------------------------------------------------------------ risk regions
+def test_risk_class_boundaries_at_1920():
+    x = np.array([0.0, 159.9, 160.0, 639.9, 640.0, 799.9, 800.0, 959.9, 960.0, 1119.9, 1120.0, 1760.0, 1919.9,
+                  2500.0, -5.0])
+    assert risk_region(x, 1920).tolist() == [0, 0, 1, 3, 4, 4, 5, 5, 6, 6, 7, 11, 11, 11, 0]
+    assert risk_class(x, 1920).tolist() == [5, 5, 4, 2, 1, 1, 0, 0, 0, 0, 1, 5, 5, 5, 5]
+
+
+def test_risk_class_boundaries_scale_to_1280():
+    w = 1280 * 160 / 1920  # 106.67 px regions
+    x = np.array([w - 0.01, w, 5 * w - 0.01, 5 * w + 0.01, 7 * w - 0.01, 7 * w + 0.01, 1279.9])
+    assert risk_region(x, 1280).tolist() == [0, 1, 4, 5, 6, 7, 11]
+    assert risk_class(x, 1280).tolist() == [5, 4, 1, 0, 0, 1, 5]
+
+
+def test_region_distance_is_the_papers_formula():
+    assert region_distance(np.arange(12), 12).tolist() == [5, 4, 3, 2, 1, 0, 0, 1, 2, 3, 4, 5]
+    assert region_distance(np.arange(5), 5).tolist() == [2, 1, 0, 1, 2]  # odd N: |cls - m|
+
+
+def test_weights_by_hand():
+    w = tte_weight([90, 60, 30])  # d_tte = 0, 1/3, 2/3; sigma 0.3
+    raw = [1.0, math.exp(-0.5 * (1 / 3 / 0.3) ** 2), math.exp(-0.5 * (2 / 3 / 0.3) ** 2)]
+    assert np.allclose(w, np.array(raw) / sum(raw))
+    assert w[0] > w[1] > w[2]  # closer to the event, lower weight
+    assert np.allclose(risk_weight([0, 3, 5]), [1.0, math.exp(-0.5), math.exp(-0.5 * 25 / 9)])  # m sigma = 3
+
+
+def test_pie_config_is_checked():
+    cfg = parse_config({"pie": {"risk_region_width_px": 320}}).pie
+    assert cfg.risk_regions == 6 and cfg.sample_step_frames == 10
+    with pytest.raises(ConfigError, match="pie"):
+        parse_config({"pie": {"risk_region_width_px": 500}})
+    with pytest.raises(ConfigError, match="tte_min_frames"):
+        parse_config({"pie": {"tte_min_frames": 100}})
+
+
+# ------------------------------------------------------------------------------------------ reader + samples
+def test_reader_tables(jaad_dir):
+    t = read_jaad(jaad_dir)
+    assert t.errors == [] and t.video_ids == ["video_0001"]
+    assert t.boxes.num_rows == 200 + 121 + 51 + 50
+    assert set(t.boxes.column("label").to_pylist()) == {"pedestrian", "ped", "people"}
+    assert t.pedestrians.num_rows == 2 and t.vehicle.num_rows == 200 and t.traffic.num_rows == 200
+    assert t.videos.to_pylist()[0]["split"] == "train"
+
+
+def test_action_and_risk_samples_by_hand(jaad_dir):
+    t = read_jaad(jaad_dir)
+    s, stats = build_samples(t.videos, t.boxes, t.pedestrians, t.vehicle)
+    act = [r for r in s.to_pylist() if r["task"] == "action"]
+    cross = sorted((r for r in act if r["ped_id"] == "0_1_1b"), key=lambda r: r["end_frame"])
+    assert [r["end_frame"] for r in cross] == [60, 70, 80, 90, 100, 110, 120]
+    assert [r["tte_frames"] for r in cross] == [90, 80, 70, 60, 50, 40, 30]
+    assert {r["crossing"] for r in cross} == {1} and cross[0]["tte_s"] == pytest.approx(3.0)
+    assert cross[0]["frames"] == list(range(46, 61)) and len(cross[0]["boxes_px"]) == 15
+    assert cross[0]["boxes_px"][-1] == [_x_cross(60) - 20, 500, _x_cross(60) + 20, 600]
+    assert cross[0]["ego_action"][0] == "moving_slow" and cross[-1]["ego_action"][-1] == "decelerating"
+    assert cross[0]["image_paths"][0] == "images/video_0001/00046.png"
+    # risk 3 s ahead: end 60 -> frame 150, centre 720 px: region 4, class 1; end 120 -> frame 210 is past the
+    # track (last box 199, centre 916 px): region 5, class 0
+    assert (cross[0]["risk_horizon_frame"], cross[0]["risk_region"], cross[0]["risk_class"]) == (150, 4, 1)
+    assert cross[0]["risk_box_visible"]
+    assert (cross[-1]["risk_horizon_frame"], cross[-1]["risk_class"], cross[-1]["risk_box_visible"]) == (199, 0, False)
+    nc = sorted((r for r in act if r["ped_id"] == "0_1_2b"), key=lambda r: r["end_frame"])
+    assert [r["tte_frames"] for r in nc] == [90, 80, 70, 60, 50, 40, 30] and {r["crossing"] for r in nc} == {0}
+    assert {r["event_frame"] for r in nc} == {120}
+    by = [r for r in act if r["ped_id"] == "0_1_3"]  # bystander 10-60: only the window ending at 30 fits
+    assert [(r["end_frame"], r["tte_frames"], r["crossing"], r["intention"]) for r in by] == [(30, 30, 0, 0)]
+    assert not [r for r in s.to_pylist() if r["ped_id"] == "0_1_4"]  # groups are not sampled
+    risk = sorted((r for r in s.to_pylist() if r["task"] == "risk" and r["ped_id"] == "0_1_1b"),
+                  key=lambda r: r["end_frame"])
+    assert [r["end_frame"] for r in risk] == list(range(14, 200, 10))
+    counts = sample_counts(s)
+    assert counts["action"]["samples"] == 15 and counts["action"]["crossing"] == 7
+    cfg = PieConfig(include_bystanders=False)
+    s2, _ = build_samples(t.videos, t.boxes, t.pedestrians, t.vehicle, cfg)
+    assert "0_1_3" not in s2.column("ped_id").to_pylist()
+
+
+def test_named_errors_and_other_videos_continue(jaad_dir):
+    good_video(jaad_dir, "video_0002")
+    (jaad_dir / "annotations" / "video_0002.xml").write_text(
+        (jaad_dir / "annotations" / "video_0002.xml").read_text()[:500])  # truncated: broken XML
+    write_video(jaad_dir, "video_0003", [{"pid": "0_3_1b", "label": "pedestrian", "frames": range(0, 50),
+                                          "x": lambda f: 1900.0 + f}],
+                [{"pid": "0_3_1b", "crossing": 0, "crossing_point": -1}])
+    write_video(jaad_dir, "video_0004", [{"pid": "0_4_1b", "label": "pedestrian",
+                                          "frames": list(range(0, 40)) + list(range(60, 120)), "x": _x_cross}],
+                [{"pid": "0_4_1b", "crossing": 0, "crossing_point": -1}])
+    good_video(jaad_dir, "video_0005")
+    (jaad_dir / "annotations_vehicle" / "video_0005_vehicle.xml").unlink()
+    t = read_jaad(jaad_dir)
+    assert t.video_ids == ["video_0001"]
+    errs = {e.scene: e for e in t.errors}
+    assert set(errs) == {"video_0002", "video_0003", "video_0004", "video_0005"}
+    assert all(isinstance(e, SourceError) for e in errs.values())
+    assert "broken XML" in errs["video_0002"].message and errs["video_0002"].file.endswith("annotations/video_0002.xml")
+    assert "outside" in errs["video_0003"].message and "0_3_1b" in errs["video_0003"].message
+    assert "gap" in errs["video_0004"].message and "40-59" in errs["video_0004"].message
+    assert "missing" in errs["video_0005"].message and errs["video_0005"].file.endswith("video_0005_vehicle.xml")
+    # track_gap: keep reads the gapped video and samples only windows without the gap
+    t2 = read_jaad(jaad_dir, PieConfig(track_gap="keep"), video_ids=["video_0004"])
+    assert t2.errors == []
+    s, _ = build_samples(t2.videos, t2.boxes, t2.pedestrians, t2.vehicle, PieConfig(track_gap="keep"))
+    for r in s.to_pylist():
+        assert not set(r["frames"]) & set(range(40, 60))
+    # a missing clip is an error when clips are required; the other videos continue
+    t3 = read_jaad(jaad_dir, video_ids=["video_0001"], require_clips=True)
+    assert t3.video_ids == [] and "missing video" in t3.errors[0].message
+    assert t3.errors[0].file.endswith("clips/video_0001.mp4")
+
+
+def _make_mp4(path: Path, n: int = 40, w: int = 64, h: int = 48):
+    cv2 = pytest.importorskip("cv2")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vw = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30.0, (w, h))
+    if not vw.isOpened():
+        pytest.skip("OpenCV cannot write mp4v here")
+    for i in range(n):
+        img = np.zeros((h, w, 3), np.uint8)
+        img[:, :, 1] = i * 6  # the frame's index, readable back despite compression
+        vw.write(img)
+    vw.release()
+
+
+def test_read_frames_decodes_only_requested_frames(tmp_path):
+    clip = tmp_path / "clips" / "video_0001.mp4"
+    _make_mp4(clip)
+    got = read_frames(clip, [35, 3, 17, 18])
+    assert sorted(got) == [3, 17, 18, 35]
+    for f, img in got.items():
+        assert img.shape == (48, 64, 3)
+        assert abs(float(img[:, :, 1].mean()) - 6 * f) < 4, f
+    with pytest.raises(SourceError, match="past the video"):
+        read_frames(clip, [40])
+    with pytest.raises(SourceError, match="missing video") as err:
+        read_frames(tmp_path / "clips" / "video_0009.mp4", [0])
+    assert err.value.scene == "video_0009"
+
+
+# ------------------------------------------------------------------------------------------ export + CLI
+def test_export_pie_command(jaad_dir, tmp_path, capsys):
+    out = tmp_path / "export"
+    assert cli(["export_pie", "--data", str(jaad_dir), "--out", str(out)]) == 0
+    summary = json.loads((out / "export_summary.json").read_text())
+    assert summary["format"] == EXPORT_FORMAT
+    assert sorted(summary["files"]) == ["action/train.parquet", "export_summary.json", "risk/train.parquet"]
+    t = pq.read_table(out / "action" / "train.parquet")
+    assert t.num_rows == 15 and {"boxes_px", "ego_action", "image_paths", "crossing", "tte_frames", "ped_id",
+                                 "video_id", "risk_class"} <= set(t.column_names)
+    # an earlier export is replaced; its files this one does not write go
+    (jaad_dir / "split_ids" / "default" / "train.txt").write_text("")
+    (jaad_dir / "split_ids" / "default" / "val.txt").write_text("video_0001\n")
+    assert cli(["export_pie", "--data", str(jaad_dir), "--out", str(out)]) == 0
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.parquet")) == [
+        "action/val.parquet", "risk/val.parquet"]
+    # a non-empty folder that is not an export is refused (exit 2), untouched
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    assert cli(["export_pie", "--data", str(jaad_dir), "--out", str(foreign)]) == 2
+    assert "not an earlier PIE export" in capsys.readouterr().err
+    assert [p.name for p in foreign.iterdir()] == ["keep.txt"]
+    with pytest.raises(RunFolderError):
+        write_pie_export(RunStore(foreign), pa.table({"task": ["action"]}))
+
+
+# ------------------------------------------------------------------------------------------ metrics by hand
+def _conf(p):
+    p = np.asarray(p, dtype=float)
+    return np.stack([1 - p, p], axis=1)
+
+
+def test_base_metrics_by_hand():
+    m = scorer.base_metrics(np.array([0, 0, 1, 1]), _conf([0.1, 0.6, 0.4, 0.8]))
+    # predictions 0 1 0 1: one TP, one FP, one FN
+    assert m["Acc"] == pytest.approx(0.5) and m["bAcc"] == pytest.approx(0.5)
+    assert m["Prec"] == pytest.approx(0.5) and m["F1"] == pytest.approx(0.5)
+    assert m["AUC"] == pytest.approx(0.75)  # 3 of the 4 (positive, negative) pairs ordered
+    assert m["ap"] == pytest.approx(0.5 * 1 + 0.5 * 2 / 3)  # ranks: + - + -
+    assert m["mAP"] == pytest.approx(0.5 * 1 + 0.5 * 2 / 3)  # the negative class ranks the same way
+
+
+def test_multiclass_metrics_by_hand():
+    y = np.array([0, 1, 2])
+    conf = np.eye(6)[[0, 1, 1]]
+    m = scorer.base_metrics(y, conf)
+    assert m["Acc"] == pytest.approx(2 / 3) and m["bAcc"] == pytest.approx(2 / 3)
+    assert m["Prec"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert m["F1"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+    w = risk_weight(y)
+    wm = scorer.weighted_metrics(y, conf, w)
+    assert wm["Acc"] == pytest.approx((1 + math.exp(-0.5 / 9)) / (1 + math.exp(-0.5 / 9) + math.exp(-2 / 9)))
+
+
+def test_tte_weighted_accuracy_by_hand():
+    y = np.array([1, 1, 1])
+    conf = _conf([0.9, 0.9, 0.1])  # the sample nearest the event (TTE 30) is wrong
+    w = tte_weight([90, 60, 30])
+    raw = [1.0, math.exp(-0.5 * (1 / 0.9) ** 2), math.exp(-0.5 * (2 / 0.9) ** 2)]
+    assert scorer.weighted_metrics(y, conf, w)["Acc"] == pytest.approx((raw[0] + raw[1]) / sum(raw))
+    assert scorer.base_metrics(y, conf)["Acc"] == pytest.approx(2 / 3)
+
+
+def test_instance_metrics_by_hand():
+    y = np.array([1, 1, 1, 0, 0, 1])
+    conf = _conf([0.8, 0.7, 0.3, 0.2, 0.1, 0.6])
+    keys = [("v", "A")] * 3 + [("v", "B")] * 2 + [("v", "C")]
+    m = scorer.instance_metrics(y, conf, scorer.instance_groups(keys))
+    assert m["instances"] == 3
+    assert m["soft"]["Acc"] == 1.0  # A's mean 0.6 -> crossing
+    # hard: A's samples disagree -> wrong (non-crossing); B right, C right
+    assert m["hard"]["Acc"] == pytest.approx(2 / 3) and m["hard"]["bAcc"] == pytest.approx(0.75)
+    assert m["hard"]["Prec"] == pytest.approx(1.0) and m["hard"]["F1"] == pytest.approx(2 / 3)
+    assert m["conf_delta"]["max"] == pytest.approx(0.25)  # A: (0.1 + 0.4) / 2
+    assert m["conf_delta"]["avg"] == pytest.approx((0.25 + 0.1) / 2)  # C has one sample: no delta
+
+
+def test_risk_instances_are_runs_of_one_class():
+    keys = scorer.instance_keys(["v"] * 5, ["A", "A", "A", "A", "B"], np.array([2, 2, 1, 2, 2]))
+    assert keys == [("v", "A", 0), ("v", "A", 0), ("v", "A", 1), ("v", "A", 2), ("v", "B", 0)]
+
+
+# ------------------------------------------------------------------------------------------ scorer end to end
+def _many_videos(root: Path, n: int = 6) -> None:
+    """Crossing and non-crossing pedestrians with long tracks: 7 action samples each."""
+    for i in range(1, n + 1):
+        vid = f"video_{i:04d}"
+        write_video(root, vid, [
+            {"pid": f"0_{i}_1b", "label": "pedestrian", "frames": range(0, 200), "x": _x_cross, "cross_from": 150},
+            {"pid": f"0_{i}_2b", "label": "pedestrian", "frames": range(0, 160), "x": lambda f, i=i: 200.0 + 40 * i},
+        ], [{"pid": f"0_{i}_1b", "crossing": 1, "crossing_point": 150},
+            {"pid": f"0_{i}_2b", "crossing": 0, "crossing_point": -1}], split="test" if i % 2 else "train")
+
+
+@pytest.fixture
+def export_dir(tmp_path):
+    root = tmp_path / "jaad"
+    _many_videos(root)
+    out = tmp_path / "export"
+    assert cli(["export_pie", "--data", str(root), "--out", str(out)]) == 0
+    return out
+
+
+def _targets(out: Path) -> list[dict]:
+    rows = []
+    for f in sorted(out.rglob("*.parquet")):
+        rows += pq.read_table(f).select(["sample_id", "task", "crossing", "risk_class", "tte_frames", "ped_id",
+                                         "end_frame"]).to_pylist()
+    return rows
+
+
+def _oracle(rows):
+    return [{"sample_id": r["sample_id"], "crossing_prob": float(r["crossing"])} if r["task"] == "action" else
+            {"sample_id": r["sample_id"], "risk_probs": np.eye(6)[r["risk_class"]].tolist()} for r in rows]
+
+
+def _write_pred(path: Path, preds: list[dict]) -> str:
+    path.write_text(json.dumps(preds))
+    return str(path)
+
+
+def _flat(m: dict) -> dict:
+    return {f"{g}.{k}": v for g in ("base", "weighted", "soft", "hard") for k, v in m[g].items()}
+
+
+def test_oracle_is_perfect_on_every_metric(export_dir, tmp_path):
+    rows = _targets(export_dir)
+    res = scorer.score(_write_pred(tmp_path / "p.json", _oracle(rows)), str(export_dir))
+    assert res["problems"] == []
+    for task in ("action", "risk"):
+        m = res["tasks"][task]
+        assert m["scored"] == m["samples"] > 0
+        assert all(v == pytest.approx(1.0) for v in _flat(m).values() if v is not None), (task, _flat(m))
+        assert m["conf_delta"]["max"] == 0.0 and m["conf_delta"]["avg"] == 0.0
+    # Parquet predictions score the same
+    pq.write_table(pa.Table.from_pylist([p for p in _oracle(rows) if "crossing_prob" in p]), tmp_path / "p.parquet")
+    res2 = scorer.score(str(tmp_path / "p.parquet"), str(export_dir), splits=["test"])
+    assert res2["tasks"]["action"]["base"]["Acc"] == 1.0 and res2["problems"] == []
+    assert res2["tasks"]["risk"]["scored"] == 0
+    assert "action" in scorer.to_text(res2)
+    assert cli(["score", "pie", str(export_dir), "--pred", str(tmp_path / "p.json"), "--out", str(tmp_path / "s")]) == 0
+    assert json.loads((tmp_path / "s" / "score.json").read_text())["tasks"]["risk"]["hard"]["F1"] == 1.0
+
+
+def test_corruption_lowers_base_metrics(export_dir, tmp_path):
+    rows = _targets(export_dir)
+    preds = _oracle(rows)
+    rng = np.random.default_rng(0)
+    for p in preds:
+        if rng.random() < 0.3:
+            if "crossing_prob" in p:
+                p["crossing_prob"] = 1.0 - p["crossing_prob"]
+            else:
+                p["risk_probs"] = np.roll(p["risk_probs"], 1).tolist()
+    res = scorer.score(_write_pred(tmp_path / "p.json", preds), str(export_dir))
+    for task in ("action", "risk"):
+        b = res["tasks"][task]["base"]
+        assert all(b[k] < 1.0 for k in ("mAP", "bAcc", "AUC", "Acc", "Prec", "F1")), (task, b)
+
+
+def _acc_drop(res, task):
+    m = res["tasks"][task]
+    return 1 - m["base"]["Acc"], 1 - m["weighted"]["Acc"]
+
+
+def test_weighting_works(export_dir, tmp_path):
+    rows = _targets(export_dir)
+    # TTE weights (§III-D 1: "the closer a sample is to the event, the lower is its weight"): corrupting the
+    # samples nearest the event changes the weighted accuracy less than the base one; the farthest, more
+    near = _oracle(rows)
+    far = _oracle(rows)
+    for p, r in zip(near, rows):
+        if r["task"] == "action" and r["tte_frames"] <= 40:
+            p["crossing_prob"] = 1.0 - p["crossing_prob"]
+    for p, r in zip(far, rows):
+        if r["task"] == "action" and r["tte_frames"] >= 80:
+            p["crossing_prob"] = 1.0 - p["crossing_prob"]
+    base_n, weighted_n = _acc_drop(scorer.score(_write_pred(tmp_path / "n.json", near), str(export_dir)), "action")
+    base_f, weighted_f = _acc_drop(scorer.score(_write_pred(tmp_path / "f.json", far), str(export_dir)), "action")
+    assert base_n == pytest.approx(base_f) and 0 < weighted_n < 0.5 * base_n and weighted_f > base_f
+    # risk weights: corrupting the samples far from the image centre (classes 4-5) changes the weighted
+    # accuracy less than the base one
+    edge = _oracle(rows)
+    for p, r in zip(edge, rows):
+        if r["task"] == "risk" and r["risk_class"] >= 4:
+            p["risk_probs"] = np.eye(6)[0].tolist()
+    base_e, weighted_e = _acc_drop(scorer.score(_write_pred(tmp_path / "e.json", edge), str(export_dir)), "risk")
+    assert 0 < weighted_e < base_e
+
+
+def test_flipping_one_sample_changes_the_hard_metric(export_dir, tmp_path):
+    rows = _targets(export_dir)
+    ok = scorer.score(_write_pred(tmp_path / "o.json", _oracle(rows)), str(export_dir))["tasks"]["action"]
+    preds = _oracle(rows)
+    i = next(k for k, r in enumerate(rows) if r["task"] == "action" and r["crossing"] == 1 and r["tte_frames"] == 60)
+    preds[i]["crossing_prob"] = 0.0
+    m = scorer.score(_write_pred(tmp_path / "p.json", preds), str(export_dir))["tasks"]["action"]
+    n_inst = m["instances"]
+    assert m["hard"]["Acc"] == pytest.approx(1 - 1 / n_inst)  # one pedestrian of n wrong
+    assert m["soft"]["Acc"] == 1.0  # its mean confidence is still 6/7 crossing
+    assert m["base"]["Acc"] == pytest.approx(1 - 1 / m["scored"])  # one sample of many
+    assert (1 - m["hard"]["Acc"]) > 2 * (1 - m["base"]["Acc"])
+    assert m["conf_delta"]["max"] > ok["conf_delta"]["max"]
+
+
+def test_malformed_predictions_are_listed_not_fatal(export_dir, tmp_path):
+    rows = _targets(export_dir)
+    preds = [p for p in _oracle(rows) if "crossing_prob" in p]
+    missing = preds.pop(0)["sample_id"]
+    preds[0]["crossing_prob"] = float("nan")
+    preds[1]["crossing_prob"] = 1.5
+    preds.append(dict(preds[2]))
+    preds.append({"sample_id": "action/video_9999/x/1", "crossing_prob": 0.5})
+    preds.append({"crossing_prob": 0.5})
+    preds.append("not an object")
+    risk_id = next(r["sample_id"] for r in rows if r["task"] == "risk")
+    preds.append({"sample_id": risk_id, "risk_probs": [0.5, 0.5]})
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"predictions": preds}))  # NaN: JSON's extension, as json.dumps writes it
+    res = scorer.score(str(path), str(export_dir))
+    kinds = {(p["kind"], p["sample_id"]) for p in res["problems"]}
+    assert ("missing", missing) in kinds
+    assert ("invalid", preds[0]["sample_id"]) in kinds and ("invalid", preds[1]["sample_id"]) in kinds
+    assert ("duplicate", preds[2]["sample_id"]) in kinds and ("unknown", "action/video_9999/x/1") in kinds
+    assert ("invalid", risk_id) in kinds
+    assert res["problem_counts"]["malformed"] == 2
+    m = res["tasks"]["action"]
+    assert m["scored"] == m["samples"] - 3 and m["base"]["Acc"] == 1.0
+    # every other risk sample is missing, listed one by one
+    assert res["problem_counts"]["missing"] == 1 + res["tasks"]["risk"]["samples"] - 1
+    assert "problems" in scorer.to_text(res)
+
+
+def test_unusable_inputs_are_input_errors(export_dir, tmp_path):
+    from schemas.errors import InputError
+
+    with pytest.raises(InputError, match="not a PIE export"):
+        scorer.score(_write_pred(tmp_path / "p.json", []), str(tmp_path))
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(InputError, match="neither Parquet nor JSON"):
+        scorer.score(str(tmp_path / "bad.json"), str(export_dir))
+    assert cli(["score", "pie", str(export_dir), "--pred", str(tmp_path / "bad.json")]) == 2
+
+
+# ------------------------------------------------------------------------------------------ real JAAD
+@pytest.fixture(scope="module")
+def real():
+    t = read_jaad(JAAD)
+    s, stats = build_samples(t.videos, t.boxes, t.pedestrians, t.vehicle)
+    return t, s, stats
+
+
+@needs_jaad
+def test_real_jaad_reads_with_named_errors(real):
+    t, s, _ = real
+    assert len(t.video_ids) + len(t.errors) == 250
+    assert all(isinstance(e, SourceError) and e.scene and e.file for e in t.errors)
+    assert len(t.errors) == 13 and all("track has a gap" in e.message for e in t.errors)
+    assert set(t.videos.column("split").to_pylist()) <= {"train", "val", "test", None}
+
+
+@needs_jaad
+def test_real_jaad_crossing_attribute_reproduced(real):
+    t, s, _ = real
+    attr = {(r["video_id"], r["ped_id"]): r for r in t.pedestrians.to_pylist()}
+    act = s.filter(pa.compute.equal(s.column("task"), "action")).to_pylist()
+    seen: dict = {}
+    for r in act:
+        a = attr.get((r["video_id"], r["ped_id"]))
+        if a is None or a["crossing"] not in (0, 1):
+            continue
+        seen.setdefault((r["video_id"], r["ped_id"]), set()).add(r["crossing"])
+        assert r["crossing"] == a["crossing"], r["sample_id"]
+        if a["crossing_point"] >= 0:  # the event is JAAD's crossing_point
+            assert r["end_frame"] + r["tte_frames"] == a["crossing_point"]
+        assert 30 <= r["tte_frames"] <= 90
+    with_attr = [k for k, a in attr.items() if a["crossing"] in (0, 1)]
+    assert len(seen) > 100 and {v for vs in seen.values() for v in vs} == {0, 1}
+    assert len(seen) <= len(with_attr)
+
+
+@needs_jaad
+def test_real_jaad_figures(real):
+    _, s, _ = real
+    c = sample_counts(s)
+    a = c["action"]
+    assert a["crossing"] + a["non_crossing"] == a["samples"] > 0
+    assert sorted(a["per_tte_frames"]) == [30, 40, 50, 60, 70, 80, 90]
+    assert sum(c["risk"]["risk_class"].values()) == c["risk"]["samples"]
+    assert sorted(c["risk"]["risk_class"]) == [0, 1, 2, 3, 4, 5]
