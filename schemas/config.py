@@ -471,6 +471,26 @@ class LabelsConfig(_Model):
     waypoint_step_s: float = Field(0.5, gt=0)  # ... 0.5 s apart (3 s)
 
 
+class EgoBodyConfig(_Model):
+    """The ego vehicle's body in its own frame (nuScenes and AV2: origin at the rear axle, x forward): what the
+    Intention-Drive collision check sweeps and DRAMA-X's corridor is made of. Defaults: the generated logs'
+    ego (``generator.synth.rig`` EGO_SIZE_LWH_M, EGO_CENTER_OFFSET_X_M), a mid-size car."""
+
+    length_m: float = Field(4.9, gt=0)
+    width_m: float = Field(2.0, gt=0)
+    center_offset_m: float = 1.4  # the box centre is this far ahead of the origin
+
+    @property
+    def front_m(self) -> float:
+        """Origin -> front bumper."""
+        return self.center_offset_m + self.length_m / 2
+
+    @property
+    def rear_m(self) -> float:
+        """Origin -> rear bumper."""
+        return self.length_m / 2 - self.center_offset_m
+
+
 class IntentionConfig(_Model):
     """Intention-Drive planning samples and instructions (``generator.attributes.intention``; Intention-Drive
     §3: K BEV waypoints from a history of observations and a language instruction; §3.4: ADE, collision
@@ -483,11 +503,7 @@ class IntentionConfig(_Model):
     # The instruction's maneuver is the labeller's (generator.attributes.labels.ego_labels) on the trajectory
     # past + future, at this time after the sample (the middle of the 3 s horizon).
     classify_at_s: float = Field(1.5, gt=0)
-    # Ego body for the collision check: nuScenes' ego frame is at the rear axle; the box centre is this far
-    # ahead of it. The generated logs' ego body (generator.synth.rig EGO_SIZE_LWH_M, EGO_CENTER_OFFSET_X_M).
-    ego_length_m: float = Field(4.9, gt=0)
-    ego_width_m: float = Field(2.0, gt=0)
-    ego_center_offset_m: float = 1.4
+    # the ego body (swept for collisions) is the config's ``ego`` section
     collision_substeps: int = Field(5, ge=1)  # boxes checked at this many points per waypoint interval
     lane_half_width_m: float = Field(1.75, gt=0)  # "in the ego's lane": |lateral| below this (3.5 m lanes)
     # follow Region [X]: a vehicle ahead in the lane now and at the end, the ego ends this far behind it
@@ -606,9 +622,6 @@ class DramaRiskConfig(_Model):
 
     horizon_s: float = Field(4.0, gt=0)  # look this far ahead for a conflict
     step_s: float = Field(0.25, gt=0)  # future poses are sampled this far apart
-    ego_front_m: float = Field(3.85, ge=0)  # ego origin -> front bumper (nuScenes rear-axle origin, 4.9 m car)
-    ego_rear_m: float = Field(1.05, ge=0)  # ego origin -> rear bumper
-    ego_width_m: float = Field(2.0, gt=0)
     lateral_margin_m: float = Field(0.5, ge=0)  # corridor = ego width + this on each side (+ object half width)
     front_buffer_m: float = Field(5.0, ge=0)  # the corridor reaches this far beyond the front bumper
     # object at p(tau) conflicts when the ego's buffered footprint covers p(tau) at some tau' in
@@ -709,6 +722,7 @@ class PipelineConfig(_Model):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     segmentation: SegmentationConfig = Field(default_factory=SegmentationConfig)
     visibility: VisibilityConfig = Field(default_factory=VisibilityConfig)
+    ego: EgoBodyConfig = Field(default_factory=EgoBodyConfig)
     labels: LabelsConfig = Field(default_factory=LabelsConfig)
     drama_x: DramaXConfig = Field(default_factory=DramaXConfig)
     intention: IntentionConfig = Field(default_factory=IntentionConfig)

@@ -19,7 +19,7 @@ from support.data import SYNTH_VERSION
 from generator.attributes import compute_labels
 from generator.attributes.drama import (STOP, YIELD, SLOW, AWARE, CONTINUE, frame_risk, image_intent, farneback,
                                         match_boxes, risk_table, suggested_actions)
-from schemas.config import DramaImageIntentConfig, DramaRiskConfig
+from schemas.config import DramaImageIntentConfig, DramaRiskConfig, EgoBodyConfig
 from schemas.vocab import DRAMA_ACTIONS, INTENT_LATERAL, INTENT_VERTICAL
 
 SCRIPTED_SCENES = 12
@@ -156,7 +156,8 @@ def test_risk_is_raised_for_scripted_conflicts_ahead_of_time(scripted):
             ob = objects.filter(pc.equal(objects["track_id"], j))
             c = np.array(ob["center_ego_m"].to_pylist())
             fi = np.array(ob["frame_index"].to_pylist())
-            inside = (c[:, 0] > 0) & (c[:, 0] < th.ego_front_m + th.front_buffer_m) & (np.abs(c[:, 1]) < th.ego_width_m / 2)
+            body = EgoBodyConfig()
+            inside = (c[:, 0] > 0) & (c[:, 0] < body.front_m + th.front_buffer_m) & (np.abs(c[:, 1]) < body.width_m / 2)
             if not inside.any():
                 continue
             k = int(fi[np.argmax(inside)])

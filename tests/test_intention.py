@@ -39,7 +39,7 @@ def samples(run_dir):
     r = RunReader(str(run_dir))
     cfg = r.config()
     s = planning_samples(r.read_table("frames"), r.read_table("attributes"), r.read_table("labels"), cfg.labels,
-                         cfg.intention)
+                         cfg.intention, cfg.ego)
     return s, instructions(s, cfg.intention), cfg
 
 

@@ -3,9 +3,9 @@ hindsight, DRAMA-X's image-based intent with camera-motion compensation, and its
 Pure functions over numpy arrays and Arrow tables; every threshold is a field of ``schemas.config.DramaXConfig``.
 
 **Risk** (``risk_table``), per tracked object and frame t. The future is sampled at tau = t, t + step, ...,
-t + H (H = ``risk.horizon_s``). The ego's *corridor* at tau' is its footprint at its pose at tau' (origin ->
-front bumper ``ego_front_m`` + ``front_buffer_m`` ahead, ``ego_rear_m`` behind) widened by
-``lateral_margin_m`` and the object's half width on each side of ``ego_width_m``. The object *conflicts* at
+t + H (H = ``risk.horizon_s``). The ego's *corridor* at tau' is its footprint at its pose at tau' (the
+config's ``ego`` body: origin -> front bumper ``front_m`` + ``front_buffer_m`` ahead, ``rear_m`` behind) widened
+by ``lateral_margin_m`` and the object's half width on each side of its ``width_m``. The object *conflicts* at
 tau when its centre p(tau) (its track's city-frame position, interpolated; no extrapolation) lies in the
 corridor at some tau' in [tau, tau + ``encroachment_s``]: the ego will be where the object is within that
 time (a post-encroachment time). Places the ego has already passed do not count, nor do objects the ego
@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import codes, column, fixed_list_to_numpy, to_numpy
 from generator.attributes.ego import ego_states, interp_grouped
-from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig
+from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig, EgoBodyConfig
 from schemas.tables import DRAMA_RISK
 from schemas.vocab import DRAMA_ACTIONS, DRAMA_POSITIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
 
@@ -65,7 +65,7 @@ def suggested_actions(risk: np.ndarray, ttc_s: np.ndarray, is_vru: np.ndarray, e
 
 
 def conflict_times(obj_xy: np.ndarray, obj_half_width_m: np.ndarray, ego_xy: np.ndarray, ego_yaw: np.ndarray,
-                   step_s: float, th: DramaRiskConfig) -> np.ndarray:
+                   step_s: float, th: DramaRiskConfig, body: EgoBodyConfig) -> np.ndarray:
     """First conflict time (s after the first sample; NaN: none) per row.
 
     obj_xy (N, K, 2) object centres at K future samples ``step_s`` apart (NaN where untracked), ego_xy (N, K, 2)
@@ -76,9 +76,9 @@ def conflict_times(obj_xy: np.ndarray, obj_half_width_m: np.ndarray, ego_xy: np.
     d = obj_xy[:, :, None, :] - ego_xy[:, None, :, :]  # (N, K tau, K' tau', 2)
     x = c[:, None, :] * d[..., 0] + s[:, None, :] * d[..., 1]  # in the ego frame at tau'
     y = -s[:, None, :] * d[..., 0] + c[:, None, :] * d[..., 1]
-    half_w = th.ego_width_m / 2 + th.lateral_margin_m + obj_half_width_m[:, None, None]
+    half_w = body.width_m / 2 + th.lateral_margin_m + obj_half_width_m[:, None, None]
     with np.errstate(invalid="ignore"):
-        inside = (x >= -th.ego_rear_m) & (x <= th.ego_front_m + th.front_buffer_m) & (np.abs(y) <= half_w)
+        inside = (x >= -body.rear_m) & (x <= body.front_m + th.front_buffer_m) & (np.abs(y) <= half_w)
     i_tau = np.arange(k)[:, None]
     i_ego = np.arange(k)[None, :]
     window = (i_ego >= i_tau) & (i_ego <= i_tau + lag)
@@ -87,10 +87,13 @@ def conflict_times(obj_xy: np.ndarray, obj_half_width_m: np.ndarray, ego_xy: np.
     return np.where(hit.any(axis=1), first * step_s, np.nan)
 
 
-def risk_table(frames: pa.Table, objects: pa.Table, cfg: DramaXConfig | None = None) -> pa.Table:
+def risk_table(frames: pa.Table, objects: pa.Table, cfg: DramaXConfig | None = None,
+               body: EgoBodyConfig | None = None) -> pa.Table:
     """DRAMA_RISK rows (scene_id, frame_index, track_id, risk, time_to_conflict_s, suggested_action) for every
-    tracked OBJECTS row (track_id >= 0), from the run's FRAMES (ego poses) and OBJECTS (tracked boxes)."""
+    tracked OBJECTS row (track_id >= 0), from the run's FRAMES (ego poses) and OBJECTS (tracked boxes); ``body``:
+    the config's ``ego`` section."""
     th = (cfg or DramaXConfig()).risk
+    body = body or EgoBodyConfig()
     objects = objects.filter(pc.greater_equal(objects.column("track_id"), 0)) if objects.num_rows else objects
     n = objects.num_rows
     if n == 0:
@@ -133,7 +136,7 @@ def risk_table(frames: pa.Table, objects: pa.Table, cfg: DramaXConfig | None = N
     chunk = max(1, 2_000_000 // (k * k))
     for a in range(0, n, chunk):
         ttc[a:a + chunk] = conflict_times(obj_xy[a:a + chunk], half_w[a:a + chunk], ego_xy[a:a + chunk],
-                                          ego_yaw[a:a + chunk], th.step_s, th)
+                                          ego_yaw[a:a + chunk], th.step_s, th, body)
     risk = np.isfinite(ttc) & (tracked_s >= th.min_track_s)
     ttc = np.where(risk, ttc, np.nan)
     is_vru = to_numpy(pc.is_in(column(objects, "class_name"), value_set=pa.array(VRU_CLASSES)), bool, fill=False)

@@ -31,11 +31,12 @@ each carries a predicate that can be checked on any trajectory (``check``), in t
    ``yield_max_lateral_m``; the ego slows (speed status Decelerate, or maneuver Stop) and keeps at least
    ``yield_clearance_m`` between its body and the VRU's centre at every checked time.
 
-*Collision* (``collisions``): the ego body (``ego_length_m`` x ``ego_width_m``, centre ``ego_center_offset_m``
-ahead of the origin, heading along the path) swept along the trajectory at ``collision_substeps`` points per
-waypoint interval, against every tracked object's box at the same times (positions interpolated linearly,
-heading from its motion); an object already overlapping the ego at the sample time is not counted (a plan
-cannot avoid it). Road edges are not checked: run folders carry no road boundaries.
+*Collision* (``collisions``): the ego body (the config's ``ego`` section, carried by the samples: length x
+width, centre ``center_offset_m`` ahead of the origin, heading along the path) swept along the trajectory at
+``collision_substeps`` points per waypoint interval, against every tracked object's box at the same times
+(positions interpolated linearly, heading from its motion); an object already overlapping the ego at the
+sample time is not counted (a plan cannot avoid it). Road edges are not checked: run folders carry no road
+boundaries.
 
 The ground truth satisfies every instruction derived from it, by construction except for collisions, which
 ``tests/test_intention.py`` checks are absent.
@@ -52,7 +53,7 @@ from generator.attributes.arrays import (KeyIndex, codes, column, fixed_list_to_
                                          to_numpy, unique_strings)
 from generator.attributes.ego import EgoStates, ego_states
 from generator.attributes.labels import ego_labels
-from schemas.config import IntentionConfig, LabelsConfig
+from schemas.config import EgoBodyConfig, IntentionConfig, LabelsConfig
 from schemas.vocab import INSTRUCTION_KINDS, INTENT_LATERAL, MANEUVERS, SPEED_STATUS, VEHICLE_CLASSES, VRU_CLASSES
 
 KIND = {k: i for i, k in enumerate(INSTRUCTION_KINDS)}
@@ -88,6 +89,7 @@ class PlanningSamples:
     obj_future_heading: np.ndarray  # (M, K)
     obj_intent_lateral: np.ndarray  # (M,) code in INTENT_LATERAL (-1 none)
     step_s: float
+    ego: EgoBodyConfig  # the ego's body (collisions, gaps, clearances)
 
     @property
     def n(self) -> int:
@@ -102,10 +104,11 @@ class PlanningSamples:
 
 
 def planning_samples(frames: pa.Table, attributes: pa.Table, labels: pa.Table | None, labels_cfg: LabelsConfig,
-                     cfg: IntentionConfig, ego: EgoStates | None = None) -> PlanningSamples:
+                     cfg: IntentionConfig, body: EgoBodyConfig, ego: EgoStates | None = None) -> PlanningSamples:
     """The planning samples of every keyframe in ``frames`` with a complete logged future (module docstring).
     ``attributes``: ATTRIBUTES rows (objects now); ``labels``: LABELS rows (the objects' future waypoints and
-    VRU intent; None: objects without a future, which then never collide and give no object instruction)."""
+    VRU intent; None: objects without a future, which then never collide and give no object instruction);
+    ``body``: the ego's body (``cfg.ego``)."""
     scenes = unique_strings(frames.column("scene_id"))
     ego = ego or ego_states(frames, scenes)
     el = ego_labels(ego, labels_cfg)
@@ -171,7 +174,7 @@ def planning_samples(frames: pa.Table, attributes: pa.Table, labels: pa.Table | 
         timestamp_us=ego.timestamp_us[rows], frame_row=rows, future_xy=future, past=past,
         speed_mps=ego.speed_mps[rows], maneuver=man, speed_status=sst, obj_sample=o_sample, obj_track=o_track,
         obj_class=o_class, obj_xy=o_xy, obj_heading=o_heading, obj_size_lw=o_size, obj_future_xy=o_future,
-        obj_future_heading=o_fh, obj_intent_lateral=o_intent, step_s=step)
+        obj_future_heading=o_fh, obj_intent_lateral=o_intent, step_s=step, ego=body)
 
 
 def _headings(start_xy: np.ndarray, future_xy: np.ndarray, start_heading: np.ndarray, min_step_m: float) -> np.ndarray:
@@ -255,28 +258,28 @@ class Instructions:
         return Instructions(**{k: v[idx] for k, v in self.__dict__.items()})
 
 
-def _ego_centre(xy: np.ndarray, yaw: np.ndarray, cfg: IntentionConfig) -> np.ndarray:
-    return xy + cfg.ego_center_offset_m * np.stack([np.cos(yaw), np.sin(yaw)], axis=-1)
+def _ego_centre(xy: np.ndarray, yaw: np.ndarray, body: EgoBodyConfig) -> np.ndarray:
+    return xy + body.center_offset_m * np.stack([np.cos(yaw), np.sin(yaw)], axis=-1)
 
 
-def _final_ego(xy: np.ndarray, cfg: IntentionConfig) -> tuple[np.ndarray, np.ndarray]:
+def _final_ego(xy: np.ndarray, body: EgoBodyConfig) -> tuple[np.ndarray, np.ndarray]:
     """Final ego box centre and heading of (R, K, 2) trajectories."""
     yaw = _headings(np.zeros((len(xy), 2)), np.nan_to_num(xy), np.zeros(len(xy)), 1e-3)[:, -1]
-    return _ego_centre(xy[:, -1], yaw, cfg), yaw
+    return _ego_centre(xy[:, -1], yaw, body), yaw
 
 
-def target_gaps(s: PlanningSamples, target: np.ndarray, traj: np.ndarray, cfg: IntentionConfig
+def target_gaps(s: PlanningSamples, target: np.ndarray, traj: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For trajectories (R, K, 2) and target objects (R,): at the end, the centre gap along the target's
     heading (+ = target ahead of the ego), the bumper gap (centre gap minus both half lengths) and the
     lateral offset (NaN where the target's end is unknown)."""
-    centre, _ = _final_ego(traj, cfg)
+    centre, _ = _final_ego(traj, s.ego)
     p = s.obj_future_xy[target, -1]
     h = s.obj_future_heading[target, -1]
     d = p - centre
     along = d[:, 0] * np.cos(h) + d[:, 1] * np.sin(h)
     lateral = -d[:, 0] * np.sin(h) + d[:, 1] * np.cos(h)
-    bumper = along - (s.obj_size_lw[target, 0] + cfg.ego_length_m) / 2
+    bumper = along - (s.obj_size_lw[target, 0] + s.ego.length_m) / 2
     return along, bumper, lateral
 
 
@@ -299,7 +302,8 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
     labelled = np.flatnonzero((man >= 0) & (sst >= 0))
     add(labelled, "atomic", maneuver=man[labelled], speed=sst[labelled])
     for kind, codes_ in (("turn", (MAN["Turn Left"], MAN["Turn Right"])),
-                         ("change_lane", (MAN["Change Lane Left"], MAN["Change Lane Right"])), ("stop", (MAN["Stop"],))):
+                         ("change_lane", (MAN["Change Lane Left"], MAN["Change Lane Right"])),
+                         ("stop", (MAN["Stop"],))):
         sel = np.flatnonzero(np.isin(man, codes_))
         add(sel, kind, maneuver=man[sel])
 
@@ -311,7 +315,7 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
     vehicle = to_numpy(pc.is_in(cls, value_set=pa.array(VEHICLE_CLASSES)), bool, fill=False)
     vru = to_numpy(pc.is_in(cls, value_set=pa.array(VRU_CLASSES)), bool, fill=False)
     has_future = np.isfinite(s.obj_future_xy).all(axis=(1, 2))
-    along, bumper, lateral = target_gaps(s, o, s.future_xy[smp], cfg) if len(o) else (np.zeros(0),) * 3
+    along, bumper, lateral = target_gaps(s, o, s.future_xy[smp]) if len(o) else (np.zeros(0),) * 3
     same_dir = np.abs(_wrap(np.nan_to_num(s.obj_heading, nan=np.pi))) <= np.radians(cfg.same_direction_deg)
     horizon = s.step_s * s.future_xy.shape[1]
     moved = np.hypot(*(s.obj_future_xy[:, -1] - s.obj_xy).T) / horizon if len(o) else np.zeros(0)
@@ -400,11 +404,11 @@ def collisions(s: PlanningSamples, sample: np.ndarray, traj: np.ndarray, cfg: In
     ok_traj = np.isfinite(traj).all(axis=(1, 2))
     exy, eyaw, u = _ego_path(np.where(ok_traj[:, None, None], traj, 0.0), cfg.collision_substeps)
     oxy, oyaw = _object_path(s, obj, u)
-    L, W = cfg.ego_length_m, cfg.ego_width_m
+    L, W = s.ego.length_m, s.ego.width_m
     ol, ow = s.obj_size_lw[obj, 0][:, None], s.obj_size_lw[obj, 1][:, None]
-    already = boxes_overlap(_ego_centre(np.zeros(2), 0.0, cfg), 0.0, L, W, s.obj_xy[obj],
+    already = boxes_overlap(_ego_centre(np.zeros(2), 0.0, s.ego), 0.0, L, W, s.obj_xy[obj],
                             np.nan_to_num(s.obj_heading[obj]), ol[:, 0], ow[:, 0])
-    over = boxes_overlap(_ego_centre(exy[pair_r], eyaw[pair_r], cfg), eyaw[pair_r], L, W, oxy, oyaw, ol, ow)
+    over = boxes_overlap(_ego_centre(exy[pair_r], eyaw[pair_r], s.ego), eyaw[pair_r], L, W, oxy, oyaw, ol, ow)
     over &= ~already[:, None] & ok_traj[pair_r][:, None]
     any_pair = over.any(axis=1)
     hit[pair_r[any_pair]] = True
@@ -420,10 +424,10 @@ def min_clearance(s: PlanningSamples, target: np.ndarray, traj: np.ndarray, cfg:
     """Smallest distance (m) between the swept ego body and each target's centre over the horizon (R,)."""
     exy, eyaw, u = _ego_path(np.nan_to_num(traj), cfg.collision_substeps)
     oxy, _ = _object_path(s, np.asarray(target, np.int64), u)
-    c = _ego_centre(exy, eyaw, cfg)
+    c = _ego_centre(exy, eyaw, s.ego)
     d = oxy - c
-    along = np.abs(d[..., 0] * np.cos(eyaw) + d[..., 1] * np.sin(eyaw)) - cfg.ego_length_m / 2
-    across = np.abs(-d[..., 0] * np.sin(eyaw) + d[..., 1] * np.cos(eyaw)) - cfg.ego_width_m / 2
+    along = np.abs(d[..., 0] * np.cos(eyaw) + d[..., 1] * np.sin(eyaw)) - s.ego.length_m / 2
+    across = np.abs(-d[..., 0] * np.sin(eyaw) + d[..., 1] * np.cos(eyaw)) - s.ego.width_m / 2
     dist = np.hypot(np.maximum(along, 0), np.maximum(across, 0))
     return np.nanmin(np.where(np.isfinite(dist), dist, np.inf), axis=1)
 
@@ -446,7 +450,7 @@ def check(s: PlanningSamples, ins: Instructions, traj: np.ndarray, labels_cfg: L
     has_t = ins.target >= 0
     goal_ok = np.ones(ins.n, bool)
     if has_t.any():
-        along, bumper, lateral = target_gaps(s, t, np.nan_to_num(traj), cfg)
+        along, bumper, lateral = target_gaps(s, t, np.nan_to_num(traj))
         behind = (bumper >= ins.gap_min_m) & (bumper <= ins.gap_max_m) & (np.abs(lateral) <= ins.lateral_max_m)
         ahead = along <= ins.gap_max_m
         goal = np.asarray(GOALS)[ins.goal]

@@ -200,7 +200,8 @@ def export_intention(run: str | RunReader, out: str | None = None, cfg: Pipeline
                    "files": [SAMPLES_FILE, OBJECTS_FILE],
                    # what the samples were made with: the scorer classifies and checks with the same
                    "config": {"labels": cfg.labels.model_dump(mode="json"),
-                              "intention": cfg.intention.model_dump(mode="json")}}
+                              "intention": cfg.intention.model_dump(mode="json"),
+                              "ego": cfg.ego.model_dump(mode="json")}}
         if not samples.num_rows:
             summary["why_empty"] = ("the run has no ego_intention QA rows (is 'ego_intention' in qa.families, and "
                                     "do keyframes have 3 s of log after them?)")

@@ -43,7 +43,7 @@ from generator.qa.fields import Field, QuestionType
 from generator.qa.render import FieldColumns, render_parts
 from generator.qa.templates import parse_template_text
 from generator.types import front_camera
-from schemas.config import DramaXConfig
+from schemas.config import DramaXConfig, EgoBodyConfig
 from schemas.errors import RunFolderError
 from schemas.vocab import DRAMA_GROUPS, DRAMA_POSITIONS, VRU_CLASSES
 
@@ -140,10 +140,11 @@ def _front_cameras(frames: pa.Table, preferred: str) -> dict[tuple[str, int], tu
 
 def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, labels: pa.Table,
                   cfg: DramaXConfig | None = None, preferred_camera: str = "CAM_FRONT",
-                  risk: pa.Table | None = None) -> dict[str, dict[str, dict]]:
-    """{scene_id: {sample_id: sample}} from a run's tables (pure; see the module docstring)."""
+                  risk: pa.Table | None = None, body: EgoBodyConfig | None = None) -> dict[str, dict[str, dict]]:
+    """{scene_id: {sample_id: sample}} from a run's tables (pure; see the module docstring); ``body``: the ego
+    body (the config's ``ego``) risk is computed with."""
     cfg = cfg or DramaXConfig()
-    risk = risk if risk is not None else risk_table(frames, objects, cfg)
+    risk = risk if risk is not None else risk_table(frames, objects, cfg, body)
     fr = {(s, f): (r, a) for s, f, r, a in zip(*(frame_risk(risk).column(c).to_pylist()
                                                  for c in ("scene_id", "frame_index", "risk", "suggested_action")))}
     obj_risk = {(s, f, t): (r, c) for s, f, t, r, c in zip(*(risk.column(c).to_pylist() for c in (
@@ -207,7 +208,7 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
     if frames is None or objects is None:
         return {}
     return build_records(frames, objects, reader.read_table("projections"), reader.read_table("labels"),
-                         cfg or run_cfg.drama_x, run_cfg.qa.front_camera)
+                         cfg or run_cfg.drama_x, run_cfg.qa.front_camera, body=run_cfg.ego)
 
 
 # ------------------------------------------------------------------------------------------------ files

@@ -89,7 +89,8 @@ def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table
         "frame_index": pa.array(s.frame_index[smp], pa.int32()), "timestamp_us": pa.array(s.timestamp_us[smp]),
         "split": take("split"), "level": pc.if_else(pa.array(ins.kind == 0), "low", "high"),
         "kind": _vocab(INSTRUCTION_KINDS, ins.kind), "instruction": take("question"), "instruction_low": low,
-        "region_id": region, "target_track_id": pa.array(np.where(has_t, s.obj_track[t] if len(s.obj_track) else -1, -1)),
+        "region_id": region,
+        "target_track_id": pa.array(np.where(has_t, s.obj_track[t] if len(s.obj_track) else -1, -1)),
         "target_class": cls, "images": images, "ego_speed_mps": pa.array(s.speed_mps[smp]),
         "past_states": _lists(s.past[smp], 4), "future_xy_ego_m": _lists(s.future_xy[smp], 2),
         "waypoint_step_s": pa.array(np.full(len(smp), s.step_s)),
@@ -123,7 +124,7 @@ def scene_tables(frames: pa.Table, attributes: pa.Table, labels: pa.Table | None
     of its ego_intention QA rows ``qa``."""
     from generator.attributes.intention import instructions, planning_samples
 
-    s = planning_samples(frames, attributes, labels, cfg.labels, cfg.intention)
+    s = planning_samples(frames, attributes, labels, cfg.labels, cfg.intention, cfg.ego)
     return tables(s, instructions(s, cfg.intention), qa, frames)
 
 
@@ -153,9 +154,9 @@ def _nested(arr, width: int, k: int) -> np.ndarray:
     return fixed_list_to_numpy(pc.list_flatten(arr), width).reshape(len(arr), k, width)
 
 
-def read_samples(samples: pa.Table, objects: pa.Table) -> tuple[PlanningSamples, Instructions, pa.Array]:
+def read_samples(samples: pa.Table, objects: pa.Table, body) -> tuple[PlanningSamples, Instructions, pa.Array]:
     """The export's files -> (PlanningSamples with one sample per keyframe, Instructions in the files' row
-    order, sample_id per instruction)."""
+    order, sample_id per instruction); ``body``: the ego body they were made with (``EgoBodyConfig``)."""
     key = pc.binary_join_element_wise(column(samples, "scene_id"), pc.cast(column(samples, "frame_index"),
                                                                         pa.string()), "\x1f")
     uniq = pc.unique(key)
@@ -186,7 +187,7 @@ def read_samples(samples: pa.Table, objects: pa.Table) -> tuple[PlanningSamples,
         obj_class=column(objects, "class_name"), obj_xy=fixed_list_to_numpy(objects.column("xy_ego_m"), 2),
         obj_heading=to_numpy(column(objects, "heading_ego_rad"), np.float64, fill=np.nan),
         obj_size_lw=fixed_list_to_numpy(objects.column("size_lw_m"), 2), obj_future_xy=fut, obj_future_heading=fh,
-        obj_intent_lateral=codes(column(objects, "intent_lateral"), pa.array(INTENT_LATERAL)), step_s=step)
+        obj_intent_lateral=codes(column(objects, "intent_lateral"), pa.array(INTENT_LATERAL)), step_s=step, ego=body)
     # instruction targets: object index by (sample, track)
     tgt_track = to_numpy(column(samples, "target_track_id"), np.int64, fill=-1)
     obj_of = KeyIndex((o_sample << 32) | (s.obj_track & 0xFFFFFFFF))

@@ -69,7 +69,7 @@ def build(plan: Plan) -> list[Batch]:
     labels = plan.tables.get("labels")
     if labels is None or labels.num_rows == 0:  # like ego_behaviour: a run folder without labels gets none
         return []
-    s = planning_samples(plan.frames, plan.attrs, labels, cfg.labels, cfg.intention, ego=plan.ego)
+    s = planning_samples(plan.frames, plan.attrs, labels, cfg.labels, cfg.intention, cfg.ego, ego=plan.ego)
     if s.n == 0:
         return []
     ins = instructions(s, cfg.intention)

@@ -34,7 +34,7 @@ _PAIR = re.compile(r"\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)")
 
 def load_target(target: str, splits: list[str] | None = None):
     """(PlanningSamples, Instructions, sample ids, kinds, levels, config) of an export folder or a run folder;
-    the config's ``labels`` and ``intention`` sections are the ones the samples were made with."""
+    the config's ``labels``, ``intention`` and ``ego`` sections are the ones the samples were made with."""
     import pyarrow as pa
 
     from generator.runfolder import RunReader, RunStore
@@ -72,7 +72,7 @@ def load_target(target: str, splits: list[str] | None = None):
     if samples.num_rows == 0:
         raise InputError(f"{target}: no Intention-Drive samples" + (f" in splits {splits}" if splits else ""),
                          file=target)
-    s, ins, ids = read_samples(samples, objects)
+    s, ins, ids = read_samples(samples, objects, cfg.ego)
     return s, ins, ids, samples.column("kind").to_pylist(), samples.column("level").to_pylist(), cfg
 
 
