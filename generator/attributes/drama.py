@@ -43,8 +43,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.attributes.arrays import codes, column, fixed_list_to_numpy, to_numpy
-from generator.attributes.ego import ego_states, interp_grouped
+from generator.attributes.arrays import column, fixed_list_to_numpy, to_numpy
+from generator.attributes.ego import ego_states, track_rows
 from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig, EgoBodyConfig
 from schemas.tables import DRAMA_RISK
 from schemas.vocab import DRAMA_ACTIONS, DRAMA_POSITIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
@@ -99,34 +99,15 @@ def risk_table(frames: pa.Table, objects: pa.Table, cfg: DramaXConfig | None = N
     if n == 0:
         return DRAMA_RISK.empty_table()
     ego = ego_states(frames)
-    sc = codes(column(objects, "scene_id"), ego.scenes)
-    fi = to_numpy(column(objects, "frame_index"), np.int64)
-    row = ego.lookup(sc, fi)
-    if (row < 0).any():
-        i = int(np.nonzero(row < 0)[0][0])
-        raise ValueError(f"scene {objects.column('scene_id')[i].as_py()}: objects refer to frame {fi[i]} "
-                         "which is not in the frames table")
-    track = to_numpy(column(objects, "track_id"), np.int64)
-    t = ego.t_s[row]
-    T = ego.city_T_ego[row]
-    center_ego = fixed_list_to_numpy(objects.column("center_ego_m"), 3)
-    cg = np.einsum("nij,nj->ni", T[:, :3, :3], center_ego)[:, :2] + T[:, :2, 3]
+    tr = track_rows(objects, ego)  # one group per (scene, track), rows sorted by time inside it
+    sc, row, t = tr.scene_code, tr.row, tr.t_s
     size = fixed_list_to_numpy(objects.column("size_lwh_m"), 3)
     half_w = np.nan_to_num(size[:, 1] / 2, nan=0.0)
-
-    # one group per (scene, track), rows sorted by time inside it
-    order = np.lexsort((t, track, sc))
-    keys = np.stack([sc[order], track[order]], axis=1)
-    g_sorted = np.zeros(n, dtype=np.int64)
-    if n > 1:
-        g_sorted[1:] = np.cumsum(np.any(keys[1:] != keys[:-1], axis=1))
-    g = np.empty(n, dtype=np.int64)
-    g[order] = g_sorted
 
     steps = np.arange(0.0, th.horizon_s + 1e-9, th.step_s)
     k = len(steps)
     qt = (t[:, None] + steps[None, :]).reshape(-1)
-    obj_xy = interp_grouped(g_sorted, t[order], cg[order], np.repeat(g, k), qt).reshape(n, k, 2)
+    obj_xy = tr.interp(tr.center_city_m[:, :2], np.repeat(tr.group, k), qt).reshape(n, k, 2)
     qs = np.repeat(sc, k)
     ego_xy = ego.interp(ego.position_m[:, :2], qs, qt).reshape(n, k, 2)
     ego_yaw = ego.interp(ego.yaw_rad, qs, qt).reshape(n, k)

@@ -145,3 +145,54 @@ def ego_states(frames: pa.Table, scenes: pa.Array | None = None) -> EgoStates:
     return EgoStates(scenes=scenes, scene_code=sc, frame_index=fi, timestamp_us=ts, t_s=t_s, city_T_ego=T,
                      position_m=pos, yaw_rad=yaw_unwrapped, velocity_mps=vel,
                      speed_mps=np.hypot(vel[:, 0], vel[:, 1]), order=order)
+
+
+@dataclass
+class TrackRows:
+    """OBJECTS rows (N, table order) placed on their frames and grouped into tracks: ``row`` (N,) FRAMES row of
+    each, ``track`` (N,), ``t_s`` (N,) scene time, ``city_T_ego`` (N, 4, 4) that frame's pose, ``center_ego_m`` and
+    ``center_city_m`` (N, 3), ``order`` rows sorted by (scene, track, time), ``group`` (N,) dense (scene, track)
+    group of each row and ``group_sorted`` the same in ``order`` (what ``interp_grouped`` takes)."""
+
+    scene_code: np.ndarray
+    row: np.ndarray
+    track: np.ndarray
+    t_s: np.ndarray
+    city_T_ego: np.ndarray
+    center_ego_m: np.ndarray
+    center_city_m: np.ndarray
+    order: np.ndarray
+    group: np.ndarray
+    group_sorted: np.ndarray
+
+    def interp(self, values: np.ndarray, group: np.ndarray, t_s: np.ndarray) -> np.ndarray:
+        """Per-row ``values`` (N, ...) interpolated along each row's track at (group, t_s) queries; NaN outside
+        the track's time range."""
+        return interp_grouped(self.group_sorted, self.t_s[self.order], np.asarray(values)[self.order], group, t_s)
+
+
+def track_rows(objects: pa.Table, ego: EgoStates) -> TrackRows:
+    """``TrackRows`` of OBJECTS rows (centres in the city frame through their own frame's pose). ValueError names
+    the scene and frame of an object whose frame is not in the frames ``ego`` was built from."""
+    n = objects.num_rows
+    sc = codes(column(objects, "scene_id"), ego.scenes)
+    fi = to_numpy(column(objects, "frame_index"), np.int64)
+    row = ego.lookup(sc, fi)
+    if (row < 0).any():
+        i = int(np.nonzero(row < 0)[0][0])
+        raise ValueError(f"scene {objects.column('scene_id')[i].as_py()}: objects refer to frame {fi[i]} "
+                         "which is not in the frames table")
+    track = to_numpy(column(objects, "track_id"), np.int64)
+    t = ego.t_s[row]
+    T = ego.city_T_ego[row]
+    center_ego = fixed_list_to_numpy(objects.column("center_ego_m"), 3)
+    cg = np.einsum("nij,nj->ni", T[:, :3, :3], center_ego) + T[:, :3, 3]
+    order = np.lexsort((t, track, sc))
+    keys = np.stack([sc[order], track[order]], axis=1)
+    g_sorted = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        g_sorted[1:] = np.cumsum(np.any(keys[1:] != keys[:-1], axis=1))
+    g = np.empty(n, dtype=np.int64)
+    g[order] = g_sorted
+    return TrackRows(scene_code=sc, row=row, track=track, t_s=t, city_T_ego=T, center_ego_m=center_ego,
+                     center_city_m=cg, order=order, group=g, group_sorted=g_sorted)

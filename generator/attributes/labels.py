@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.attributes.arrays import codes, column, fixed_list_to_numpy, to_numpy
-from generator.attributes.ego import EgoStates, ego_states, interp_grouped
+from generator.attributes.arrays import column, to_numpy
+from generator.attributes.ego import EgoStates, ego_states, interp_grouped, track_rows
 from schemas.config import LabelsConfig
 from schemas.tables import LABELS
 from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL, MANEUVERS, SPEED_STATUS, VRU_CLASSES
@@ -118,25 +118,9 @@ def ego_labels(ego: EgoStates, th: LabelsConfig) -> dict[str, np.ndarray]:
 def agent_labels(objects: pa.Table, ego: EgoStates, th: LabelsConfig) -> dict[str, np.ndarray]:
     """Intent codes and (N, K, 2) waypoints for every OBJECTS row (untracked rows get none)."""
     n = objects.num_rows
-    sc = codes(column(objects, "scene_id"), ego.scenes)
-    fi = to_numpy(column(objects, "frame_index"), np.int64)
-    row = ego.lookup(sc, fi)
-    if (row < 0).any():
-        i = int(np.nonzero(row < 0)[0][0])
-        raise ValueError(f"scene {objects.column('scene_id')[i].as_py()}: objects refer to frame {fi[i]} "
-                         "which is not in the frames table")
-    track = to_numpy(column(objects, "track_id"), np.int64)
-    t = ego.t_s[row]
-    center_ego = fixed_list_to_numpy(objects.column("center_ego_m"), 3)
-    T = ego.city_T_ego[row]
-    cg = np.einsum("nij,nj->ni", T[:, :3, :3], center_ego) + T[:, :3, 3]  # consistent with this frame's pose
-    order = np.lexsort((t, track, sc))
-    keys = np.stack([sc[order], track[order]], axis=1)
-    g_sorted = np.zeros(n, dtype=np.int64)
-    if n > 1:
-        g_sorted[1:] = np.cumsum(np.any(keys[1:] != keys[:-1], axis=1))
-    g = np.empty(n, dtype=np.int64)
-    g[order] = g_sorted
+    tr = track_rows(objects, ego)  # centres in the city frame, consistent with each frame's pose
+    track, t, center_ego, T, cg = tr.track, tr.t_s, tr.center_ego_m, tr.city_T_ego, tr.center_city_m
+    order, g, g_sorted = tr.order, tr.group, tr.group_sorted
     t_sorted, cg_sorted = t[order], cg[order]
     # track end time per row
     last = np.ones(n, dtype=bool)
