@@ -10,6 +10,7 @@ import pytest
 
 from support.data import SYNTH_VERSION
 from generator.attributes import compute_labels
+from schemas.vocab import MANEUVERS
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +81,34 @@ def test_pedestrian_intent_follows_the_script(generated):
     assert sum(waiting.values()) > 10 and sum(crossing.values()) > 10
     assert waiting[("stationary", "stationary")] / sum(waiting.values()) >= 0.9, waiting
     assert crossing[True] / sum(crossing.values()) >= 0.8, crossing
+
+
+def test_maneuver_labeller_agrees_with_the_script_on_95_percent_of_frames(tmp_path_factory):
+    """Intention-Drive's atomic maneuvers (issue #15): six scenes of another seed, every frame (2 Hz) read
+    through the nuScenes loader. Measured: 96.7 % (seed 1), 97.9 % (seed 0), 95.8 % (seed 2); the misses are
+    the edges of lane changes, whose scripted boundaries carry almost no lateral motion."""
+    from generator.attributes.ego import ego_states
+    from generator.attributes.labels import ego_labels
+    from generator.sources import frames_table, open_source
+    from generator.synth import make_dataset
+    from schemas.config import PipelineConfig
+
+    root = tmp_path_factory.mktemp("maneuvers")
+    make_dataset(root, num_scenes=6, seed=1, version=SYNTH_VERSION, sweep_hz=0, image_width_px=160,
+                 image_height_px=90, num_azimuth=64)  # only the ego poses matter here
+    src = open_source("nuscenes", str(root), PipelineConfig(), version=SYNTH_VERSION)
+    side = json.loads((root / SYNTH_VERSION / "drivegen_scenarios.json").read_text())
+    truth = {k["timestamp"]: k["maneuver"] for v in side["scenes"].values() for k in v["ego"]["keyframes"]}
+    n = ok = 0
+    confusion = Counter()
+    for sid in src.scene_ids():
+        ego = ego_states(frames_table(src.load_scene(sid)))
+        man = ego_labels(ego, PipelineConfig().labels)["maneuver"]
+        for ts, m in zip(ego.timestamp_us, man):
+            if m >= 0:
+                n += 1
+                ok += MANEUVERS[m] == truth[int(ts)]
+                confusion[(truth[int(ts)], MANEUVERS[m])] += 1
+    print(f"maneuver agreement with the script: {ok}/{n} = {ok / n:.3f}")
+    assert n == 240 and len({t for t, _ in confusion}) >= 5  # straight, turns, lane changes both ways, stop
+    assert ok / n >= 0.95, {k: v for k, v in confusion.items() if k[0] != k[1]}

@@ -11,7 +11,8 @@ W = ``maneuver_window_s``; no label when less than ``min_window_s`` of it is ava
   small); sign: left = counter-clockwise;
 - ``Change Lane Left`` / ``Change Lane Right``: otherwise, when the window's end point lies at least
   ``lane_change_m`` to the left (right) both of the chord direction (start heading + half the heading
-  change) and of the start heading, drawn through the start point. A constant-curvature arc (a curved road)
+  change) and of the start heading, drawn through the start point, and the heading changes by at most
+  ``lane_change_max_heading_deg`` over the window (a lane change turns out and back). A constant-curvature arc (a curved road)
   has zero offset from its chord; a lane change does not. Requiring the same side of the start heading too
   rejects windows that only reach into the beginning of a turn or of a lane change (their chord offset has
   the opposite sign);
@@ -80,6 +81,8 @@ def ego_labels(ego: EgoStates, th: LabelsConfig) -> dict[str, np.ndarray]:
     off_start = -np.sin(yaw0) * d[:, 0] + np.cos(yaw0) * d[:, 1]  # left of the start heading
     off_end = -np.sin(yaw1) * d[:, 0] + np.cos(yaw1) * d[:, 1]  # left of the end heading
     same = (off_chord * off_start > 0) & (off_chord * off_end > 0)
+    # a lane change turns out and back: a window whose heading changes more reaches into a turn
+    same &= np.abs(np.degrees(dyaw)) <= th.lane_change_max_heading_deg
     lateral = np.where(same, np.sign(off_chord) * np.minimum(np.abs(off_chord), np.abs(off_start)), 0.0)
     tt0 = np.maximum(t - th.turn_window_s / 2, s_lo)
     tt1 = np.minimum(t + th.turn_window_s / 2, s_hi)
