@@ -31,7 +31,7 @@ INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "
 
 # QA: the STRIDE-QA families (§3) and kinds; grounding roles in QA_GROUNDING.role's dictionary order.
 STRIDE_FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
-DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour", "ego_intention")  # generated unless qa.families says otherwise
+DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour", "ego_intention", "drama_x")  # generated unless qa.families says otherwise
 QA_KINDS = ("qualitative", "quantitative")
 GROUNDING_ROLES = ("context", "current", "future")
 

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from support.data import SYNTH_VERSION
 from generator.attributes.intention import (boxes_overlap, check, classify, collisions, instructions,
                                             planning_samples)
 from generator.cli import main as cli
@@ -18,20 +17,11 @@ from generator.validate.score import intention as scorer
 from schemas.config import PipelineConfig, parse_config
 from schemas.vocab import MANEUVERS
 
-LIGHT = {"writers": {"webdataset": False, "bench_export": False, "card": False}}
-
-
 @pytest.fixture(scope="module")
-def run_dir(synth_root, tmp_path_factory):
+def run_dir(labelled_run):
     """The two generated scenes through the whole pipeline, in-process, with the intention export."""
-    from generator.pipeline import run
-
-    out = tmp_path_factory.mktemp("intention") / "run"
-    res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=parse_config(LIGHT),
-              executor="local", progress=False)
-    assert res.exit_code == 0, res.summary
-    assert res.summary["intention_export"]["samples"] > 0
-    return out
+    assert json.loads((labelled_run / "summary.json").read_text())["intention_export"]["samples"] > 0
+    return labelled_run
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,7 @@ def qa(work: SceneWork, env: StageEnv) -> None:
     from generator.qa import generate_qa
 
     table = generate_qa(work.loaded.frames, work.described.attributes, work.perceived.projections, env.cfg, env.model,
-                        labels=work.described.labels)
+                        labels=work.described.labels, objects=work.perceived.objects)
     work.questions = Questions(table)
     work.counts.update(qa_counts(table))
 

@@ -30,6 +30,21 @@ def av2_log() -> Path:
 
 
 @pytest.fixture(scope="session")
+def labelled_run(synth_root, tmp_path_factory) -> Path:
+    """The two generated scenes through the whole pipeline in-process (labels backend, every default QA
+    family, the intention export; no WebDataset, bench export or card), made once per test session."""
+    from generator.pipeline import run
+    from schemas.config import parse_config
+
+    out = tmp_path_factory.mktemp("labelled") / "run"
+    cfg = parse_config({"writers": {"webdataset": False, "bench_export": False, "card": False}})
+    res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
+              progress=False)
+    assert res.exit_code == 0, res.summary
+    return out
+
+
+@pytest.fixture(scope="session")
 def synth_root(tmp_path_factory) -> Path:
     """Two generated 20 s scenes (seed 0) in nuScenes format, made once per test session."""
     from generator.synth import make_dataset

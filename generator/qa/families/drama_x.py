@@ -1,0 +1,122 @@
+"""DRAMA-X (§3.2, App. A): questions about vulnerable road users' intent and risk, and the ego's suggested action.
+
+* ``intent`` (per VRU candidate of a keyframe with a DRAMA-X intent in the labels table): where the VRU is going,
+  lateral x vertical as seen from the ego (``schemas.vocab.INTENT_LATERAL`` / ``INTENT_VERTICAL``); ``value`` =
+  3 x lateral index + vertical index (unit ``intent``).
+* ``risk`` (per VRU candidate): whether its future path enters the ego's future corridor within
+  ``drama_x.risk.horizon_s`` (``generator.attributes.drama.risk_table`` on the run's frames and objects, the rule
+  the DRAMA-X export and scorer use); ``value`` 1/0 (unit ``bool``).
+* ``action`` (per keyframe, about the ego): the frame's suggested action, the most severe of its objects'
+  (``frame_risk``; ``continue`` without tracked objects); ``value`` = index in ``schemas.vocab.DRAMA_ACTIONS``
+  (unit ``action``).
+
+Reads the labels table (intent) and the objects table (risk); without either, the family asks nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
+from generator.attributes.drama import frame_risk, risk_table
+from generator.qa.fields import Family, Field, QuestionType
+from generator.qa.generate import Batch, Plan, keyframe_batch, single, vocabulary
+from schemas.vocab import DRAMA_ACTIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
+
+NAME = "drama_x"
+_ONE = (Field("region", "text", doc="'Region [X]' of the VRU"), Field("class_name", "text"))
+TYPES = {qt.name: qt for qt in (
+    QuestionType(NAME, "intent", "qualitative", _ONE + (
+        Field("lateral", "text", answer=True, doc="'goes to the left' | 'goes to the right' | 'stationary'"),
+        Field("vertical", "text", answer=True,
+              doc="'moves towards ego vehicle' | 'moves away from ego vehicle' | 'stationary'"),
+        Field("intent_phrase", "text", answer=True, doc="both as one phrase, e.g. 'is going to the left, towards "
+                                                         "the ego vehicle' or 'is standing still'")),
+        None, "intent", doc="value = 3 x INTENT_LATERAL index + INTENT_VERTICAL index"),
+    QuestionType(NAME, "risk", "qualitative", _ONE + (
+        Field("yes_no", "text", answer=True, doc="'Yes' | 'No'"),
+        Field("risk_phrase", "text", answer=True,
+              doc="'its path crosses the ego vehicle's path' | 'it stays clear of the ego vehicle's path'")),
+        None, "bool", doc="the VRU's future path enters the ego's future corridor within the horizon"),
+    QuestionType(NAME, "action", "qualitative", (
+        Field("action", "text", answer=True, doc="schemas.vocab.DRAMA_ACTIONS, e.g. 'slow down'"),),
+        None, "action", doc="value = index in schemas.vocab.DRAMA_ACTIONS"),
+)}
+
+_LAT_PHRASE = {"goes to the left": "to the left", "goes to the right": "to the right", "stationary": ""}
+_VER_PHRASE = {"moves towards ego vehicle": "towards the ego vehicle", "moves away from ego vehicle":
+               "away from the ego vehicle", "stationary": ""}
+
+
+def _intent_phrases() -> tuple[str, ...]:
+    """Phrase per (lateral, vertical) pair in value order."""
+    out = []
+    for lat in INTENT_LATERAL:
+        for ver in INTENT_VERTICAL:
+            parts = [p for p in (_LAT_PHRASE[lat], _VER_PHRASE[ver]) if p]
+            out.append("is going " + ", ".join(parts) if parts else "is standing still")
+    return tuple(out)
+
+
+def _key(scene_code: np.ndarray, frame_index: np.ndarray, track: np.ndarray) -> np.ndarray:
+    return (((np.asarray(scene_code, np.int64) << 20) | np.asarray(frame_index, np.int64)) << 32) \
+        | (np.asarray(track, np.int64) & 0xFFFFFFFF)
+
+
+def build(plan: Plan) -> list[Batch]:
+    labels, objects = plan.tables.get("labels"), plan.tables.get("objects")
+    if labels is None or objects is None or labels.num_rows == 0 or objects.num_rows == 0:
+        return []
+    cfg = plan.cfg
+    c = plan.cand
+    cls = pc.take(column(plan.attrs, "class_name"), pa.array(c["attr"]))
+    vru = np.flatnonzero(to_numpy(pc.is_in(cls, value_set=pa.array(VRU_CLASSES)), bool, fill=False))
+    cand_key = _key(c["scene"][vru], plan.frames_fi[c["frame_row"][vru]], c["track"][vru])
+    out = []
+
+    # intent, from the labels table
+    agent = labels.filter(pc.equal(labels.column("subject"), "agent"))
+    lat = codes(column(agent, "intent_lateral"), pa.array(INTENT_LATERAL))
+    ver = codes(column(agent, "intent_vertical"), pa.array(INTENT_VERTICAL))
+    a_key = _key(codes(column(agent, "scene_id"), plan.scenes), to_numpy(column(agent, "frame_index"), np.int64),
+                 to_numpy(column(agent, "track_id"), np.int64))
+    hit = KeyIndex(a_key).find(cand_key)
+    ok = hit >= 0
+    ok[ok] = (lat[hit[ok]] >= 0) & (ver[hit[ok]] >= 0)
+    sel, h = vru[ok], hit[ok]
+    if len(sel):
+        pair = lat[h] * len(INTENT_VERTICAL) + ver[h]
+        out.append(single(plan, TYPES["intent"], sel, pair.astype(float), text={
+            "lateral": vocabulary(INTENT_LATERAL, lat[h]), "vertical": vocabulary(INTENT_VERTICAL, ver[h]),
+            "intent_phrase": vocabulary(_intent_phrases(), pair)}))
+
+    # risk and the suggested action, from the objects' and the ego's logged future
+    risk = risk_table(plan.frames, objects, cfg.drama_x, cfg.ego)
+    r_key = _key(codes(column(risk, "scene_id"), plan.scenes), to_numpy(column(risk, "frame_index"), np.int64),
+                 to_numpy(column(risk, "track_id"), np.int64))
+    hit = KeyIndex(r_key).find(cand_key)
+    sel, h = vru[hit >= 0], hit[hit >= 0]
+    if len(sel):
+        yes = to_numpy(column(risk, "risk"), bool, fill=False)[h]
+        code = np.where(yes, 0, 1)
+        out.append(single(plan, TYPES["risk"], sel, yes.astype(float), text={
+            "yes_no": vocabulary(("Yes", "No"), code),
+            "risk_phrase": vocabulary(("its path crosses the ego vehicle's path",
+                                       "it stays clear of the ego vehicle's path"), code)}))
+    fr = frame_risk(risk)
+    f_key = _key(codes(column(fr, "scene_id"), plan.scenes), to_numpy(column(fr, "frame_index"), np.int64), 0)
+    kf_key = _key(plan.frames_sc[plan.anchors], plan.frames_fi[plan.anchors], 0)
+    hit = KeyIndex(f_key).find(kf_key)
+    act = np.zeros(len(plan.anchors), np.int64)  # a keyframe without tracked objects: continue
+    act[hit >= 0] = codes(column(fr, "suggested_action"), pa.array(DRAMA_ACTIONS))[hit[hit >= 0]]
+    out.append(keyframe_batch(plan, TYPES["action"], np.arange(len(plan.anchors)), act.astype(float),
+                              text={"action": vocabulary(DRAMA_ACTIONS, act)}))
+    return out
+
+
+DRAMA_X = Family(NAME, "DRAMA-X QA (VRU intent, risk and suggested action)", tuple(TYPES.values()), build,
+                 reads={"labels": ["scene_id", "frame_index", "subject", "track_id", "intent_lateral",
+                                   "intent_vertical"],
+                        "objects": ["scene_id", "frame_index", "track_id", "class_name", "center_ego_m",
+                                    "size_lwh_m"]})
