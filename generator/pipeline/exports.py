@@ -15,29 +15,17 @@ from pathlib import Path
 from generator.runfolder import RunReader, RunStore
 from schemas import layout
 from schemas.config import PipelineConfig
-from schemas.errors import RunFolderError
 
 log = logging.getLogger("drivegen.pipeline")
 
 
 # ------------------------------------------------------------------------------------------ owned folders
 def check_owned_folder(store: RunStore, rel_dir: str, marker: str, fmt: str, in_run_folder: bool = False) -> list[str]:
-    """The files an earlier drivegen folder at ``rel_dir`` lists (its ``marker`` JSON with ``"format": fmt``),
-    [] for a new or empty folder; RunFolderError for a non-empty folder that is not drivegen's (see
-    ``replace_owned_folder``)."""
-    marker_rel = f"{rel_dir}/{marker}" if rel_dir else marker
-    existing = store.list(rel_dir, recursive=True) if store.exists(rel_dir) else []
-    if not existing:
-        return []
-    try:
-        old = store.read_json(marker_rel) if store.exists(marker_rel) else None
-    except (ValueError, OSError):
-        old = None
-    if not (isinstance(old, dict) and (old.get("format") == fmt or in_run_folder)):
-        raise RunFolderError(f"{store.full(rel_dir)} already exists and is not a {fmt} folder made by drivegen "
-                             f"({len(existing)} file(s) in it, e.g. {existing[0]}); choose an empty or new --out "
-                             "folder", file=store.full(rel_dir))
-    return list(old.get("files", [])) if isinstance(old, dict) else []
+    """The files an earlier drivegen folder at ``rel_dir`` lists; RunFolderError for a user's folder
+    (``generator.writers.owned.owned_files``, the one rule)."""
+    from generator.writers.owned import owned_files
+
+    return owned_files(store, rel_dir, marker, fmt, in_run_folder=in_run_folder)
 
 
 def replace_owned_folder(store: RunStore, rel_dir: str, built: Path, marker: str, fmt: str,

@@ -43,8 +43,8 @@ from generator.qa.fields import Field, QuestionType
 from generator.qa.render import FieldColumns, render_parts
 from generator.qa.templates import parse_template_text
 from generator.types import front_camera
+from generator.writers.owned import owned_files
 from schemas.config import DramaXConfig, EgoBodyConfig
-from schemas.errors import RunFolderError
 from schemas.vocab import DRAMA_GROUPS, DRAMA_POSITIONS, VRU_CLASSES
 
 EXPORT_FORMAT = "drivegen-drama-x/1"
@@ -214,19 +214,8 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
 # ------------------------------------------------------------------------------------------------ files
 def check_export_folder(store) -> list[str]:
     """Files an earlier export in ``store`` lists ([] for a new or empty folder); RunFolderError for a non-empty
-    folder that is not a DRAMA-X export made by drivegen (a user's files are never overwritten)."""
-    existing = store.list("", recursive=True) if store.exists("") else []
-    if not existing:
-        return []
-    try:
-        old = store.read_json(EXPORT_MARKER) if store.exists(EXPORT_MARKER) else None
-    except (ValueError, OSError):
-        old = None
-    if not (isinstance(old, dict) and old.get("format") == EXPORT_FORMAT):
-        raise RunFolderError(f"{store.full('')} already exists and is not a DRAMA-X export made by drivegen "
-                             f"({len(existing)} file(s) in it, e.g. {existing[0]}); choose an empty or new --out "
-                             "folder", file=store.full(""))
-    return [f for f in old.get("files", []) if isinstance(f, str)]
+    folder that is not a DRAMA-X export made by drivegen (``generator.writers.owned``)."""
+    return owned_files(store, "", EXPORT_MARKER, EXPORT_FORMAT, what="a DRAMA-X export")
 
 
 def write_export(store, records: dict[str, dict[str, dict]], source: str = "") -> dict:

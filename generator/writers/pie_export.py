@@ -18,7 +18,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.errors import RunFolderError
+from generator.writers.owned import owned_files
 
 EXPORT_FORMAT = "drivegen-pie/1"  # marks a folder as a drivegen PIE export (replaced only if it is one)
 EXPORT_SUMMARY = "export_summary.json"
@@ -41,19 +41,8 @@ def split_tables(samples: pa.Table) -> dict[str, pa.Table]:
 
 def previous_export(store) -> list[str]:
     """The files an earlier PIE export in ``store`` listed ([] when the folder is new or empty); raises
-    ``RunFolderError`` when the folder holds something else."""
-    if store.is_empty():
-        return []
-    if store.exists(EXPORT_SUMMARY):
-        try:
-            old = store.read_json(EXPORT_SUMMARY)
-        except Exception:  # noqa: BLE001 - unreadable: not ours to overwrite
-            old = None
-        if isinstance(old, dict) and old.get("format") == EXPORT_FORMAT:
-            return [f for f in old.get("files", []) if isinstance(f, str)]
-    raise RunFolderError(f"{store.uri_of('')} is not empty and not an earlier PIE export (no {EXPORT_SUMMARY} "
-                         f"with format {EXPORT_FORMAT!r}); give a new or empty --out folder",
-                         file=store.uri_of(""))
+    ``RunFolderError`` when the folder holds something else (``generator.writers.owned``)."""
+    return owned_files(store, "", EXPORT_SUMMARY, EXPORT_FORMAT, what="an earlier PIE export")
 
 
 def write_pie_export(store, samples: pa.Table, info: dict | None = None) -> dict:
