@@ -31,3 +31,40 @@ def scorer(name: str):
     if name not in SCORERS:
         raise InputError(f"unknown scorer {name!r}; available: {sorted(SCORERS)}")
     return importlib.import_module(SCORERS[name])
+
+
+def read_predictions(path: str):
+    """The content of a prediction file, a local path or a URI: Parquet (recognised by its magic bytes) as a
+    list of row dicts, JSON Lines (``.jsonl``) as a list, JSON as the parsed value; each scorer checks the shape
+    it expects. ``InputError`` naming the file when it is missing or unreadable."""
+    import io
+    import json
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from generator.runfolder import RunStore
+    from schemas.errors import InputError
+
+    path = str(path)
+    folder, name = path.rstrip("/").rsplit("/", 1) if "://" in path else os.path.split(os.path.abspath(path))
+    store = RunStore(folder)
+    if not store.exists(name):
+        raise InputError(f"prediction file {path} does not exist", file=path)
+    try:
+        data = store.read_bytes(name)
+    except OSError as err:
+        raise InputError(f"cannot read the prediction file {path}: {err}", file=path) from None
+    if data[:4] == b"PAR1":
+        try:
+            return pq.read_table(io.BytesIO(data)).to_pylist()
+        except (pa.ArrowException, OSError) as err:
+            raise InputError(f"unreadable Parquet predictions in {path}: {err}", file=path) from None
+    try:
+        text = data.decode("utf-8")
+        if name.endswith(".jsonl"):
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: predictions are neither Parquet nor JSON ({err})", file=path) from None

@@ -21,7 +21,6 @@ listed in ``result["problems"]``, never a crash.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -55,21 +54,9 @@ def _target_samples(target: str):
 
 
 def _load_predictions(pred_path: str) -> dict:
-    from generator.runfolder import RunStore
+    from generator.validate.score import read_predictions
 
-    if "://" in pred_path:
-        head, _, name = pred_path.rpartition("/")
-        data = RunStore(head).read_bytes(name)
-    else:
-        try:
-            with open(pred_path, "rb") as fh:
-                data = fh.read()
-        except OSError as err:
-            raise InputError(f"{pred_path}: cannot read the predictions: {err.strerror or err}", file=pred_path) from None
-    try:
-        pred = json.loads(data)
-    except ValueError as err:
-        raise InputError(f"{pred_path}: not JSON: {err}", file=pred_path) from None
+    pred = read_predictions(pred_path)
     if not isinstance(pred, dict):
         raise InputError(f"{pred_path}: predictions must be a JSON object {{sample_id: sample}}, got "
                          f"{type(pred).__name__}", file=pred_path)

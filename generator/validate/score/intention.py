@@ -17,7 +17,6 @@ or duplicate sample id, wrong K, NaN, unparseable text) are listed per item in `
 """
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -35,8 +34,6 @@ _PAIR = re.compile(r"\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)")
 def load_target(target: str, splits: list[str] | None = None):
     """(PlanningSamples, Instructions, sample ids, kinds, levels, config) of an export folder or a run folder;
     the config's ``labels``, ``intention`` and ``ego`` sections are the ones the samples were made with."""
-    import pyarrow as pa
-
     from generator.runfolder import RunReader, RunStore
     from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
                                                     read_samples)
@@ -93,28 +90,10 @@ def baseline(name: str, s, ins) -> np.ndarray:
 
 
 def _records(path: str) -> list[dict]:
-    from generator.runfolder import RunStore
+    """Prediction records: a list of objects, or ``{sample_id: waypoints}``."""
+    from generator.validate.score import read_predictions
 
-    folder, _, name = path.rstrip("/").rpartition("/") if "://" in path else (None, None, None)
-    if folder is None:
-        import os
-        folder, name = os.path.split(os.path.abspath(path))
-    store = RunStore(folder)
-    if not store.exists(name):
-        raise InputError(f"prediction file {path} does not exist", file=path)
-    if name.endswith(".parquet"):
-        import pyarrow.parquet as pq
-        try:
-            return pq.read_table(store.full(name), filesystem=store.fs).to_pylist()
-        except (pa.ArrowException, OSError) as err:
-            raise InputError(f"cannot read the prediction file {path}: {err}", file=path) from None
-    text = store.read_bytes(name).decode("utf-8", errors="replace")
-    try:
-        if name.endswith(".jsonl"):
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        data = json.loads(text)
-    except ValueError as err:
-        raise InputError(f"{path} is not valid JSON: {err}", file=path) from None
+    data = read_predictions(path)
     if isinstance(data, dict):
         return [{"sample_id": k, "waypoints": v} for k, v in data.items()]
     if not isinstance(data, list):

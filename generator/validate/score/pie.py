@@ -35,7 +35,6 @@ Metrics per task (binary for action, 6 classes for risk; the predicted class is 
 """
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections import Counter
@@ -214,28 +213,11 @@ def read_target(target: str, splits: list[str] | None = None) -> tuple[pa.Table,
 
 
 def read_predictions(path: str) -> list[dict]:
-    """Rows of a Parquet or JSON prediction file; ``InputError`` naming the file when unreadable."""
-    from generator.runfolder import RunStore
-    import os
+    """Rows of a Parquet or JSON prediction file (a list, or ``{"predictions": [...]}``); ``InputError`` naming
+    the file when unreadable (``generator.validate.score.read_predictions``)."""
+    from generator.validate import score
 
-    parent, name = os.path.split(str(path).rstrip("/"))
-    store = RunStore(parent or ".")
-    try:
-        data = store.read_bytes(name)
-    except Exception as err:  # noqa: BLE001
-        raise InputError(f"cannot read the predictions: {err}", file=str(path)) from None
-    if data[:4] == b"PAR1":
-        import io
-
-        import pyarrow.parquet as pq
-        try:
-            return pq.read_table(io.BytesIO(data)).to_pylist()
-        except Exception as err:  # noqa: BLE001
-            raise InputError(f"unreadable Parquet predictions: {err}", file=str(path)) from None
-    try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise InputError(f"predictions are neither Parquet nor JSON ({err})", file=str(path)) from None
+    obj = score.read_predictions(path)
     if isinstance(obj, dict) and isinstance(obj.get("predictions"), list):
         obj = obj["predictions"]
     if not isinstance(obj, list):
