@@ -181,8 +181,7 @@ def export_intention(run: str | RunReader, out: str | None = None, cfg: Pipeline
         write_parquet(built / OBJECTS_FILE, objects)
         kinds = Counter(samples.column("kind").to_pylist())
         summary = {"format": EXPORT_FORMAT, "run": reader.uri, "samples": samples.num_rows,
-                   "keyframes": len({(r["scene_id"], r["frame_index"]) for r in
-                                     samples.select(["scene_id", "frame_index"]).to_pylist()}),
+                   "keyframes": samples.group_by(["scene_id", "frame_index"]).aggregate([]).num_rows,
                    "objects": objects.num_rows, "by_kind": dict(sorted(kinds.items())),
                    "splits": dict(sorted(Counter(samples.column("split").to_pylist()).items())),
                    "files": [SAMPLES_FILE, OBJECTS_FILE],

@@ -80,9 +80,8 @@ def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table
     flat = pc.list_flatten(images)
     img = pa.StructArray.from_arrays([pc.struct_field(flat, "name"), pc.struct_field(flat, "image_path")],
                                      names=["camera", "image_path"])
-    images = pa.ListArray.from_arrays(images.offsets if isinstance(images, pa.ListArray) else
-                                      pa.array(np.r_[0, np.cumsum(to_numpy(pc.list_value_length(images), np.int64,
-                                                                           fill=0))], pa.int32()), img)
+    lengths = to_numpy(pc.list_value_length(images), np.int64, fill=0)
+    images = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()), img)
     k = s.future_xy.shape[1]
     samples = pa.table({
         "sample_id": ids, "scene_id": pc.take(s.scene_id, pa.array(smp)),

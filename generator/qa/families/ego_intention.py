@@ -88,6 +88,8 @@ def build(plan: Plan) -> list[Batch]:
         sel = np.flatnonzero((ins.kind == KIND[name]) & (group >= 0) & (~has_t | (cand >= 0)))
         if len(sel) == 0:
             continue
+        if name in _OBJECT_KINDS:  # rows about candidates go in canonical (region) order, not by track id
+            sel = sel[np.argsort(cand[sel], kind="stable")]
         text = {"trajectory": (traj, sel)}
         man, sst = ins.maneuver[sel], ins.speed_status[sel]
         if name == "atomic":
@@ -101,10 +103,6 @@ def build(plan: Plan) -> list[Batch]:
             y = s.obj_xy[o, 1]
             pos = np.where(np.abs(y) <= cfg.intention.lane_half_width_m, 0, np.where(y > 0, 1, 2))
             text["position"] = vocabulary(_POSITIONS, pos)
-            # candidates are in canonical order within a keyframe; instructions are sorted by track: re-sort
-            order = np.lexsort((cand[sel],))
-            sel = sel[order]
-            o, text = o[order], {k: (v[0], v[1][order]) for k, v in text.items()}
             out.append(single(plan, qt, cand[sel], value, text=text,
                               quantities={"distance_m": np.hypot(s.obj_xy[o, 0], s.obj_xy[o, 1])}))
         else:
