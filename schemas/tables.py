@@ -166,6 +166,27 @@ INTENTION_OBJECTS = _schema("intention_objects", [
     pa.field("future_heading_ego_rad", pa.list_(f64)), pa.field("intent_lateral", s),
 ], "tracked objects at each Intention-Drive sample and their logged future (BEV ego frame of the sample)")
 
+# PIE/JAAD benchmark samples (``generator.attributes.pie``; exported per task and split by
+# ``generator.writers.pie_export``): one observation window of a pedestrian track, pixels in the video's frame.
+# List items are named as Parquet names them ('element'), so the files read back exactly with plain pyarrow too.
+def _plist(t: pa.DataType) -> pa.DataType:
+    return pa.list_(pa.field("element", t))
+
+
+PIE_SAMPLES = _schema("pie_samples", [
+    pa.field("sample_id", s), pa.field("task", s), pa.field("split", s), pa.field("video_id", s),
+    pa.field("ped_id", s), pa.field("track_label", s),
+    pa.field("start_frame", i32), pa.field("end_frame", i32),
+    pa.field("frames", _plist(i32)), pa.field("boxes_px", _plist(_plist(f32))),
+    pa.field("occlusion", _plist(s)), pa.field("ego_action", _plist(s)),
+    pa.field("image_paths", _plist(s)), pa.field("video_path", s),
+    pa.field("image_width_px", i32), pa.field("image_height_px", i32),
+    pa.field("crossing", i8), pa.field("intention", i8),
+    pa.field("event_frame", i32), pa.field("tte_frames", i32), pa.field("tte_s", f32),
+    pa.field("risk_horizon_frame", i32), pa.field("risk_box_visible", b), pa.field("risk_x_center_px", f32),
+    pa.field("risk_region", i8), pa.field("risk_class", i8),
+], "PIE/JAAD action-prediction and event-risk samples (observation boxes, labels, time to event)")
+
 ISSUES = _schema("issues", [
     pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("stage", s, False),
     pa.field("reason", s, False), pa.field("camera", s), pa.field("file", s), pa.field("message", s, False),
@@ -179,7 +200,7 @@ ERRORS = _schema("errors", [
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
        for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS,
-                   INTENTION_SAMPLES, INTENTION_OBJECTS)}
+                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES)}
 
 
 def check_schema(table: pa.Table, schema: pa.Schema, where: str = "") -> pa.Table:

@@ -32,20 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.config import PieConfig
+from schemas.tables import PIE_SAMPLES
 
-SAMPLES_SCHEMA = pa.schema([
-    ("sample_id", pa.string()), ("task", pa.string()), ("split", pa.string()), ("video_id", pa.string()),
-    ("ped_id", pa.string()), ("track_label", pa.string()),
-    ("start_frame", pa.int32()), ("end_frame", pa.int32()),
-    ("frames", pa.list_(pa.int32())), ("boxes_px", pa.list_(pa.list_(pa.float32()))),
-    ("occlusion", pa.list_(pa.string())), ("ego_action", pa.list_(pa.string())),
-    ("image_paths", pa.list_(pa.string())), ("video_path", pa.string()),
-    ("image_width_px", pa.int32()), ("image_height_px", pa.int32()),
-    ("crossing", pa.int8()), ("intention", pa.int8()),
-    ("event_frame", pa.int32()), ("tte_frames", pa.int32()), ("tte_s", pa.float32()),
-    ("risk_horizon_frame", pa.int32()), ("risk_box_visible", pa.bool_()), ("risk_x_center_px", pa.float32()),
-    ("risk_region", pa.int8()), ("risk_class", pa.int8()),
-])
+SAMPLES_SCHEMA = PIE_SAMPLES  # declared with every other table in schemas.tables
 
 
 # ------------------------------------------------------------------------------------------ risk regions
