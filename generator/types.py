@@ -108,7 +108,15 @@ class Boxes3D:
         return cls(np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0), np.zeros(0, dtype=object))
 
     def subset(self, idx) -> "Boxes3D":
-        return Boxes3D(**{k: getattr(self, k)[idx] for k in self.fields()})
+        return Boxes3D._trusted({k: getattr(self, k)[idx] for k in _BOX_FIELDS})
+
+    @staticmethod
+    def _trusted(columns: dict) -> "Boxes3D":
+        """A Boxes3D from columns already of the right dtypes, shapes and equal lengths (rows of valid boxes):
+        no conversion or check, for the per-frame splits of tracked scenes."""
+        out = object.__new__(Boxes3D)
+        out.__dict__.update(columns)
+        return out
 
     @staticmethod
     def fields() -> tuple[str, ...]:
@@ -122,7 +130,10 @@ class Boxes3D:
     def concat(parts: list["Boxes3D"]) -> "Boxes3D":
         if not parts:
             return Boxes3D.empty()
-        return Boxes3D(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in Boxes3D.fields()})
+        return Boxes3D._trusted({k: np.concatenate([getattr(p, k) for p in parts]) for k in _BOX_FIELDS})
+
+
+_BOX_FIELDS = Boxes3D.fields()
 
 
 @dataclass(frozen=True)

@@ -105,13 +105,13 @@ def _assign(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndar
     allowed pairs (same class, squared Mahalanobis distance within ``gate``)."""
     if len(dets) == 0 or len(tracks) == 0:
         return dets[:0], tracks[:0]
-    st = state[tracks]
-    m_d = meas[dets]
-    dx = m_d[:, 0, None] - st[None, :, X]
-    dy = m_d[:, 1, None] - st[None, :, Y]
-    s = st[None, :, PPP] + m_d[:, 2, None]
+    st = state[tracks][:, [X, Y, PPP, CLS]].T  # (4, T)
+    m_d = meas[dets, :3].T  # (3, D): x, y, r
+    dx = m_d[0, :, None] - st[0]
+    dy = m_d[1, :, None] - st[1]
+    s = st[2] + m_d[2, :, None]
     m = (dx * dx + dy * dy) / s
-    ok = (m <= gate) & (cls[dets][:, None] == st[None, :, CLS])
+    ok = (m <= gate) & (cls[dets][:, None] == st[3])
     rows_n, cols_n = ok.sum(axis=1), ok.sum(axis=0)
     if not rows_n.any():
         return dets[:0], tracks[:0]
@@ -167,22 +167,23 @@ def _birth_rows(meas, z, score, t_box, cls, cfg) -> np.ndarray:
 
 def _update(g: np.ndarray, m: np.ndarray, mz: np.ndarray, mscore: np.ndarray, t: float, rs: float, ry: float) -> None:
     """Kalman update of track rows ``g`` (K, NCOL) in place with their detections' measurements ``m`` (K, 10)."""
-    ppp, ppv, pvv = g[:, PPP], g[:, PPV], g[:, PVV]
+    ppp, ppv, pvv = g[:, PPP].copy(), g[:, PPV].copy(), g[:, PVV].copy()
     r, rv = m[:, 2], m[:, 5]
     a, c = ppp + r, pvv + rv
-    det = a * c - ppv * ppv
-    k11 = (ppp * c - ppv * ppv) / det
-    k12 = ppv * r / det
-    k21 = ppv * rv / det
-    k22 = (pvv * a - ppv * ppv) / det
-    yp = m[:, 0:2] - g[:, X:Y + 1]
-    yv = np.where(rv[:, None] < _NO_VELOCITY_VAR, m[:, 3:5] - g[:, VX:VY + 1], 0.0)
-    g[:, X:Y + 1] += k11[:, None] * yp + k12[:, None] * yv
-    g[:, VX:VY + 1] += k21[:, None] * yp + k22[:, None] * yv
-    new_ppp = (1 - k11) * ppp - k12 * ppv
-    new_ppv = (1 - k11) * ppv - k12 * pvv
-    g[:, PVV] = (1 - k22) * pvv - k21 * ppv
-    g[:, PPP], g[:, PPV] = new_ppp, new_ppv
+    pp2 = ppv * ppv
+    inv = 1.0 / (a * c - pp2)
+    # the gain K (2x2 per track, shared by the x and y axes) as 4 columns: K [yp; yv] updates x, v
+    K = np.empty((len(g), 4))
+    K[:, 0], K[:, 1] = (ppp * c - pp2) * inv, ppv * r * inv  # k11, k12
+    K[:, 2], K[:, 3] = ppv * rv * inv, (pvv * a - pp2) * inv  # k21, k22
+    y = m[:, [0, 1, 3, 4]] - g[:, X:VY + 1]  # innovations (K, 4): position x, y, velocity x, y
+    y[rv >= _NO_VELOCITY_VAR, 2:] = 0.0
+    g[:, X:Y + 1] += K[:, 0:1] * y[:, 0:2] + K[:, 1:2] * y[:, 2:4]
+    g[:, VX:VY + 1] += K[:, 2:3] * y[:, 0:2] + K[:, 3:4] * y[:, 2:4]
+    g[:, PPP] = (1 - K[:, 0]) * ppp - K[:, 1] * ppv
+    g[:, PPV] = (1 - K[:, 0]) * ppv - K[:, 1] * pvv
+    g[:, PVV] = (1 - K[:, 3]) * pvv - K[:, 2] * ppv
+    # size (log) and yaw: scalar random walks
     ks = g[:, PS] / (g[:, PS] + rs)
     g[:, LS] += ks[:, None] * (m[:, 6:9] - g[:, LS])
     g[:, PS] *= 1 - ks
@@ -220,13 +221,21 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
     final_hits = np.zeros(n, dtype=np.int64)  # per raw track id, when it is deleted or the scene ends
     final_t_match = np.zeros(n)
     state = np.zeros((0, NCOL))
+    # Each frame's high- and low-score detections: slices of the two index lists (boxes are sorted by frame).
+    hi_all, lo_all = np.nonzero(high)[0], np.nonzero(low)[0]
+    hi_at, lo_at = np.searchsorted(hi_all, frame_start), np.searchsorted(lo_all, frame_start)
+    transitions = {}  # dt -> prediction matrix (logs keep a fixed rate: one or two distinct dt)
+    qs, qy = k.size_process_frac_per_s ** 2, k.yaw_process_rad_per_s ** 2
     coast_rows, coast_frames = [], []
     gaps = []  # per gap a track bridged: (track id, times of the matches before and after, x, y, vx, vy after)
     n_tracks = 0
     for fi in range(f):
         tk = t_s[fi]
         if fi and len(state):
-            A = _transition(tk - t_s[fi - 1], k.size_process_frac_per_s ** 2, k.yaw_process_rad_per_s ** 2)
+            dt = tk - t_s[fi - 1]
+            A = transitions.get(dt)
+            if A is None:
+                A = transitions[dt] = _transition(dt, qs, qy)
             state[:, :PY + 1] = state[:, :ONE + 1] @ A
         s, e = frame_start[fi], frame_start[fi + 1]
         matched = np.zeros(len(state), dtype=bool)
@@ -234,18 +243,21 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
             # Stage 1, high-score detections: tracks matched in the previous frame first, then coasting ones (a
             # track that keeps missing must not take the detection of one that does not); stage 2: low-score
             # detections to confirmed tracks left over.
-            hi, lo = np.nonzero(high[s:e])[0] + s, np.nonzero(low[s:e])[0] + s
+            hi, lo = hi_all[hi_at[fi]:hi_at[fi + 1]], lo_all[lo_at[fi]:lo_at[fi + 1]]
             rows = np.arange(len(state))
             fresh = state[:, T_MATCH] >= t_s[fi - 1] - eps if fi else np.ones(len(state), dtype=bool)
             di, ti = _assign(hi, rows[fresh], meas, cls, state, k.gate_chi2)
             taken = np.zeros(e - s, dtype=bool)
             taken[di - s] = True
-            d1, t1 = _assign(hi[~taken[hi - s]], rows[~fresh], meas, cls, state, k.gate_chi2)
-            taken[d1 - s] = True
-            free = np.ones(len(state), dtype=bool)
-            free[ti] = free[t1] = False
-            d2, t2 = _assign(lo, rows[free & (state[:, HITS] >= k.confirm_hits)], meas, cls, state, k.gate_chi2)
-            di, ti = np.concatenate([di, d1, d2]), np.concatenate([ti, t1, t2])
+            if len(di) < len(hi) and len(di) < len(rows):
+                d1, t1 = _assign(hi[~taken[hi - s]], rows[~fresh], meas, cls, state, k.gate_chi2)
+                taken[d1 - s] = True
+                di, ti = np.concatenate([di, d1]), np.concatenate([ti, t1])
+            if len(lo) and len(ti) < len(rows):
+                free = np.ones(len(state), dtype=bool)
+                free[ti] = False
+                d2, t2 = _assign(lo, rows[free & (state[:, HITS] >= k.confirm_hits)], meas, cls, state, k.gate_chi2)
+                di, ti = np.concatenate([di, d2]), np.concatenate([ti, t2])
             if len(ti):
                 g = state[ti]
                 t_before = g[:, T_MATCH].copy()

@@ -38,7 +38,10 @@ _CLASS_INDEX = {c: i for i, c in enumerate(DETECTION_CLASSES)}
 
 def class_indices(class_name: np.ndarray) -> np.ndarray:
     """(N,) class names -> (N,) int indices into DETECTION_CLASSES (-1 for anything else)."""
-    return np.fromiter((_CLASS_INDEX.get(c, -1) for c in class_name), dtype=np.int64, count=len(class_name))
+    if len(class_name) == 0:
+        return np.zeros(0, dtype=np.int64)
+    names, inv = np.unique(np.asarray(class_name, dtype=object).astype(str), return_inverse=True)
+    return np.array([_CLASS_INDEX.get(c, -1) for c in names], dtype=np.int64)[inv.reshape(-1)]
 
 
 def gate_speeds(cfg: TrackingConfig, table: str = "gates_mps") -> np.ndarray:
@@ -322,6 +325,6 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
         yaw = apply_flips(yaw, flip)
     fields = {k: getattr(allb, k) for k in Boxes3D.fields()}
     fields.update(track_id=tid, velocity_mps=vel, yaw_rad=yaw)
-    out = Boxes3D(**fields)
-    return [out.subset(np.arange(frame_start[k], frame_start[k + 1])[keep[frame_start[k]:frame_start[k + 1]]])
-            for k in range(f)]
+    out = Boxes3D(**fields).subset(np.nonzero(keep)[0])  # still sorted by frame: each frame is a slice
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(frame_of_box[keep], minlength=f))])
+    return [out.subset(slice(bounds[k], bounds[k + 1])) for k in range(f)]

@@ -155,10 +155,11 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
     qa = generate_qa(frames, attributes, projections, cfg, templates, **others)
     res["generate_s"], res["generate_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
-    per_scene = split_by_scene(to_storage(qa))  # cast once per batch, not per scene slice (much dearer)
+    stored = to_storage(qa)  # cast once per batch, not per scene slice (much dearer)
+    per_scene = split_by_scene(stored)
     files: list[str] = []
     for s in scene_ids:
-        part = per_scene.get(s, to_storage(qa).schema.empty_table())
+        part = per_scene[s] if s in per_scene else stored.schema.empty_table()
         m = commit_tables(store, s, {"qa": part}, writer_cfg=cfg.writers, counts=qa_counts(part), config=key,
                           epoch=epoch, fence=fence, tidy=False)
         files += [f["path"] for f in m["files"]]
