@@ -48,18 +48,10 @@ import numpy as np
 
 from actors.detect.base import Detector
 from actors.detect.sweeps import CachedReader, PointsSpec, model_points
+from actors.device import resolve_device
 from generator.geometry import SE3
 from generator.types import Boxes3D, DrivegenError, Frame
 from schemas.config import DETECTION_CLASSES, DetectionConfig
-
-
-def resolve_device(device: str) -> str:
-    """'auto' -> 'cuda:0' when torch sees a GPU, else 'cpu'; anything else is returned as given."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
 def lidar_boxes_to_ego(bboxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, classes: list[str],

@@ -54,7 +54,7 @@ class Sam2Segmenter(Segmenter):
         import torch
         from sam2.build_sam import build_sam2
 
-        from actors.detect.mmdet3d_backend import resolve_device
+        from actors.device import resolve_device
 
         sc = cfg.sam2
         self.device = torch.device(resolve_device(sc.device))

@@ -47,11 +47,29 @@ def _run_task_stage(batch: dict, stage: Stage, cfg: PipelineConfig, store: RunSt
     return {"scene_id": batch["scene_id"], "work": np.array(works, dtype=object)}
 
 
+def with_model_device(cfg: PipelineConfig, device: str) -> PipelineConfig:
+    """``cfg`` with ``device`` for every model backend whose config says 'auto' (explicit devices are kept)."""
+    cfg = cfg.model_copy(deep=True)
+    for mc in (cfg.detection.mmdet3d, cfg.segmentation.sam2):
+        if mc.device == "auto":
+            mc.device = device
+    return cfg
+
+
 class _ActorStage:
-    """A model stage on an actor: the model is built once, in ``__init__``."""
+    """A model stage on an actor: the model is built once, in ``__init__``, on the device resolved from the
+    GPUs Ray assigned this actor (``actors.device.resolve_device``)."""
 
     def __init__(self, stage: Stage, cfg: PipelineConfig, store: RunStore):
+        from actors.device import device_note, resolve_device
+
         self.stage = stage
+        self.gpu_ids = list(ray.get_gpu_ids())
+        self.device = resolve_device("auto", self.gpu_ids)
+        note = device_note(self.gpu_ids, self.device)
+        if note:
+            log.warning("stage %s: %s", stage.name, note)
+        cfg = with_model_device(cfg, self.device)
         self.env = StageEnv(cfg, store, stage.build(cfg) if stage.build else None)
 
     def __call__(self, batch: dict) -> dict:
@@ -131,6 +149,10 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
     res = plan_resources(rc, stages, float(ray.cluster_resources().get("CPU", 0.0)), cluster_gpus())
     for note in res.notes:
         log.warning(note)
+    gpu_stages = [st.name for st in stages if st.actor and st.gpu]
+    if gpu_stages and res.actor_gpus == 0:
+        log.warning("the cluster has no GPUs: model stage(s) %s run as CPU actor pools of %d actor(s)",
+                    ", ".join(gpu_stages), res.pool_size)
     ds = ray.data.from_items([{"scene_id": s} for s in scene_ids], override_num_blocks=max(1, len(scene_ids)))
     in_flight = max(1, min(rc.scenes_in_flight, len(scene_ids)))
     task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,

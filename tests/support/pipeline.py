@@ -80,11 +80,12 @@ class LocalCluster:
     """``ray.cluster_utils.Cluster``: a head without CPUs (GCS, driver objects) and worker nodes with 2
     logical CPUs each (1-CPU nodes hang Ray Data)."""
 
-    def __init__(self, workers: int = 2):
+    def __init__(self, workers: int = 2, gpus_per_worker: int = 0):
         from ray.cluster_utils import Cluster
 
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-        self.workers = [self.cluster.add_node(num_cpus=2) for _ in range(workers)]
+        # GPUs by resource only: Ray schedules and assigns them (CUDA_VISIBLE_DEVICES) as on real GPU nodes
+        self.workers = [self.cluster.add_node(num_cpus=2, num_gpus=gpus_per_worker) for _ in range(workers)]
         self.cluster.wait_for_nodes()
         self.address = self.cluster.address
 

@@ -1,0 +1,153 @@
+"""GPU scheduling on local Ray clusters whose nodes advertise GPUs by resource (issue #12 item 2): model stages
+become actor pools holding GPUs (one model per actor, built once), CPU stages never hold a GPU, two GPU nodes
+run two model actors at once, a cluster without GPUs falls back to CPU actors with a log line, and each actor
+resolves its torch device from what Ray assigned it (the real SAM 2.1 model class, random weights).
+
+The stages are the pipeline's own executor (``generator.pipeline.ray_exec.build_dataset``) running probe stages
+that report, per scene, what their worker holds; the model stage builds the real ``Sam2Segmenter``."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+
+import pytest
+
+from actors.device import device_note, resolve_device
+from generator.pipeline.core import Stage
+from schemas.config import PipelineConfig
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+MODEL_SECONDS = 2.0  # each scene holds its model actor this long: long enough for overlaps to be unambiguous
+
+
+# ------------------------------------------------------------------------------- the device rule, pure
+@pytest.mark.parametrize("assigned, cuda, want", [
+    (None, False, "cpu"), (None, True, "cuda:0"),  # no scheduler: what torch sees
+    ([], True, "cpu"),  # Ray gave this worker no GPU: never take another worker's
+    (["1"], True, "cuda:0"),  # CUDA_VISIBLE_DEVICES=1: the first visible device
+    (["0"], False, "cpu"),  # GPUs by resource only / CPU torch
+])
+def test_resolve_device_follows_the_assigned_gpus(assigned, cuda, want):
+    assert resolve_device("auto", assigned, cuda_available=cuda) == want
+    assert resolve_device("cuda:1", assigned, cuda_available=cuda) == "cuda:1"  # explicit: as given
+
+
+def test_device_note_only_when_assigned_gpus_are_unusable():
+    assert device_note(["0"], "cpu") and "GPU(s) ['0']" in device_note(["0"], "cpu")
+    assert device_note([], "cpu") is None and device_note(["0"], "cuda:0") is None
+
+
+# ------------------------------------------------------------------------------- probe stages
+def _where() -> dict:
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return {"pid": os.getpid(), "node": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+
+def _cpu_probe(work, env) -> None:
+    work.counts["cpu_stage"] = _where()
+
+
+def _build_sam2(cfg):
+    from actors.segment import build_segmenter
+
+    return {"segmenter": build_segmenter(cfg.segmentation), "built_at": time.time(), "pid": os.getpid()}
+
+
+def _model_probe(work, env) -> None:
+    t0 = time.time()
+    time.sleep(MODEL_SECONDS)
+    m = env.model
+    work.counts["model_stage"] = {**_where(), "t0": t0, "t1": time.time(), "device": str(m["segmenter"].device),
+                                  "model": [m["pid"], m["built_at"], id(m["segmenter"])],
+                                  "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _write_nothing(work, env, staging) -> None:
+    (staging / "probe.json").write_text(json.dumps(work.counts))
+
+
+STAGES = [Stage("cpu_probe", _cpu_probe),
+          Stage("model_probe", _model_probe, build=_build_sam2, actor=True, gpu=True)]
+
+
+def _run(address: str, tmp_path, n_scenes: int, pool: int) -> list[dict]:
+    import ray
+    from ray import cloudpickle
+
+    from generator.pipeline.driver import ensure_ray
+    from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
+    from generator.runfolder import RunStore
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import the tests folder
+    cfg = PipelineConfig.model_validate({
+        "segmentation": {"backend": "sam2", "sam2": {"model_config_name": "configs/sam2.1/sam2.1_hiera_t.yaml"}},
+        "ray": {"actor_pool_size": pool, "actor_num_gpus": 1, "scenes_in_flight": n_scenes}})
+    ensure_ray(cfg, address=address)
+    try:
+        configure_data_context(progress_bars=False)
+        store = RunStore(str(tmp_path / "out"))
+        ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, STAGES, _write_nothing, cfg, store)
+        rows = list(iter_summaries(ds))
+    finally:
+        ray.shutdown()
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert [r["status"] for r in rows] == ["ok"] * n_scenes, [r["info"] for r in rows]
+    return [json.loads(r["info"])["counts"] for r in rows]
+
+
+def _overlap(a: dict, b: dict) -> float:
+    return min(a["t1"], b["t1"]) - max(a["t0"], b["t0"])
+
+
+@pytest.fixture
+def sam2_installed():
+    pytest.importorskip("sam2", reason="sam2 is not installed (setup installs it; see README 'Models')")
+
+
+def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(tmp_path, sam2_installed, caplog):
+    from support.pipeline import LocalCluster
+
+    c = LocalCluster(workers=2, gpus_per_worker=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="drivegen.pipeline"):
+            counts = _run(c.address, tmp_path, n_scenes=4, pool=2)
+    finally:
+        c.shutdown()
+    model = [x["model_stage"] for x in counts]
+    cpu = [x["cpu_stage"] for x in counts]
+    # CPU stages never hold a GPU; every model call ran on an actor holding exactly one
+    assert all(x["gpu_ids"] == [] for x in cpu), cpu
+    assert all(len(x["gpu_ids"]) == 1 and x["cuda_visible"] == x["gpu_ids"][0] for x in model), model
+    # two actors, one per GPU node, each with one model built once for all its scenes
+    actors = {x["pid"]: x for x in model}
+    assert len(actors) == 2 and len({x["node"] for x in model}) == 2, model
+    for pid in actors:
+        assert len({tuple(x["model"]) for x in model if x["pid"] == pid}) == 1, "model rebuilt within an actor"
+        assert all(x["model"][0] == pid for x in model if x["pid"] == pid)
+    # ... working at the same time
+    best = max(_overlap(a, b) for a in model for b in model if a["pid"] != b["pid"])
+    assert best > MODEL_SECONDS / 2, f"the two model actors never ran together (best overlap {best:.2f} s)"
+    # the device follows Ray's assignment: GPUs by resource only and CPU torch -> CPU, said in the log
+    assert all(x["device"] == "cpu" for x in model)
+    assert not any("no GPUs" in r.getMessage() for r in caplog.records)
+
+
+def test_cluster_without_gpus_falls_back_to_cpu_actors_with_a_log_line(tmp_path, sam2_installed, caplog):
+    from support.pipeline import LocalCluster
+
+    c = LocalCluster(workers=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="drivegen.pipeline"):
+            counts = _run(c.address, tmp_path, n_scenes=2, pool=1)
+    finally:
+        c.shutdown()
+    model = [x["model_stage"] for x in counts]
+    assert all(x["gpu_ids"] == [] and x["device"] == "cpu" for x in model), model
+    assert len({x["pid"] for x in model}) == 1 and len({tuple(x["model"]) for x in model}) == 1
+    assert any("no GPUs" in r.getMessage() and "model_probe" in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
