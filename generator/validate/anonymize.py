@@ -8,7 +8,8 @@ the visible face and plate pixels, anonymises each image with the scene's ground
 counts pixels:
 
 * ``recall`` = true face (plate) pixels inside a blurred rectangle / true face (plate) pixels;
-* ``false_share`` = blurred pixels outside every true face and plate / blurred pixels.
+* ``false_share`` = blurred pixels outside every true face and plate / blurred pixels;
+* ``blurred_image_share`` = blurred pixels / all pixels (what the false blurring costs a model).
 
 Printed by ``python bench/anonymize.py``; thresholds in tests/test_anonymize.py; figures in README
 "Anonymisation".
@@ -52,6 +53,7 @@ def measure_scenes(cfg: AnonymizeConfig | None = None, seed: int = 0, scenes: tu
     renderers = {n: CameraRenderer(cams[n], noise_seed=i) for i, n in enumerate(cams) if n in cameras}
     tot = {k: {"truth_px": 0, "hit_px": 0} for k in ("face", "plate")}
     blurred_px = outside_px = images = 0
+    images_px = []
     for index in scenes:
         sc = script_scene(seed, index)
         statics = [(s.center_m, s.size_lwh_m, s.yaw_rad, s.color_rgb, s.kind) for s in sc.statics]
@@ -81,8 +83,11 @@ def measure_scenes(cfg: AnonymizeConfig | None = None, seed: int = 0, scenes: tu
                 blurred_px += int(blurred.sum())
                 outside_px += int((blurred & (label == 0)).sum())
                 images += 1
+                images_px.append(label.size)
+    n_px = sum(images_px)
     out = {"images": images, "blurred_px": blurred_px, "false_px": outside_px,
-           "false_share": outside_px / blurred_px if blurred_px else 0.0}
+           "false_share": outside_px / blurred_px if blurred_px else 0.0,
+           "blurred_image_share": blurred_px / n_px if n_px else 0.0}
     for kind, v in tot.items():
         out[kind] = {**v, "recall": v["hit_px"] / v["truth_px"] if v["truth_px"] else float("nan")}
     all_t = sum(v["truth_px"] for v in tot.values())
