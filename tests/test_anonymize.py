@@ -123,3 +123,56 @@ def test_measured_recall_and_false_blurring_on_generated_logs(measured):
     assert c["face"]["recall"] >= 0.85
     assert c["false_share"] <= 0.7  # detections are tight
     assert c["blurred_px"] < r["blurred_px"] / 10
+
+
+def test_run_outputs_are_anonymised(labelled_run, tmp_path):
+    """What leaves a run: WebDataset samples (written as ``write_scene`` writes them) hold the published image
+    (faces and plates blurred) and JSON without timestamps or source paths; the STRIDE-QA-Bench export's images
+    are the published images too."""
+    import webdataset as wds
+
+    from generator.pipeline.exports import export_bench
+    from generator.runfolder import RunReader
+    from generator.writers.wds import write_wds_shards
+
+    reader = RunReader(str(labelled_run))
+    cfg = reader.config()
+    sources: dict[tuple[str, int, str], str] = {}
+    pubs = {}
+    for sid in reader.scene_ids():
+        frames = reader.read_scene("frames", sid)
+        pubs[sid] = ScenePublisher.from_tables(sid, frames, reader.read_scene("objects", sid), cfg.anonymize)
+        for f, cams in zip(frames.column("frame_index").to_pylist(), frames.column("cameras").to_pylist()):
+            for c in cams:
+                sources[(sid, f, c["name"])] = c["image_path"]
+    sid = reader.scene_ids()[0]
+    qa = reader.read_scene("qa", sid)
+    qa = qa.filter(np.isin(qa.column("keyframe_index").to_numpy(), np.unique(qa.column("keyframe_index"))[::4]))
+    paths = write_wds_shards(qa, tmp_path / "run", sid, cfg.writers, publish=pubs[sid])
+    changed = kept = 0
+    keyframes = []
+    for s in wds.WebDataset([str(p) for p in paths], shardshuffle=False):
+        text = s["json"].decode()
+        assert "timestamp" not in text and "source_path" not in text and "image_path" not in text
+        meta = json.loads(text)
+        keyframes.append(meta["keyframe_index"])
+        for im in meta["images"]:
+            src = open(sources[(sid, im["frame_index"], im["camera"])], "rb").read()
+            assert s[im["member"]] == pubs[sid](src, im["frame_index"], im["camera"])
+            changed += s[im["member"]] != src
+            kept += s[im["member"]] == src
+    assert keyframes == sorted(keyframes) and len(keyframes) > 1
+    assert changed > 0  # faces or plates were blurred in some images
+
+    summary = export_bench(str(labelled_run), out=str(tmp_path / "bench"), cfg=cfg)
+    assert summary["groups"] > 0
+    recs = json.loads((tmp_path / "bench" / "annotation_files" / "strideqa_bench_t0.json").read_text())
+    bench_changed = 0
+    for rec in recs[:40]:
+        ti = rec["token_info"]
+        for img, f in zip(rec["images"], ti["context_frame_indices"]):
+            src = open(sources[(ti["scene_id"], f, ti["camera"])], "rb").read()
+            out = (tmp_path / "bench" / img).read_bytes()
+            assert out == pubs[ti["scene_id"]](src, f, ti["camera"])
+            bench_changed += out != src
+    assert bench_changed > 0
