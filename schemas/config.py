@@ -605,7 +605,7 @@ class AnonymizeConfig(_Model):
     that ship with OpenCV (Haar cascades in ``cv2.data.haarcascades``), run only inside candidate regions
     that the 3D boxes give: heads at the top of pedestrian boxes, plates on the front and rear faces of
     vehicle boxes. Values below were chosen here and measured on generated logs (README "Anonymisation",
-    ``drivegen anonymize-check``; tests/test_anonymize.py)."""
+    ``python bench/anonymize.py``; tests/test_anonymize.py)."""
 
     faces: bool = True
     plates: bool = True
@@ -613,8 +613,9 @@ class AnonymizeConfig(_Model):
     # image paths (nuScenes file names carry the log's date and the capture time in microseconds) with them;
     # frame order stays in ``frame_index`` / ``keyframe_index``
     strip_timestamps: bool = True
-    # classes whose boxes give candidate regions (nuScenes detection classes)
-    face_classes: list[str] = Field(default_factory=lambda: ["pedestrian"])
+    # classes whose boxes give candidate regions (nuScenes detection classes); cyclists and motorcyclists are
+    # inside their vehicle's box (nuScenes annotates the rider with the cycle), so their heads are candidates too
+    face_classes: list[str] = Field(default_factory=lambda: ["pedestrian", "bicycle", "motorcycle"])
     plate_classes: list[str] = Field(default_factory=lambda: ["car", "truck", "bus", "trailer",
                                                                 "construction_vehicle", "motorcycle"])
     # head: the top ``head_share`` of a pedestrian box's height (an adult's head is ~0.23 m of 1.75 m = 0.13;

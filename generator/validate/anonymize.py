@@ -9,12 +9,15 @@ counts pixels:
 
 * ``recall`` = true face (plate) pixels inside a blurred rectangle / true face (plate) pixels;
 * ``false_share`` = blurred pixels outside every true face and plate / blurred pixels;
-* ``blurred_image_share`` = blurred pixels / all pixels (what the false blurring costs a model).
+* ``blurred_image_share`` = blurred pixels / all pixels (what the false blurring costs a model);
+* ``seconds_per_image``: time in ``anonymize_image`` (candidates, cascades, blur) per image.
 
 Printed by ``python bench/anonymize.py``; thresholds in tests/test_anonymize.py; figures in README
 "Anonymisation".
 """
 from __future__ import annotations
+
+import time
 
 import cv2
 import numpy as np
@@ -54,6 +57,7 @@ def measure_scenes(cfg: AnonymizeConfig | None = None, seed: int = 0, scenes: tu
     tot = {k: {"truth_px": 0, "hit_px": 0} for k in ("face", "plate")}
     blurred_px = outside_px = images = 0
     images_px = []
+    spent = 0.0
     for index in scenes:
         sc = script_scene(seed, index)
         statics = [(s.center_m, s.size_lwh_m, s.yaw_rad, s.color_rgb, s.kind) for s in sc.statics]
@@ -74,7 +78,9 @@ def measure_scenes(cfg: AnonymizeConfig | None = None, seed: int = 0, scenes: tu
                 img, label = r.render(local_SE3_ego.compose(cams[name].ego_SE3_cam), statics, agents, paint, truth=True)
                 ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
                 img = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+                t0 = time.perf_counter()
                 _, rects = anonymize_image(img, cams[name], boxes, cfg)
+                spent += time.perf_counter() - t0
                 blurred = rect_mask(rects, *label.shape)
                 for kind, code in (("face", TRUTH_FACE), ("plate", TRUTH_PLATE)):
                     truth = label == code
@@ -87,7 +93,8 @@ def measure_scenes(cfg: AnonymizeConfig | None = None, seed: int = 0, scenes: tu
     n_px = sum(images_px)
     out = {"images": images, "blurred_px": blurred_px, "false_px": outside_px,
            "false_share": outside_px / blurred_px if blurred_px else 0.0,
-           "blurred_image_share": blurred_px / n_px if n_px else 0.0}
+           "blurred_image_share": blurred_px / n_px if n_px else 0.0,
+           "seconds_per_image": spent / images if images else 0.0}
     for kind, v in tot.items():
         out[kind] = {**v, "recall": v["hit_px"] / v["truth_px"] if v["truth_px"] else float("nan")}
     all_t = sum(v["truth_px"] for v in tot.values())

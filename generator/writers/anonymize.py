@@ -23,7 +23,7 @@ say where they are inside those places; no cascade runs over a whole image.
 ``strip_timestamps`` removes ``timestamp_us`` keys (at any depth) and source image paths (nuScenes file names
 hold the log's date and the capture time) from published JSON metadata; ``frame_index``/``keyframe_index`` keep
 the order. Measured on generated logs whose renders paint faces and plates where the boxes say
-(``measure_blur`` and ``drivegen anonymize-check``; README "Anonymisation").
+(``generator.validate.anonymize``, ``python bench/anonymize.py``; README "Anonymisation").
 """
 from __future__ import annotations
 
@@ -298,10 +298,3 @@ def strip_timestamps(meta, enabled: bool = True):
     if isinstance(meta, (list, tuple)):
         return [strip_timestamps(v) for v in meta]
     return meta
-
-
-# ------------------------------------------------------------------------------------------ measurement
-def measure_blur(blurred: np.ndarray, truth: np.ndarray) -> dict:
-    """Pixel counts of one image: ``truth`` (H, W) bool, the true face/plate pixels; ``blurred`` (H, W) bool.
-    Sum them over images and take ``recall = hit / truth`` and ``false_share = (blurred - hit) / blurred``."""
-    return {"truth_px": int(truth.sum()), "blurred_px": int(blurred.sum()), "hit_px": int((blurred & truth).sum())}
