@@ -114,15 +114,15 @@ def measured():
 def test_measured_recall_and_false_blurring_on_generated_logs(measured):
     """Thresholds a margin beyond what ``python bench/anonymize.py --times 2 10 18`` measures on this subset
     (36 images; README "Anonymisation"): default policy (blur the candidate when the cascade finds nothing):
-    face recall 0.991, plate recall 1.000, false share 0.961, 0.84 % of the image blurred; cascades alone: face
-    recall 0.950, plates 0.000 (800 px wide plates are ~30 x 6 px, below the cascade's reach), false share 0.503.
+    face recall 1.000, plate recall 1.000, false share 0.961, 0.85 % of the image blurred; cascades alone: face
+    recall 0.959, plates 0.000 (800 px wide plates are ~30 x 6 px, below the cascade's reach), false share 0.654.
     Misplacing the head region (top -> bottom of the box) fails the face recall."""
     r, c = measured["region"], measured["none"]
     assert r["face"]["truth_px"] > 300 and r["plate"]["truth_px"] > 1000  # enough truth to measure
-    assert r["face"]["recall"] >= 0.97 and r["plate"]["recall"] >= 0.99
+    assert r["face"]["recall"] >= 0.98 and r["plate"]["recall"] >= 0.99
     assert r["false_share"] <= 0.98 and r["blurred_image_share"] <= 0.01
     assert c["face"]["recall"] >= 0.85
-    assert c["false_share"] <= 0.7  # detections are tight
+    assert c["false_share"] <= 0.75  # detections are tight
     assert c["blurred_px"] < r["blurred_px"] / 10
 
 
@@ -167,6 +167,8 @@ def test_run_outputs_are_anonymised(labelled_run, tmp_path):
 
     summary = export_bench(str(labelled_run), out=str(tmp_path / "bench"), cfg=cfg)
     assert summary["groups"] > 0
+    for f in sorted((tmp_path / "bench" / "annotation_files").iterdir()):
+        assert "timestamp" not in f.read_text(), f  # the bench carries frame indices, never capture times
     recs = json.loads((tmp_path / "bench" / "annotation_files" / "strideqa_bench_t0.json").read_text())
     bench_changed = 0
     for rec in recs[:40]:
