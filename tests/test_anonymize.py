@@ -90,6 +90,12 @@ def test_scene_publisher_passes_untouched_bytes_and_blurs_jpegs():
     assert out[face].std() < 0.7 * img[face].std()
     with pytest.raises(Exception, match="no calibration for camera CAM_BACK"):
         pub(data, 3, "CAM_BACK")
+    # arrays of any size (a report's thumbnail): the intrinsics follow the image
+    small = cv2.resize(img, (400, 225), interpolation=cv2.INTER_AREA)
+    face_small = cv2.resize(label, (400, 225), interpolation=cv2.INTER_NEAREST) == TRUTH_FACE
+    out_small = pub.image(small, 3, CAM.name)
+    assert face_small.sum() > 50 and out_small[face_small].std() < 0.7 * small[face_small].std()
+    assert (pub.image(small, 7, CAM.name) == small).all()
 
 
 def test_strip_timestamps_removes_times_and_source_paths_keeps_order():

@@ -258,13 +258,8 @@ class ScenePublisher:
         """Published JSON metadata: timestamps stripped when ``cfg.strip_timestamps`` (``strip_timestamps``)."""
         return strip_timestamps(meta, self.cfg.strip_timestamps)
 
-    def __call__(self, data: bytes, frame_index: int, camera: str) -> bytes:
-        cfg = self.cfg
-        if not (cfg.faces or cfg.plates):
-            return data
-        boxes = self.boxes.get(int(frame_index))
-        if boxes is None or len(boxes) == 0:
-            return data
+    def calib(self, frame_index: int, camera: str) -> CameraCalib:
+        """The calibration of ``camera`` in frame ``frame_index`` (from the frames table)."""
         cam = self.cams.get((int(frame_index), camera))
         if cam is None:
             raise AnonymizeError(f"no calibration for camera {camera} in frame {frame_index}: cannot place faces "
@@ -272,6 +267,25 @@ class ScenePublisher:
                                  "published", scene=self.scene_id, stage="anonymize")
         if isinstance(cam, dict):
             cam = self.cams[(int(frame_index), camera)] = _calib(cam)
+        return cam
+
+    def image(self, image: np.ndarray, frame_index: int, camera: str) -> np.ndarray:
+        """``publish_image`` of an image array of this scene (e.g. a report's thumbnail; any size, the
+        intrinsics are scaled to it)."""
+        boxes = self.boxes.get(int(frame_index))
+        if boxes is None or len(boxes) == 0 or not (self.cfg.faces or self.cfg.plates):
+            return np.asarray(image).copy()
+        return publish_image(image, self.calib(frame_index, camera), boxes, self.cfg)
+
+    def __call__(self, data: bytes, frame_index: int, camera: str) -> bytes:
+        """JPEG bytes of this scene's image as published: unchanged when nothing is blurred."""
+        cfg = self.cfg
+        if not (cfg.faces or cfg.plates):
+            return data
+        boxes = self.boxes.get(int(frame_index))
+        if boxes is None or len(boxes) == 0:
+            return data
+        cam = self.calib(frame_index, camera)
         img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
         if img is None:
             raise AnonymizeError(f"image of camera {camera} in frame {frame_index} is not decodable",
