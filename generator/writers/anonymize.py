@@ -17,8 +17,9 @@ say where they are inside those places; no cascade runs over a whole image.
    it), ``'none'`` leaves it. Candidates below ``cascade_min_region_px`` skip the cascade (too small for its
    window) and go straight to that policy.
 3. ``anonymize_image`` blurs (Gaussian, kernel ``blur_kernel_share`` of each rectangle's longer side) and returns
-   the image and the blurred mask; ``publish_image`` is the one call a writer or report makes for an image;
-   ``ScenePublisher`` does it for JPEG bytes of a scene's frames from the run's FRAMES and OBJECTS tables.
+   the image and the blurred rectangles; ``publish_image`` is the one call a writer or report makes for an
+   image; ``ScenePublisher`` does it for a scene's frames (JPEG bytes, or arrays with ``.image``) from the run's
+   FRAMES and OBJECTS tables.
 
 ``strip_timestamps`` removes ``timestamp_us`` keys (at any depth) and source image paths (nuScenes file names
 hold the log's date and the capture time) from published JSON metadata; ``frame_index``/``keyframe_index`` keep
