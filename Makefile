@@ -23,4 +23,4 @@ quick: setup
 
 # Benchmarks that need no input (bench/validate.py takes a run folder: python bench/validate.py OUT).
 bench: setup
-	for b in synth perception writers regenerate pipeline; do $(VENV)/bin/python bench/$$b.py || exit 1; done
+	for b in synth perception writers regenerate pipeline anonymize; do $(VENV)/bin/python bench/$$b.py || exit 1; done

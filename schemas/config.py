@@ -597,6 +597,73 @@ class WriterConfig(_Model):
         return v
 
 
+class AnonymizeConfig(_Model):
+    """Privacy before release (STRIDE-QA App. A.4: faces and licence plates blurred, "all identifiable timestamp
+    metadata" removed while the frame order is kept). Applied to every image that leaves the pipeline (WebDataset
+    shards, the STRIDE-QA-Bench export, ``generator.writers.anonymize.publish_image`` for reports) and to the
+    metadata written beside them. The paper uses Dashcam Anonymizer (a YOLO model); drivegen uses detectors
+    that ship with OpenCV (Haar cascades in ``cv2.data.haarcascades``), run only inside candidate regions
+    that the 3D boxes give: heads at the top of pedestrian boxes, plates on the front and rear faces of
+    vehicle boxes. Values below were chosen here and measured on generated logs (README "Anonymisation",
+    ``python bench/anonymize.py``; tests/test_anonymize.py)."""
+
+    faces: bool = True
+    plates: bool = True
+    # timestamps in published metadata: WebDataset JSON ``timestamp_us`` keys are removed, and the source
+    # image paths (nuScenes file names carry the log's date and the capture time in microseconds) with them;
+    # frame order stays in ``frame_index`` / ``keyframe_index``
+    strip_timestamps: bool = True
+    # classes whose boxes give candidate regions (nuScenes detection classes); cyclists and motorcyclists are
+    # inside their vehicle's box (nuScenes annotates the rider with the cycle), so their heads are candidates too
+    face_classes: list[str] = Field(default_factory=lambda: ["pedestrian", "bicycle", "motorcycle"])
+    plate_classes: list[str] = Field(default_factory=lambda: ["car", "truck", "bus", "trailer",
+                                                                "construction_vehicle", "motorcycle"])
+    # head: the top ``head_share`` of a pedestrian box's height (an adult's head is ~0.23 m of 1.75 m = 0.13;
+    # doubled for box and pose error), projected with the whole box width
+    head_share: float = Field(0.25, gt=0, le=1)
+    # plate: a band on the front and rear faces, centred across, ``plate_width_share`` of the box width wide
+    # (EU/US plates are 0.52/0.30 m of a 1.8 m wide car: 0.29/0.17; wider for position error) and between
+    # these heights above the box bottom (plates sit 0.3-1.2 m above the road on cars, trucks and buses)
+    plate_width_share: float = Field(0.6, gt=0, le=1)
+    plate_z_m: tuple[float, float] = (0.15, 1.3)
+    # a candidate smaller than this many pixels on its short side is too small for a cascade (the face cascade's
+    # window is 24x24, the plate cascade's 60x20 after upscaling): the undetected policy applies directly
+    cascade_min_region_px: int = Field(8, ge=1)
+    # candidates are upscaled to at least this many pixels on their short side before the cascade runs
+    cascade_upscale_to_px: int = Field(64, ge=16)
+    face_cascade: str = "haarcascade_frontalface_default.xml"
+    plate_cascade: str = "haarcascade_russian_plate_number.xml"
+    # cv2.CascadeClassifier.detectMultiScale parameters (OpenCV's documented defaults 1.1 and 3)
+    scale_factor: float = Field(1.1, gt=1.0)
+    min_neighbors: int = Field(3, ge=0)
+    # what to blur when the cascade finds nothing inside a candidate: 'region' blurs the whole candidate
+    # (safety first: a face the cascade misses is still blurred; the cost is blur outside faces and plates),
+    # 'none' blurs only detections
+    undetected: Literal["region", "none"] = "region"
+    # Gaussian blur kernel side as a share of the blurred rectangle's longer side (odd, at least 3 px), and the
+    # margin added around each detection as a share of its size (0.15 left 0.5-2.6 % of the painted face pixels
+    # unblurred where the cascade boxed part of a face; 0.3 leaves none: bench/anonymize.py)
+    blur_kernel_share: float = Field(0.5, gt=0, le=2)
+    detection_margin_share: float = Field(0.3, ge=0, le=1)
+    # JPEG quality of re-encoded (blurred) images; images without a blurred region are passed on byte for byte
+    jpeg_quality: int = Field(95, ge=1, le=100)
+
+    @field_validator("plate_z_m")
+    @classmethod
+    def _band(cls, v):
+        if not (0 <= v[0] < v[1]):
+            raise ValueError("plate_z_m must be (low, high) metres with 0 <= low < high")
+        return v
+
+    @field_validator("face_classes", "plate_classes")
+    @classmethod
+    def _classes(cls, v):
+        unknown = sorted(set(v) - set(DETECTION_CLASSES))
+        if unknown:
+            raise ValueError(f"unknown detection classes {unknown}; known: {list(DETECTION_CLASSES)}")
+        return v
+
+
 class RayConfig(_Model):
     address: str | None = None  # None = embedded local Ray; 'auto' or host:port joins a cluster
     num_cpus: int | None = Field(None, ge=1)
@@ -736,6 +803,7 @@ class PipelineConfig(_Model):
     pie: PieConfig = Field(default_factory=PieConfig)
     tolerances: ToleranceConfig = Field(default_factory=ToleranceConfig)
     writers: WriterConfig = Field(default_factory=WriterConfig)
+    anonymize: AnonymizeConfig = Field(default_factory=AnonymizeConfig)
     failures: FailureConfig = Field(default_factory=FailureConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 

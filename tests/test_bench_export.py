@@ -171,11 +171,20 @@ def test_groups_scenarios_oov_and_drops(bench):
     # repetitions: one target and scenario never twice within the 3 s horizon
     for _, g in sheet.groupby(["track_id", "relation"]):
         assert (np.diff(np.sort(TIMES[g["keyframe_index"].to_numpy()])) >= 3.0 - 1e-9).all()
-    # images: exactly the context frames used, JPEG bytes copied verbatim
+    # images: exactly the context frames used, as published: faces and plates the boxes place are blurred
+    # (generator.writers.anonymize), JPEG bytes copied verbatim where there is nothing to blur
+    from generator.writers.anonymize import ScenePublisher
+
     imgs = sorted((bench_dir / "images" / "CAM_FRONT").glob("*.jpg"))
     assert len(imgs) == summary["images"]
-    src = br.images / f"{SCENE}_{int(imgs[0].stem.rsplit('_', 1)[1]):03d}.jpg"
-    assert imgs[0].read_bytes() == src.read_bytes()
+    pub = ScenePublisher.from_tables(SCENE, br.tables["frames"], br.tables["objects"])
+    verbatim = 0
+    for img in imgs:
+        frame = int(img.stem.rsplit("_", 1)[1])
+        src = (br.images / f"{SCENE}_{frame:03d}.jpg").read_bytes()
+        assert img.read_bytes() == pub(src, frame, "CAM_FRONT")
+        verbatim += img.read_bytes() == src
+    assert verbatim < len(imgs)  # the scripted cars show their front or rear: something was blurred
 
 
 def test_context_mask_missing_drops_group_and_rewrite_is_clean(tmp_path):

@@ -31,7 +31,15 @@ __all__ = ["run", "RunResult", "RunStore", "run_pipeline", "ensure_ray", "format
 log = logging.getLogger("drivegen.pipeline")
 
 SYNTH_VERSION = "v1.0-drivegen"
+# part of the generated-log cache's folder name: bump it when the generated logs change (2: faces and licence
+# plates painted for the anonymisation measurement), so a cache made by older code is not read as current
+SYNTH_CACHE_REVISION = 2
 DEFAULT_SYNTH_SCENES = 3
+
+
+def synth_cache_name(seed: int, num_scenes: int) -> str:
+    """Folder name of the cached generated logs of (seed, count) under the cache folder."""
+    return f"{SYNTH_VERSION}-r{SYNTH_CACHE_REVISION}-seed{seed}-n{num_scenes}"
 
 
 def synth_logs(num_scenes: int = DEFAULT_SYNTH_SCENES, seed: int = 0, base: str | os.PathLike | None = None) -> Path:
@@ -41,7 +49,7 @@ def synth_logs(num_scenes: int = DEFAULT_SYNTH_SCENES, seed: int = 0, base: str 
     from generator.synth import make_dataset
 
     base = Path(base or os.environ.get("DRIVEGEN_SYNTH_DIR") or Path.home() / ".cache" / "drivegen" / "synth")
-    root = base / f"{SYNTH_VERSION}-seed{seed}-n{num_scenes}"
+    root = base / synth_cache_name(seed, num_scenes)
     if (root / ".complete").exists():
         return root
     base.mkdir(parents=True, exist_ok=True)

@@ -106,20 +106,25 @@ def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConf
     """Export a run folder's ego-spatiotemporal groups as STRIDE-QA-Bench files into ``out`` (any
     filesystem; default ``RUN/bench``). ``cfg`` defaults to the run's config; ``splits`` restricts the QA rows
     used as candidates (e.g. ["val"] for a held-out bench). Returns the summary (``export_summary.json``)."""
+    from generator.writers.anonymize import ScenePublisher
     from generator.writers.bench_export import EXPORT_FORMAT, EXPORT_SUMMARY, scene_groups, write_bench
 
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
     drops: Counter = Counter()
     groups = []
+    publishers = {}
     for inp in scene_inputs(reader, splits):
-        groups.extend(scene_groups(inp, cfg, drops))
+        new = scene_groups(inp, cfg, drops)
+        if new:
+            publishers[inp.scene_id] = ScenePublisher.from_tables(inp.scene_id, inp.frames, inp.objects, cfg.anonymize)
+        groups.extend(new)
     target = RunStore(out) if out is not None else reader.store
     rel_dir = "" if out is not None else layout.BENCH_DIR
     check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
     built = _staging(target, "bench", beside=out is not None)
     try:
-        summary = write_bench(groups, built, cfg.qa.decimals, image_root, drops)
+        summary = write_bench(groups, built, cfg.qa.decimals, image_root, drops, publishers)
         if not groups:
             summary["why_empty"] = _why_no_groups(reader, drops)
             (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))

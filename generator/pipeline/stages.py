@@ -175,9 +175,11 @@ def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
         write_parquet(path, table, compression=comp)
     write_qa_shards(questions.qa, staging, sid, cfg.writers, fsync=False)  # fsynced as they are committed
     if cfg.writers.webdataset and questions.qa.num_rows:
+        from generator.writers.anonymize import ScenePublisher
         from generator.writers.wds import write_wds_shards
 
-        write_wds_shards(questions.qa, staging, sid, cfg.writers)
+        publish = ScenePublisher.from_tables(sid, loaded.frames, perceived.objects, cfg.anonymize)
+        write_wds_shards(questions.qa, staging, sid, cfg.writers, publish=publish)
 
 
 # ------------------------------------------------------------------------------------------ assembly

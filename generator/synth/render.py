@@ -180,16 +180,20 @@ class CameraRenderer:
         if lines is not None:
             cv2.polylines(img, [pts], True, lines, 1, cv2.LINE_8, shift=2)
 
-    def render(self, frame_SE3_cam, statics, agents, paint=None) -> np.ndarray:
+    def render(self, frame_SE3_cam, statics, agents, paint=None, truth: bool = False):
         """One BGR uint8 image (H, W, 3).
 
         ``statics``: list of (center (3,), size lwh (3,), yaw, rgb, kind) for buildings/poles;
         ``agents``: list of (center (3,), size lwh (3,), yaw, category). Frame = the scene's local frame.
         ``paint``: ``roads.marking_quads`` near the camera (computed here when None).
+        ``truth``: also return an (H, W) uint8 label image of the visible face (``TRUTH_FACE``) and licence
+        plate (``TRUTH_PLATE``) pixels (``TEXTURES``), 0 elsewhere: what anonymisation must blur.
         """
         cam = self.cam
         W, H = cam.width_px, cam.height_px
         img = self.background.copy()
+        label = np.zeros((H, W), dtype=np.uint8) if truth else None
+        finish = (lambda im: (im, label)) if truth else (lambda im: im)
         cam_SE3_frame = frame_SE3_cam.inverse()
         cam_pos = frame_SE3_cam.translation
         for poly in road_polygons():
@@ -212,7 +216,7 @@ class CameraRenderer:
         for c, s, yaw, cat in agents:
             items.append((1, c, s, yaw, CLASS_COLORS_RGB[cat], cat))
         if not items:
-            return cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos)
+            return finish(cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos))
         centers = np.array([it[1] for it in items])
         sizes = np.array([it[2] for it in items])
         yaws = np.array([it[3] for it in items])
@@ -232,7 +236,7 @@ class CameraRenderer:
         vis &= ~(full & (out_l | out_r | out_t | out_b))
         vis_idx = np.nonzero(vis)[0]
         if not len(vis_idx):
-            return cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos)
+            return finish(cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos))
         # image rectangles of the boxes (whole image for boxes crossing the near plane)
         u_in = np.where(front, uv[..., 0], np.nan)
         v_in = np.where(front, uv[..., 1], np.nan)
@@ -270,6 +274,9 @@ class CameraRenderer:
                     poly = face_polys[r, f]
                     cv2.fillConvexPoly(img, poly, fill_bgr[r][f], cv2.LINE_8, 2)
                     cv2.polylines(img, [poly], True, edge_bgr[r][f], 1, cv2.LINE_8, 2)
+                    if label is not None:  # a nearer box hides the faces and plates drawn before it
+                        cv2.fillConvexPoly(label, poly, 0, cv2.LINE_8, 2)
+                        cv2.polylines(label, [poly], True, 0, 1, cv2.LINE_8, 2)
                 if decals:
                     quads, cols = self._decals(cc[i], faces, decals, base_all[r], shade[i])
                     if len(quads):
@@ -280,11 +287,59 @@ class CameraRenderer:
             else:  # crosses the near plane or the guard band: clip each polygon
                 for f in faces:
                     self._fill(img, cc[i][FACES[f]], fill_bgr[r][f], lines=edge_bgr[r][f])
+                    if label is not None:
+                        self._fill(label, cc[i][FACES[f]], 0, lines=0)
                 if decals:
                     quads, cols = self._decals(cc[i], faces, decals, base_all[r], shade[i])
                     for quad, col in zip(quads, cols):
                         self._fill(img, quad, col)
-        return cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos)
+            for quad, tex, code in self._textures(cc[i], faces, kind, items[i][2]):
+                self._paste(img, label, quad, tex, code)
+        return finish(cv2.add(cv2.subtract(img, self.noise_neg), self.noise_pos))
+
+    def _textures(self, cc, faces, kind, size_lwh):
+        """(quad (4, 3) camera frame, corners in texture order TL, TR, BR, BL; texture; truth code) of the
+        ``TEXTURES`` on the visible faces of one box. Seen from outside, a face's first top corner is on the
+        viewer's right, so the texture's left edge goes to its second corner (text reads left to right)."""
+        out = []
+        for code, on_faces, half_w_m, z_top_m, z_bottom_m in TEXTURES.get(kind, ()):
+            h = float(size_lwh[2])
+            for f in faces:
+                if f not in on_faces:
+                    continue
+                w = float(size_lwh[1] if f < 2 else size_lwh[0])
+                u0, u1 = 0.5 - min(half_w_m / w, 0.48), 0.5 + min(half_w_m / w, 0.48)
+                v0 = float(np.clip(1.0 - z_top_m / h if z_top_m > 0 else -z_top_m / h, 0, 1))
+                v1 = float(np.clip(1.0 - z_bottom_m / h if z_bottom_m > 0 else -z_bottom_m / h, 0, 1))
+                if v1 <= v0:
+                    continue
+                ta, tb, bb, ba = cc[FACES[f]]
+                eu, ev = tb - ta, ba - ta
+                pt = lambda u, v: ta + u * eu + v * ev
+                out.append((np.array([pt(u1, v0), pt(u0, v0), pt(u0, v1), pt(u1, v1)]), _TEXTURE_IMAGES[code], code))
+        return out
+
+    def _paste(self, img, label, quad, tex, code):
+        """Warp ``tex`` onto the camera-frame quad (skipped when it crosses the near plane) and mark its pixels
+        ``code`` in ``label`` (when given)."""
+        if (quad[:, 2] < NEAR_M).any():
+            return
+        uv = self._project(quad)
+        W, H = self.cam.width_px, self.cam.height_px
+        x1, y1 = np.floor(uv.min(0)).astype(int)
+        x2, y2 = np.ceil(uv.max(0)).astype(int) + 1
+        x1, y1, x2, y2 = max(x1, 0), max(y1, 0), min(x2, W), min(y2, H)
+        if x2 - x1 < 1 or y2 - y1 < 1:
+            return
+        th, tw = tex.shape[:2]
+        src = np.float32([[0, 0], [tw, 0], [tw, th], [0, th]])
+        M = cv2.getPerspectiveTransform(src, (uv - [x1, y1]).astype(np.float32))
+        warped = cv2.warpPerspective(tex, M, (x2 - x1, y2 - y1), flags=cv2.INTER_AREA)
+        inside = cv2.warpPerspective(np.full((th, tw), 255, np.uint8), M, (x2 - x1, y2 - y1),
+                                     flags=cv2.INTER_NEAREST) > 0
+        img[y1:y2, x1:x2][inside] = warped[inside]
+        if label is not None:
+            label[y1:y2, x1:x2][inside] = code
 
     @staticmethod
     def _decals(cc, faces, decals, base, shade):
@@ -320,4 +375,48 @@ _DECALS = {
     "movable_object.barrier": tuple((_ENDS, (k / 6, (k + 1) / 6, 0.0, 0.6), (220, 30, 30)) for k in (0, 2, 4)),
     "vehicle.bicycle": ((_ALL, (0.0, 1.0, 0.6, 1.0), 0.4),),
     "vehicle.motorcycle": ((_ALL, (0.0, 1.0, 0.6, 1.0), 0.4),),
+}
+
+
+# Faces and licence plates painted where the 3D boxes say they are, so anonymisation can be measured against
+# exact truth (``CameraRenderer.render(truth=True)``): a face-like pattern (skin oval, dark eyes and brows,
+# nose, mouth) on the front of pedestrians' heads, a white plate with dark characters on the front and rear
+# faces of vehicles (trailers: rear only). OpenCV's frontal-face and Russian-plate Haar cascades detect both
+# patterns when they are large enough (tests/test_anonymize.py).
+TRUTH_FACE, TRUTH_PLATE = 1, 2
+
+
+def _face_texture(w: int = 64, h: int = 80) -> np.ndarray:
+    t = np.zeros((h, w, 3), np.uint8)
+    t[:] = (60, 50, 40)  # BGR: dark hair around the oval
+    cv2.ellipse(t, (w // 2, int(h * 0.55)), (int(w * 0.42), int(h * 0.42)), 0, 0, 360, (140, 170, 215), -1)
+    ey, ex = int(h * 0.47), int(w * 0.22)
+    for sx in (-1, 1):
+        cv2.ellipse(t, (w // 2 + sx * ex, ey), (int(w * 0.11), int(h * 0.045)), 0, 0, 360, (40, 30, 30), -1)
+        cv2.line(t, (w // 2 + sx * ex - int(w * 0.13), ey - int(h * 0.08)),
+                 (w // 2 + sx * ex + int(w * 0.13), ey - int(h * 0.08)), (50, 40, 35), max(1, h // 30))
+    cv2.line(t, (w // 2, ey), (w // 2 + 2, int(h * 0.66)), (110, 130, 170), max(1, w // 25))
+    cv2.ellipse(t, (w // 2, int(h * 0.78)), (int(w * 0.15), int(h * 0.035)), 0, 0, 360, (60, 60, 150), -1)
+    return t
+
+
+def _plate_texture(w: int = 156, h: int = 34) -> np.ndarray:
+    t = np.full((h, w, 3), 235, np.uint8)
+    cv2.rectangle(t, (0, 0), (w - 1, h - 1), (20, 20, 20), 2)
+    cv2.putText(t, "A123BC", (6, h - 8), cv2.FONT_HERSHEY_SIMPLEX, 0.85, (20, 20, 20), 2, cv2.LINE_AA)
+    cv2.line(t, (int(w * 0.78), 2), (int(w * 0.78), h - 3), (20, 20, 20), 1)
+    cv2.putText(t, "77", (int(w * 0.8), h - 12), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (20, 20, 20), 1, cv2.LINE_AA)
+    return t
+
+
+_TEXTURE_IMAGES = {TRUTH_FACE: _face_texture(), TRUTH_PLATE: _plate_texture()}
+# per class: (truth code, faces, half width m, top, bottom); top/bottom > 0: metres above the box bottom,
+# <= 0: metres below the box top (a face 0.22 x 0.26 m from 1 cm below the top of the head; a 0.52 x 0.12 m
+# plate 0.44-0.56 m above the road)
+_FACE = (TRUTH_FACE, _FRONT, 0.11, -0.01, -0.27)
+_PLATE_ENDS = (TRUTH_PLATE, _ENDS, 0.26, 0.56, 0.44)
+TEXTURES = {
+    "human.pedestrian.adult": (_FACE,), "human.pedestrian.child": (_FACE,),
+    "vehicle.car": (_PLATE_ENDS,), "vehicle.truck": (_PLATE_ENDS,), "vehicle.bus.rigid": (_PLATE_ENDS,),
+    "vehicle.construction": (_PLATE_ENDS,), "vehicle.trailer": ((TRUTH_PLATE, (1,), 0.26, 0.56, 0.44),),
 }

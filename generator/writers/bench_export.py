@@ -535,10 +535,13 @@ def summarize(groups: list[Group], drops: Counter, questions: int) -> dict:
 
 # ------------------------------------------------------------------------------------------ files
 def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int = 2,
-                image_root: str | os.PathLike | None = None, drops: Counter | None = None) -> dict:
+                image_root: str | os.PathLike | None = None, drops: Counter | None = None,
+                publishers: dict | None = None) -> dict:
     """Write the bench files of ``groups`` into the local folder ``out_dir`` (annotation_files/, images/,
     export_summary.json; a fresh staging folder: the caller commits it, ``generator.pipeline.exports``).
-    Returns the summary; its ``files`` lists every file written, relative to ``out_dir``."""
+    ``publishers``: scene id -> ``generator.writers.anonymize.ScenePublisher`` that blurs faces and plates in
+    the images (None: images copied as they are). Returns the summary; its ``files`` lists every file written,
+    relative to ``out_dir``."""
     out = Path(out_dir)
     per_t, sheet = bench_records(groups, decimals)
     ann = out / ANNOTATION_DIR
@@ -564,7 +567,9 @@ def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int =
                 src = Path(image_root) / src
             dst = out / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(read_jpeg(src, g.scene_id))
+            data = read_jpeg(src, g.scene_id)
+            publish = (publishers or {}).get(g.scene_id)
+            dst.write_bytes(publish(data, g.context_frames[k], g.front_camera) if publish is not None else data)
             done.add(rel)
     files += sorted(done)
     summary = summarize(groups, drops or Counter(), sum(len(recs) for recs in per_t.values()))

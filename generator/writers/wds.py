@@ -119,9 +119,10 @@ def read_jpeg(path: Path, scene_id: str) -> bytes:
     return buf.tobytes()
 
 
-def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike | None = None):
+def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike | None = None, publish=None):
     """Yield one WebDataset sample dict per keyframe of ``table`` (one scene's QA rows), keyframes in
-    ascending order. See the module docstring for the members."""
+    ascending order. See the module docstring for the members. ``publish``: a
+    ``generator.writers.anonymize.ScenePublisher`` (faces and plates blurred, timestamps stripped) or None."""
     if table.num_rows == 0:
         return
     kf = table.column("keyframe_index").to_numpy(zero_copy_only=False)
@@ -144,10 +145,12 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
             member = None
             if entry["source_path"]:
                 member = image_member(fi, cam)
-                sample[member] = read_jpeg(_resolve(entry["source_path"], image_root), scene_id)
+                data = read_jpeg(_resolve(entry["source_path"], image_root), scene_id)
+                sample[member] = publish(data, fi, cam) if publish is not None else data
             listing.append({**entry, "roles": sorted(entry["roles"]), "member": member})
         meta = {"scene_id": scene_id, "keyframe_index": keyframe, "timestamp_us": rows[0]["timestamp_us"],
                 "images": listing, "qas": rows}
+        meta = publish.metadata(meta) if publish is not None else meta
         sample["json"] = json.dumps(_json_safe(meta), allow_nan=False, ensure_ascii=False).encode("utf-8")
         yield sample
 
@@ -157,12 +160,14 @@ def _sample_bytes(sample: dict) -> int:
 
 
 def write_wds_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
-                     cfg: WriterConfig | None = None, image_root: str | os.PathLike | None = None) -> list[Path]:
+                     cfg: WriterConfig | None = None, image_root: str | os.PathLike | None = None,
+                     publish=None) -> list[Path]:
     """Write one scene's QA rows as WebDataset shards ``out_dir/wds/<safe scene>-<k:05d>.tar``.
 
     ``out_dir`` is the run folder root; ``table`` follows ``schemas.tables.QA`` with rows of ``scene_id``
     only; relative grounding ``image_path`` values are resolved against ``image_root``. A referenced
-    image that is missing raises ``WriterError`` naming the scene and the file. Returns the shard paths.
+    image that is missing raises ``WriterError`` naming the scene and the file. ``publish``: see
+    ``build_samples``. Returns the shard paths.
     """
     cfg = cfg or WriterConfig()
     table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
@@ -188,7 +193,7 @@ def write_wds_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
         writer = tmp = None
 
     try:
-        for sample in build_samples(table, scene_id, image_root):
+        for sample in build_samples(table, scene_id, image_root, publish):
             b = _sample_bytes(sample)
             if writer is not None and (n >= cfg.wds_max_samples or size + b > cfg.wds_max_bytes):
                 finish()

@@ -150,7 +150,9 @@ def link_synth_cache(synth_root: Path, base: Path, seed: int = 0, n: int = 2) ->
     """Make ``synth_root`` (make_dataset(n=2, seed=0)) the cached generated logs ``drivegen run`` uses, so
     the default run reads the very same files without generating them again."""
     base.mkdir(parents=True, exist_ok=True)
-    link = base / f"{SYNTH_VERSION}-seed{seed}-n{n}"
+    from generator.pipeline import synth_cache_name
+
+    link = base / synth_cache_name(seed, n)
     if not link.exists():
         link.symlink_to(synth_root, target_is_directory=True)
     (synth_root / ".complete").touch()
