@@ -66,7 +66,9 @@ def detect_scene(scene: Scene, detector) -> Detections:
         try:
             out.append(detector([fr])[0])
         except (DrivegenError, ValueError, OSError) as err:
-            issues.append(FrameIssue.of(fr, "detect", "detector_input_unreadable", err, file=fr.lidar_path))
+            # the file the reader names (an earlier sweep the model stacks may be the unreadable one)
+            issues.append(FrameIssue.of(fr, "detect", "detector_input_unreadable", err,
+                                        file=getattr(err, "file", None) or fr.lidar_path))
             out.append(Boxes3D.empty())
     return Detections(out, issues)
 

@@ -255,6 +255,28 @@ def test_9_damaged_lidar_is_recorded_with_its_file_and_too_many_fail_the_scene(s
     assert not RunReader(out).scene_ids()
 
 
+def test_9b_validate_refuses_a_pass_when_scored_frames_lost_their_detections(synth_root, tmp_path):
+    """validate scored the frames a failed detector left empty as zeros without saying why (issue #12)."""
+    one = tmp_path / "one"
+    [bad] = damaged_lidar_logs(synth_root, one, _nan_filled, "scene-0000", frames=1)
+    cfg = write_config(tmp_path / "lidar.yaml", {**LIGHT, "detection": {"backend": "lidar"}})
+    out = tmp_path / "run"
+    r = drivegen("run", "--out", out, *LOGS, "--data", one, "--config", cfg, "--local", "--scenes", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = drivegen("validate", out, "--no-tracking", "--no-label-agreement", "--quiet")
+    assert r.returncode == 1, r.stderr[-3000:]
+    rep = json.loads((out / "validate" / "report.json").read_text())
+    gaps = rep["perception_gaps"]
+    # the bad sweep is frame 0's and, stacked as an earlier sweep, part of frame 1's detector input
+    assert gaps["scored_failed_frames"] == 2 and gaps["scored_without_predictions"] >= 2
+    assert [e["frame_index"] for e in gaps["examples"]] == [0, 1], gaps
+    assert all(e["file"] == str(bad) for e in gaps["examples"]) and rep["passed"] is False
+    assert "2 scored frame(s) have no predictions because perception failed" in r.stderr
+    assert "scene-0000 frame 0 (lidar_unreadable)" in r.stderr and "not a pass" in r.stderr
+    assert rep["gates"]["perception_complete"]["ok"] is False
+    assert "**Not a pass**" in (out / "validate" / "report.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------ 10
 def test_10_command_line_values_and_unwritable_folders(finished, synth_root, tmp_path):
     """--scenes 0 ran every scene and -1 all but the last; a read-only --out (run, --resume, regenerate),

@@ -81,6 +81,13 @@ def main(args) -> int:
     if not args.quiet:
         print(md)
     log.info("wrote %s", store.full(f"{prefix}report.md"))
+    gaps = report.get("perception_gaps") or {}
+    if gaps.get("scored_failed_frames"):
+        print(f"drivegen validate: {gaps['scored_failed_frames']} scored frame(s) have no predictions because "
+              "perception failed on them (the run's issues/ table; first: "
+              + ", ".join(f"{e['scene_id']} frame {e['frame_index']} ({e['reason']})" for e in gaps["examples"][:3])
+              + "): their objects are scored as missed, so this run is not a pass; fix the inputs and run "
+              "`drivegen run --resume`, or validate only the other scenes with --scenes", file=sys.stderr)
     if not report["passed"]:
         failed = [f"{k} ({v['metric']} = {v['value']}, threshold {v['threshold']})"
                   for k, v in report["gates"].items() if not v["ok"]]

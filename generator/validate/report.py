@@ -65,9 +65,17 @@ def to_markdown(r: dict) -> str:
     L = [f"# drivegen validate: {r['run']}", "",
          f"Logs: `{r['logs']}` ({r['source'].get('kind')}). Scenes evaluated: {len(sc['evaluated'])}, "
          f"annotated samples: {sc['num_samples']}. Unlabelled scenes (excluded): "
-         f"{', '.join(sc['unlabelled']) if sc['unlabelled'] else 'none'}.", "",
-         "## Summary (STRIDE-QA Table 6)", "",
-         "| Task | Metric | Score |", "|---|---|---|"]
+         f"{', '.join(sc['unlabelled']) if sc['unlabelled'] else 'none'}.", ""]
+    gaps = r.get("perception_gaps")
+    if gaps:
+        L += [f"Scored samples without any prediction: {gaps['scored_without_predictions']}; on frames perception "
+              f"failed on (the run's issues table): {gaps['scored_failed_frames']}."
+              + (" **Not a pass**: those frames' objects are scored as missed. First: "
+                 + "; ".join(f"{e['scene_id']} frame {e['frame_index']} ({e['stage']}: {e['reason']}"
+                             f"{', ' + e['file'] if e.get('file') else ''})" for e in gaps["examples"][:3])
+                 if gaps["scored_failed_frames"] else ""), ""]
+    L += ["## Summary (STRIDE-QA Table 6)", "",
+          "| Task | Metric | Score |", "|---|---|---|"]
     rows = [("Detection", "mAP", d["mAP"]), ("", "mATE (m)", d["mATE"]), ("", "mASE", d["mASE"]),
             ("", "mAOE (rad)", d["mAOE"]), ("", "mAVE (m/s)", d["mAVE"]), ("", "mAAE", d["mAAE"]),
             ("", "NDS", d["NDS"])]

@@ -220,6 +220,40 @@ class Prepared:
     load_s: float
 
 
+# Frame-level problems (``issues`` table) after which a frame has no detector output: its objects are scored as
+# missed. Camera problems (masks only) leave the boxes intact.
+NO_DETECTION_ISSUES = (("detect", None), ("load", "lidar_unreadable"))
+
+
+def perception_gaps(rd: RunData, es: EvalSet, tol_us: int) -> dict:
+    """The scored samples that got no prediction, and among them those whose frame perception failed on (the
+    run's ``issues`` rows of ``NO_DETECTION_ISSUES``): {"scored_without_predictions", "scored_failed_frames",
+    "examples" (first 10 failed: scene, frame_index, stage, reason, file)}."""
+    with_pred = set(es.pred.sample_token.tolist())
+    empty = [t for t in es.tokens if t not in with_pred]
+    out = {"scored_without_predictions": len(empty), "scored_failed_frames": 0, "examples": []}
+    issues = read_folder(rd.reader, "issues", es.scenes)
+    if issues is None or issues.num_rows == 0 or rd.frames is None:
+        return out
+    rows = [r for r in issues.to_pylist()
+            if any(r["stage"] == st and (reason is None or r["reason"] == reason) for st, reason in NO_DETECTION_ISSUES)]
+    frame_ts = {(s, int(f)): int(t) for s, f, t in zip(rd.frames.column("scene_id").to_pylist(),
+                                                        rd.frames.column("frame_index").to_pylist(),
+                                                        rd.frames.column("timestamp_us").to_pylist())}
+    failed, seen = [], set()
+    for r in rows:
+        ts = frame_ts.get((r["scene_id"], int(r["frame_index"])))
+        if ts is None:
+            continue
+        for tok in empty:
+            if es.scene_of[tok] == r["scene_id"] and abs(es.time_of[tok] - ts) <= tol_us and tok not in seen:
+                seen.add(tok)
+                failed.append({k: r[k] for k in ("scene_id", "frame_index", "stage", "reason", "file")})
+    out["scored_failed_frames"] = len(failed)
+    out["examples"] = failed[:10]
+    return out
+
+
 def prepare(run: str, opts: ValidateOptions) -> Prepared:
     """Read the run and the logs, choose the scored samples, build and filter the devkit's boxes."""
     t0 = time.perf_counter()
@@ -293,6 +327,7 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
         "run": str(run),
         "source": {k: v for k, v in rd.source.items() if k in ("kind", "dataroot", "root", "version")},
         "logs": _root(rd, opts),
+        "perception_gaps": perception_gaps(p.rd, es, opts.match_tolerance_us),
         "scenes": {"evaluated": es.scenes, "unlabelled": es.unlabelled,
                    "unlabelled_note": "scenes without any annotation; excluded from every metric",
                    "num_samples": len(es.tokens), "perceived_frames_without_sample": es.frames_without_sample,
@@ -304,4 +339,9 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
         "timings": timings,
     }
     report["gates"], report["passed"] = check_gates(report, opts.gates)
+    n_failed = report["perception_gaps"]["scored_failed_frames"]
+    if n_failed:  # never a pass: those frames' objects are scored as missed whatever the gates say
+        report["gates"]["perception_complete"] = {"metric": "perception_gaps.scored_failed_frames", "threshold": 0,
+                                                  "value": n_failed, "ok": False}
+        report["passed"] = False
     return report
