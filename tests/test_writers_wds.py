@@ -7,9 +7,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from support.writers import make_qa_table, write_images_for
+from support.writers import make_qa_rows, make_qa_table, rle_of_box, write_images_for
 from generator.writers.wds import WriterError, image_member, sample_key, scene_wds_shards, write_wds_shards
 from schemas.config import WriterConfig
+from schemas.tables import QA
 
 
 def _expected(table: pa.Table):
@@ -156,7 +157,14 @@ def test_marked_images_only_when_configured(scene, marked):
     from generator.writers.wds import marked_member
     from schemas.config import WdsConfig
 
-    t, imgs, root, out = scene
+    _, _, root, out = scene
+    rows = make_qa_rows("scene.v1/a", 40, seed=7, num_keyframes=5)
+    for r in rows:  # region r sits at its own place on every image (as in a run: a region is one object)
+        for g in r["grounding"]:
+            g["box_xyxy"] = [8.0 + 78 * g["region_id"], 30.0, 70.0 + 78 * g["region_id"], 85.0]
+            g["mask_rle"] = rle_of_box(g["box_xyxy"])
+    t = pa.Table.from_pylist(rows, schema=QA)
+    write_images_for(t, root)
     cfg = WriterConfig(wds_max_samples=100, wds=WdsConfig(marked_images=marked))
     paths = write_wds_shards(t, out, "scene.v1/a", cfg, image_root=root)
     samples = list(wds.WebDataset([str(p) for p in paths], shardshuffle=False))
