@@ -34,7 +34,7 @@ def histogram(edges: np.ndarray, counts: np.ndarray, label: str, below: int = 0,
     ax.tick_params(labelsize=7)
     if below or above:
         ax.set_title(f"outside the bins: {below} below, {above} above", fontsize=7)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.18, top=0.9)
     return _rgb(fig)
 
 
@@ -47,7 +47,7 @@ def bars(labels: list[str], values: list[int], xlabel: str) -> np.ndarray:
     ax.invert_yaxis()
     ax.set_xlabel(xlabel, fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
+    fig.tight_layout()  # labels of any length
     return _rgb(fig)
 
 
@@ -56,12 +56,16 @@ def birds_eye(ego_xy: np.ndarray, tracks: dict[int, tuple[str, np.ndarray]], tit
     city frame, equal axes."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.4, 4.0), dpi=100)
-    seen = set()
+    from matplotlib.collections import LineCollection
+
+    by_cls: dict[str, list[np.ndarray]] = {}
     for _, (cls, xy) in sorted(tracks.items()):
+        by_cls.setdefault(cls, []).append(xy)
+    for cls, lines in sorted(by_cls.items()):  # one collection per class: fast to draw
         c = CLASS_COLOURS.get(cls, "#555555")
-        ax.plot(xy[:, 0], xy[:, 1], "-", color=c, lw=0.9, alpha=0.8, label=None if cls in seen else cls)
-        ax.plot(xy[-1, 0], xy[-1, 1], "o", color=c, ms=2.5)
-        seen.add(cls)
+        ax.add_collection(LineCollection(lines, colors=c, linewidths=0.9, alpha=0.8, label=cls))
+        ends = np.array([xy[-1] for xy in lines])
+        ax.plot(ends[:, 0], ends[:, 1], "o", color=c, ms=2.5)
     if len(ego_xy):
         ax.plot(ego_xy[:, 0], ego_xy[:, 1], "-", color="black", lw=2.2, label="ego")
         if len(ego_xy) > 1:
@@ -71,6 +75,6 @@ def birds_eye(ego_xy: np.ndarray, tracks: dict[int, tuple[str, np.ndarray]], tit
     ax.set_ylabel("y (m)", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6, loc="best", framealpha=0.7)
-    fig.tight_layout()
+    ax.legend(fontsize=6, loc="upper left", framealpha=0.7)
+    fig.subplots_adjust(left=0.16, right=0.97, bottom=0.11, top=0.93)
     return _rgb(fig)

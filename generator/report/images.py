@@ -34,7 +34,7 @@ class ReportImages:
         if width and rgb.shape[1] > width:
             h = max(1, round(rgb.shape[0] * width / rgb.shape[1]))
             rgb = cv2.resize(rgb, (width, h), interpolation=cv2.INTER_AREA)
-        bgr = np.ascontiguousarray(rgb[:, :, ::-1])
+        bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
         ext = ".jpg" if kind == "camera" else ".png"
         params = [cv2.IMWRITE_JPEG_QUALITY, self.quality] if ext == ".jpg" else [cv2.IMWRITE_PNG_COMPRESSION, 6]
         ok, buf = cv2.imencode(ext, bgr, params)
@@ -68,4 +68,4 @@ class ReportImages:
 @lru_cache(maxsize=64)
 def _read_rgb(path: str) -> np.ndarray | None:
     bgr = cv2.imread(path, cv2.IMREAD_COLOR) if path and Path(path).is_file() else None
-    return None if bgr is None else np.ascontiguousarray(bgr[:, :, ::-1])
+    return None if bgr is None else cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)

@@ -49,7 +49,7 @@ def draw_marks(image: np.ndarray, boxes_xyxy: Sequence | np.ndarray, masks: Sequ
     ``boxes_xyxy[i]`` (x1, y1, x2, y2 pixels; None or NaN: no box) outlined and a ``Region [X]`` label
     (``X = region_ids[i]``) at the box's top-left corner. Regions are drawn in the order given; a region
     listed twice is drawn once."""
-    img = np.ascontiguousarray(image, dtype=np.uint8).copy()
+    img = np.array(image, dtype=np.uint8, order="C", copy=True)
     if img.ndim != 3 or img.shape[2] != 3:
         raise ValueError(f"draw_marks: expected an (H, W, 3) image, got shape {img.shape}")
     h, w = img.shape[:2]

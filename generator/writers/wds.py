@@ -139,8 +139,8 @@ def marked_jpeg(data: bytes, groundings: list[dict], frame_index: int, camera: s
     if bgr is None:
         raise WriterError("image is not decodable", scene=scene_id, stage="write_wds")
     boxes, masks, regions = grounding_marks(groundings, frame_index, camera)
-    rgb = draw_marks(bgr[:, :, ::-1], boxes, masks, regions)
-    ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[:, :, ::-1]), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    rgb = draw_marks(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), boxes, masks, regions)
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:
         raise WriterError("JPEG encoding failed", scene=scene_id, stage="write_wds")
     return buf.tobytes()
