@@ -242,6 +242,7 @@ th{background:#eceff1}td.count,td.num{text-align:right;font-variant-numeric:tabu
 figcaption{font-size:12px;color:#555}pre{background:#fff;border:1px solid #ddd;padding:8px;max-height:420px;overflow:auto;font-size:12px}
 .card{background:#fff;border:1px solid #ccc;margin:14px 0;padding:10px;display:flex;gap:14px;flex-wrap:wrap}
 .card .imgs{flex:0 0 auto;max-width:660px}.card .text{flex:1 1 380px;min-width:320px}
+.card figure{margin:0 0 6px 0}.card img{max-width:100%;height:auto}
 .thumbs{display:flex;flex-wrap:wrap;gap:4px}.thumbs figure{margin:0}.q{font-weight:600}.a{color:#1b5e20}
 .tag{display:inline-block;background:#eceff1;border-radius:3px;padding:0 5px;margin-right:4px;font-size:12px}
 .pager a,.pager span{margin-right:8px}.warn{color:#b71c1c}
