@@ -238,7 +238,7 @@ header a:hover{color:#fff}header b{margin-right:20px}
 main{padding:12px 20px;max-width:1400px}h2{border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
 table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#eceff1}td.count,td.num{text-align:right;font-variant-numeric:tabular-nums}
-.grid{display:flex;flex-wrap:wrap;gap:12px}.grid figure{margin:0;background:#fff;border:1px solid #ddd;padding:6px}
+.grid{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.grid figure{margin:0;background:#fff;border:1px solid #ddd;padding:6px;max-width:460px}
 figcaption{font-size:12px;color:#555}pre{background:#fff;border:1px solid #ddd;padding:8px;max-height:420px;overflow:auto;font-size:12px}
 .card{background:#fff;border:1px solid #ccc;margin:14px 0;padding:10px;display:flex;gap:14px;flex-wrap:wrap}
 .card .imgs{flex:0 0 auto;max-width:660px}.card .text{flex:1 1 380px;min-width:320px}
@@ -347,7 +347,7 @@ _SAMPLES = """{% extends "base.html" %}{% block page %}samples{% endblock %}{% b
 <span class="tag">{{ c.qa.question_type }}</span><span class="tag">{{ c.qa.kind }}</span><span class="tag">{{ c.qa.split }}</span>
 {% if c.qa.horizon_s is not none %}<span class="tag">horizon {{ c.qa.horizon_s }} s</span>{% endif %}</div>
 <p class="q">{{ c.qa.question }}</p><p class="a">{{ c.qa.answer }}</p>
-<p>value: {{ c.qa.value if c.qa.value is not none else "-" }} {{ c.qa.unit or "" }};
+<p>value: {{ "%.4g"|format(c.qa.value) if c.qa.value is not none else "-" }} {{ c.qa.unit or "" }};
 regions {{ c.qa.region_ids }}; tracks {{ c.qa.track_ids }} ({{ (c.qa.class_names or [])|join(", ") }}); <code>{{ c.qa.qa_id }}</code></p>
 <h4>Behaviour labels at this keyframe</h4>
 {% if c.ego or c.agents %}<table><tr><th>subject</th><th>maneuver</th><th>speed status</th><th>intent</th></tr>
