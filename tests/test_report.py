@@ -156,3 +156,46 @@ def test_browser_checks_fail_on_broken_image_wrong_count_and_blank_page(report, 
     shot = tmp_path / "blank.png"
     chromium((bad / "blank.html").as_uri(), tmp_path, screenshot=shot)
     assert blank(shot)
+
+
+def test_report_of_a_run_on_s3_equals_local(report, labelled_run, s3_server, tmp_path, monkeypatch):
+    """Built from the run folder on object storage (moto S3 server) through RunReader: the same pages with the
+    same content; by default into ./<run name>-report, a local folder a browser opens."""
+    from generator.report import default_out
+    from generator.runfolder import RunReader
+
+    uri = f"s3://{s3_server.new_bucket()}/runs/r1"
+    s3_server.upload(labelled_run, uri)
+    monkeypatch.chdir(tmp_path)
+    reader = RunReader(uri)
+    assert default_out(reader) == str(tmp_path / "r1-report")
+    res = build_report(reader, None, CFG)
+    out = tmp_path / "r1-report"
+    assert res.index == str(out / "index.html") and res.missing_images == []
+    pages = sorted(p.name for p in report.glob("*.html"))
+    assert sorted(p.name for p in out.glob("*.html")) == pages
+    for name in pages:
+        local = (report / name).read_text().replace(str(labelled_run), "RUN")
+        assert (out / name).read_text().replace(uri, "RUN") == local, name
+
+
+def test_drivegen_run_ends_with_the_report(labelled_run, tmp_path, capsys):
+    """``drivegen run``'s last step (generator.commands.run.write_report) writes OUT/report and prints its path;
+    a second build replaces it (an earlier report is drivegen's own), a user's folder is refused."""
+    from generator.commands.run import write_report
+    from generator.runfolder import RunReader
+    from schemas.errors import RunFolderError
+
+    run = tmp_path / "run"
+    shutil.copytree(labelled_run, run)
+    assert write_report(str(run)) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("report: ") and line.endswith(str(run / "report" / "index.html"))
+    assert (run / "report" / "index.html").is_file() and RunReader(str(run)).check() == []
+    assert write_report(str(run)) == 0
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match="not a drivegen report"):
+        build_report(str(run), str(user), CFG)
+    assert (user / "notes.txt").read_text() == "mine"
