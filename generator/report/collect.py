@@ -75,10 +75,11 @@ def collect(reader: RunReader, cfg: ReportConfig) -> RunStats:
         if qa is not None and qa.num_rows:
             stats.qa_total += qa.num_rows
             fam = qa.column("family").to_numpy(zero_copy_only=False).astype(str)
-            qt = qa.column("question_type").to_numpy(zero_copy_only=False).astype(str)
-            stats.by_family.update(fam.tolist())
-            stats.by_type.update(zip(fam.tolist(), qt.tolist()))
-            stats.by_split.update(str(s) for s in qa.column("split").to_pylist())
+            for r in qa.group_by(["family", "question_type"]).aggregate([([], "count_all")]).to_pylist():
+                stats.by_type[(r["family"], r["question_type"])] += r["count_all"]
+                stats.by_family[r["family"]] += r["count_all"]
+            for r in pc.value_counts(qa.column("split").fill_null("(none)")).to_pylist():
+                stats.by_split[r["values"]] += r["counts"]
             stats.histograms["horizon"].add(_numpy(qa.column("horizon_s")))
             keys = rng.random(qa.num_rows)
             for f in np.unique(fam):
@@ -115,7 +116,7 @@ def scene_tracks(reader: RunReader, scene_id: str):
     if frames is not None and frames.num_rows:
         order = np.argsort(frames.column("frame_index").to_numpy())
         m = np.stack(frames.column("city_SE3_ego").to_numpy(zero_copy_only=False))[order]
-        ego = np.asarray(np.stack(list(m)), np.float64).reshape(-1, 16)[:, [3, 7]]
+        ego = np.asarray(m, np.float64).reshape(-1, 16)[:, [3, 7]]  # translation of the row-major 4x4
     tracks: dict[int, tuple[str, np.ndarray]] = {}
     obj = reader.read_scene("objects", scene_id, columns=["frame_index", "track_id", "class_name", "center_global_m"])
     if obj is not None and obj.num_rows:
