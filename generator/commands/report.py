@@ -12,7 +12,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("run", help="run folder (local path or URI)")
     p.add_argument("--out", default=None, help="report folder (default: RUN/report; ./<name>-report for a remote RUN)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sample browser (default: the run's report.seed)")
-    p.add_argument("--samples-per-family", type=int, default=None,
+    from generator.commands.run import positive_int
+
+    p.add_argument("--samples-per-family", type=positive_int, default=None,
                    help="QA rows shown per family (default: the run's report.samples_per_family)")
     return p
 
