@@ -560,7 +560,16 @@ class BenchConfig(_Model):
     scenario: ScenarioConfig = Field(default_factory=ScenarioConfig)
 
 
+class WdsConfig(_Model):
+    """WebDataset samples (``generator.writers.wds``)."""
+
+    # beside each raw frame, a Set-of-Mark copy (``<frame>.<camera>.marked.jpeg``) with the ``Region [X]`` marks,
+    # masks and 2D boxes of the keyframe's groundings drawn (``generator.writers.marks.draw_marks``)
+    marked_images: bool = False
+
+
 class WriterConfig(_Model):
+    wds: WdsConfig = Field(default_factory=WdsConfig)
     parquet_max_rows: int = Field(200_000, ge=1)
     parquet_max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     wds_max_samples: int = Field(1000, ge=1)  # WebDataset: keyframe samples per tar shard
@@ -662,6 +671,21 @@ class AnonymizeConfig(_Model):
         if unknown:
             raise ValueError(f"unknown detection classes {unknown}; known: {list(DETECTION_CLASSES)}")
         return v
+
+
+class ReportConfig(_Model):
+    """The static HTML report (``drivegen report``, ``generator.report``). Chosen here to keep a report
+    quick to build and to open on a large run: every page has a bounded size, whatever the run's."""
+
+    seed: int = 0  # the sample browser's rows are drawn per family with this seed
+    samples_per_family: int = Field(12, ge=1)  # QA rows shown per family (drawn without replacement)
+    rows_per_page: int = Field(6, ge=1)  # QA rows per sample-browser page
+    max_table_rows: int = Field(200, ge=1)  # rows of the errors table and of the per-type counts shown
+    max_scenes: int = Field(50, ge=1)  # scenes with a bird's-eye plot (the first ones, sorted by id)
+    image_width_px: int = Field(640, ge=64)  # keyframe images are scaled down to at most this width
+    thumb_width_px: int = Field(200, ge=32)  # context and future frames
+    jpeg_quality: int = Field(80, ge=10, le=100)
+    on_run: bool = True  # ``drivegen run`` ends by writing the report
 
 
 class RayConfig(_Model):
@@ -804,6 +828,7 @@ class PipelineConfig(_Model):
     tolerances: ToleranceConfig = Field(default_factory=ToleranceConfig)
     writers: WriterConfig = Field(default_factory=WriterConfig)
     anonymize: AnonymizeConfig = Field(default_factory=AnonymizeConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     failures: FailureConfig = Field(default_factory=FailureConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 

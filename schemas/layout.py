@@ -9,7 +9,7 @@
     OUT/qa/<scene>-<k:05d>.parquet      QA shards, OUT/wds/<scene>-<k:05d>.tar WebDataset shards
     OUT/errors/<scene>-<stage>.parquet  one row per failed scene and stage
     OUT/manifest/<scene>.json           written last for a finished scene: its files with row counts
-    OUT/summary.json, bench/, intention/, card/, validate/   run summary and by-products
+    OUT/summary.json, bench/, intention/, card/, validate/, report/   run summary and by-products
 
 A file belongs to the run exactly when a manifest lists it (``generator.runfolder.RunReader``). While a
 run is going: ``_pending/<scene>.json`` (files a scene is committing), ``_attempts/`` (stage attempt
@@ -43,6 +43,8 @@ BENCH_DIR = "bench"
 INTENTION_DIR = "intention"  # Intention-Drive export (planning samples)
 CARD_DIR = "card"
 VALIDATE_DIR = "validate"
+REPORT_DIR = "report"  # the static HTML report (``drivegen report``; its marker: report/report.json)
+VALIDATE_REPORT = f"{VALIDATE_DIR}/report.json"  # what ``drivegen validate`` writes (without --out)
 # Folders and files a command may create inside a run folder (anything else there is the user's).
 RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY)
 

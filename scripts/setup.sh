@@ -20,6 +20,13 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0'; then
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libusb-1.0-0 >/dev/null
 fi
 
+# the report's browser test (tests/test_report.py) renders it in headless Chromium; skipped without it.
+if ! command -v chromium >/dev/null 2>&1; then
+  log "installing Debian package chromium (browser test of drivegen report)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null || log "could not install chromium: tests/test_report.py's browser tests will be skipped"
+fi
+
 key="$(cat "$here/pyproject.toml" "$here/scripts/setup.sh" | sha256sum | cut -c1-16)-$extras"
 stamp="$venv/.drivegen-deps-$key"
 if [ ! -f "$stamp" ]; then

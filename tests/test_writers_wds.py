@@ -7,9 +7,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from support.writers import make_qa_table, write_images_for
+from support.writers import make_qa_rows, make_qa_table, rle_of_box, write_images_for
 from generator.writers.wds import WriterError, image_member, sample_key, scene_wds_shards, write_wds_shards
 from schemas.config import WriterConfig
+from schemas.tables import QA
 
 
 def _expected(table: pa.Table):
@@ -143,3 +144,71 @@ def test_generated_qa_round_trip(tmp_path):
                                        {(i["frame_index"], i["camera"]) for i in meta["images"]})
         assert all(s[i["member"]].shape == (180, 320, 3) for i in meta["images"])
     assert got == exp
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_marked_images_only_when_configured(scene, marked):
+    """``writers.wds.marked_images``: each raw frame gets a Set-of-Mark copy beside it, and only then; the
+    copy differs from the raw frame exactly inside the grounded boxes' neighbourhood (marks drawn there)."""
+    import cv2
+    import webdataset as wds
+
+    from generator.writers.marks import MASK_ALPHA, region_colour
+    from generator.writers.wds import marked_member
+    from schemas.config import WdsConfig
+
+    _, _, root, out = scene
+    rows = make_qa_rows("scene.v1/a", 40, seed=7, num_keyframes=5)
+    for r in rows:  # region r sits at its own place on every image (as in a run: a region is one object)
+        for g in r["grounding"]:
+            g["box_xyxy"] = [8.0 + 78 * g["region_id"], 30.0, 70.0 + 78 * g["region_id"], 85.0]
+            g["mask_rle"] = rle_of_box(g["box_xyxy"])
+    t = pa.Table.from_pylist(rows, schema=QA)
+    write_images_for(t, root)
+    cfg = WriterConfig(wds_max_samples=100, wds=WdsConfig(marked_images=marked))
+    paths = write_wds_shards(t, out, "scene.v1/a", cfg, image_root=root)
+    samples = list(wds.WebDataset([str(p) for p in paths], shardshuffle=False))
+    assert samples
+    n_marked = n_regions = 0
+    for s in samples:
+        meta = json.loads(s["json"])
+        members = {k for k in s if k.endswith(".jpeg")}
+        raw = {i["member"] for i in meta["images"]}
+        if not marked:
+            assert members == raw and not any("marked" in m for m in members)
+            assert all("marked_member" not in i for i in meta["images"])
+            continue
+        assert members == raw | {marked_member(i["frame_index"], i["camera"]) for i in meta["images"]}
+        for i in meta["images"]:
+            assert i["marked_member"] == marked_member(i["frame_index"], i["camera"])
+            a = cv2.imdecode(np.frombuffer(s[i["member"]], np.uint8), cv2.IMREAD_COLOR).astype(int)
+            b = cv2.imdecode(np.frombuffer(s[i["marked_member"]], np.uint8), cv2.IMREAD_COLOR).astype(int)
+            assert a.shape == b.shape
+            gs = {}  # region -> its first grounding on this image: the one drawn (a region is one object)
+            for g in (g for q in meta["qas"] for g in q["grounding"]):
+                if g["frame_index"] == i["frame_index"] and g["camera"] == i["camera"]:
+                    gs.setdefault(g["region_id"], g)
+            gs = list(gs.values())
+            cover = np.zeros(a.shape[:2], int)
+            for g in gs:
+                x1, y1, x2, y2 = (int(round(v)) for v in g["box_xyxy"])
+                cover[y1:y2, x1:x2] += 1
+            for g in gs:  # inside a mask only one region covers (and off its outline): the region's tint
+                x1, y1, x2, y2 = (int(round(v)) for v in g["box_xyxy"])
+                sel = np.zeros(a.shape[:2], bool)
+                sel[y1 + 18:y2 - 3, x1 + 3:x2 - 3] = True  # below a label drawn inside the box
+                sel &= cover == 1
+                if sel.sum() < 20:
+                    continue
+                tint = a[sel] * (1 - MASK_ALPHA) + np.array(region_colour(g["region_id"])[::-1]) * MASK_ALPHA
+                # mean colours survive JPEG's re-encoding of the noise frames (pixels do not)
+                np.testing.assert_allclose(b[sel].mean(0), tint.mean(0), atol=12)
+                n_regions += 1
+                assert np.abs(b[sel].mean(0) - a[sel].mean(0)).max() > 15 or np.abs(tint - a[sel]).max() < 15
+            far = np.ones(a.shape[:2], bool)  # away from every box and the label beside it
+            for g in gs:
+                x1, y1, x2, y2 = (int(round(v)) for v in g["box_xyxy"])
+                far[max(0, y1 - 18):y2 + 18, max(0, x1 - 70):x2 + 4] = False
+            np.testing.assert_allclose(b[far].mean(0), a[far].mean(0), atol=10, err_msg="marks away from every box")
+            n_marked += 1
+    assert n_marked == 0 if not marked else n_marked > 0 and n_regions > n_marked

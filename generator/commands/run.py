@@ -6,8 +6,11 @@ writers, as one streaming Ray Dataset (see ``generator.pipeline``).
     drivegen run --out s3://bucket/run --address auto ...     # join a Ray cluster (or set RAY_ADDRESS)
     drivegen run --resume OUT                                 # finish an interrupted run
 
+Ends by writing the HTML report (``drivegen report``) into OUT/report/ (``report.on_run: false`` skips it) and
+printing its path.
+
 Exit codes: 0 = every scene finished, 1 = some scene failed (see OUT/errors/ and OUT/summary.json) or the
-card/bench export failed, 2 = unusable input (message names the file and what to do).
+card/bench export or the report failed, 2 = unusable input (message names the file and what to do).
 """
 from __future__ import annotations
 
@@ -86,4 +89,26 @@ def main(args) -> int:
 
     print(format_summary(result.summary))
     print(f"summary: {RunStore(out).uri_of('summary.json')}")
-    return result.exit_code
+    return max(result.exit_code, write_report(out))
+
+
+def write_report(out: str) -> int:
+    """End of a run: the HTML report (``drivegen report``) in the run folder (``OUT/report``, on whatever
+    filesystem OUT is; ``drivegen report OUT`` makes a local copy of a remote run's) when ``report.on_run`` and
+    a scene finished; prints where it is. 1 when it could not be written (the run's data stay as they are)."""
+    from generator.commands.report import summary_line
+    from generator.report import build_report
+    from generator.runfolder import RunReader
+    from schemas import layout
+    from schemas.errors import DrivegenError
+
+    reader = RunReader(out)
+    if not reader.config().report.on_run or not reader.scene_ids():
+        return 0
+    try:
+        print(summary_line(build_report(reader, reader.store.uri_of(layout.REPORT_DIR))))
+    except DrivegenError as err:
+        print(f"drivegen run: the report could not be written: {err} (write it with `drivegen report {out} "
+              "--out DIR`)", file=sys.stderr)
+        return 1
+    return 0

@@ -8,7 +8,11 @@ One sample per keyframe. Its members (``<key>.<suffix>``, written by ``webdatase
   "roles", "source_path"}`` (``member`` is the suffix of its tar member, null when the log has no image);
 * ``f<frame_index:06d>.<camera lower-case>.jpeg``: each referenced frame image (current, context and
   future frames, every camera a grounding names). JPEG sources are stored byte for byte, others are
-  encoded to JPEG.
+  encoded to JPEG;
+* ``f<frame_index:06d>.<camera lower-case>.marked.jpeg`` (only with ``writers.wds.marked_images``): the same
+  frame as a Set-of-Mark image, the ``Region [X]`` marks, masks and 2D boxes of every grounding of the
+  sample on that image drawn (``generator.writers.marks.draw_marks``); its ``images`` entry names it as
+  ``marked_member``.
 
 Naming, chosen so both readers handle it with their defaults:
 
@@ -119,10 +123,35 @@ def read_jpeg(path: Path, scene_id: str) -> bytes:
     return buf.tobytes()
 
 
-def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike | None = None, publish=None):
+def marked_member(frame_index: int, camera: str) -> str:
+    """Suffix of a Set-of-Mark image member: ``f<frame:06d>.<camera>.marked.jpeg``."""
+    return image_member(frame_index, camera)[: -len(".jpeg")] + ".marked.jpeg"
+
+
+def marked_jpeg(data: bytes, groundings: list[dict], frame_index: int, camera: str, scene_id: str,
+                quality: int = 90) -> bytes:
+    """The JPEG ``data`` with the marks of ``groundings`` on (``frame_index``, ``camera``) drawn, as JPEG."""
+    import cv2
+
+    from generator.writers.marks import draw_marks, grounding_marks
+
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise WriterError("image is not decodable", scene=scene_id, stage="write_wds")
+    boxes, masks, regions = grounding_marks(groundings, frame_index, camera)
+    rgb = draw_marks(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), boxes, masks, regions)
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise WriterError("JPEG encoding failed", scene=scene_id, stage="write_wds")
+    return buf.tobytes()
+
+
+def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike | None = None, publish=None,
+                  marked: bool = False):
     """Yield one WebDataset sample dict per keyframe of ``table`` (one scene's QA rows), keyframes in
     ascending order. See the module docstring for the members. ``publish``: a
-    ``generator.writers.anonymize.ScenePublisher`` (faces and plates blurred, timestamps stripped) or None."""
+    ``generator.writers.anonymize.ScenePublisher`` (faces and plates blurred, timestamps stripped) or None;
+    ``marked``: with Set-of-Mark copies of the (published) images."""
     if table.num_rows == 0:
         return
     kf = table.column("keyframe_index").to_numpy(zero_copy_only=False)
@@ -141,13 +170,18 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
                 entry["roles"].add(g["role"])
         sample = {"__key__": sample_key(scene_id, keyframe)}
         listing = []
+        groundings = [g for r in rows for g in r["grounding"] or []] if marked else []
         for (fi, cam), entry in sorted(images.items()):
             member = None
+            extra = {}
             if entry["source_path"]:
                 member = image_member(fi, cam)
                 data = read_jpeg(_resolve(entry["source_path"], image_root), scene_id)
                 sample[member] = publish(data, fi, cam) if publish is not None else data
-            listing.append({**entry, "roles": sorted(entry["roles"]), "member": member})
+                if marked:
+                    extra["marked_member"] = marked_member(fi, cam)
+                    sample[extra["marked_member"]] = marked_jpeg(sample[member], groundings, fi, cam, scene_id)
+            listing.append({**entry, "roles": sorted(entry["roles"]), "member": member, **extra})
         meta = {"scene_id": scene_id, "keyframe_index": keyframe, "timestamp_us": rows[0]["timestamp_us"],
                 "images": listing, "qas": rows}
         meta = publish.metadata(meta) if publish is not None else meta
@@ -193,7 +227,7 @@ def write_wds_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
         writer = tmp = None
 
     try:
-        for sample in build_samples(table, scene_id, image_root, publish):
+        for sample in build_samples(table, scene_id, image_root, publish, marked=cfg.wds.marked_images):
             b = _sample_bytes(sample)
             if writer is not None and (n >= cfg.wds_max_samples or size + b > cfg.wds_max_bytes):
                 finish()

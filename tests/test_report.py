@@ -1,0 +1,223 @@
+"""The HTML report (``drivegen report``, generator.report) opened in a real browser: headless Chromium (Debian's
+``chromium``; scripts/setup.sh installs it) renders each page; the dumped DOM must show the run's counts
+(computed here straight from the QA Parquet files, not through the report's code), every image must have
+loaded, and a screenshot must not be blank. The checks are shown to fail on a broken image, a wrong count
+and a blank page."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as pads
+import pytest
+
+from generator.report import build_report
+from schemas.config import ReportConfig
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package 'chromium'; "
+                                                            "scripts/setup.sh installs it): the browser test cannot run")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         "--window-size=1280,1400", "--virtual-time-budget=5000"]
+CFG = ReportConfig(samples_per_family=4, rows_per_page=3, seed=3)
+
+
+def chromium(url: str, tmp: Path, screenshot: Path | None = None) -> str:
+    """The DOM of ``url`` after load (``--dump-dom``), or write a screenshot; a fresh profile in ``tmp``."""
+    args = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp / 'profile'}"]
+    args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    res = subprocess.run([*args, url], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, f"chromium failed on {url}: {res.stderr[-2000:]}"
+    return res.stdout
+
+
+def qa_counts(run: Path):
+    """Counts straight from the run's QA files (pyarrow, not the report's reader)."""
+    t = pads.dataset(sorted(str(p) for p in (run / "qa").glob("*.parquet")), format="parquet").to_table(
+        columns=["qa_id", "family", "question_type"])
+    fam = Counter(t.column("family").to_pylist())
+    types = Counter(zip(t.column("family").to_pylist(), t.column("question_type").to_pylist()))
+    return t.num_rows, fam, types, dict(zip(t.column("qa_id").to_pylist(), t.column("family").to_pylist()))
+
+
+def _table(dom: str, table_id: str) -> str:
+    m = re.search(rf'<table id="{table_id}">(.*?)</table>', dom, re.S)
+    assert m, f"table #{table_id} is not in the rendered page"
+    return m.group(1)
+
+
+def count_problems(dom: str, run: Path) -> list[str]:
+    """Where the rendered index page's counts differ from the run's QA table."""
+    total, fam, types, _ = qa_counts(run)
+    problems = []
+    shown_total = re.search(r'id="qa-total">(\d+)<', dom)
+    if not shown_total or int(shown_total.group(1)) != total:
+        problems.append(f"QA total shown {shown_total and shown_total.group(1)}, run has {total}")
+    shown = {f: int(n) for f, n in re.findall(r'<tr data-family="([^"]+)"><td>[^<]*</td><td class="count">(\d+)</td>',
+                                               _table(dom, "qa-by-family"))}
+    if shown != dict(fam):
+        problems.append(f"per family shown {shown}, run has {dict(fam)}")
+    shown_t = {(f, q): int(n) for f, q, n in re.findall(
+        r'<tr data-family="([^"]+)" data-type="([^"]+)">(?:<td>[^<]*</td>){2}<td class="count">(\d+)</td>',
+        _table(dom, "qa-by-type"))}
+    if shown_t != dict(types):
+        problems.append(f"per question type shown {shown_t}, run has {dict(types)}")
+    return problems
+
+
+def image_problems(dom: str) -> list[str]:
+    """Images that did not load (recorded by the page's own script after the load event)."""
+    m = re.search(r'<body[^>]*data-broken-images="([^"]*)"', dom)
+    if not m:
+        return ["the page's load script did not run (no data-broken-images on <body>)"]
+    broken = json.loads(m.group(1).replace("&quot;", '"'))
+    n = int(re.search(r'data-images="(\d+)"', dom).group(1))
+    return [f"image did not load: {b}" for b in broken] + (["the page has no image"] if n == 0 else [])
+
+
+def blank(png: Path) -> bool:
+    """A screenshot with (almost) one colour: nothing rendered."""
+    import cv2
+
+    img = cv2.imread(str(png), cv2.IMREAD_GRAYSCALE)
+    assert img is not None, f"no screenshot at {png}"
+    return float(img.std()) < 10 or np.bincount(img.ravel(), minlength=256).max() / img.size > 0.97
+
+
+@pytest.fixture(scope="session")
+def report(labelled_run, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "site"
+    res = build_report(str(labelled_run), str(out), CFG)
+    assert res.missing_images == [] and Path(res.index).is_file()
+    return out
+
+
+def test_report_is_self_contained_and_paged(report, labelled_run):
+    """Only relative links to files inside the report; pages hold at most rows_per_page samples; each family's
+    sample is drawn from that family, as many as samples_per_family allows."""
+    _, fam, _, family_of = qa_counts(labelled_run)
+    pages = sorted(report.glob("*.html"))
+    shown = Counter()
+    for page in pages:
+        html = page.read_text()
+        links = re.findall(r'(?:src|href)="([^"]+)"', html)
+        assert links
+        for link in links:
+            assert not re.match(r"^[a-z]+:|^/", link), f"{page.name}: non-relative link {link}"
+            assert (report / link).is_file(), f"{page.name}: {link} is not in the report"
+        ids = re.findall(r'data-qa-id="([^"]+)"', html)
+        assert len(ids) <= CFG.rows_per_page
+        if page.name.startswith("samples-"):
+            family = re.match(r"samples-(.+)-\d+\.html", page.name).group(1)
+            assert ids and {family_of[i] for i in ids} == {family}
+            shown[family] += len(ids)
+    assert shown == {f: min(n, CFG.samples_per_family) for f, n in fam.items()}
+    again = build_report(str(labelled_run), str(report.parent / "again"), CFG)
+    assert sorted(p.name for p in (report.parent / "again").glob("*.html")) == [p.name for p in pages]
+    assert again.samples == sum(shown.values())
+
+
+@needs_chromium
+def test_report_renders_in_chromium(report, labelled_run, tmp_path):
+    index = chromium(report.joinpath("index.html").as_uri(), tmp_path)
+    assert count_problems(index, labelled_run) == []
+    assert image_problems(index) == []
+    for page in sorted(report.glob("*.html")):
+        if page.name == "index.html":
+            continue
+        dom = chromium(page.as_uri(), tmp_path)
+        assert image_problems(dom) == [], page.name
+        if page.name.startswith("samples-"):  # QA text and marked keyframes are in the rendered page
+            assert re.search(r'<p class="q">[^<]+</p>', dom) and 'alt="CAM_' in dom, page.name
+    shot = tmp_path / "index.png"
+    chromium(report.joinpath("index.html").as_uri(), tmp_path, screenshot=shot)
+    assert not blank(shot)
+
+
+@needs_chromium
+def test_browser_checks_fail_on_broken_image_wrong_count_and_blank_page(report, labelled_run, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(report, bad)
+    index = (bad / "index.html").read_text()
+    img = re.search(r'<img src="([^"]+)"', index).group(1)
+    (bad / img).unlink()  # a missing image
+    total, *_ = qa_counts(labelled_run)
+    (bad / "index.html").write_text(index.replace(f'id="qa-total">{total}<', f'id="qa-total">{total + 1}<'))
+    dom = chromium((bad / "index.html").as_uri(), tmp_path)
+    assert image_problems(dom) == [f"image did not load: {img}"]
+    assert count_problems(dom, labelled_run) == [f"QA total shown {total + 1}, run has {total}"]
+    (bad / "blank.html").write_text("<!doctype html><html><body></body></html>")
+    shot = tmp_path / "blank.png"
+    chromium((bad / "blank.html").as_uri(), tmp_path, screenshot=shot)
+    assert blank(shot)
+
+
+def test_report_of_a_run_on_s3_equals_local(report, labelled_run, s3_server, tmp_path, monkeypatch):
+    """Built from the run folder on object storage (moto S3 server) through RunReader: the same pages with the
+    same content; by default into ./<run name>-report, a local folder a browser opens."""
+    from generator.report import default_out
+    from generator.runfolder import RunReader
+
+    uri = f"s3://{s3_server.new_bucket()}/runs/r1"
+    s3_server.upload(labelled_run, uri)
+    monkeypatch.chdir(tmp_path)
+    reader = RunReader(uri)
+    assert default_out(reader) == str(tmp_path / "r1-report")
+    res = build_report(reader, None, CFG)
+    out = tmp_path / "r1-report"
+    assert res.index == str(out / "index.html") and res.missing_images == []
+    pages = sorted(p.name for p in report.glob("*.html"))
+    assert sorted(p.name for p in out.glob("*.html")) == pages
+    for name in pages:
+        local = (report / name).read_text().replace(str(labelled_run), "RUN")
+        assert (out / name).read_text().replace(uri, "RUN") == local, name
+
+
+def test_drivegen_run_ends_with_the_report(labelled_run, tmp_path, capsys):
+    """``drivegen run``'s last step (generator.commands.run.write_report) writes OUT/report and prints its path;
+    a second build replaces it (an earlier report is drivegen's own), a user's folder is refused."""
+    from generator.commands.run import write_report
+    from generator.runfolder import RunReader
+    from schemas.errors import RunFolderError
+
+    run = tmp_path / "run"
+    shutil.copytree(labelled_run, run)
+    assert write_report(str(run)) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("report: ") and line.endswith(str(run / "report" / "index.html"))
+    assert (run / "report" / "index.html").is_file() and RunReader(str(run)).check() == []
+    assert write_report(str(run)) == 0
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match="not a drivegen report"):
+        build_report(str(run), str(user), CFG)
+    assert (user / "notes.txt").read_text() == "mine"
+
+
+def test_validation_metrics_appear_once_validate_has_run(labelled_run, tmp_path):
+    """The Validation section shows what ``drivegen validate`` wrote (validate/report.json), from a real
+    validation of the run against its generated logs; before that it says how to get it."""
+    from generator.validate.report import to_json
+    from generator.validate.run import ValidateOptions, validate_run
+
+    run = tmp_path / "run"
+    shutil.copytree(labelled_run, run)
+    build_report(str(run), str(tmp_path / "before"), CFG)
+    assert 'id="no-validation"' in (tmp_path / "before" / "index.html").read_text()
+    r = validate_run(str(run), ValidateOptions(tracking=False, label_agreement=False))
+    (run / "validate").mkdir()
+    (run / "validate" / "report.json").write_text(to_json(r))
+    build_report(str(run), str(tmp_path / "after"), CFG)
+    html = (tmp_path / "after" / "index.html").read_text()
+    assert 'id="no-validation"' not in html
+    det = re.search(r'data-section="detection">(.*?)</table>', html, re.S).group(1)
+    shown = dict(re.findall(r'<tr><td>([^<]+)</td><td class="num">([^<]+)</td></tr>', det))
+    for k in ("mAP", "NDS"):
+        assert float(shown[k]) == pytest.approx(r["detection"][k], abs=1e-4)
