@@ -185,3 +185,34 @@ def test_run_outputs_are_anonymised(labelled_run, tmp_path):
             assert out == pubs[ti["scene_id"]](src, f, ti["camera"])
             bench_changed += out != src
     assert bench_changed > 0
+
+
+def test_report_images_are_anonymised(labelled_run, tmp_path):
+    """The HTML report showed camera frames as read: its frames go through the scene's publisher before the
+    Set-of-Mark drawing, like the shards' and the bench export's."""
+    from generator.report.images import ReportImages
+    from generator.runfolder import RunReader
+
+    reader = RunReader(str(labelled_run))
+    cfg = reader.config()
+    off = cfg.anonymize.model_copy(update={"faces": False, "plates": False})
+    shown = {}
+    for sid in reader.scene_ids():
+        frames, objects = reader.read_scene("frames", sid), reader.read_scene("objects", sid)
+        pub = ScenePublisher.from_tables(sid, frames, objects, cfg.anonymize)
+        for f, cams in zip(frames.column("frame_index").to_pylist()[::5], frames.column("cameras").to_pylist()[::5]):
+            for c in cams:
+                src = open(c["image_path"], "rb").read()
+                if pub(src, f, c["name"]) == src:
+                    continue  # nothing to blur in this frame
+                for name, anon in (("on", cfg.anonymize), ("off", off)):
+                    p = ScenePublisher.from_tables(sid, frames, objects, anon)
+                    imgs = ReportImages(tmp_path / name, 95, publisher=lambda s, p=p: p)
+                    rel = imgs.marked(c["image_path"], [], f, c["name"], 10_000, sid)
+                    shown[name] = cv2.imread(str(tmp_path / name / rel)).astype(np.int16)
+                plain = ReportImages(tmp_path / "plain", 95).marked(c["image_path"], [], f, c["name"], 10_000, sid)
+                diff = np.abs(shown["on"] - shown["off"]).max(axis=2)
+                assert (diff > 40).sum() > 50, "a frame the publisher blurs is shown unblurred in the report"
+                assert np.array_equal(shown["off"], cv2.imread(str(tmp_path / "plain" / plain)).astype(np.int16))
+                return
+    pytest.fail("no frame of the labelled run has a face or plate to blur")
