@@ -13,7 +13,8 @@ import logging
 import sys
 import traceback
 
-COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "export_intention", "export_pie", "inspect", "score", "export_drama")
+COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "export_intention", "export_pie", "inspect", "score", "export_drama",
+            "view")
 
 
 def build_parser() -> argparse.ArgumentParser:
