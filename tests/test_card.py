@@ -249,3 +249,20 @@ def test_card_shows_validation_and_anonymisation(card_run, tmp_path):
     assert "| detection mAP | 0.8125 |" in readme and "| tracking IDSW | 3.0 |" in readme
     assert "| scenes evaluated | 2 |" in readme
     assert "Anonymisation per the run's config (`anonymize`): faces on, plates off." in readme
+
+
+def test_validate_rewrites_the_card_with_its_figures(card_run, tmp_path):
+    """``drivegen validate RUN`` writes its report into the run and rewrites the card from it."""
+    import shutil
+
+    from generator.cli import main as cli
+
+    run = tmp_path / "run"
+    shutil.copytree(card_run, run)
+    assert "`drivegen validate` has not been run" in (run / "README.md").read_text()
+    assert cli(["validate", str(run), "--no-tracking", "--quiet"]) == 0
+    report = json.loads((run / "validate" / "report.json").read_text())
+    readme = (run / "README.md").read_text()
+    assert f"| detection mAP | {round(report['detection']['mAP'], 4)} |" in readme
+    assert f"| scenes evaluated | {len(report['scenes']['evaluated'])} |" in readme
+    assert "has not been run" not in readme
