@@ -266,3 +266,34 @@ def test_validate_rewrites_the_card_with_its_figures(card_run, tmp_path):
     assert f"| detection mAP | {round(report['detection']['mAP'], 4)} |" in readme
     assert f"| scenes evaluated | {len(report['scenes']['evaluated'])} |" in readme
     assert "has not been run" not in readme
+
+
+def test_card_of_a_run_folder_from_before_split_names(card_run, tmp_path, monkeypatch):
+    """A run folder whose QA shards were named ``<scene>-<k>`` (before the split led the names): the card lists
+    each split's files (read from their rows) instead of a glob, and loads the same rows."""
+    import shutil
+
+    datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is in the test extra")
+    from generator.pipeline.exports import write_run_card
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    run = tmp_path / "old"
+    shutil.copytree(card_run, run)
+    for m_path in (run / "manifest").glob("*.json"):
+        m = json.loads(m_path.read_text())
+        for f in m["files"]:
+            if f["path"].startswith("qa/"):
+                old = "qa/" + f["path"][3:].split("-", 1)[1]  # drop the '<split>-'
+                (run / f["path"]).rename(run / old)
+                f["path"] = old
+        m_path.write_text(json.dumps(m))
+    assert RunReader(run).check() == []
+    write_run_card(RunReader(run))
+    qa_cfg = _front_matter((run / "README.md").read_text())["configs"][0]
+    assert qa_cfg["config_name"] == "qa"
+    files = {d["split"]: d["path"] for d in qa_cfg["data_files"]}
+    assert set(files) == {"train", "val"} and all(isinstance(p, list) and len(p) == 1 for p in files.values())
+    qa = RunReader(run).read_table("qa", columns=["split"]).to_pandas()
+    dd = datasets.load_dataset(str(run), cache_dir=str(tmp_path / "hf_cache"))
+    assert {sp: d.num_rows for sp, d in dd.items()} == qa.groupby("split").size().to_dict()

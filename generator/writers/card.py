@@ -312,6 +312,7 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
     splits = stats["splits"] or ["train"]
     configs = info.get("configs") or default_configs(stats["splits"])
     licence = info.get("licence")
+    other = next((c for c in configs if c["name"] == "labels"), configs[-1])  # the loading example's second config
     fams = [f for f in stats["qa_counts"]]
     header = ["QA family"] + [f"{k} ({s})" for k in KINDS for s in splits] + ["total"]
     rows, col_tot = [], np.zeros(len(KINDS) * len(splits) + 1, dtype=np.int64)
@@ -340,8 +341,8 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         "from datasets import load_dataset",
         "",
         "qa = load_dataset(\"path/to/this/folder\")  # the default config: qa, one split per name below",
-        f"{configs[-1]['name']} = load_dataset(\"path/to/this/folder\", \"{configs[-1]['name']}\", "
-        f"split=\"{next(iter(configs[-1]['data_files']), 'train')}\")",
+        f"{other['name']} = load_dataset(\"path/to/this/folder\", \"{other['name']}\", "
+        f"split=\"{list(other['data_files'])[-1] if other['data_files'] else 'train'}\")",
         "```",
         "",
         "The files are plain Parquet (pyarrow, pandas, DuckDB read them as well). QA shards are named "
