@@ -14,7 +14,7 @@ import sys
 import traceback
 
 COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "export_intention", "export_pie", "inspect", "score",
-            "export_drama", "report")
+            "export_drama", "report", "view")
 
 
 def build_parser() -> argparse.ArgumentParser:

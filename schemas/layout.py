@@ -6,9 +6,12 @@
     OUT/run.json                        run state: epoch (one per driver), config and source hashes, parent
     OUT/_lock.json                      the writer's lock: owner, epoch, heartbeat (while a run is going)
     OUT/<table folder>/<scene>.parquet  per-scene tables, see TABLES (issues/: frames a stage skipped)
-    OUT/qa/<scene>-<k:05d>.parquet      QA shards, OUT/wds/<scene>-<k:05d>.tar WebDataset shards
+    OUT/qa/<split>-<scene>-<k:05d>.parquet  QA shards (the scene's split first: ``qa/train-*.parquet`` is the
+                                        train split, the glob the dataset card's ``data_files`` use);
+    OUT/wds/<scene>-<k:05d>.tar         WebDataset shards
     OUT/errors/<scene>-<stage>.parquet  one row per failed scene and stage
     OUT/manifest/<scene>.json           written last for a finished scene: its files with row counts
+    OUT/README.md                       the dataset card (Hugging Face front matter; its stats and plots in card/)
     OUT/summary.json, bench/, intention/, card/, validate/, report/   run summary and by-products
 
 A file belongs to the run exactly when a manifest lists it (``generator.runfolder.RunReader``). While a
@@ -41,23 +44,26 @@ ATTEMPTS_DIR = "_attempts"
 STAGING_DIR = ".staging"
 BENCH_DIR = "bench"
 INTENTION_DIR = "intention"  # Intention-Drive export (planning samples)
-CARD_DIR = "card"
+CARD_DIR = "card"  # the card's stats.json and histogram PNGs
+CARD = "README.md"  # the dataset card itself, at the run folder's root: the dataset as published
 VALIDATE_DIR = "validate"
 REPORT_DIR = "report"  # the static HTML report (``drivegen report``; its marker: report/report.json)
 VALIDATE_REPORT = f"{VALIDATE_DIR}/report.json"  # what ``drivegen validate`` writes (without --out)
 # Folders and files a command may create inside a run folder (anything else there is the user's).
-RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY)
+RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY, CARD)
 
 
 @dataclass(frozen=True)
 class TableLayout:
-    """Where a per-scene table lives: ``folder/<scene>.<ext>`` (``sharded``: ``folder/<scene>-<k:05d>.<ext>``)."""
+    """Where a per-scene table lives: ``folder/<scene>.<ext>`` (``sharded``: ``folder/<scene>-<k:05d>.<ext>``;
+    ``by_split``: ``folder/<split>-<scene>-<k:05d>.<ext>``, the scene's split first)."""
 
     name: str
     folder: str
     schema: pa.Schema | None  # None: not Parquet (WebDataset tars)
     sharded: bool = False
     ext: str = "parquet"
+    by_split: bool = False
 
 
 TABLES: dict[str, TableLayout] = {t.name: t for t in (
@@ -67,7 +73,7 @@ TABLES: dict[str, TableLayout] = {t.name: t for t in (
     TableLayout("attributes", "attributes", tables.ATTRIBUTES),
     TableLayout("labels", "labels", tables.LABELS),
     TableLayout("issues", "issues", tables.ISSUES),
-    TableLayout("qa", "qa", tables.QA, sharded=True),
+    TableLayout("qa", "qa", tables.QA, sharded=True, by_split=True),
     TableLayout("wds", "wds", None, sharded=True, ext="tar"),
 )}
 
@@ -92,14 +98,40 @@ def safe_name(scene_id: str) -> str:
     return f"x{name}" if name[0] in "._" else name
 
 
-def scene_file(table_name: str, scene_id: str, k: int | None = None) -> str:
-    """Relative path of a scene's file of ``table_name`` (shard ``k`` for sharded tables)."""
+# A split name as file names carry it (and as Hugging Face ``datasets`` accepts split names): a word, no '-',
+# so ``<split>-<scene>`` parses one way and the glob ``train-*`` never matches another split's files.
+SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def check_split(split, where: str) -> str:
+    """``split`` when it can lead a file name (``SPLIT_NAME``); ValueError naming ``where`` otherwise."""
+    if not isinstance(split, str) or not SPLIT_NAME.match(split):
+        raise ValueError(f"{where}: split {split!r} cannot name a file; a split is letters, digits and '_' "
+                         "(e.g. 'train', 'val')")
+    return split
+
+
+def scene_file(table_name: str, scene_id: str, k: int | None = None, split: str | None = None) -> str:
+    """Relative path of a scene's file of ``table_name`` (shard ``k`` for sharded tables, the scene's
+    ``split`` for tables stored by split)."""
     t = TABLES[table_name]
+    stem = safe_name(scene_id)
+    if t.by_split:
+        stem = f"{check_split(split, f'{table_name} file of scene {scene_id!r}')}-{stem}"
     if t.sharded:
         if k is None:
             raise ValueError(f"table {table_name!r} is sharded: give the shard number")
-        return f"{t.folder}/{safe_name(scene_id)}-{k:05d}.{t.ext}"
-    return f"{t.folder}/{safe_name(scene_id)}.{t.ext}"
+        return f"{t.folder}/{stem}-{k:05d}.{t.ext}"
+    return f"{t.folder}/{stem}.{t.ext}"
+
+
+def split_glob(table_name: str, split: str) -> str:
+    """The glob of one split's files of a table stored by split (``qa/train-*.parquet``), relative to the
+    run folder: what the dataset card's ``data_files`` name."""
+    t = TABLES[table_name]
+    if not t.by_split:
+        raise ValueError(f"table {table_name!r} is not stored by split")
+    return f"{t.folder}/{check_split(split, table_name)}-*.{t.ext}"
 
 
 def manifest_file(scene_id: str) -> str:
@@ -111,7 +143,8 @@ def error_file(scene_id: str | None, stage: str) -> str:
 
 
 def scene_files_pattern(scene_id: str) -> re.Pattern:
-    """File names a scene owns inside a table folder: ``<safe>.<ext>`` or ``<safe>-<k digits>.<ext>``."""
+    """File names a scene owns inside a table folder: ``<safe>.<ext>`` or ``<safe>-<k digits>.<ext>`` (tables
+    not stored by split)."""
     return re.compile(rf"^{re.escape(safe_name(scene_id))}(-\d+)?\.[A-Za-z0-9.]+$")
 
 

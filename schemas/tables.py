@@ -203,6 +203,26 @@ ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
                    INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES)}
 
 
+# The unit and frame suffixes of column names (module docstring): the last matching part of a name decides.
+UNIT_SUFFIXES = {"m": "m", "mps": "m/s", "deg": "deg", "rad": "rad", "us": "µs", "s": "s", "px": "px",
+                 "xyxy": "px (x1, y1, x2, y2)"}
+FRAME_SUFFIXES = {"ego": "ego (x forward, y left, z up)", "global": "city (the log's global frame)",
+                  "cam": "camera", "lidar": "LiDAR"}
+
+
+def column_unit(name: str) -> tuple[str | None, str | None]:
+    """(unit, frame) a column's name declares (``center_ego_m`` -> ('m', 'ego ...'); ``a_SE3_b`` -> a 4x4
+    transform taking ``b`` coordinates to ``a``, translations in m); None where the name declares none."""
+    parts = name.split("_")
+    if "SE3" in parts:
+        i = parts.index("SE3")
+        return "4x4 row-major, translation m", f"{'_'.join(parts[i + 1:])} -> {'_'.join(parts[:i])}"
+    unit = next((UNIT_SUFFIXES[p] for p in reversed(parts[1:]) if p in UNIT_SUFFIXES), None)
+    frame = next((FRAME_SUFFIXES[p] for p, q in zip(parts[1:], parts[2:]) if p in FRAME_SUFFIXES and q in UNIT_SUFFIXES),
+                 None)
+    return unit, frame
+
+
 def check_schema(table: pa.Table, schema: pa.Schema, where: str = "") -> pa.Table:
     """Cast ``table`` to ``schema`` (same columns, same order), raising a clear error on mismatch."""
     missing = [n for n in schema.names if n not in table.column_names]

@@ -33,6 +33,9 @@ INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "
 STRIDE_FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
 DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour", "ego_intention", "drama_x")  # generated unless qa.families says otherwise
 QA_KINDS = ("qualitative", "quantitative")
+# Dataset splits a QA row may carry (``generator.qa.scene_split`` gives 'train' and 'val'); a scene's QA
+# shards are named by its split (``schemas.layout``) and the dataset card has one split per name.
+QA_SPLITS = ("train", "val", "test")
 GROUNDING_ROLES = ("context", "current", "future")
 
 

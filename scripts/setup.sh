@@ -36,7 +36,8 @@ if [ ! -f "$stamp" ]; then
   "$py" -m pip install -q --upgrade "pip>=24" "setuptools>=77,<81" wheel
   # torch first, exactly the CPU wheel, so nothing later resolves CUDA torch.
   "$py" -m pip install -q "torch==2.13.0"
-  "$py" -m pip install -q -e "$here[test]"
+  # view: rerun-sdk (CPU-only wheel) for `drivegen view`, so tests/test_view.py runs rather than skips
+  "$py" -m pip install -q -e "$here[test,view]"
   if [ "$extras" = auto ]; then
     # sam2 is source-only and its isolated build would download CUDA torch: build it against ours.
     if SAM2_BUILD_CUDA=0 "$py" -m pip install -q --no-build-isolation --no-deps "sam2==1.1.0" \

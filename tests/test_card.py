@@ -78,13 +78,13 @@ def test_write_card_files_and_run_extra(shards, tmp_path):
     card = run / "card"
     on_disk = json.loads((card / "stats.json").read_text())
     assert on_disk == json.loads(json.dumps(stats)) and on_disk["run_id"] == "r1"
-    readme = (card / "README.md").read_text()
+    readme = (run / "README.md").read_text()  # the card sits at the dataset root, its plots in card/
     assert f"{len(t)} QA pairs" in readme and "| box_iou | 2 |" in readme and "2 failed scene/stage" in readme
     import matplotlib.image as mpimg
     for name in ("distance", "heading", "velocity"):
         img = mpimg.imread(card / f"hist_{name}.png")
         assert img.ndim == 3 and img.shape[0] > 100 and img.std() > 0
-        assert f"hist_{name}.png" in readme
+        assert f"(card/hist_{name}.png)" in readme
 
 
 def test_table_input_equals_shard_input(shards):
@@ -119,3 +119,181 @@ def test_card_on_generated_qa(tmp_path):
     assert sum(stats["histograms"]["velocity"]["counts"]) + stats["histograms"]["velocity"]["above"] == \
         int((q["unit"] == "m/s").sum()) > 0
 
+
+
+def test_examples_and_split_counts(shards):
+    """Example rows: per family the rows with the smallest qa_id (whatever the shard order); per split the
+    scenes and keyframes, as pandas counts them."""
+    run, t = shards
+    df = t.to_pandas()
+    stats = compute_stats(run / "qa", batch_size=7)
+    for fam, rows in stats["examples"].items():
+        want = df[df["family"] == fam].sort_values("qa_id").head(2)
+        assert [r["qa_id"] for r in rows] == want["qa_id"].tolist()
+        assert [r["question"] for r in rows] == want["question"].tolist()
+    assert set(stats["examples"]) == set(df["family"])
+    assert stats["split_scenes"] == df.groupby("split")["scene_id"].nunique().to_dict()
+    assert stats["split_threads"] == df.groupby("split")[["scene_id", "keyframe_index"]].apply(
+        lambda g: len(g.drop_duplicates())).to_dict()
+
+
+# ------------------------------------------------------------------------------------------ published card
+@pytest.fixture(scope="module")
+def card_run(synth_root, tmp_path_factory):
+    """The two generated scenes through the pipeline with the card on and half the scenes in 'val' (so both
+    splits are real: scene-0001 hashes into val, scene-0000 into train), one camera to keep it short."""
+    from generator.pipeline import run
+    from schemas.config import parse_config
+    from support.data import SYNTH_VERSION
+
+    out = tmp_path_factory.mktemp("card") / "run"
+    cfg = parse_config({"qa": {"val_fraction": 0.5}, "segmentation": {"cameras": ["CAM_FRONT"]},
+                        "writers": {"webdataset": False, "bench_export": False, "intention_export": False,
+                                    "card": True}})
+    res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
+              progress=False)
+    assert res.exit_code == 0, res.summary
+    return out
+
+
+def _front_matter(readme: str) -> dict:
+    import yaml
+
+    assert readme.startswith("---\n")
+    return yaml.safe_load(readme.split("---\n", 2)[1])
+
+
+def test_published_card_loads_with_datasets(card_run, tmp_path, monkeypatch):
+    """The folder as published (copied elsewhere: every path must be relative to its root) loads with
+    ``datasets.load_dataset`` offline: the QA config by default with the splits its rows carry, and each
+    per-scene table by name and split, with the rows the run folder holds."""
+    import shutil
+
+    datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is in the test extra")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    published = tmp_path / "published"
+    shutil.copytree(card_run, published)
+    cache = str(tmp_path / "hf_cache")
+    meta = _front_matter((published / "README.md").read_text())
+    assert not (published / "card" / "README.md").exists()
+    names = [c["config_name"] for c in meta["configs"]]
+    assert names == ["qa", "labels", "attributes", "objects", "projections", "frames"]
+    assert meta["configs"][0]["data_files"] == [{"split": "train", "path": "qa/train-*.parquet"},
+                                                {"split": "val", "path": "qa/val-*.parquet"}]
+    assert meta["license"] == "apache-2.0"  # generated logs: the project's own licence
+
+    reader = RunReader(card_run)
+    qa = reader.read_table("qa", columns=["qa_id", "split", "scene_id"]).to_pandas()
+    assert set(qa["split"]) == {"train", "val"}
+    dd = datasets.load_dataset(str(published), cache_dir=cache)
+    assert set(dd) == {"train", "val"}
+    for sp in ("train", "val"):
+        assert dd[sp].num_rows == int((qa["split"] == sp).sum()) > 0
+        assert set(dd[sp].unique("split")) == {sp}
+    scene_split = qa.groupby("scene_id")["split"].first().to_dict()
+    for name in names[1:]:
+        for sp in ("train", "val"):
+            got = datasets.load_dataset(str(published), name, split=sp, cache_dir=cache)
+            want = reader.read_table(name, scenes=[s for s, v in scene_split.items() if v == sp],
+                                     columns=["scene_id"])
+            assert got.num_rows == want.num_rows > 0, (name, sp)
+            assert set(got.unique("scene_id")) == {s for s, v in scene_split.items() if v == sp}
+
+
+def test_card_content(card_run):
+    """Provenance says the answers are the logs' annotations (labels backend) and names the licence; every
+    table's columns with the units their names declare; real example rows; splits with counts; validation
+    absent until validate runs; the anonymisation section; limitations."""
+    readme = (card_run / "README.md").read_text()
+    reader = RunReader(card_run)
+    qa = reader.read_table("qa", columns=["qa_id", "family", "split"]).to_pandas()
+    assert "**The answers come from the logs' own 3D annotations, not from perception**" in readme
+    assert "| detection | `labels` |" in readme and "| segmentation | `cpu` |" in readme
+    assert "Licence: **Apache-2.0**" in readme and "logs generated by drivegen" in readme
+    assert "| `horizon_s` | `float64` | s |" in readme or "| `horizon_s` | `double` | s |" in readme
+    assert "| `center_ego_m` | `list<double>[3]` | m | ego (x forward, y left, z up) | yes |" in readme
+    assert "| `future_xy_ego_m` |" in readme and "| `velocity_global_mps` |" in readme
+    for fam in qa["family"].unique():
+        first = qa[qa["family"] == fam]["qa_id"].min()
+        assert f"| {first} |" in readme, fam
+    for sp, n in qa.groupby("split").size().items():
+        assert f"| {sp} | 1 | " in readme and f" | {n} |" in readme
+    for section in ("## Validation", "## Anonymisation", "## Limitations", "## Schema", "## Splits"):
+        assert section in readme
+    assert "`drivegen validate` has not been run" in readme
+    assert "no anonymisation setting" in readme  # the config has no `anonymize` section (yet)
+    card = json.loads((card_run / "summary.json").read_text())["card"]  # the run's summary names the card
+    assert card["path"].endswith("README.md") and card["splits"] == qa.groupby("split").size().to_dict()
+
+
+def test_card_shows_validation_and_anonymisation(card_run, tmp_path):
+    """Figures of ``validate/report.json`` appear in the rewritten card; an ``anonymize`` entry of the run
+    (config, else summary) is stated as it is."""
+    import shutil
+
+    from generator.pipeline.exports import write_run_card
+
+    run = tmp_path / "run"
+    shutil.copytree(card_run, run)
+    (run / "validate").mkdir()
+    (run / "validate" / "report.json").write_text(json.dumps({
+        "scenes": {"evaluated": ["scene-0000", "scene-0001"]}, "detection": {"mAP": 0.8125, "NDS": 0.75},
+        "tracking": {"AMOTA": 0.6, "IDSW": 3.0}, "label_agreement": {"agreement": 0.97}}))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "anonymize": {"faces": True, "plates": False}}))
+    write_run_card(RunReader(run))
+    readme = (run / "README.md").read_text()
+    assert "| detection mAP | 0.8125 |" in readme and "| tracking IDSW | 3.0 |" in readme
+    assert "| scenes evaluated | 2 |" in readme
+    assert "Anonymisation per the run's config (`anonymize`): faces on, plates off." in readme
+
+
+def test_validate_rewrites_the_card_with_its_figures(card_run, tmp_path):
+    """``drivegen validate RUN`` writes its report into the run and rewrites the card from it."""
+    import shutil
+
+    from generator.cli import main as cli
+
+    run = tmp_path / "run"
+    shutil.copytree(card_run, run)
+    assert "`drivegen validate` has not been run" in (run / "README.md").read_text()
+    assert cli(["validate", str(run), "--no-tracking", "--quiet"]) == 0
+    report = json.loads((run / "validate" / "report.json").read_text())
+    readme = (run / "README.md").read_text()
+    assert f"| detection mAP | {round(report['detection']['mAP'], 4)} |" in readme
+    assert f"| scenes evaluated | {len(report['scenes']['evaluated'])} |" in readme
+    assert "has not been run" not in readme
+
+
+def test_card_of_a_run_folder_from_before_split_names(card_run, tmp_path, monkeypatch):
+    """A run folder whose QA shards were named ``<scene>-<k>`` (before the split led the names): the card lists
+    each split's files (read from their rows) instead of a glob, and loads the same rows."""
+    import shutil
+
+    datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is in the test extra")
+    from generator.pipeline.exports import write_run_card
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    run = tmp_path / "old"
+    shutil.copytree(card_run, run)
+    for m_path in (run / "manifest").glob("*.json"):
+        m = json.loads(m_path.read_text())
+        for f in m["files"]:
+            if f["path"].startswith("qa/"):
+                old = "qa/" + f["path"][3:].split("-", 1)[1]  # drop the '<split>-'
+                (run / f["path"]).rename(run / old)
+                f["path"] = old
+        m_path.write_text(json.dumps(m))
+    assert RunReader(run).check() == []
+    write_run_card(RunReader(run))
+    qa_cfg = _front_matter((run / "README.md").read_text())["configs"][0]
+    assert qa_cfg["config_name"] == "qa"
+    files = {d["split"]: d["path"] for d in qa_cfg["data_files"]}
+    assert set(files) == {"train", "val"} and all(isinstance(p, list) and len(p) == 1 for p in files.values())
+    qa = RunReader(run).read_table("qa", columns=["split"]).to_pandas()
+    dd = datasets.load_dataset(str(run), cache_dir=str(tmp_path / "hf_cache"))
+    assert {sp: d.num_rows for sp, d in dd.items()} == qa.groupby("split").size().to_dict()

@@ -54,7 +54,7 @@ def test_run_folder_on_s3_equals_local(s3_server, synth_root, tmp_path):
     for name in TABLES:
         assert_same_rows(local, run, name, exact=False)
     fs = s3_server.filesystem()
-    assert fs.get_file_info(f"{bucket}/runs/a/card/README.md").size > 0  # the card is committed on S3 too
+    assert fs.get_file_info(f"{bucket}/runs/a/README.md").size > 0  # the card is committed on S3 too
 
     # regenerate: S3 -> S3 equals local -> local
     assert drivegen("regenerate", local, "--out", tmp_path / "regen", "--seed", "5", "--no-progress").returncode == 0

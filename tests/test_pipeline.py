@@ -62,7 +62,7 @@ def toy_qa(work, env):
 
 
 def toy_write(work, env, staging):
-    for rel, table in ((layout.scene_file("qa", work.scene_id, 0), work.questions),
+    for rel, table in ((layout.scene_file("qa", work.scene_id, 0, "train"), work.questions),
                        (layout.scene_file("objects", work.scene_id), pa.table({"x": work.detected}))):
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
         write_parquet(staging / rel, table)
@@ -125,7 +125,7 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     assert (err["scene_id"], err["stage"], err["file"]) == ("bad-2", "load", "/logs/bad-2.bin")
     assert pq.read_table(out / "errors" / "bad-2-load.parquet").num_rows == 1
     m = json.loads((out / "manifest" / "s-1.json").read_text())
-    assert {f["path"]: f["rows"] for f in m["files"]} == {"qa/s-1-00000.parquet": 4,
+    assert {f["path"]: f["rows"] for f in m["files"]} == {"qa/train-s-1-00000.parquet": 4,
                                                           "perception/objects/s-1.parquet": 4}
     assert check_run(out) == []
     before = qa_keys(out)
@@ -139,9 +139,9 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     from generator.cli import main as cli
 
     assert cli(["inspect", str(out)]) == 0
-    (out / "qa" / "s-1-00000.parquet").unlink()
+    (out / "qa" / "train-s-1-00000.parquet").unlink()
     assert cli(["inspect", str(out)]) == 1
-    assert check_run(out) == ["manifest lists a missing file: qa/s-1-00000.parquet"]
+    assert check_run(out) == ["manifest lists a missing file: qa/train-s-1-00000.parquet"]
 
 
 def test_unfinished_attempt_leftovers_are_replaced(tmp_path):
@@ -149,14 +149,14 @@ def test_unfinished_attempt_leftovers_are_replaced(tmp_path):
     rewrites the same names and removes files only the dead attempt produced."""
     out = tmp_path / "run"
     store = RunStore(out)
-    stale = out / "qa" / "s-0-00001.parquet"
+    stale = out / "qa" / "train-s-0-00001.parquet"
     stale.parent.mkdir(parents=True)
     pq.write_table(pa.table({"scene_id": ["s-0"], "qa_id": ["old"], "family": ["ego_spatial"]}), stale)
     pq.write_table(pa.table({"scene_id": ["s-0"], "qa_id": ["old"], "family": ["ego_spatial"]}),
-                   out / "qa" / "s-0-00000.parquet")
-    store.write_json("_pending/s-0.json", {"scene_id": "s-0", "files": ["qa/s-0-00000.parquet",
-                                                                      "qa/s-0-00001.parquet"]})
-    (out / layout.tmp_name("qa/s-0-00002.parquet")).write_bytes(b"half")
+                   out / "qa" / "train-s-0-00000.parquet")
+    store.write_json("_pending/s-0.json", {"scene_id": "s-0", "files": ["qa/train-s-0-00000.parquet",
+                                                                      "qa/train-s-0-00001.parquet"]})
+    (out / layout.tmp_name("qa/train-s-0-00002.parquet")).write_bytes(b"half")
     assert any("no manifest lists" in p for p in check_run(out))
     run_pipeline(RunStore(out), {"kind": "toy"}, toy_cfg(), ["s-0"], toy_stages(), toy_write, executor="local",
                  progress=False)
@@ -224,7 +224,7 @@ def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tm
     drops = {d["values"]: d["counts"] for d in proj.column("drop_reason").drop_null().value_counts().to_pylist()}
     assert summary["objects_dropped"] == drops
     assert summary["throughput"]["qa_per_s"] > 0 and summary["wall_s"] > 0
-    assert (a / "card" / "README.md").exists() and list((a / "wds").glob("scene-0000-*.tar"))
+    assert (a / "README.md").exists() and list((a / "wds").glob("scene-0000-*.tar"))
     # the STRIDE-QA-Bench export ran at the end: its groups and questions are the summary's
     ann = a / "bench" / "annotation_files"
     bench_t0 = json.loads((ann / "strideqa_bench_t0.json").read_text())

@@ -125,7 +125,7 @@ def test_4_run_folder_on_another_filesystem_than_the_temp_dir(synth_root, tmp_pa
         r = drivegen("run", "--out", out, *LOGS, "--data", synth_root, "--config", cfg, "--local", "--scenes", "1",
                      env={"TMPDIR": str(tmpdir)})
         assert r.returncode == 0, r.stderr[-3000:]
-        assert (out / "card" / "README.md").exists() and (out / "bench" / "export_summary.json").exists()
+        assert (out / "README.md").exists() and (out / "bench" / "export_summary.json").exists()
         assert "STRIDE-QA-Bench export:" in r.stdout and not list(tmpdir.iterdir())
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
@@ -158,7 +158,7 @@ def test_5_scene_names_starting_with_dot_or_underscore_stay_visible(tmp_path):
         work.loaded = True
 
     def write(work, env, staging):
-        p = staging / layout.scene_file("qa", work.scene_id, 0)
+        p = staging / layout.scene_file("qa", work.scene_id, 0, "train")
         p.parent.mkdir(parents=True)
         write_parquet(p, pa.table({"scene_id": [work.scene_id] * 3, "qa_id": [f"{work.scene_id}/{i}" for i in range(3)]}))
 
@@ -364,7 +364,7 @@ def test_13_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finish
     before = _files(out)
 
     def write(work, env, staging):
-        p = staging / layout.scene_file("qa", work.scene_id, 0)
+        p = staging / layout.scene_file("qa", work.scene_id, 0, "train")
         p.parent.mkdir(parents=True)
         write_parquet(p, work.questions.qa)
 

@@ -31,11 +31,11 @@ def polluted(tmp_path):
     store = RunStore(br.run)
     ghost_files = []
     for name, table in br.tables.items():
-        rel = layout.scene_file(name, GHOST, 0) if name == "qa" else layout.scene_file(name, GHOST)
+        rel = layout.scene_file(name, GHOST, 0, "train") if name == "qa" else layout.scene_file(name, GHOST)
         write_parquet(br.run / rel, _renamed(table, GHOST))
         ghost_files.append(rel)
     store.write_json(f"{layout.PENDING_DIR}/{GHOST}.json", {"scene_id": GHOST, "files": ghost_files})
-    write_parquet(br.run / layout.scene_file("qa", STRAY, 0), _renamed(br.tables["qa"], STRAY))
+    write_parquet(br.run / layout.scene_file("qa", STRAY, 0, "train"), _renamed(br.tables["qa"], STRAY))
     write_parquet(br.run / layout.scene_file("objects", STRAY), _renamed(br.tables["objects"], STRAY))
     return br
 
@@ -55,7 +55,7 @@ def test_inspect_reports_what_it_ignores(polluted, capsys):
     assert cli(["inspect", str(polluted.run)]) == 1
     out = capsys.readouterr().out
     assert "1 finished" in out
-    assert f"qa/{STRAY}-00000.parquet" in out and f"perception/objects/{GHOST}.parquet" in out
+    assert f"qa/train-{STRAY}-00000.parquet" in out and f"perception/objects/{GHOST}.parquet" in out
     assert f"leftover of a killed writer: _pending/{GHOST}.json" in out
 
 
@@ -69,7 +69,8 @@ def test_regenerate(polluted, tmp_path):
     assert cli(["regenerate", str(polluted.run), "--out", str(tmp_path / "r"), "--no-progress"]) == 0
     assert RunReader(tmp_path / "r").scene_ids() == [SCENE]
     assert _scenes(read_table(tmp_path / "r", "qa")) == {SCENE}
-    assert {p.name.rsplit("-", 1)[0] for p in (tmp_path / "r" / "qa").glob("*.parquet")} == {SCENE}
+    # shards named <split>-<scene>-<k> (the scripted scene hashes into 'train')
+    assert {p.name.rsplit("-", 1)[0] for p in (tmp_path / "r" / "qa").glob("*.parquet")} == {f"train-{SCENE}"}
 
 
 def test_card(polluted):

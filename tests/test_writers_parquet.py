@@ -30,9 +30,9 @@ def _grounding_dictionaries(path) -> dict[str, pa.Array]:
 
 
 def test_row_bound_names_and_roundtrip(tmp_path):
-    t = make_qa_table("scene/odd id", n=53, seed=1)
+    t = make_qa_table("scene/odd id", n=53, seed=1, split="train")
     paths = write_qa_shards(t, tmp_path, "scene/odd id", WriterConfig(parquet_max_rows=10))
-    assert [p.name for p in paths] == [f"scene_odd_id-{k:05d}.parquet" for k in range(6)]
+    assert [p.name for p in paths] == [f"train-scene_odd_id-{k:05d}.parquet" for k in range(6)]
     assert all(p.parent == tmp_path / "qa" for p in paths)
     assert [pq.ParquetFile(p).metadata.num_rows for p in paths] == [10, 10, 10, 10, 10, 3]
     back = _read_all(paths)
@@ -86,7 +86,24 @@ def test_rewrite_replaces_scene_exactly(tmp_path):
     assert scene_qa_shards(tmp_path, "s1-00001") == other  # untouched
     assert write_qa_shards(t2.slice(0, 0), tmp_path, "s1", cfg) == []
     assert scene_qa_shards(tmp_path, "s1") == []
-    assert qa_shard_path(tmp_path, "s1", 3).name == "s1-00003.parquet"
+    assert qa_shard_path(tmp_path, "s1", 3, "val").name == "val-s1-00003.parquet"
+
+
+def test_shards_are_named_by_the_scene_split(tmp_path):
+    """A scene's split leads its shards' names (one glob per split for the dataset card); a scene moved to
+    another split leaves no shard under the old one; rows of several splits in one scene are refused."""
+    cfg = WriterConfig(parquet_max_rows=5)
+    tr = write_qa_shards(make_qa_table("s1", n=12, split="train"), tmp_path, "s1", cfg)
+    va = write_qa_shards(make_qa_table("s2", n=7, split="val"), tmp_path, "s2", cfg)
+    assert [p.name for p in tr] == [f"train-s1-{k:05d}.parquet" for k in range(3)]
+    assert sorted(p.name for p in (tmp_path / "qa").glob("val-*.parquet")) == [p.name for p in va]
+    moved = write_qa_shards(make_qa_table("s1", n=6, split="val"), tmp_path, "s1", cfg)
+    assert scene_qa_shards(tmp_path, "s1") == moved and not any(p.exists() for p in tr)
+    mixed = pa.concat_tables([make_qa_table("s3", n=3, split="train"), make_qa_table("s3", n=3, split="val")])
+    with pytest.raises(ValueError, match=r"scene 's3' carry splits \['train', 'val'\]"):
+        write_qa_shards(mixed, tmp_path, "s3", cfg)
+    with pytest.raises(ValueError, match="scene 's3' carry splits \\['all'\\]"):
+        write_qa_shards(make_qa_table("s3", n=3, split="all"), tmp_path, "s3", cfg)
 
 
 def test_rejects_bad_input(tmp_path):

@@ -88,9 +88,28 @@ def main(args) -> int:
               + ", ".join(f"{e['scene_id']} frame {e['frame_index']} ({e['reason']})" for e in gaps["examples"][:3])
               + "): their objects are scored as missed, so this run is not a pass; fix the inputs and run "
               "`drivegen run --resume`, or validate only the other scenes with --scenes", file=sys.stderr)
+    if not args.out:
+        _refresh_card(args.run)
     if not report["passed"]:
         failed = [f"{k} ({v['metric']} = {v['value']}, threshold {v['threshold']})"
                   for k, v in report["gates"].items() if not v["ok"]]
         print("drivegen validate: gates not met: " + "; ".join(failed), file=sys.stderr)
         return 1
     return 0
+
+
+def _refresh_card(run: str) -> None:
+    """Rewrite the run's dataset card (``README.md``) when it has one, so it carries the figures just written."""
+    from generator.pipeline.exports import write_run_card
+    from generator.runfolder import RunReader
+    from schemas import layout
+
+    reader = RunReader(run)
+    if not reader.store.exists(layout.CARD):
+        return
+    try:
+        write_run_card(reader, reader.summary())
+        log.info("dataset card %s updated with the validation figures", reader.store.full(layout.CARD))
+    except Exception as err:  # noqa: BLE001 - the report is written; a stale card is reported, not fatal
+        print(f"drivegen validate: warning: the dataset card {reader.store.full(layout.CARD)} was not updated: "
+              f"{type(err).__name__}: {err}", file=sys.stderr)

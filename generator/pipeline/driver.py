@@ -247,6 +247,9 @@ def format_summary(summary: dict, max_errors: int = 20) -> str:
                      + ", ".join(f"{k}={v}" for k, v in sorted(summary["failed_frames"].items())))
     lines.append(f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
                  f"{summary['throughput']['frames_per_s']:.1f} frames/s")
+    if summary.get("card"):
+        lines.append(f"dataset card: {summary['card']['path']} (QA per split: "
+                     + ", ".join(f"{k}={v}" for k, v in summary["card"]["splits"].items()) + ")")
     if summary.get("bench_export"):
         be = summary["bench_export"]
         lines.append(f"STRIDE-QA-Bench export: {be['groups']} groups, {be['questions']} questions (bench/)"

@@ -214,12 +214,122 @@ def card_extra(reader: RunReader, summary: dict | None = None) -> dict:
     extra = {"visibility_drops": dict(sorted(drops.items())),
              "errors": dict(sorted(Counter(e["stage"] for e in reader.errors()).items()))}
     if summary is not None:
-        extra.update(scenes=summary["scenes"], frames=summary["frames"], objects=summary["objects"])
+        extra.update({k: summary[k] for k in ("scenes", "frames", "objects") if k in summary})
     return extra
 
 
+def _split_order(splits) -> list[str]:
+    from schemas.vocab import QA_SPLITS
+
+    return sorted(splits, key=lambda sp: (QA_SPLITS.index(sp) if sp in QA_SPLITS else len(QA_SPLITS), sp))
+
+
+def card_configs(reader: RunReader, cfg: PipelineConfig | None = None) -> list[dict]:
+    """The card's configs over this run folder's committed files (``generator.writers.card.CONFIG_TABLES``
+    that it holds itself: a derived folder's tables read from its parent are not part of it): ``qa`` with
+    one glob per split (``schemas.layout.split_glob``; the files listed one by one where the folder holds
+    shards named before splits led the names), each per-scene table with its files listed per split, a
+    scene's split being the one its QA rows carry (``generator.qa.scene_split`` of the config for a scene
+    without QA rows). Rows per split from the manifests."""
+    import fnmatch
+
+    from generator.qa import scene_split
+    from generator.writers.card import CONFIG_TABLES
+    from schemas.vocab import QA_SPLITS
+
+    qa_folder = layout.TABLES["qa"].folder + "/"
+    split_of_scene: dict[str, str] = {}
+    qa_files: dict[str, list[tuple[str, int]]] = {}
+    for m in reader.manifests():
+        for f in m.get("files", []):
+            if not (f["path"].startswith(qa_folder) and f["path"].endswith(".parquet")):
+                continue
+            head = f["path"][len(qa_folder):].split("-", 1)[0]
+            if head in QA_SPLITS:
+                split = head
+            else:  # shards named before splits led the names: the split the rows carry
+                col = reader.store.read_parquet(f["path"], columns=["split"]).column("split")
+                split = (col.unique().to_pylist() or ["train"])[0]
+            split_of_scene[m["scene_id"]] = split
+            qa_files.setdefault(split, []).append((f["path"], f.get("rows") or 0))
+    configs = []
+    if qa_files and reader.table_owner("qa") is reader:
+        data_files = {}
+        for sp in _split_order(qa_files):
+            glob = layout.split_glob("qa", sp)
+            paths = [p for p, _ in qa_files[sp]]
+            data_files[sp] = glob if all(fnmatch.fnmatch(p, glob) for p in paths) else sorted(paths)
+        configs.append({"name": "qa", "table": "qa", "data_files": data_files,
+                        "rows": {sp: sum(n for _, n in qa_files[sp]) for sp in data_files}})
+    val_fraction = cfg.qa.val_fraction if cfg is not None else 0.0
+    for name in CONFIG_TABLES:
+        if name == "qa" or reader.table_owner(name) is not reader:
+            continue
+        t = layout.TABLES[name]
+        per_split: dict[str, list[tuple[str, int]]] = {}
+        for m in reader.manifests():
+            sid = m["scene_id"]
+            for f in m.get("files", []):
+                if f["path"] == layout.scene_file(name, sid):
+                    sp = split_of_scene.get(sid) or scene_split([sid], val_fraction)[0]
+                    per_split.setdefault(sp, []).append((f["path"], f.get("rows") or 0))
+        if per_split:
+            order = _split_order(per_split)
+            configs.append({"name": name, "table": t.name,
+                            "data_files": {sp: sorted(p for p, _ in per_split[sp]) for sp in order},
+                            "rows": {sp: sum(n for _, n in per_split[sp]) for sp in order}})
+    return configs
+
+
+def validation_summary(reader: RunReader) -> dict | None:
+    """The headline figures of ``validate/report.json`` when ``drivegen validate`` wrote one into the run."""
+    rel = f"{layout.VALIDATE_DIR}/report.json"
+    if not reader.store.exists(rel):
+        return None
+    try:
+        r = reader.store.read_json(rel)
+    except (ValueError, OSError) as err:
+        log.warning("card: %s is unreadable (%s); the card leaves validation out", reader.store.full(rel), err)
+        return None
+    d, t, a = r.get("detection") or {}, r.get("tracking") or {}, r.get("label_agreement") or {}
+    out = {"scenes evaluated": len((r.get("scenes") or {}).get("evaluated", [])),
+           "detection mAP": d.get("mAP"), "detection NDS": d.get("NDS"),
+           "tracking AMOTA": t.get("AMOTA"), "tracking IDSW": t.get("IDSW"),
+           "QA answers within tolerance (labels)": a.get("agreement")}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def card_info(reader: RunReader, summary: dict | None = None) -> dict:
+    """What the dataset card says about a run beyond its QA rows (``generator.writers.card.render_readme``):
+    configs and splits, licence and provenance from ``source.json`` and the config, validation figures, the
+    config's anonymisation section."""
+    import yaml
+
+    from generator.sources import source_licence
+
+    cfg = reader.config() if reader.store.exists(layout.CONFIG) else None
+    src = reader.source()
+    raw = yaml.safe_load(reader.config_text() or b"") or {}
+    info: dict = {"configs": card_configs(reader, cfg), "licence": source_licence(src) if src else None,
+                  "validation": validation_summary(reader),
+                  "anonymize": raw.get("anonymize", (summary or reader.summary() or {}).get("anonymize", "absent"))}
+    if cfg is not None:
+        info["provenance"] = {
+            "source": src or {},
+            "backends": {"detection": cfg.detection.backend, "tracking": cfg.tracking.mode,
+                         "segmentation": cfg.segmentation.backend},
+            "answers_from_labels": cfg.detection.backend == "labels",
+            "label_noise": cfg.detection.labels.model_dump(mode="json"),
+        }
+    if reader.run_state.get("parent"):
+        info["limitations"] = [f"This folder was derived by `drivegen regenerate` from {reader.run_state['parent']}: "
+                               "it holds the QA rows only; the per-scene tables are in the parent run."]
+    return info
+
+
 def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | None:
-    """The dataset card (``card/``) over the committed QA shards; None when there are none."""
+    """The dataset card (``README.md`` at the run folder's root, its stats and plots in ``card/``) over the
+    committed QA shards; None when there are none."""
     import pyarrow.dataset as pads
 
     from generator.writers.card import write_card
@@ -232,8 +342,11 @@ def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | Non
     store = reader.store
     built = _staging(store, "card")
     try:
-        stats = write_card(dataset, built, extra=card_extra(reader, summary))
+        stats = write_card(dataset, built, extra=card_extra(reader, summary), info=card_info(reader, summary))
         store.commit_tree(built)
+        old = f"{layout.CARD_DIR}/{layout.CARD}"  # where drivegen wrote the card before it moved to the root
+        if store.exists(old):
+            store.delete(old)
     finally:
         _release(store, built)
     return stats
@@ -245,7 +358,10 @@ def finalize_run(store: RunStore, summary: dict) -> None:
     reader = RunReader(store)
     cfg = reader.config()
     if cfg.writers.card:
-        write_run_card(reader, summary)
+        stats = write_run_card(reader, summary)
+        if stats is not None:
+            summary["card"] = {"path": store.full(layout.CARD), "splits": {
+                sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]}}
     if cfg.writers.bench_export:
         result = export_bench(reader, cfg=cfg)
         summary["bench_export"] = {k: result[k] for k in ("groups", "questions", "why_empty") if k in result}

@@ -177,7 +177,7 @@ def _commit_qa_in_place(store: RunStore, scene_id: str, table: pa.Table, writer_
     folder, without creating and removing one per scene (regeneration commits thousands in a row)."""
     import itertools
 
-    from generator.writers.parquet import QA_STORED, write_bounded
+    from generator.writers.parquet import QA_STORED, scene_split_of, write_bounded
     from schemas.config import WriterConfig
     from schemas.tables import QA, check_schema
 
@@ -188,11 +188,12 @@ def _commit_qa_in_place(store: RunStore, scene_id: str, table: pa.Table, writer_
     if "qa" not in store._made:
         base.mkdir(parents=True, exist_ok=True)
         store._made.add("qa")
-    tmps = (Path(store.full(layout.tmp_name(layout.scene_file("qa", scene_id, k)))) for k in itertools.count())
+    split = scene_split_of(table, scene_id)
+    tmps = (Path(store.full(layout.tmp_name(layout.scene_file("qa", scene_id, k, split)))) for k in itertools.count())
     rows: list[int] = []
     written = write_bounded(table, tmps, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression,
                             statistics=list(cfg.qa_statistics_columns), rows_out=rows)
-    files = [(p, {"path": layout.scene_file("qa", scene_id, k), "rows": n, "bytes": p.stat().st_size})
+    files = [(p, {"path": layout.scene_file("qa", scene_id, k, split), "rows": n, "bytes": p.stat().st_size})
              for k, (p, n) in enumerate(zip(written, rows))]
     try:
         return commit_files(store, scene_id, files, synced=True, **kw)

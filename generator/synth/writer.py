@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 
 from generator.geometry import SE3, yaw_to_quat_wxyz
+from generator.sources import GENERATED_MARKER
 from generator.types import DrivegenError
 from schemas.errors import InputError
 from schemas.vocab import MANEUVERS, NUSCENES_CAMERAS, SPEED_STATUS
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 KEYFRAME_HZ = 2.0
 NUM_KEYFRAMES = 40
 ANNOTATION_RANGE_M = 70.0
-SCENARIO_FILE = "drivegen_scenarios.json"
+SCENARIO_FILE = GENERATED_MARKER  # the one name: sources recognise generated logs by it
 BASE_TIMESTAMP_US = 1_546_300_800_000_000  # 2019-01-01T00:00:00Z
 MAP_RESOLUTION_M = 0.1
 

@@ -1,4 +1,12 @@
-"""Dataset card: ``card/README.md``, ``card/stats.json`` and histogram PNGs (STRIDE-QA App. A.2).
+"""Dataset card: ``README.md`` at the run folder's root, ``card/stats.json`` and histogram PNGs (STRIDE-QA App. A.2).
+
+The card is the dataset as published: its Hugging Face front matter names one config per table a user loads
+(``qa`` the default, and the per-scene tables the run folder holds), each with the splits its rows carry and
+``data_files`` relative to the root, so ``datasets.load_dataset(RUN)`` and ``load_dataset(RUN, "labels",
+split="val")`` read the folder as it is. Its sections: provenance (source, its licence, the detector, tracker
+and segmenter backends, and a plain statement when answers come from the logs' annotations), the schema of
+every table with the units its column names declare, the splits with counts, example rows per family,
+validation metrics when ``drivegen validate`` has run, anonymisation, limitations, then the statistics.
 
 Statistics, computed in one streaming pass over the QA shards (``pyarrow.dataset`` record batches; only
 the needed columns are read, no shard set is materialised):
@@ -14,7 +22,9 @@ the needed columns are read, no shard set is materialised):
   scene/stage count per stage) when given in ``extra`` (``generator.pipeline.finalize`` reads them from
   the run folder).
 
-The card is written into a local folder (a run's staging folder; the run folder commits it).
+The card is written into a local folder (a run's staging folder; the run folder commits it). What it says
+about the run beyond the QA rows comes in ``info`` (``generator.pipeline.exports.card_info`` builds it from a
+run folder); without it the card describes the QA shards alone.
 """
 from __future__ import annotations
 
@@ -29,7 +39,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from schemas.layout import CARD_DIR
+import yaml
+
+from schemas import tables as T
+from schemas.layout import CARD, CARD_DIR, TABLES, split_glob
 from generator.qa.families import FAMILIES as REGISTERED
 from schemas.vocab import QA_KINDS
 
@@ -46,6 +59,8 @@ HIST_UNITS = {"distance": "m", "heading": "deg", "velocity": "m/s"}
 SIZE_QUESTION = re.compile(r"width|height|length|size|tall|wide|long", re.I)
 _QA_COLUMNS = ["scene_id", "split", "keyframe_index", "family", "kind", "question_type", "value", "unit",
                "track_ids", "class_names"]
+EXAMPLE_COLUMNS = ["qa_id", "split", "family", "question_type", "question", "answer", "value", "unit"]
+EXAMPLES_PER_FAMILY = 2  # the rows with the smallest qa_id of each family: the same whatever the shard order
 _DEDUP_EVERY = 1_000_000
 
 
@@ -89,10 +104,12 @@ def compute_stats(source, batch_size: int = 65_536) -> dict:
     pending = 0
     threads: list[pa.Table] = []
     n_rows = 0
-    for rb in dset.to_batches(columns=_QA_COLUMNS, batch_size=batch_size):
+    examples: dict[str, pa.Table] = {}
+    for rb in dset.to_batches(columns=_QA_COLUMNS + ["qa_id"], batch_size=batch_size):
         if rb.num_rows == 0:
             continue
         b = pa.Table.from_batches([rb])
+        _keep_examples(examples, b.select(["qa_id", "family", "scene_id"]))
         n_rows += b.num_rows
         split = pc.fill_null(b.column("split"), "unspecified")
         grp = pa.table({"family": b.column("family"), "kind": b.column("kind"), "split": split})
@@ -109,8 +126,9 @@ def compute_stats(source, batch_size: int = 65_536) -> dict:
             "family": pc.take(b.column("family"), parent), "scene_id": pc.take(b.column("scene_id"), parent),
             "keyframe_index": pc.take(b.column("keyframe_index"), parent),
             "track_id": pc.list_flatten(tids), "class_name": pc.list_flatten(cls)}))
-        threads.append(pa.table({"scene_id": b.column("scene_id"), "keyframe_index": b.column("keyframe_index")})
-                       .group_by(["scene_id", "keyframe_index"]).aggregate([]))
+        threads.append(pa.table({"scene_id": b.column("scene_id"), "keyframe_index": b.column("keyframe_index"),
+                                 "split": split})
+                       .group_by(["scene_id", "keyframe_index", "split"]).aggregate([]))
         pending += objects[-1].num_rows
         if pending > _DEDUP_EVERY:
             objects = [_distinct(pa.concat_tables(objects))]
@@ -133,18 +151,51 @@ def compute_stats(source, batch_size: int = 65_536) -> dict:
     splits = sorted({k[2] for k in counts})
     fams = list(FAMILIES) + sorted({k[0] for k in counts} - set(FAMILIES))
     qa_counts = {f: {k: {s: counts.get((f, k, s), 0) for s in splits} for k in KINDS} for f in fams}
+    per_split = {sp: {"scenes": 0, "threads": 0} for sp in splits}
+    if thr is not None:
+        for r in thr.group_by("split").aggregate([("scene_id", "count_distinct"), ([], "count_all")]).to_pylist():
+            per_split[r["split"]] = {"scenes": r["scene_id_count_distinct"], "threads": r["count_all"]}
     return {
         "num_qa": n_rows,
-        "num_threads": 0 if thr is None else thr.num_rows,
+        "num_threads": 0 if thr is None else _distinct(thr.select(["scene_id", "keyframe_index"])).num_rows,
         "num_scenes": 0 if thr is None else len(pc.unique(thr.column("scene_id"))),
         "splits": splits,
+        "split_scenes": {sp: v["scenes"] for sp, v in per_split.items()},
+        "split_threads": {sp: v["threads"] for sp, v in per_split.items()},
         "qa_counts": qa_counts,
         "object_classes": {f: dict(sorted(c.items(), key=lambda kv: -kv[1])) for f, c in object_classes.items()},
+        "examples": _example_rows(dset, examples, fams),
         "histograms": {name: {"unit": HIST_UNITS[name],
                               "bin_edges": HISTOGRAMS[name][1].tolist(), "counts": hist[name].tolist(),
                               "below": outside[name][0], "above": outside[name][1]}
                        for name in HISTOGRAMS},
     }
+
+
+def _keep_examples(examples: dict[str, pa.Table], b: pa.Table) -> None:
+    """Per family, the ``EXAMPLES_PER_FAMILY`` rows with the smallest ``qa_id`` seen so far (O(rows) a batch)."""
+    for fam in pc.unique(b.column("family")).to_pylist():
+        rows = b.filter(pc.equal(b.column("family"), fam))
+        if fam in examples:
+            rows = pa.concat_tables([examples[fam], rows])
+        k = min(EXAMPLES_PER_FAMILY, rows.num_rows)
+        examples[fam] = pc.take(rows, pc.select_k_unstable(rows, k, [("qa_id", "ascending")])).sort_by("qa_id")
+
+
+def _example_rows(dset: ds.Dataset, examples: dict[str, pa.Table], fams: list[str]) -> dict[str, list[dict]]:
+    """The example rows' ``EXAMPLE_COLUMNS``, read in a second pass filtered on their scenes (shards carry
+    ``scene_id`` statistics, so only those scenes' row groups are read) and ids."""
+    if not examples:
+        return {}
+    keys = pa.concat_tables(examples.values())
+    flt = (pc.field("scene_id").isin(pc.unique(keys.column("scene_id")))
+           & pc.field("qa_id").isin(keys.column("qa_id")))
+    rows = dset.to_table(columns=EXAMPLE_COLUMNS, filter=flt).sort_by([("family", "ascending"), ("qa_id", "ascending")])
+    out: dict[str, list[dict]] = {f: [] for f in fams if f in examples}
+    for r in rows.to_pylist():
+        if r["family"] in out and len(out[r["family"]]) < EXAMPLES_PER_FAMILY:
+            out[r["family"]].append({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
+    return out
 
 
 def _distinct(t: pa.Table) -> pa.Table:
@@ -182,8 +233,86 @@ def _md_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def render_readme(stats: dict, title: str = "drivegen QA dataset") -> str:
+# Tables the card offers as configs, in this order: QA first (the default config), then the per-scene tables a
+# user loads. ``issues`` (frames a stage skipped) is a diagnostic of the run, not data.
+CONFIG_TABLES = ("qa", "labels", "attributes", "objects", "projections", "frames")
+TABLE_DESCRIPTIONS = {
+    "qa": "question-answer pairs with exact values and visual grounding (the dataset)",
+    "labels": "behaviour labels per frame: ego maneuver and speed status, VRU intent, future waypoints",
+    "attributes": "ego-centric attributes of every tracked object per frame (what the QA answers are computed from)",
+    "objects": "3D boxes per frame after detection and tracking",
+    "projections": "2D projections, masks and the visibility filter's decision per object and camera",
+    "frames": "frames: timestamps, sensor file paths, calibration and ego pose",
+}
+
+
+def default_configs(splits: list[str]) -> list[dict]:
+    """The QA config alone, one ``data_files`` glob per split (``schemas.layout.split_glob``)."""
+    return [{"name": "qa", "table": "qa", "data_files": {sp: split_glob("qa", sp) for sp in splits}}]
+
+
+def front_matter(configs: list[dict], licence: dict | None, title: str) -> str:
+    """The Hugging Face YAML header: licence, task, and one config per table with ``data_files`` per split."""
+    meta: dict = {}
+    if licence:
+        meta["license"] = licence["id"]
+    meta.update({"pretty_name": title, "task_categories": ["visual-question-answering"],
+                 "tags": ["autonomous-driving", "spatiotemporal-reasoning", "drivegen"]})
+    meta["configs"] = [
+        {"config_name": c["name"], **({"default": True} if k == 0 else {}),
+         "data_files": [{"split": sp, "path": paths} for sp, paths in c["data_files"].items()]}
+        for k, c in enumerate(configs)]
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000) + "---"
+
+
+def type_name(t: pa.DataType) -> str:
+    """A short Arrow type as a reader of the card needs it: ``list<float64>[4]``, ``struct{a: int32, ...}``;
+    dictionary-encoded strings read as plain strings (pandas, ``datasets``)."""
+    if pa.types.is_dictionary(t):
+        return type_name(t.value_type)
+    if pa.types.is_fixed_size_list(t):
+        return f"list<{type_name(t.value_type)}>[{t.list_size}]"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{type_name(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct{" + ", ".join(f"{f.name}: {type_name(f.type)}" for f in t) + "}"
+    return str(t)
+
+
+def schema_section(names: list[str]) -> list[str]:
+    """One Markdown table per run-folder table: column, Arrow type, unit and frame (from the column names,
+    ``schemas.tables.column_unit``), nullable."""
+    out = []
+    for name in names:
+        sch = TABLES[name].schema
+        doc = (sch.metadata or {}).get(b"doc", b"").decode()
+        rows = []
+        for f in sch:
+            unit, frame = T.column_unit(f.name)
+            if name == "qa" and f.name == "value":
+                unit = "the row's `unit` column"
+            rows.append([f"`{f.name}`", f"`{type_name(f.type)}`", unit or "", frame or "", "yes" if f.nullable else "no"])
+        out += [f"### `{name}` ({TABLES[name].folder}/)", "", f"{doc}.", "",
+                _md_table(["column", "type", "unit", "frame", "nullable"], rows), ""]
+    return out
+
+
+def _cell(v, limit: int = 160) -> str:
+    text = "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | None = None) -> str:
+    """The card's Markdown. ``info`` (``generator.pipeline.exports.card_info``): ``configs`` (name, table,
+    data_files {split: glob or paths}, rows {split: n}), ``licence`` (``generator.sources.source_licence``),
+    ``provenance`` (source, backends, answers_from_labels, label_noise), ``validation`` (the validate
+    report's summary figures), ``anonymize`` (the run's anonymisation entry; "absent" without one),
+    ``limitations`` (extra lines). Missing entries are left out or stated as unknown."""
+    info = info or {}
     splits = stats["splits"] or ["train"]
+    configs = info.get("configs") or default_configs(stats["splits"])
+    licence = info.get("licence")
+    other = next((c for c in configs if c["name"] == "labels"), configs[-1])  # the loading example's second config
     fams = [f for f in stats["qa_counts"]]
     header = ["QA family"] + [f"{k} ({s})" for k in KINDS for s in splits] + ["total"]
     rows, col_tot = [], np.zeros(len(KINDS) * len(splits) + 1, dtype=np.int64)
@@ -197,20 +326,63 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset") -> str:
                      key=lambda c: -sum(stats["object_classes"][f].get(c, 0) for f in stats["object_classes"]))
     cls_rows = [[c] + [stats["object_classes"].get(f, {}).get(c, 0) for f in FAMILIES] for c in classes]
     parts = [
-        "---",
-        "task_categories:\n- visual-question-answering",
-        "tags:\n- autonomous-driving\n- spatiotemporal-reasoning",
-        "configs:\n- config_name: default\n  data_files:\n  - split: all\n    path: qa/*.parquet",
-        "---",
+        front_matter(configs, licence, title),
         f"# {title}",
         "",
-        "Template QA pairs about driving scenes in the three STRIDE-QA families, each with its exact value "
-        "and visual grounding (2D boxes and COCO RLE masks in the current, context and future frames). "
-        "QA rows are Parquet shards under `qa/` (schema `schemas/tables.py::QA`); WebDataset shards with the "
-        "images are under `wds/`.",
-        "",
+        "Template QA pairs about driving scenes, each with its exact value and visual grounding (2D boxes and "
+        "COCO RLE masks in the current, context and future frames), made by drivegen from driving logs. "
         f"{stats['num_qa']} QA pairs over {stats['num_threads']} keyframes of {stats['num_scenes']} scenes.",
         "",
+        "## Loading",
+        "",
+        "Every path below is relative to this folder (the dataset root). With Hugging Face `datasets`:",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        "qa = load_dataset(\"path/to/this/folder\")  # the default config: qa, one split per name below",
+        f"{other['name']} = load_dataset(\"path/to/this/folder\", \"{other['name']}\", "
+        f"split=\"{list(other['data_files'])[-1] if other['data_files'] else 'train'}\")",
+        "```",
+        "",
+        "The files are plain Parquet (pyarrow, pandas, DuckDB read them as well). QA shards are named "
+        "`qa/<split>-<scene>-<k>.parquet`; per-scene tables `<table>/<scene>.parquet`, their split is their "
+        "scene's (the split its QA rows carry). WebDataset shards with the images are under `wds/` when the run "
+        "wrote them.",
+        "",
+        _md_table(["config", "what", "split", "files", "rows"],
+                  [[f"`{c['name']}`" + (" (default)" if k == 0 else "") if j == 0 else "",
+                    TABLE_DESCRIPTIONS.get(c["table"], "") if j == 0 else "", sp,
+                    f"`{p}`" if isinstance(p, str) else f"{len(p)} listed", c.get("rows", {}).get(sp, "")]
+                   for k, c in enumerate(configs) for j, (sp, p) in enumerate(c["data_files"].items())]),
+        "",
+        "## Splits",
+        "",
+        "A scene is in one split: 'val' when a hash of its id falls below `qa.val_fraction` of the run's "
+        "config, else 'train' (`generator.qa.scene_split`), so no scene is seen in two splits.",
+        "",
+        _md_table(["split", "scenes", "keyframes", "QA pairs"],
+                  [[sp, stats.get("split_scenes", {}).get(sp, ""), stats.get("split_threads", {}).get(sp, ""),
+                    sum(stats["qa_counts"][f][k].get(sp, 0) for f in fams for k in KINDS)] for sp in splits]),
+        "",
+    ]
+    parts += _provenance(info, licence)
+    parts += ["## Schema", "",
+              "Units ride in column names (`_m` metres, `_deg` degrees, `_rad` radians, `_mps` m/s, `_us` "
+              "microseconds, `_s` seconds, `_px` pixels; `_xyxy` boxes in pixels); frames too (`_ego`: the ego "
+              "frame of that row's frame, x forward / y left / z up; `_global`: the log's city frame); "
+              "`a_SE3_b` is a row-major 4x4 transform from frame b to frame a. Declared in `schemas/tables.py`.",
+              ""]
+    parts += schema_section([c["table"] for c in configs])
+    parts += ["## Example rows", "", "The rows with the smallest `qa_id` of each family.", ""]
+    ex_rows = [[FAMILY_TITLES.get(f, f)] + [_cell(r.get(c)) for c in EXAMPLE_COLUMNS if c != "family"]
+               for f, rs in stats.get("examples", {}).items() for r in rs]
+    parts += [_md_table(["family"] + [c for c in EXAMPLE_COLUMNS if c != "family"], ex_rows) if ex_rows
+              else "(no QA rows)", ""]
+    parts += _validation(info.get("validation"))
+    parts += _anonymisation(info.get("anonymize", "absent"))
+    parts += _limitations(info)
+    parts += [
         "## QA pairs per family, kind and split",
         "",
         _md_table(header, rows),
@@ -226,7 +398,7 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset") -> str:
         "",
     ]
     for name, h in stats["histograms"].items():
-        parts.append(f"![{name}](hist_{name}.png)  ")
+        parts.append(f"![{name}]({CARD_DIR}/hist_{name}.png)  ")
         parts.append(f"{name}: {sum(h['counts'])} values in [{h['bin_edges'][0]}, {h['bin_edges'][-1]}] "
                      f"{h['unit']}, {h['below']} below, {h['above']} above.")
         parts.append("")
@@ -241,17 +413,95 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset") -> str:
         if isinstance(errs, dict) and errs:
             parts += ["", _md_table(["stage", "count"], [[k, v] for k, v in errs.items()])]
         parts.append("")
+    parts += [f"Statistics as JSON: `{CARD_DIR}/stats.json`.", ""]
     return "\n".join(parts)
 
 
+def _provenance(info: dict, licence: dict | None) -> list[str]:
+    prov = info.get("provenance") or {}
+    out = ["## Provenance and licence", ""]
+    if licence:
+        url = f" ({licence['url']})" if licence.get("url") else ""
+        out += [f"Source: {licence['source']}. Licence: **{licence['name']}**{url}, inherited from the source "
+                "logs: the questions, answers and groundings are derived from them, and the images and LiDAR "
+                "files the rows point to are theirs.", ""]
+    else:
+        out += ["Source and licence: not recorded (the card was written without the run folder's description); "
+                "the data inherits the licence of the logs it was made from.", ""]
+    if prov.get("source"):
+        src = prov["source"]
+        out += ["Source description (`source.json`): " + ", ".join(
+            f"{k} `{v}`" for k, v in src.items() if k in ("kind", "version", "dataroot", "root")) + ".", ""]
+    if prov.get("backends"):
+        out += [_md_table(["stage", "backend"], [[k, f"`{v}`"] for k, v in prov["backends"].items()]), ""]
+    if prov.get("answers_from_labels"):
+        noise = prov.get("label_noise") or {}
+        noisy = {k: v for k, v in noise.items() if k not in ("seed", "score_min") and v}
+        out += ["**The answers come from the logs' own 3D annotations, not from perception**: the detection "
+                "backend is `labels`, which turns each log's annotated boxes into the detections the QA is "
+                "computed from" + (f", with seeded noise ({', '.join(f'{k} {v}' for k, v in noisy.items())})."
+                                   if noisy else " (no noise added)."), ""]
+    elif prov.get("backends"):
+        out += ["The answers come from the perception backends above (detections, tracks and masks computed from "
+                "the sensor data), not from the logs' annotations; see the validation metrics for their quality.",
+                ""]
+    return out
+
+
+def _validation(v: dict | None) -> list[str]:
+    out = ["## Validation", ""]
+    if not v:
+        return out + ["`drivegen validate` has not been run on this folder (it writes `validate/report.json`; "
+                      "the card is rewritten with its figures).", ""]
+    rows = [[k, _cell(val if not isinstance(val, float) else round(val, 4))] for k, val in v.items() if k != "note"]
+    return out + ["Detection and tracking against the logs' labels (nuScenes devkit), and the share of QA answers "
+                  "within tolerance when re-computed on the labels (`validate/report.md`).", "",
+                  _md_table(["metric", "value"], rows), ""]
+
+
+def _anonymisation(anon) -> list[str]:
+    # ANONYMISATION PLACEHOLDER: the anonymisation work (issue 16 item 5) fills this section with its measurement
+    # (share of known face/plate regions blurred, false blurring); today it states what the run's config says.
+    out = ["## Anonymisation", ""]
+    if anon == "absent":
+        return out + ["This drivegen version has no anonymisation setting: faces and licence plates in the images "
+                      "are not blurred and timestamps are kept.", ""]
+    if not anon:
+        return out + ["Anonymisation was off in the run's config (`anonymize`): faces and licence plates are not "
+                      "blurred and timestamps are kept.", ""]
+    items = anon if isinstance(anon, dict) else {"anonymize": anon}
+    return out + ["Anonymisation per the run's config (`anonymize`): "
+                  + ", ".join(f"{k} {'on' if v else 'off'}" if isinstance(v, bool) else f"{k} {v}"
+                              for k, v in items.items()) + ".", ""]
+
+
+def _limitations(info: dict) -> list[str]:
+    prov = info.get("provenance") or {}
+    lines = [
+        "Questions and answers are rendered from templates: the wording is varied but not natural dialogue.",
+        "Quantities are exact with respect to the boxes the QA was computed from; those boxes are "
+        + ("the logs' annotations, so the answers carry the annotation error and none of a detector's."
+           if prov.get("answers_from_labels") else "a detector's and tracker's output, so they carry its errors."),
+        "Masks come from the segmentation backend and are approximate; visibility is decided per camera by the "
+        "filter's thresholds (objects dropped per reason are counted below).",
+        "The Parquet tables reference images and LiDAR sweeps by path (`grounding.image_path`, `frames`), they do "
+        "not embed them (the WebDataset shards under `wds/`, when written, carry the images): the source logs "
+        "must be obtained under their own licence to see them.",
+    ]
+    lines += list(info.get("limitations") or [])
+    return ["## Limitations", ""] + [f"- {x}" for x in lines] + [""]
+
+
 def write_card(qa_dataset_paths_or_table, out_dir: str | os.PathLike, extra: dict | None = None,
-               title: str = "drivegen QA dataset") -> dict:
-    """Write ``out_dir/card/{README.md, stats.json, hist_<quantity>.png}`` and return the stats dict.
+               title: str = "drivegen QA dataset", info: dict | None = None) -> dict:
+    """Write ``out_dir/README.md`` (the card) and ``out_dir/card/{stats.json, hist_<quantity>.png}``; return
+    the stats dict.
 
     ``qa_dataset_paths_or_table``: a folder of QA shards (e.g. ``RUN/qa``), a list of shard paths, a
     ``pyarrow.dataset.Dataset`` or a ``pa.Table`` (``schemas.tables.QA``). ``extra`` adds
     ``visibility_drops`` ({reason: count}), ``errors`` (count, or {stage: count}) and any other
-    JSON-serialisable entries to stats.json. ``out_dir`` is the (staged) run folder root.
+    JSON-serialisable entries to stats.json. ``info``: what the card says about the run (``render_readme``).
+    ``out_dir`` is the (staged) run folder root.
     """
     stats = compute_stats(qa_dataset_paths_or_table)
     for k, v in (extra or {}).items():
@@ -260,5 +510,5 @@ def write_card(qa_dataset_paths_or_table, out_dir: str | os.PathLike, extra: dic
     for name, h in stats["histograms"].items():
         _plot(h, name, card / f"hist_{name}.png")
     _write(card / "stats.json", json.dumps(stats, indent=2, sort_keys=False).encode())
-    _write(card / "README.md", render_readme(stats, title).encode())
+    _write(Path(out_dir) / CARD, render_readme(stats, title, info).encode())
     return stats

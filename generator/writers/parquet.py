@@ -1,4 +1,8 @@
-"""QA rows -> size-bounded Parquet shards named by scene (``OUT/qa/<safe scene>-<k:05d>.parquet``).
+"""QA rows -> size-bounded Parquet shards named by split and scene (``OUT/qa/<split>-<safe scene>-<k:05d>.parquet``).
+
+A scene belongs to one split (``generator.qa.scene_split``), which leads its shards' names, so one split's
+rows are one glob (``qa/train-*.parquet``, ``schemas.layout.split_glob``): what the dataset card's
+``data_files`` name, and what ``datasets`` infers from the names alone.
 
 A scene's shards are its whole QA set: rewriting a scene (``regenerate``) writes shards 0..n-1 under
 temporary names, renames each into place atomically, then removes that scene's stale shards numbered
@@ -21,17 +25,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.config import WriterConfig
-from schemas.layout import TABLES, scene_file
+from schemas.layout import TABLES, check_split, scene_file
 from schemas.tables import QA, check_schema, compact_dictionaries, read_parquet, to_storage, write_parquet
 from schemas.tables import storage_schema  # noqa: F401  (re-exported: the one implementation is in schemas)
+from schemas.vocab import QA_SPLITS
 
 QA_DIR = TABLES["qa"].folder
 QA_STORED = storage_schema(QA)  # the QA columns as shards store them
 
 
-def qa_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int) -> Path:
-    """``out_dir/qa/<safe scene>-<k:05d>.parquet`` (``out_dir`` is the run folder root)."""
-    return Path(out_dir) / scene_file("qa", scene_id, k)
+def qa_shard_path(out_dir: str | os.PathLike, scene_id: str, k: int, split: str) -> Path:
+    """``out_dir/qa/<split>-<safe scene>-<k:05d>.parquet`` (``out_dir`` is the run folder root)."""
+    return Path(out_dir) / scene_file("qa", scene_id, k, split)
+
+
+def scene_split_of(table: pa.Table, scene_id: str) -> str | None:
+    """The one split of a scene's QA rows (None for no rows); ValueError naming the scene when its rows
+    carry several splits, none, or one outside ``schemas.vocab.QA_SPLITS``."""
+    if table.num_rows == 0:
+        return None
+    splits = pc.unique(table.column("split")).to_pylist()
+    if len(splits) != 1 or splits[0] not in QA_SPLITS:
+        raise ValueError(f"QA rows of scene '{scene_id}' carry splits {splits}; a scene's rows must all carry one "
+                         f"of {list(QA_SPLITS)} (its shards are named by it)")
+    return check_split(splits[0], f"QA rows of scene '{scene_id}'")
 
 
 def numbered_files(path_of: Callable[[int], Path]) -> list[Path]:
@@ -45,11 +62,13 @@ def numbered_files(path_of: Callable[[int], Path]) -> list[Path]:
         out.append(p)
 
 
-def scene_qa_shards(out_dir: str | os.PathLike, scene_id: str) -> list[Path]:
-    """The scene's existing QA shards in shard order: ``<stem>-00000``, ``-00001``, ... probed until the
-    first missing number (a scene's shards are always numbered contiguously from 0, see
-    ``write_qa_shards``), so the cost does not grow with the number of scenes in the folder."""
-    return numbered_files(lambda k: qa_shard_path(out_dir, scene_id, k))
+def scene_qa_shards(out_dir: str | os.PathLike, scene_id: str, split: str | None = None) -> list[Path]:
+    """The scene's existing QA shards in shard order: ``<split>-<stem>-00000``, ``-00001``, ... probed until
+    the first missing number (a scene's shards are always numbered contiguously from 0, see
+    ``write_qa_shards``), so the cost does not grow with the number of scenes in the folder. Every split of
+    ``schemas.vocab.QA_SPLITS`` is probed unless ``split`` is given."""
+    return [p for sp in ([split] if split else QA_SPLITS)
+            for p in numbered_files(lambda k, sp=sp: qa_shard_path(out_dir, scene_id, k, sp))]
 
 
 def all_qa_shards(out_dir: str | os.PathLike) -> list[Path]:
@@ -143,14 +162,15 @@ fsynced when committed passes False) and renamed into place. ``statistics``:
 
 def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
                     cfg: WriterConfig | None = None, fsync: bool = True) -> list[Path]:
-    """Write one scene's QA rows as shards ``out_dir/qa/<safe scene>-<k:05d>.parquet``, k = 0, 1, ...
+    """Write one scene's QA rows as shards ``out_dir/qa/<split>-<safe scene>-<k:05d>.parquet``, k = 0, 1, ...
 
     ``out_dir`` is the run folder root. ``table`` follows ``schemas.tables.QA`` (cast with
     ``check_schema``; a mismatch raises ValueError naming the scene), or is already in its stored form
     (``to_storage(qa)``: a caller that splits one batch into scenes casts once), and every row must carry
-    ``scene_id == scene_id``. Shards hold at most ``cfg.parquet_max_rows`` rows and
+    ``scene_id == scene_id`` and one split (``scene_split_of``). Shards hold at most ``cfg.parquet_max_rows`` rows and
     ``cfg.parquet_max_bytes`` bytes on disk; rows keep their order. The scene's stale shards numbered
-    past the new count are removed afterwards; an empty table leaves the scene with no shards.
+    past the new count, and those under another split, are removed afterwards; an empty table leaves the
+    scene with no shards.
     ``fsync=False`` for a staging folder (the commit fsyncs each file as it moves it into place).
     Returns the written paths in shard order.
     """
@@ -162,15 +182,18 @@ def write_qa_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
         if scenes != [scene_id]:
             raise ValueError(f"write_qa_shards(scene '{scene_id}'): table holds rows of scenes {scenes}; "
                              "write one scene at a time")
+    split = scene_split_of(table, scene_id)
     qa_dir = Path(out_dir) / QA_DIR
     qa_dir.mkdir(parents=True, exist_ok=True)
     old = scene_qa_shards(out_dir, scene_id)
-    paths = (qa_shard_path(out_dir, scene_id, k) for k in itertools.count())
+    paths = (qa_shard_path(out_dir, scene_id, k, split) for k in itertools.count())
     # write_bounded removes its own temporary file on failure: no scan of the (possibly huge) qa/ folder
     written = write_bounded(table, paths, cfg.parquet_max_rows, cfg.parquet_max_bytes, cfg.compression,
                             statistics=list(cfg.qa_statistics_columns), fsync=fsync)
-    # stale shards of an earlier, longer write: removed from the highest number down, so an interrupted
-    # cleanup still leaves the numbers contiguous from 0
-    for p in reversed(old[len(written):]):
-        p.unlink(missing_ok=True)
+    # stale shards of an earlier, longer write (or one under another split): removed from the highest number
+    # down, so an interrupted cleanup still leaves the numbers contiguous from 0
+    keep = set(written)
+    for p in reversed(old):
+        if p not in keep:
+            p.unlink(missing_ok=True)
     return written

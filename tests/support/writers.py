@@ -26,7 +26,13 @@ def rle_of_box(box_xyxy, height: int = 90, width: int = 160) -> dict:
     return {"size": [int(r["size"][0]), int(r["size"][1])], "counts": r["counts"].decode("ascii")}
 
 
-def make_qa_rows(scene_id: str, n: int, seed: int = 0, num_keyframes: int = 4, pad_question: int = 0) -> list[dict]:
+def make_qa_rows(scene_id: str, n: int, seed: int = 0, num_keyframes: int = 4, pad_question: int = 0,
+                 split: str | None = None) -> list[dict]:
+    """``n`` QA rows of one scene; the scene is in one split as the generator assigns them
+    (``generator.qa.scene_split``, half the scenes in 'val' here) unless ``split`` says which."""
+    from generator.qa import scene_split
+
+    split = split or scene_split([scene_id], 0.5)[0]
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -52,7 +58,7 @@ def make_qa_rows(scene_id: str, n: int, seed: int = 0, num_keyframes: int = 4, p
         pad = "".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz "), size=pad_question)) if pad_question else ""
         q = f"How far is Region [0] from the ego vehicle? {pad}"
         rows.append({
-            "qa_id": f"{scene_id}-{i:06d}", "scene_id": scene_id, "split": "train" if i % 5 else "val",
+            "qa_id": f"{scene_id}-{i:06d}", "scene_id": scene_id, "split": split,
             "keyframe_index": kf, "timestamp_us": 1_000_000 + kf * 500_000, "family": fam, "kind": kind,
             "question_type": qtype, "template_id": f"t{i % 7}",
             "question": q, "answer": f"About {value:.2f} {unit}." if value is not None else "Yes.",
