@@ -224,7 +224,7 @@ def test_card_content(card_run):
     for section in ("## Validation", "## Anonymisation", "## Limitations", "## Schema", "## Splits"):
         assert section in readme
     assert "`drivegen validate` has not been run" in readme
-    assert "no anonymisation setting" in readme  # the config has no `anonymize` section (yet)
+    assert "faces on, plates on, strip_timestamps on" in readme and "face recall" in readme  # default config
     card = json.loads((card_run / "summary.json").read_text())["card"]  # the run's summary names the card
     assert card["path"].endswith("README.md") and card["splits"] == qa.groupby("split").size().to_dict()
 
@@ -242,13 +242,18 @@ def test_card_shows_validation_and_anonymisation(card_run, tmp_path):
     (run / "validate" / "report.json").write_text(json.dumps({
         "scenes": {"evaluated": ["scene-0000", "scene-0001"]}, "detection": {"mAP": 0.8125, "NDS": 0.75},
         "tracking": {"AMOTA": 0.6, "IDSW": 3.0}, "label_agreement": {"agreement": 0.97}}))
-    summary = json.loads((run / "summary.json").read_text())
-    (run / "summary.json").write_text(json.dumps({**summary, "anonymize": {"faces": True, "plates": False}}))
+    import yaml
+
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["anonymize"]["plates"] = False
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     write_run_card(RunReader(run))
     readme = (run / "README.md").read_text()
     assert "| detection mAP | 0.8125 |" in readme and "| tracking IDSW | 3.0 |" in readme
     assert "| scenes evaluated | 2 |" in readme
-    assert "Anonymisation per the run's config (`anonymize`): faces on, plates off." in readme
+    assert ("Anonymisation per the run's config (`anonymize`, STRIDE-QA App. A.4): faces on, plates off, "
+            "strip_timestamps on.") in readme
+    assert "face recall 1.000, plate recall 1.000" in readme and "Timestamps and source image paths" in readme
 
 
 def test_validate_rewrites_the_card_with_its_figures(card_run, tmp_path):

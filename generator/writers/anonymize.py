@@ -44,6 +44,12 @@ from schemas.config import AnonymizeConfig
 FACE, PLATE = "face", "plate"
 # keys dropped from published JSON when timestamps are stripped: capture times, and the source image paths
 # whose file names carry them (nuScenes: <log date>__<camera>__<timestamp us>.jpg)
+# What ``python bench/anonymize.py`` measured with the default config on generated logs (2 scenes, 60 images of
+# 800x450, faces and plates painted with exact truth; README "Anonymisation"): the dataset card quotes it.
+# tests/test_anonymize.py re-measures a subset and holds the defaults to thresholds just below these.
+MEASURED_DEFAULT = {"face_recall": 1.000, "plate_recall": 1.000, "blurred_outside_share": 0.964,
+                    "image_blurred_share": 0.0083, "images": 60, "size": "800x450",
+                    "command": "python bench/anonymize.py"}
 TIMESTAMP_KEYS = ("timestamp_us",)
 PATH_KEYS = ("source_path", "image_path")
 
