@@ -528,6 +528,12 @@ class IntentionConfig(_Model):
     yield_max_lateral_m: float = Field(8.0, gt=0)
     yield_clearance_m: float = Field(3.0, ge=0)
     move_step_m: float = Field(0.2, ge=0)  # an object moving less per waypoint step keeps its last heading
+    # Road edges (Intention-Drive §3.4 counts leaving the road as a collision): where the log has a map of its
+    # paved surface (nuScenes' semantic prior mask, which generated logs carry too), a trajectory whose swept
+    # ego body puts a corner off the mask collides; the mask may be grown by this margin (devkit MapMask
+    # dilation) against map misalignment. A sample whose current body is already off the mask is not checked.
+    road_edges: bool = True
+    road_dilation_m: float = Field(0.0, ge=0)
 
     @field_validator("follow_gap_m", "stop_gap_m")
     @classmethod

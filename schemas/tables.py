@@ -157,6 +157,9 @@ INTENTION_SAMPLES = _schema("intention_samples", [
     pa.field("maneuver", s), pa.field("speed_status", s), pa.field("slow", b, False), pa.field("goal", s, False),
     pa.field("gap_min_m", f64), pa.field("gap_max_m", f64), pa.field("lateral_max_m", f64),
     pa.field("clearance_m", f64),
+    # road edges: the ego's pose in the log's map frame (x_m, y_m, yaw_rad) and the map of its paved surface
+    # (a nuScenes semantic-prior mask PNG, absolute path, and its metres per pixel); null map: no road edges
+    pa.field("ego_pose_map", vec3), pa.field("map_path", s), pa.field("map_resolution_m", f64),
 ], "Intention-Drive planning samples: instruction, images, past states, waypoints and success predicate")
 
 INTENTION_OBJECTS = _schema("intention_objects", [

@@ -192,3 +192,27 @@ def test_regenerate_keeps_the_family(run_dir, tmp_path):
     a = q[q.family == "ego_intention"].set_index("qa_id")
     b = before[before.family == "ego_intention"].set_index("qa_id")
     assert set(a.index) == set(b.index) and (a.answer == b.answer.reindex(a.index)).all()
+
+
+def test_leaving_the_paved_surface_is_a_collision(run_dir):
+    """Road edges (Intention-Drive §3.4): the export carries each sample's pose in the map frame and the logs'
+    paved-surface map (generated logs write nuScenes' semantic prior); a trajectory sliding 40 m sideways
+    leaves it and collides, the logged one never does; with ``intention.road_edges`` off nothing is checked."""
+    from generator.attributes.intention import road_exits
+
+    summary = json.loads((run_dir / "intention" / "export_summary.json").read_text())
+    assert summary["road_edges"]["samples_with_map"] == summary["samples"] > 0
+    assert summary["road_edges"]["maps"] == ["nuScenes semantic_prior"]
+    s, ins, _, _, _, cfg = scorer.load_target(str(run_dir / "intention"))
+    k = s.future_xy.shape[1]
+    side = np.zeros((ins.n, k, 2))
+    side[:, :, 1] = np.linspace(5.0, 40.0, k)
+    off = road_exits(s, ins.sample, side, cfg.intention)
+    assert off.mean() >= 0.8, off.mean()  # inside the intersection a sideways path can stay on the cross road
+    res = check(s, ins, side, cfg.labels, cfg.intention)
+    assert (res["collision"][off]).all() and not res["success"][off].any()
+    assert not road_exits(s, ins.sample, s.future_xy[ins.sample], cfg.intention).any()
+    no_edges = cfg.intention.model_copy(update={"road_edges": False})
+    assert not road_exits(s, ins.sample, side, no_edges).any()
+    r = score("baseline:ground_truth", run_dir / "intention")
+    assert r["off_road_rate"] == 0.0 and r["road_edges"]["samples_with_map"] == r["samples"]

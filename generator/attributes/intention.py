@@ -35,8 +35,9 @@ each carries a predicate that can be checked on any trajectory (``check``), in t
 width, centre ``center_offset_m`` ahead of the origin, heading along the path) swept along the trajectory at
 ``collision_substeps`` points per waypoint interval, against every tracked object's box at the same times
 (positions interpolated linearly, heading from its motion); an object already overlapping the ego at the
-sample time is not counted (a plan cannot avoid it). Road edges are not checked: run folders carry no road
-boundaries.
+sample time is not counted (a plan cannot avoid it). *Road edges* (``road_exits``): where a sample has a map of
+the paved surface (``PlanningSamples.road``, from the logs' map; ``map_pose`` places the sample in it), a
+trajectory that puts a corner of the swept body off it collides too, unless the body is already off it now.
 
 The ground truth satisfies every instruction derived from it, by construction except for collisions, which
 ``tests/test_intention.py`` checks are absent.
@@ -44,6 +45,7 @@ The ground truth satisfies every instruction derived from it, by construction ex
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +92,12 @@ class PlanningSamples:
     obj_intent_lateral: np.ndarray  # (M,) code in INTENT_LATERAL (-1 none)
     step_s: float
     ego: EgoBodyConfig  # the ego's body (collisions, gaps, clearances)
+    # the ego's pose in the map frame (N, 3): x_m, y_m, yaw_rad (the log's global frame); NaN where unknown
+    map_pose: np.ndarray | None = None
+    # road(sample (P,), xy (P, 2) map frame) -> (P,) bool: on the paved surface of that sample's map (True where
+    # the sample has no map); None: no road edges anywhere (``road_lookup`` in generator.writers.intention_export)
+    road: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    road_problems: tuple[str, ...] = ()  # maps that could not be read (their samples get no road edges)
 
     @property
     def n(self) -> int:
@@ -174,7 +182,8 @@ def planning_samples(frames: pa.Table, attributes: pa.Table, labels: pa.Table | 
         timestamp_us=ego.timestamp_us[rows], frame_row=rows, future_xy=future, past=past,
         speed_mps=ego.speed_mps[rows], maneuver=man, speed_status=sst, obj_sample=o_sample, obj_track=o_track,
         obj_class=o_class, obj_xy=o_xy, obj_heading=o_heading, obj_size_lw=o_size, obj_future_xy=o_future,
-        obj_future_heading=o_fh, obj_intent_lateral=o_intent, step_s=step, ego=body)
+        obj_future_heading=o_fh, obj_intent_lateral=o_intent, step_s=step, ego=body,
+        map_pose=np.column_stack([ego.position_m[rows, :2], ego.yaw_rad[rows]]))
 
 
 def _headings(start_xy: np.ndarray, future_xy: np.ndarray, start_heading: np.ndarray, min_step_m: float) -> np.ndarray:
@@ -420,6 +429,41 @@ def collisions(s: PlanningSamples, sample: np.ndarray, traj: np.ndarray, cfg: In
     return hit, first
 
 
+def _corners(centre: np.ndarray, yaw: np.ndarray, length: float, width: float) -> np.ndarray:
+    """(..., 2) centres and (...) yaws of L x W boxes -> (..., 4, 2) corners."""
+    c, s = np.cos(yaw)[..., None], np.sin(yaw)[..., None]
+    dx = np.array([1, 1, -1, -1]) * length / 2
+    dy = np.array([1, -1, -1, 1]) * width / 2
+    return np.stack([centre[..., 0:1] + c * dx - s * dy, centre[..., 1:2] + s * dx + c * dy], axis=-1)
+
+
+def road_exits(s: PlanningSamples, sample: np.ndarray, traj: np.ndarray, cfg: IntentionConfig) -> np.ndarray:
+    """For trajectories (R, K, 2) of samples ``sample`` (R,): whether the swept ego body leaves the paved
+    surface (a corner off the sample's map at any substep), where the sample has a map (``s.road``) and its
+    current body is on it (``cfg.road_edges`` off, no map or no pose: never)."""
+    sample = np.asarray(sample, np.int64)
+    r = len(sample)
+    out = np.zeros(r, bool)
+    if not cfg.road_edges or s.road is None or s.map_pose is None or r == 0:
+        return out
+    pose = s.map_pose[sample]
+    ok = np.isfinite(traj).all(axis=(1, 2)) & np.isfinite(pose).all(axis=1)
+    if not ok.any():
+        return out
+    exy, eyaw, _ = _ego_path(np.where(ok[:, None, None], traj, 0.0), cfg.collision_substeps)
+    now = _corners(_ego_centre(np.zeros((r, 1, 2)), np.zeros((r, 1)), s.ego), np.zeros((r, 1)), s.ego.length_m,
+                   s.ego.width_m)
+    path = _corners(_ego_centre(exy, eyaw, s.ego), eyaw, s.ego.length_m, s.ego.width_m)
+    pts = np.concatenate([now, path], axis=1)  # (R, 1 + S*K, 4, 2) BEV ego frame of the sample
+    c, sn = np.cos(pose[:, 2])[:, None, None], np.sin(pose[:, 2])[:, None, None]
+    mx = pose[:, 0][:, None, None] + c * pts[..., 0] - sn * pts[..., 1]
+    my = pose[:, 1][:, None, None] + sn * pts[..., 0] + c * pts[..., 1]
+    who = np.broadcast_to(sample[:, None, None], mx.shape)
+    on = s.road(who.reshape(-1), np.stack([mx.reshape(-1), my.reshape(-1)], axis=1)).reshape(mx.shape)
+    start_on = on[:, 0].all(axis=1)
+    return ok & start_on & ~on[:, 1:].all(axis=(1, 2))
+
+
 def min_clearance(s: PlanningSamples, target: np.ndarray, traj: np.ndarray, cfg: IntentionConfig) -> np.ndarray:
     """Smallest distance (m) between the swept ego body and each target's centre over the horizon (R,)."""
     exy, eyaw, u = _ego_path(np.nan_to_num(traj), cfg.collision_substeps)
@@ -442,6 +486,7 @@ def check(s: PlanningSamples, ins: Instructions, traj: np.ndarray, labels_cfg: L
     finite = np.isfinite(traj).all(axis=(1, 2))
     man, sst = classify(s.past[ins.sample], traj, s.step_s, labels_cfg, cfg.classify_at_s)
     hit, first = collisions(s, ins.sample, traj, cfg)
+    off = road_exits(s, ins.sample, np.where(finite[:, None, None], traj, 0.0), cfg)
     ok = finite.copy()
     ok &= (ins.maneuver < 0) | (man == ins.maneuver)
     ok &= (ins.speed_status < 0) | (sst == ins.speed_status)
@@ -460,5 +505,6 @@ def check(s: PlanningSamples, ins: Instructions, traj: np.ndarray, labels_cfg: L
         if len(sel):
             goal_ok[sel] = min_clearance(s, t[sel], np.nan_to_num(traj[sel]), cfg) >= ins.clearance_m[sel]
     semantic = ok & goal_ok
-    return {"collision": hit & finite, "first_hit": first, "maneuver": man, "speed_status": sst,
-            "semantic": semantic, "success": semantic & ~hit & finite}
+    return {"collision": (hit | off) & finite, "object_collision": hit & finite, "off_road": off & finite,
+            "first_hit": first, "maneuver": man, "speed_status": sst,
+            "semantic": semantic, "success": semantic & ~hit & ~off & finite}

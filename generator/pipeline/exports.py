@@ -151,13 +151,15 @@ def _why_no_groups(reader: RunReader, drops: Counter) -> str:
 
 
 # ------------------------------------------------------------------------------------------ intention
-def intention_tables(reader: RunReader, cfg: PipelineConfig | None = None, splits: list[str] | None = None):
-    """Yield each finished scene's Intention-Drive export tables (``generator.writers.intention_export``)."""
+def intention_tables(reader: RunReader, cfg: PipelineConfig | None = None, splits: list[str] | None = None,
+                     maps: dict | None = None):
+    """Yield each finished scene's Intention-Drive export tables (``generator.writers.intention_export``);
+    ``maps``: each scene's drivable map (``road_maps``)."""
     from generator.writers.intention_export import read_run_scene
 
     cfg = cfg or reader.config()
     for sid in reader.scene_ids():
-        out = read_run_scene(reader, sid, cfg, splits)
+        out = read_run_scene(reader, sid, cfg, splits, maps)
         if out is not None:
             yield out
 
@@ -169,12 +171,15 @@ def export_intention(run: str | RunReader, out: str | None = None, cfg: Pipeline
     Returns the summary (``export_summary.json``)."""
     import pyarrow as pa
 
-    from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE)
+    from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
+                                                    road_maps)
     from schemas.tables import INTENTION_OBJECTS, INTENTION_SAMPLES, write_parquet
 
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
-    parts = list(intention_tables(reader, cfg, splits))
+    maps, road_note = road_maps(reader.source(), reader.scene_ids()) if cfg.intention.road_edges else \
+        ({}, "intention.road_edges is off")
+    parts = list(intention_tables(reader, cfg, splits, maps))
     samples = pa.concat_tables([p[0] for p in parts]) if parts else INTENTION_SAMPLES.empty_table()
     objects = pa.concat_tables([p[1] for p in parts]) if parts else INTENTION_OBJECTS.empty_table()
     target = RunStore(out) if out is not None else reader.store
@@ -189,6 +194,9 @@ def export_intention(run: str | RunReader, out: str | None = None, cfg: Pipeline
                    "keyframes": samples.group_by(["scene_id", "frame_index"]).aggregate([]).num_rows,
                    "objects": objects.num_rows, "by_kind": dict(sorted(kinds.items())),
                    "splits": dict(sorted(Counter(samples.column("split").to_pylist()).items())),
+                   "road_edges": {"samples_with_map": samples.num_rows - samples.column("map_path").null_count,
+                                  "maps": sorted({m["kind"] for m in maps.values()}),
+                                  **({"note": road_note} if road_note else {})},
                    "files": [SAMPLES_FILE, OBJECTS_FILE],
                    # what the samples were made with: the scorer classifies and checks with the same
                    "config": {"labels": cfg.labels.model_dump(mode="json"),

@@ -26,3 +26,9 @@ class LogSource(ABC):
     def describe(self) -> dict:
         """A JSON-able description sufficient to rebuild the source on another node."""
         return {"kind": self.name}
+
+    def drivable_map(self, scene_id: str) -> dict | None:
+        """The map of the scene's paved surface, when the logs have one: ``{"path": absolute PNG path,
+        "resolution_m": metres per pixel, "kind": ...}`` (a binary mask, 255 = paved, in the poses' global frame,
+        origin at the image's bottom-left: nuScenes' semantic prior). None when the logs carry no such map."""
+        return None

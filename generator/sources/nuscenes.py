@@ -101,6 +101,20 @@ class NuScenesSource(LogSource):
                 "scenes": self._scene_filter, "check_files": self.check_files, "max_sweeps": self.max_sweeps,
                 "keyframes": self.cfg.model_dump(mode="json"), "limits": self.limits.model_dump(mode="json")}
 
+    def drivable_map(self, scene_id: str) -> dict | None:
+        """The scene's log's semantic-prior map (``map.json``; drivable surface and sidewalks at 0.1 m/pixel),
+        when its PNG is there."""
+        rec = self._by_name.get(scene_id)
+        if rec is None:
+            return None
+        for m in self.nusc.map:
+            if rec["log_token"] in m.get("log_tokens", ()):
+                path = self.dataroot / m["filename"]
+                if path.is_file():
+                    return {"path": str(path), "resolution_m": float(m["mask"].resolution),
+                            "kind": f"nuScenes {m.get('category', 'map')}"}
+        return None
+
     def load_scene(self, scene_id: str) -> Scene:
         rec = self._by_name.get(scene_id)
         if rec is None:

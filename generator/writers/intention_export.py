@@ -9,6 +9,11 @@ Two Parquet files (schemas in ``schemas.tables``) plus ``export_summary.json``:
 - ``objects.parquet`` (INTENTION_OBJECTS): the tracked objects at each keyframe with their logged future,
   what ``drivegen score intention`` sweeps the ego's box against for the collision rate.
 
+Road edges: each sample carries the ego's pose in the log's map frame and, where the logs have one, the map of
+their paved surface (``LogSource.drivable_map``: nuScenes' semantic-prior mask, which generated logs carry too;
+``road_maps`` asks the run's source for it); ``road_lookup`` turns the files back into the check's
+``PlanningSamples.road`` (the devkit's ``MapMask``).
+
 ``tables(...)`` is the pure part (one scene or many at once); ``generator.pipeline.exports.export_intention``
 reads a run folder and writes the files; ``read_samples`` turns the files back into the arrays the checks use.
 """
@@ -53,9 +58,30 @@ def qa_ids(s: PlanningSamples, ins: Instructions) -> pa.Array:
                                        FAMILY, _vocab(INSTRUCTION_KINDS, ins.kind), who, ":")
 
 
-def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table) -> tuple[pa.Table, pa.Table]:
+def road_maps(source: dict | None, scene_ids: list[str]) -> tuple[dict[str, dict], str | None]:
+    """{scene: drivable map} from the run's source description (``source.json``), and a note when the logs
+    could not be opened (then no road edges are checked). Scenes without a map are left out."""
+    from generator.sources import source_from_description
+
+    if not source:
+        return {}, "the run folder has no source.json: road edges are not checked"
+    try:
+        src = source_from_description(source)
+    except Exception as err:  # noqa: BLE001 - the export goes on without road edges, and says so
+        return {}, f"the logs could not be opened ({type(err).__name__}: {err}): road edges are not checked"
+    out = {}
+    for sid in scene_ids:
+        m = src.drivable_map(sid)
+        if m is not None:
+            out[sid] = m
+    return out, None
+
+
+def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table,
+           maps: dict[str, dict] | None = None) -> tuple[pa.Table, pa.Table]:
     """(INTENTION_SAMPLES, INTENTION_OBJECTS) for the instructions that are QA rows of ``qa`` (its
-    ego_intention rows: qa_id, question, split, region_ids) over the samples of ``frames``."""
+    ego_intention rows: qa_id, question, split, region_ids) over the samples of ``frames``; ``maps``: each
+    scene's drivable map (``road_maps``)."""
     ids = qa_ids(s, ins)
     qa = qa.filter(pc.equal(qa.column("family"), FAMILY)) if qa.num_rows else qa
     q_ids = column(qa, "qa_id") if qa.num_rows else pa.array([], pa.string())
@@ -83,6 +109,9 @@ def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table
     lengths = to_numpy(pc.list_value_length(images), np.int64, fill=0)
     images = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)], pa.int32()), img)
     k = s.future_xy.shape[1]
+    scene_of = pc.take(s.scene_id, pa.array(smp))
+    map_of = [(maps or {}).get(sid) for sid in scene_of.to_pylist()]
+    pose = s.map_pose[smp] if s.map_pose is not None else np.full((len(smp), 3), np.nan)
     samples = pa.table({
         "sample_id": ids, "scene_id": pc.take(s.scene_id, pa.array(smp)),
         "frame_index": pa.array(s.frame_index[smp], pa.int32()), "timestamp_us": pa.array(s.timestamp_us[smp]),
@@ -97,6 +126,9 @@ def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table
         "slow": pa.array(ins.slow), "goal": _vocab(GOALS, ins.goal),
         "gap_min_m": pa.array(ins.gap_min_m), "gap_max_m": pa.array(ins.gap_max_m),
         "lateral_max_m": pa.array(ins.lateral_max_m), "clearance_m": pa.array(ins.clearance_m),
+        "ego_pose_map": numpy_to_fixed_list(pose, 3),
+        "map_path": pa.array([m["path"] if m else None for m in map_of], pa.string()),
+        "map_resolution_m": pa.array([m["resolution_m"] if m else None for m in map_of], pa.float64()),
     })
     # objects of the samples that have an instruction
     used = np.unique(smp)
@@ -116,18 +148,19 @@ def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table
     return samples.cast(INTENTION_SAMPLES), objects.cast(INTENTION_OBJECTS)
 
 
-def scene_tables(frames: pa.Table, attributes: pa.Table, labels: pa.Table | None, qa: pa.Table, cfg
-                 ) -> tuple[pa.Table, pa.Table]:
+def scene_tables(frames: pa.Table, attributes: pa.Table, labels: pa.Table | None, qa: pa.Table, cfg,
+                 maps: dict[str, dict] | None = None) -> tuple[pa.Table, pa.Table]:
     """One scene's (or several scenes') export tables from its run tables, with the run's config ``cfg``:
     the planning samples and instructions (``generator.attributes.intention``, the rule the QA family used)
     of its ego_intention QA rows ``qa``."""
     from generator.attributes.intention import instructions, planning_samples
 
     s = planning_samples(frames, attributes, labels, cfg.labels, cfg.intention, cfg.ego)
-    return tables(s, instructions(s, cfg.intention), qa, frames)
+    return tables(s, instructions(s, cfg.intention), qa, frames, maps)
 
 
-def read_run_scene(reader, scene_id: str, cfg, splits: list[str] | None = None) -> tuple[pa.Table, pa.Table] | None:
+def read_run_scene(reader, scene_id: str, cfg, splits: list[str] | None = None, maps: dict[str, dict] | None = None
+                   ) -> tuple[pa.Table, pa.Table] | None:
     """``scene_tables`` of one finished scene of a run folder (``reader``: a ``generator.runfolder.RunReader``);
     None when the scene has no ego_intention QA rows (in ``splits``)."""
     qa = reader.read_scene("qa", scene_id, columns=["qa_id", "family", "question", "split", "region_ids"])
@@ -140,7 +173,7 @@ def read_run_scene(reader, scene_id: str, cfg, splits: list[str] | None = None) 
     frames, attributes = reader.read_scene("frames", scene_id), reader.read_scene("attributes", scene_id)
     if qa.num_rows == 0 or frames is None or attributes is None:
         return None
-    return scene_tables(frames, attributes, reader.read_scene("labels", scene_id), qa, cfg)
+    return scene_tables(frames, attributes, reader.read_scene("labels", scene_id), qa, cfg, maps)
 
 
 def _nested(arr, width: int, k: int) -> np.ndarray:
@@ -153,9 +186,44 @@ def _nested(arr, width: int, k: int) -> np.ndarray:
     return fixed_list_to_numpy(pc.list_flatten(arr), width).reshape(len(arr), k, width)
 
 
-def read_samples(samples: pa.Table, objects: pa.Table, body) -> tuple[PlanningSamples, Instructions, pa.Array]:
+def road_lookup(map_path: list[str | None], resolution_m: np.ndarray, dilation_m: float = 0.0):
+    """``PlanningSamples.road`` over samples whose maps are ``map_path`` (N,) (None: no map, always on road),
+    read with the devkit's ``MapMask`` (255 = paved; points off the image are off the road). Returns
+    (road callable or None when no sample has a map, problems: list of maps that could not be read)."""
+    from nuscenes.utils.map_mask import MapMask
+
+    paths = np.asarray([p or "" for p in map_path], dtype=object)
+    uniq = [p for p in dict.fromkeys(paths.tolist()) if p]
+    masks, problems = {}, []
+    for p in uniq:
+        res = float(resolution_m[np.flatnonzero(paths == p)[0]])
+        try:
+            m = MapMask(p, resolution=res)
+            m.mask()  # read now: a missing or broken file is a problem here, not an exception mid-check
+            masks[p] = m
+        except Exception as err:  # noqa: BLE001
+            problems.append(f"map {p} unreadable ({type(err).__name__}: {err}): its samples get no road edges")
+    if not masks:
+        return None, problems
+    code = np.array([uniq.index(p) if p in masks else -1 for p in paths.tolist()], np.int64)
+
+    def road(sample: np.ndarray, xy: np.ndarray) -> np.ndarray:
+        on = np.ones(len(sample), bool)
+        which = code[sample]
+        for j in np.unique(which[which >= 0]):
+            sel = np.flatnonzero(which == j)
+            on[sel] = masks[uniq[j]].is_on_mask(xy[sel, 0], xy[sel, 1], dilation=dilation_m)
+        return on
+
+    return road, problems
+
+
+def read_samples(samples: pa.Table, objects: pa.Table, body, dilation_m: float = 0.0
+                 ) -> tuple[PlanningSamples, Instructions, pa.Array]:
     """The export's files -> (PlanningSamples with one sample per keyframe, Instructions in the files' row
-    order, sample_id per instruction); ``body``: the ego body they were made with (``EgoBodyConfig``)."""
+    order, sample_id per instruction); ``body``: the ego body they were made with (``EgoBodyConfig``);
+    ``dilation_m``: the road mask's margin (``intention.road_dilation_m``). Maps that cannot be read are
+    listed in ``PlanningSamples.road_problems``."""
     key = pc.binary_join_element_wise(column(samples, "scene_id"), pc.cast(column(samples, "frame_index"),
                                                                         pa.string()), "\x1f")
     uniq = pc.unique(key)
@@ -187,6 +255,12 @@ def read_samples(samples: pa.Table, objects: pa.Table, body) -> tuple[PlanningSa
         obj_heading=to_numpy(column(objects, "heading_ego_rad"), np.float64, fill=np.nan),
         obj_size_lw=fixed_list_to_numpy(objects.column("size_lw_m"), 2), obj_future_xy=fut, obj_future_heading=fh,
         obj_intent_lateral=codes(column(objects, "intent_lateral"), pa.array(INTENT_LATERAL)), step_s=step, ego=body)
+    if "ego_pose_map" in samples.column_names and samples.num_rows:
+        s.map_pose = fixed_list_to_numpy(samples.column("ego_pose_map"), 3)[rows]
+        paths = pc.take(column(samples, "map_path"), pa.array(rows)).to_pylist()
+        res = to_numpy(column(samples, "map_resolution_m"), np.float64, fill=np.nan)[rows]
+        s.road, problems = road_lookup(paths, res, dilation_m)
+        s.road_problems = tuple(problems)
     # instruction targets: object index by (sample, track)
     tgt_track = to_numpy(column(samples, "target_track_id"), np.int64, fill=-1)
     obj_of = KeyIndex((o_sample << 32) | (s.obj_track & 0xFFFFFFFF))

@@ -57,11 +57,13 @@ def load_target(target: str, splits: list[str] | None = None):
         if not reader.is_run_folder():
             raise InputError(f"{target} is neither an Intention-Drive export ({EXPORT_SUMMARY} with format "
                              f"{EXPORT_FORMAT!r}) nor a drivegen run folder", file=target)
-        from generator.writers.intention_export import read_run_scene
+        from generator.writers.intention_export import read_run_scene, road_maps
         from schemas.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
 
         cfg = reader.config()
-        parts = [p for p in (read_run_scene(reader, sid, cfg) for sid in reader.scene_ids()) if p is not None]
+        maps, _ = road_maps(reader.source(), reader.scene_ids()) if cfg.intention.road_edges else ({}, None)
+        parts = [p for p in (read_run_scene(reader, sid, cfg, maps=maps) for sid in reader.scene_ids())
+                 if p is not None]
         samples = pa.concat_tables([p[0] for p in parts]) if parts else INTENTION_SAMPLES.empty_table()
         objects = pa.concat_tables([p[1] for p in parts]) if parts else INTENTION_OBJECTS.empty_table()
     if splits:
@@ -69,7 +71,7 @@ def load_target(target: str, splits: list[str] | None = None):
     if samples.num_rows == 0:
         raise InputError(f"{target}: no Intention-Drive samples" + (f" in splits {splits}" if splits else ""),
                          file=target)
-    s, ins, ids = read_samples(samples, objects, cfg.ego)
+    s, ins, ids = read_samples(samples, objects, cfg.ego, cfg.intention.road_dilation_m)
     return s, ins, ids, samples.column("kind").to_pylist(), samples.column("level").to_pylist(), cfg
 
 
@@ -167,6 +169,10 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, **_) -> 
         "ADE_m": float(err[valid].mean()) if valid.any() else None,
         "FDE_m": float(err[valid, -1].mean()) if valid.any() else None,
         "collision_rate": float(res["collision"][valid].mean()) if valid.any() else None,
+        "object_collision_rate": float(res["object_collision"][valid].mean()) if valid.any() else None,
+        "off_road_rate": float(res["off_road"][valid].mean()) if valid.any() else None,
+        "road_edges": {"samples_with_map": int(np.isin(ins.sample, _with_map(s)).sum()),
+                       "problems": list(s.road_problems)},
         "ISR": rate(np.ones(ins.n, bool)),
         "semantic_rate": float(res["semantic"].mean()),
         "ISR_by_kind": {k: rate(kinds_a == k) for k in dict.fromkeys(kinds)},
@@ -175,12 +181,22 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, **_) -> 
     }
 
 
+def _with_map(s) -> np.ndarray:
+    """Samples whose road edges are checked (a readable map)."""
+    if s.road is None or s.map_pose is None:
+        return np.zeros(0, np.int64)
+    probe = s.road(np.arange(s.n), np.full((s.n, 2), -1e9))  # far off every map: False where a map is read
+    return np.flatnonzero(~probe)
+
+
 def to_text(r: dict) -> str:
     f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     lines = [f"Intention-Drive score of {r['prediction']} on {r['target']}",
              f"samples: {r['samples']}  scored: {r['scored']}",
-             f"ADE {f(r['ADE_m'], 2)} m  FDE {f(r['FDE_m'], 2)} m  collision rate {f(r['collision_rate'])}  "
-             f"ISR {f(r['ISR'])}",
+             f"ADE {f(r['ADE_m'], 2)} m  FDE {f(r['FDE_m'], 2)} m  collision rate {f(r['collision_rate'])} "
+             f"(objects {f(r['object_collision_rate'])}, road edges {f(r['off_road_rate'])})  ISR {f(r['ISR'])}",
+             f"road edges checked on {r['road_edges']['samples_with_map']} of {r['samples']} samples (the logs' "
+             "paved-surface map)" + "".join(f"; {p}" for p in r["road_edges"]["problems"]),
              "ISR by kind: " + ", ".join(f"{k} {f(v)}" for k, v in r["ISR_by_kind"].items()),
              "ISR by level: " + ", ".join(f"{k} {f(v)}" for k, v in r["ISR_by_level"].items())]
     if r["problems"]:
