@@ -47,8 +47,9 @@ def write_config(path: Path, data: dict) -> Path:
     return path
 
 
-# A lighter pipeline for the fault tests: two cameras, no WebDataset/card (same stages otherwise).
-LIGHT = {"segmentation": {"cameras": ["CAM_FRONT", "CAM_BACK"]}, "writers": {"webdataset": False, "card": False}}
+# A lighter pipeline for the fault tests: two cameras, no WebDataset/card/report (same stages otherwise).
+LIGHT = {"segmentation": {"cameras": ["CAM_FRONT", "CAM_BACK"]}, "writers": {"webdataset": False, "card": False},
+         "report": {"on_run": False}}
 
 
 def qa_keys(out) -> list[tuple[str, str]]:
