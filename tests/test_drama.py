@@ -493,3 +493,22 @@ def test_bertscore_path_with_a_tiny_local_model(export_dir, tmp_path):
     pred.write_text(json.dumps(_samples(export_dir)))
     r = scorer("drama-x").score(str(pred), str(export_dir), bertscore_model=str(model_dir), bertscore_num_layers=2)
     assert r["action_bertscore_f1"] == pytest.approx(1.0, abs=1e-4)
+    # the command line: the same metric with --bertscore-model; a wrong action scores below 1
+    from generator.cli import main
+
+    assert main(["score", "drama-x", str(export_dir), "--pred", str(pred), "--bertscore-model", str(model_dir),
+                 "--bertscore-layers", "2", "--out", str(tmp_path / "s")]) == 0
+    assert json.loads((tmp_path / "s" / "score.json").read_text())["action_bertscore_f1"] == pytest.approx(1.0, abs=1e-4)
+    wrong = _samples(export_dir)
+    for rec in wrong.values():
+        rec["suggested_action"] = "accelerate"
+    pred.write_text(json.dumps(wrong))
+    r = scorer("drama-x").score(str(pred), str(export_dir), bertscore_model=str(model_dir), bertscore_num_layers=2)
+    assert r["action_bertscore_f1"] < 0.999
+
+
+def test_bertscore_flags_belong_to_drama_x(export_dir, tmp_path, capsys):
+    from generator.cli import main
+
+    assert main(["score", "intention", str(export_dir), "--pred", "baseline:stop", "--bertscore-model", "x"]) == 2
+    assert "apply to drama-x" in capsys.readouterr().err

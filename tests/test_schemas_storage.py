@@ -138,6 +138,9 @@ def test_run_folder_writers_round_trip(name, tmp_path):
         if "scene_id" in t.column_names:  # one scene's rows (QA shards are written per scene)
             t = t.set_column(t.schema.get_field_index("scene_id"), t.schema.field("scene_id"),
                              pa.array(["s-0"] * t.num_rows, pa.string()))
+        if "split" in t.column_names:  # ... and a scene is in one split (its QA shards are named by it)
+            t = t.set_column(t.schema.get_field_index("split"), t.schema.field("split"),
+                             pa.array(["train"] * t.num_rows, pa.string()))
         commit_tables(store, "s-0", {name: t})
         _assert_exact(read_table(store, name), t, schema)
         _assert_exact(read_table(RunStore((tmp_path / "run").as_uri()), name, schema), t, schema)  # file:// URI

@@ -22,6 +22,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--pred", required=True, help="the model's predictions (format: README, the family's section)")
     p.add_argument("--out", default=None, help="folder to write score.json into")
     p.add_argument("--split", action="append", default=None, help="score only samples of this split (repeatable)")
+    p.add_argument("--bertscore-model", default=None,
+                   help="drama-x: a local BERT-style model folder for the paper's action metric (BERTScore F1 through "
+                        "bert-score, extra 'bertscore'); without it the action score is exact-vocabulary accuracy "
+                        "and token F1")
+    p.add_argument("--bertscore-layers", type=int, default=None,
+                   help="drama-x: the model layer BERTScore reads (default: bert-score's choice for the model)")
     return p
 
 
@@ -29,8 +35,20 @@ def main(args) -> int:
     from generator.runfolder import RunStore
     from generator.validate.score import scorer
 
+    import sys
+
     mod = scorer(args.family)
-    result = mod.score(args.pred, args.target, splits=args.split)
+    extra = {}
+    if args.bertscore_model or args.bertscore_layers is not None:
+        if args.family != "drama-x":
+            print(f"drivegen score: error: --bertscore-model/--bertscore-layers apply to drama-x, not {args.family}",
+                  file=sys.stderr)
+            return 2
+        if not args.bertscore_model:
+            print("drivegen score: error: --bertscore-layers needs --bertscore-model", file=sys.stderr)
+            return 2
+        extra = {"bertscore_model": args.bertscore_model, "bertscore_num_layers": args.bertscore_layers}
+    result = mod.score(args.pred, args.target, splits=args.split, **extra)
     print(mod.to_text(result))
     if args.out:
         out = RunStore(args.out)

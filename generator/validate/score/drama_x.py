@@ -229,7 +229,10 @@ def to_text(result: dict) -> str:
              f"  action exact-vocab acc.    {pct(result['action_exact_vocab_accuracy'])}",
              f"  action token F1            {pct(result['action_token_f1'])}"]
     if "action_bertscore_f1" in result:
-        lines.append(f"  action BERTScore F1        {pct(result['action_bertscore_f1'])}")
+        lines.append(f"  action BERTScore F1        {pct(result['action_bertscore_f1'])} "
+                     f"({result.get('action_bertscore_model')})")
+    if "action_bertscore_note" in result:
+        lines.append(f"  action BERTScore F1        not computed: {result['action_bertscore_note']}")
     lines.append(f"  ({result['action_metric_note']})")
     if result["num_problems"]:
         lines.append(f"  {result['num_problems']} malformed prediction item(s): "
