@@ -67,7 +67,7 @@ def _model_probe(work, env) -> None:
                                   "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
-def _write_nothing(work, env, staging) -> None:
+def _write_counts(work, env, staging) -> None:
     (staging / "probe.json").write_text(json.dumps(work.counts))
 
 
@@ -93,7 +93,7 @@ def _run(address: str | None, tmp_path, n_scenes: int, pool: int) -> list[dict]:
     try:
         configure_data_context(progress_bars=False)
         store = RunStore(str(tmp_path / "out"))
-        ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, STAGES, _write_nothing, cfg, store)
+        ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, STAGES, _write_counts, cfg, store)
         rows = list(iter_summaries(ds))
     finally:
         ray.shutdown()

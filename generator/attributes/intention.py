@@ -97,6 +97,7 @@ class PlanningSamples:
     # road(sample (P,), xy (P, 2) map frame) -> (P,) bool: on the paved surface of that sample's map (True where
     # the sample has no map); None: no road edges anywhere (``road_lookup`` in generator.writers.intention_export)
     road: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    road_checked: np.ndarray | None = None  # (N,) bool: the sample's map was read (its road edges are checked)
     road_problems: tuple[str, ...] = ()  # maps that could not be read (their samples get no road edges)
 
     @property

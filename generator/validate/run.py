@@ -235,20 +235,27 @@ def perception_gaps(rd: RunData, es: EvalSet, tol_us: int) -> dict:
     issues = read_folder(rd.reader, "issues", es.scenes)
     if issues is None or issues.num_rows == 0 or rd.frames is None:
         return out
-    rows = [r for r in issues.to_pylist()
-            if any(r["stage"] == st and (reason is None or r["reason"] == reason) for st, reason in NO_DETECTION_ISSUES)]
+    lost = None
+    for st, reason in NO_DETECTION_ISSUES:
+        m = pc.equal(issues.column("stage"), st)
+        if reason is not None:
+            m = pc.and_(m, pc.equal(issues.column("reason"), reason))
+        lost = m if lost is None else pc.or_(lost, m)
+    rows = issues.filter(lost).to_pylist()  # a few per scene at most (past the share the scene fails)
     frame_ts = {(s, int(f)): int(t) for s, f, t in zip(rd.frames.column("scene_id").to_pylist(),
                                                         rd.frames.column("frame_index").to_pylist(),
                                                         rd.frames.column("timestamp_us").to_pylist())}
-    failed, seen = [], set()
+    e_scene = np.array([es.scene_of[t] for t in empty], dtype=object)
+    e_time = np.array([es.time_of[t] for t in empty], dtype=np.int64)
+    free = np.ones(len(empty), bool)  # each scored sample counts once (a frame may have several issues)
+    failed = []
     for r in rows:
         ts = frame_ts.get((r["scene_id"], int(r["frame_index"])))
-        if ts is None:
+        hit = np.flatnonzero(free & (e_scene == r["scene_id"]) & (np.abs(e_time - (ts or 0)) <= tol_us))
+        if ts is None or not len(hit):
             continue
-        for tok in empty:
-            if es.scene_of[tok] == r["scene_id"] and abs(es.time_of[tok] - ts) <= tol_us and tok not in seen:
-                seen.add(tok)
-                failed.append({k: r[k] for k in ("scene_id", "frame_index", "stage", "reason", "file")})
+        free[hit] = False
+        failed += [{k: r[k] for k in ("scene_id", "frame_index", "stage", "reason", "file")}] * len(hit)
     out["scored_failed_frames"] = len(failed)
     out["examples"] = failed[:10]
     return out

@@ -189,7 +189,8 @@ def _nested(arr, width: int, k: int) -> np.ndarray:
 def road_lookup(map_path: list[str | None], resolution_m: np.ndarray, dilation_m: float = 0.0):
     """``PlanningSamples.road`` over samples whose maps are ``map_path`` (N,) (None: no map, always on road),
     read with the devkit's ``MapMask`` (255 = paved; points off the image are off the road). Returns
-    (road callable or None when no sample has a map, problems: list of maps that could not be read)."""
+    (road callable or None when no sample has a map, (N,) bool: the sample's map was read, problems: list of
+    maps that could not be read)."""
     from nuscenes.utils.map_mask import MapMask
 
     paths = np.asarray([p or "" for p in map_path], dtype=object)
@@ -203,9 +204,10 @@ def road_lookup(map_path: list[str | None], resolution_m: np.ndarray, dilation_m
             masks[p] = m
         except Exception as err:  # noqa: BLE001
             problems.append(f"map {p} unreadable ({type(err).__name__}: {err}): its samples get no road edges")
+    index = {p: j for j, p in enumerate(uniq) if p in masks}
+    code = np.array([index.get(p, -1) for p in paths.tolist()], np.int64)
     if not masks:
-        return None, problems
-    code = np.array([uniq.index(p) if p in masks else -1 for p in paths.tolist()], np.int64)
+        return None, code >= 0, problems
 
     def road(sample: np.ndarray, xy: np.ndarray) -> np.ndarray:
         on = np.ones(len(sample), bool)
@@ -215,15 +217,15 @@ def road_lookup(map_path: list[str | None], resolution_m: np.ndarray, dilation_m
             on[sel] = masks[uniq[j]].is_on_mask(xy[sel, 0], xy[sel, 1], dilation=dilation_m)
         return on
 
-    return road, problems
+    return road, code >= 0, problems
 
 
 def read_samples(samples: pa.Table, objects: pa.Table, body, dilation_m: float = 0.0
                  ) -> tuple[PlanningSamples, Instructions, pa.Array]:
     """The export's files -> (PlanningSamples with one sample per keyframe, Instructions in the files' row
     order, sample_id per instruction); ``body``: the ego body they were made with (``EgoBodyConfig``);
-    ``dilation_m``: the road mask's margin (``intention.road_dilation_m``). Maps that cannot be read are
-    listed in ``PlanningSamples.road_problems``."""
+    ``dilation_m``: the road mask's margin (``intention.road_dilation_m``). Samples whose map was read are
+    ``PlanningSamples.road_checked``; maps that cannot be read are listed in ``road_problems``."""
     key = pc.binary_join_element_wise(column(samples, "scene_id"), pc.cast(column(samples, "frame_index"),
                                                                         pa.string()), "\x1f")
     uniq = pc.unique(key)
@@ -259,7 +261,7 @@ def read_samples(samples: pa.Table, objects: pa.Table, body, dilation_m: float =
         s.map_pose = fixed_list_to_numpy(samples.column("ego_pose_map"), 3)[rows]
         paths = pc.take(column(samples, "map_path"), pa.array(rows)).to_pylist()
         res = to_numpy(column(samples, "map_resolution_m"), np.float64, fill=np.nan)[rows]
-        s.road, problems = road_lookup(paths, res, dilation_m)
+        s.road, s.road_checked, problems = road_lookup(paths, res, dilation_m)
         s.road_problems = tuple(problems)
     # instruction targets: object index by (sample, track)
     tgt_track = to_numpy(column(samples, "target_track_id"), np.int64, fill=-1)

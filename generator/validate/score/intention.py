@@ -171,7 +171,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, **_) -> 
         "collision_rate": float(res["collision"][valid].mean()) if valid.any() else None,
         "object_collision_rate": float(res["object_collision"][valid].mean()) if valid.any() else None,
         "off_road_rate": float(res["off_road"][valid].mean()) if valid.any() else None,
-        "road_edges": {"samples_with_map": int(np.isin(ins.sample, _with_map(s)).sum()),
+        "road_edges": {"samples_with_map": int(s.road_checked[ins.sample].sum()) if s.road_checked is not None else 0,
                        "problems": list(s.road_problems)},
         "ISR": rate(np.ones(ins.n, bool)),
         "semantic_rate": float(res["semantic"].mean()),
@@ -179,14 +179,6 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, **_) -> 
         "ISR_by_level": {lv: rate(levels_a == lv) for lv in dict.fromkeys(levels)},
         "problems": problems,
     }
-
-
-def _with_map(s) -> np.ndarray:
-    """Samples whose road edges are checked (a readable map)."""
-    if s.road is None or s.map_pose is None:
-        return np.zeros(0, np.int64)
-    probe = s.road(np.arange(s.n), np.full((s.n, 2), -1e9))  # far off every map: False where a map is read
-    return np.flatnonzero(~probe)
 
 
 def to_text(r: dict) -> str:
