@@ -160,3 +160,9 @@ def tmp_name(rel: str) -> str:
 def is_tmp_name(rel: str) -> bool:
     """True for names ``tmp_name`` makes (and nothing else: a user's ``notes.tmp`` is not ours)."""
     return bool(_TMP.match(PurePosixPath(rel).name))
+
+
+def is_lock_tmp_name(rel: str) -> bool:
+    """True for the temporary names of the lock file, which the holder's heartbeat writes while it runs."""
+    p = PurePosixPath(rel)
+    return str(p.parent) == "." and is_tmp_name(rel) and p.name.startswith(f".{LOCK}.")

@@ -377,6 +377,28 @@ def test_13_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finish
         {k: v for k, v in before.items() if k not in ("_lock.json",)}
 
 
+def test_13b_the_lock_heartbeat_is_not_a_leftover(tmp_path):
+    """The holder's heartbeat rewrites the lock through a temporary name. A fresh run's clean-up used to
+    delete that file mid-write ("removed 1 leftover(s) of an interrupted writer" on a brand-new folder, and
+    a lost heartbeat); a heartbeat left by a killed holder is cleared when the lock is next taken."""
+    from generator.runfolder.commit import remove_leftovers
+
+    store = RunStore(tmp_path / "run")
+    store.mkdirs("")
+    stale = layout.tmp_name(layout.LOCK)
+    store.write_bytes(stale, b"{}")
+    other = layout.tmp_name(layout.manifest_file("scene-0000"))  # a killed writer's: still a leftover
+    store.mkdirs(str(Path(other).parent))
+    store.write_bytes(other, b"x")
+    with RunLock(store, "drivegen run", heartbeat_s=60.0):
+        assert not store.exists(stale)  # cleared before this holder's heartbeat starts
+        beating = layout.tmp_name(layout.LOCK)
+        store.write_bytes(beating, b"{}")  # the heartbeat, caught between write and rename
+        assert remove_leftovers(store) == [other]
+        assert store.exists(beating)
+        assert not any("temporary" in p for p in RunReader(store, require=False).check())
+
+
 # ------------------------------------------------------------------------------------------ 14
 @pytest.mark.ray
 @pytest.mark.slow

@@ -144,6 +144,11 @@ class RunLock:
                 raise RunFolderError(f"{store.uri}: another writer took the lock at the same time"
                                      + (f": {now.describe()}" if now else ""), file=store.full(layout.LOCK))
         self.epoch = epoch
+        # heartbeats left half-written by a killed holder; from now on this writer's heartbeat writes these
+        # names (``remove_leftovers`` leaves them alone), so they are cleared here, before it starts
+        for rel in store.list(""):
+            if layout.is_lock_tmp_name(rel):
+                store.delete(rel)
         self._thread = threading.Thread(target=self._beat, name="drivegen-lock-heartbeat", daemon=True)
         self._thread.start()
         return epoch
