@@ -527,6 +527,14 @@ class IntentionConfig(_Model):
     yield_max_ahead_m: float = Field(30.0, gt=0)
     yield_max_lateral_m: float = Field(8.0, gt=0)
     yield_clearance_m: float = Field(3.0, ge=0)
+    # pull over on a side: the ego, not turning and slowing (speed status Decelerate or maneuver Stop), ends at
+    # least pull_over_min_lateral_m to that side of where it is now, at most pull_over_end_speed_ratio of its
+    # current speed (a lane change while braking lightly is not a pull-over; a pull-over ends at the kerb)
+    pull_over_min_lateral_m: float = Field(1.0, gt=0)
+    pull_over_end_speed_ratio: float = Field(0.8, gt=0, le=1)
+    # the side a vehicle pulls over to: right in right-hand traffic (the US logs of nuScenes Boston and AV2,
+    # generated logs), left in left-hand traffic (nuScenes Singapore: run those scenes with 'left')
+    kerb_side: Literal["left", "right"] = "right"
     move_step_m: float = Field(0.2, ge=0)  # an object moving less per waypoint step keeps its last heading
     # Road edges (Intention-Drive §3.4 counts leaving the road as a collision): where the log has a map of its
     # paved surface (nuScenes' semantic prior mask, which generated logs carry too), a trajectory whose swept

@@ -153,10 +153,12 @@ INTENTION_SAMPLES = _schema("intention_samples", [
     pa.field("waypoint_step_s", f64),
     # success predicate: maneuver / speed status (null: any); slow: Decelerate or Stop; goal 'none' |
     # 'behind' (bumper gap in [gap_min_m, gap_max_m], |lateral| <= lateral_max_m) | 'ahead' (target's centre
-    # at least -gap_max_m behind the ego's) | 'clear' (distance to the target >= clearance_m), about target
+    # at least -gap_max_m behind the ego's) | 'clear' (distance to the target >= clearance_m), about target |
+    # 'left' / 'right' (pull over: not turning, ends >= gap_min_m to that side, end speed (last waypoint step)
+    # <= end_speed_max_ratio x ego_speed_mps)
     pa.field("maneuver", s), pa.field("speed_status", s), pa.field("slow", b, False), pa.field("goal", s, False),
     pa.field("gap_min_m", f64), pa.field("gap_max_m", f64), pa.field("lateral_max_m", f64),
-    pa.field("clearance_m", f64),
+    pa.field("clearance_m", f64), pa.field("end_speed_max_ratio", f64),
     # road edges: the ego's pose in the log's map frame (x_m, y_m, yaw_rad) and the map of its paved surface
     # (a nuScenes semantic-prior mask PNG, absolute path, and its metres per pixel); null map: no road edges
     pa.field("ego_pose_map", vec3), pa.field("map_path", s), pa.field("map_resolution_m", f64),

@@ -22,7 +22,8 @@ FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
 SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")
 # Instruction kinds (Intention-Drive §3.2: low-level atomic, high-level intentions grounded in the scene).
-INSTRUCTION_KINDS = ("atomic", "turn", "change_lane", "stop", "stop_behind", "follow", "overtake", "yield")
+INSTRUCTION_KINDS = ("atomic", "turn", "change_lane", "stop", "stop_behind", "follow", "overtake", "yield",
+                     "pull_over")
 INSTRUCTION_LEVELS = ("low", "high")  # atomic is the low level, every other kind a high-level intention
 
 # VRU intent (DRAMA-X §3.1: lateral x vertical, as seen from the ego).

@@ -59,7 +59,7 @@ def test_baselines_fail_where_they_should(run_dir):
     assert cv["ISR"] < 1 and stop["ISR"] < 1 and mirror["ISR"] < 1
     assert 0 < cv["ADE_m"] < stop["ADE_m"] and stop["collision_rate"] == 0.0
     # a mirrored trajectory turns and changes lanes the wrong way: it fails every such instruction ...
-    for kind in ("turn", "change_lane"):
+    for kind in ("turn", "change_lane", "pull_over"):
         if kind in mirror["ISR_by_kind"]:
             assert mirror["ISR_by_kind"][kind] == 0.0, mirror["ISR_by_kind"]
     assert "turn" in mirror["ISR_by_kind"]
@@ -216,3 +216,98 @@ def test_leaving_the_paved_surface_is_a_collision(run_dir):
     assert not road_exits(s, ins.sample, side, no_edges).any()
     r = score("baseline:ground_truth", run_dir / "intention")
     assert r["off_road_rate"] == 0.0 and r["road_edges"]["samples_with_map"] == r["samples"]
+
+
+@pytest.fixture(scope="module")
+def pull_over_run(tmp_path_factory):
+    """Generated scene 2 (a pull-over scene: ``generator.synth.world.is_pull_over_scene``) through the whole
+    pipeline in-process; keyframe-only LiDAR and small images keep it quick."""
+    from generator.pipeline import run
+    from generator.synth import make_dataset
+    from generator.synth.world import is_pull_over_scene
+    from support.data import SYNTH_VERSION
+
+    assert is_pull_over_scene(2) and not is_pull_over_scene(0) and not is_pull_over_scene(1)
+    root = tmp_path_factory.mktemp("pull_over_logs")
+    make_dataset(root, num_scenes=1, seed=0, first_scene_index=2, version=SYNTH_VERSION, sweep_hz=0,
+                 image_width_px=320, image_height_px=180)
+    out = tmp_path_factory.mktemp("pull_over") / "run"
+    cfg = parse_config({"writers": {"webdataset": False, "bench_export": False, "card": False}})
+    res = run(str(out), source="nuscenes", data=str(root), version=SYNTH_VERSION, cfg=cfg, executor="local",
+              progress=False)
+    assert res.exit_code == 0, res.summary
+    side = json.loads((root / SYNTH_VERSION / "drivegen_scenarios.json").read_text())
+    plan = next(iter(side["scenes"].values()))["ego"]["plan"]
+    return out, plan
+
+
+def test_a_pull_over_scene_gives_a_pull_over_instruction_its_ground_truth_satisfies(pull_over_run):
+    """Intention-Drive's "pull over on a side": the scripted pull-over (to the right, into the parking strip)
+    becomes a ``pull_over`` instruction with goal 'right' that the logged future satisfies without collision
+    or leaving the paved surface, while the mirrored trajectory (pulling over left) and driving on at the
+    current speed both fail it; the QA row names the side."""
+    from generator.attributes.intention import GOALS, KIND
+
+    out, plan = pull_over_run
+    assert plan["pull_over"]["side"] == "right", plan
+    r = RunReader(str(out))
+    cfg = r.config()
+    s = planning_samples(r.read_table("frames"), r.read_table("attributes"), r.read_table("labels"), cfg.labels,
+                         cfg.intention, cfg.ego)
+    ins = instructions(s, cfg.intention)
+    po = np.flatnonzero(ins.kind == KIND["pull_over"])
+    assert len(po) >= 1 and {GOALS[g] for g in ins.goal[po]} == {"right"}
+    # the instruction comes while the ego moves over: its keyframe lies within the scripted move
+    t_s = (s.timestamp_us[ins.sample[po]] - r.read_table("frames").column("timestamp_us")[0].as_py()) / 1e6
+    assert ((t_s >= plan["pull_over"]["t_s"] - 1.0) & (t_s <= plan["pull_over"]["t_s"] + plan["pull_over"]["duration_s"])).all(), t_s
+    every = check(s, ins, s.future_xy[ins.sample], cfg.labels, cfg.intention)
+    assert every["success"].all() and not every["collision"].any()
+    sub = ins.take(po)
+    gt = s.future_xy[sub.sample]
+    assert not check(s, sub, gt * np.array([1.0, -1.0]), cfg.labels, cfg.intention)["success"].any()
+    v = s.speed_mps[sub.sample][:, None, None]
+    steps = s.step_s * np.arange(1, gt.shape[1] + 1)[None, :, None]
+    straight_on = np.concatenate([v * steps, np.zeros_like(v * steps)], axis=2)
+    assert not check(s, sub, straight_on, cfg.labels, cfg.intention)["success"].any()
+    # only towards the kerb (intention.kerb_side): with left-hand traffic this move is no pull-over
+    left = instructions(s, cfg.intention.model_copy(update={"kerb_side": "left"}))
+    assert not (left.kind == KIND["pull_over"]).any()
+    qa = pd.read_parquet(out / "qa")
+    q = qa[(qa.family == "ego_intention") & qa.question.str.contains("ull over")]
+    assert len(q) == len(po) and q.question.str.contains("right").all() and not q.question.str.contains("left").any()
+
+
+def test_pull_over_side_is_measured_across_the_final_heading():
+    """Halfway through a pull-over to the right the ego already points right, so in its current frame the
+    end point lies to the *left* of straight ahead; measured across the final heading it is to the right.
+    Boundaries: 1.0 m of shift passes, 0.9 m does not; end speed at 0.8 x the current speed passes, 0.85 x
+    does not; a turning or non-slowing trajectory has no side."""
+    from types import SimpleNamespace
+
+    from generator.attributes.intention import MAN, SPD, pull_over_side
+
+    cfg = PipelineConfig()
+    k, step, v = 6, 0.5, 10.0
+    s = SimpleNamespace(n=1, speed_mps=np.array([v]), step_s=step, ego=cfg.ego)
+    yaw0 = np.radians(-8.0)  # the ego points 8 degrees right of the road
+
+    def traj(shift, end_ratio):
+        # along the road (x'), speeds from v down to end_ratio * v, ending `shift` right of the start
+        speeds = np.linspace(v, end_ratio * v, k)
+        x_road = np.cumsum(speeds * step)
+        y_road = -shift * np.r_[np.linspace(0.3, 1.0, k - 2), 1.0, 1.0]
+        c, sn = np.cos(-yaw0), np.sin(-yaw0)  # road frame -> current ego frame (rotate by -yaw0)
+        return np.stack([c * x_road - sn * y_road, sn * x_road + c * y_road], -1)[None]
+
+    slow, man = np.array([SPD["Decelerate"]]), np.array([MAN["Straight"]])
+    t = traj(2.5, 0.5)
+    assert t[0, -1, 1] > 0  # in the current frame the end point is to the left ...
+    side, shift, ratio = pull_over_side(s, t, man, slow)
+    assert side[0] == -1 and shift[0] == pytest.approx(2.5, abs=0.05)  # ... it is 2.5 m right of the road line
+    lim = cfg.intention
+    ok = lambda tr: bool(((side_ := pull_over_side(s, tr, man, slow))[0][0] == -1)  # noqa: E731
+                         & (side_[1][0] >= lim.pull_over_min_lateral_m) & (side_[2][0] <= lim.pull_over_end_speed_ratio))
+    assert ok(traj(1.0 + 1e-6, 0.5)) and not ok(traj(0.9, 0.5))
+    assert ok(traj(2.0, 0.79)) and not ok(traj(2.0, 0.85))
+    assert pull_over_side(s, t, np.array([MAN["Turn Right"]]), slow)[0][0] == 0
+    assert pull_over_side(s, t, man, np.array([SPD["Maintain Speed"]]))[0][0] == 0

@@ -29,7 +29,13 @@ each carries a predicate that can be checked on any trajectory (``check``), in t
    centre at least ``overtake_clear_m`` behind its own;
 6. ``yield`` target: a VRU crossing (DRAMA-X lateral intent) ahead within ``yield_max_ahead_m`` /
    ``yield_max_lateral_m``; the ego slows (speed status Decelerate, or maneuver Stop) and keeps at least
-   ``yield_clearance_m`` between its body and the VRU's centre at every checked time.
+   ``yield_clearance_m`` between its body and the VRU's centre at every checked time;
+7. ``pull_over`` on a side (goal ``left`` / ``right``): the ego, not turning, slows (as for yield) and ends
+   at least ``pull_over_min_lateral_m`` to that side of where it is now (``gap_min_m``, across the final
+   heading: ``pull_over_side``), moving at most ``pull_over_end_speed_ratio`` of its current speed
+   (``end_speed_max_ratio``; end speed: the last waypoint step). Derived only towards ``kerb_side``: from
+   the trajectory alone, moving over towards the centre line while braking (for a stop line, say) looks the
+   same as pulling over.
 
 *Collision* (``collisions``): the ego body (the config's ``ego`` section, carried by the samples: length x
 width, centre ``center_offset_m`` ahead of the origin, heading along the path) swept along the trajectory at
@@ -61,7 +67,7 @@ from schemas.vocab import INSTRUCTION_KINDS, INTENT_LATERAL, MANEUVERS, SPEED_ST
 KIND = {k: i for i, k in enumerate(INSTRUCTION_KINDS)}
 MAN = {m: i for i, m in enumerate(MANEUVERS)}
 SPD = {s: i for i, s in enumerate(SPEED_STATUS)}
-GOALS = ("none", "behind", "ahead", "clear")
+GOALS = ("none", "behind", "ahead", "clear", "left", "right")
 
 
 def _wrap(a: np.ndarray) -> np.ndarray:
@@ -259,6 +265,7 @@ class Instructions:
     gap_max_m: np.ndarray
     lateral_max_m: np.ndarray  # (R,) behind: |lateral offset| limit
     clearance_m: np.ndarray  # (R,) clear: minimum distance to the target
+    end_speed_max_ratio: np.ndarray  # (R,) left / right: end speed at most this fraction of the current speed
 
     @property
     def n(self) -> int:
@@ -299,15 +306,16 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
     parts = []
 
     def add(sample, kind, target=None, maneuver=None, speed=None, slow=False, goal="none", gap=(np.nan, np.nan),
-            lateral=np.nan, clearance=np.nan):
+            lateral=np.nan, clearance=np.nan, end_speed=np.nan):
         k = len(sample)
         full = lambda v, dt=np.float64: np.broadcast_to(np.asarray(v, dt), (k,)).copy()  # noqa: E731
         parts.append(dict(sample=np.asarray(sample, np.int64), kind=full(KIND[kind], np.int64),
                           target=full(-1 if target is None else target, np.int64),
                           maneuver=full(-1 if maneuver is None else maneuver, np.int64),
                           speed_status=full(-1 if speed is None else speed, np.int64), slow=full(slow, bool),
-                          goal=full(GOALS.index(goal), np.int64), gap_min_m=full(gap[0]), gap_max_m=full(gap[1]),
-                          lateral_max_m=full(lateral), clearance_m=full(clearance)))
+                          goal=full(GOALS.index(goal) if isinstance(goal, str) else goal, np.int64),
+                          gap_min_m=full(gap[0]), gap_max_m=full(gap[1]), lateral_max_m=full(lateral),
+                          clearance_m=full(clearance), end_speed_max_ratio=full(end_speed)))
 
     labelled = np.flatnonzero((man >= 0) & (sst >= 0))
     add(labelled, "atomic", maneuver=man[labelled], speed=sst[labelled])
@@ -316,6 +324,12 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
                          ("stop", (MAN["Stop"],))):
         sel = np.flatnonzero(np.isin(man, codes_))
         add(sel, kind, maneuver=man[sel])
+    side, shift, ratio = pull_over_side(s, s.future_xy, man, sst)
+    kerb = 1 if cfg.kerb_side == "left" else -1
+    sel = np.flatnonzero((side == kerb) & (shift >= cfg.pull_over_min_lateral_m)
+                         & (ratio <= cfg.pull_over_end_speed_ratio))
+    add(sel, "pull_over", slow=True, goal=np.where(side[sel] > 0, GOALS.index("left"), GOALS.index("right")),
+        gap=(cfg.pull_over_min_lateral_m, np.nan), end_speed=cfg.pull_over_end_speed_ratio)
 
     # object instructions, over every (sample, object) pair
     o = np.arange(len(s.obj_track))
@@ -360,6 +374,27 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
     track = np.where(cols["target"] >= 0, s.obj_track[np.maximum(cols["target"], 0)] if len(o) else -1, -1)
     order = np.lexsort((track, cols["kind"], cols["sample"]))
     return Instructions(**{k: v[order] for k, v in cols.items()})
+
+
+def pull_over_side(s: PlanningSamples, traj: np.ndarray, man: np.ndarray, sst: np.ndarray,
+                   sample: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For trajectories (R, K, 2) of samples ``sample`` (R,; default: every sample) with their maneuver and
+    speed-status codes: the side the ego moves to while slowing and not turning (+1 left, -1 right, 0: it
+    turns, does not slow or does not move sideways), the lateral shift to that side at the end (m) and the end
+    speed as a fraction of the current speed (inf where the ego stands still now). The shift is measured
+    across the *final* heading (the lane's direction once the ego is in its new place): a third of the way
+    into a pull-over the ego already points several degrees to the side, which over 25 m of travel puts the
+    end point metres to the *other* side of the current heading."""
+    sample = np.arange(s.n) if sample is None else np.asarray(sample, np.int64)
+    _, yaw = _final_ego(traj, s.ego)
+    y = -np.sin(yaw) * traj[:, -1, 0] + np.cos(yaw) * traj[:, -1, 1]
+    end_speed = np.hypot(*(traj[:, -1] - traj[:, -2]).T) / s.step_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(s.speed_mps[sample] > 0, end_speed / s.speed_mps[sample], np.inf)
+    slow = (sst == SPD["Decelerate"]) | (man == MAN["Stop"])
+    turning = np.isin(man, (MAN["Turn Left"], MAN["Turn Right"]))
+    side = np.where(slow & ~turning & np.isfinite(y), np.sign(y), 0).astype(np.int64)
+    return side, np.abs(y), np.where(np.isfinite(ratio), ratio, np.inf)
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -505,6 +540,12 @@ def check(s: PlanningSamples, ins: Instructions, traj: np.ndarray, labels_cfg: L
         sel = np.flatnonzero(goal == "clear")
         if len(sel):
             goal_ok[sel] = min_clearance(s, t[sel], np.nan_to_num(traj[sel]), cfg) >= ins.clearance_m[sel]
+    sided = np.flatnonzero(np.isin(ins.goal, (GOALS.index("left"), GOALS.index("right"))))
+    if len(sided):
+        side, shift, ratio = pull_over_side(s, np.nan_to_num(traj[sided]), man[sided], sst[sided], ins.sample[sided])
+        want = np.where(ins.goal[sided] == GOALS.index("left"), 1, -1)
+        goal_ok[sided] = ((side == want) & (shift >= ins.gap_min_m[sided])
+                          & (ratio <= ins.end_speed_max_ratio[sided]))
     semantic = ok & goal_ok
     return {"collision": (hit | off) & finite, "object_collision": hit & finite, "off_road": off & finite,
             "first_hit": first, "maneuver": man, "speed_status": sst,

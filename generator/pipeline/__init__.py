@@ -32,8 +32,8 @@ log = logging.getLogger("drivegen.pipeline")
 
 SYNTH_VERSION = "v1.0-drivegen"
 # part of the generated-log cache's folder name: bump it when the generated logs change (2: faces and licence
-# plates painted for the anonymisation measurement), so a cache made by older code is not read as current
-SYNTH_CACHE_REVISION = 2
+# plates painted for the anonymisation measurement; 3: pull-over scenes), so a cache made by older code is not read as current
+SYNTH_CACHE_REVISION = 3
 DEFAULT_SYNTH_SCENES = 3
 
 

@@ -237,6 +237,7 @@ class EgoScript:
     s: np.ndarray
     lateral_m: np.ndarray
     plan: dict
+    moves: list = field(default_factory=list)  # (t0_s, duration_s, 'left' | 'right'): lateral moves, exact
 
     def box_center(self) -> tuple[np.ndarray, np.ndarray]:
         return (self.x + EGO_CENTER_OFFSET_X_M * np.cos(self.yaw), self.y + EGO_CENTER_OFFSET_X_M * np.sin(self.yaw))
@@ -326,27 +327,73 @@ def script_ego(rng: np.random.Generator) -> EgoScript:
         lane = np.where(t >= t0, a + (b - a) * smoothstep(t, t0, d), lane)
     # the route is built in ``lane_turn``; lateral offset from it, + = left (towards the road centre)
     lateral = lane_turn - lane
+    plan = {"turn": turn, "stop": stop, "cruise_mps": round(v_cruise, 3), "start_lane_offset_m": start_lane,
+            "lane_changes": [{"t_s": round(t0, 3), "duration_s": round(d, 3),
+                              "direction": "left" if b < a else "right"} for t0, d, a, b in changes],
+            "pull_over": None}
+    moves = [(t0, d, "left" if b < a else "right") for t0, d, a, b in changes]
+    return _ego_from_plan(route, s, v, lateral, plan, moves)
+
+
+def _ego_from_plan(route: Route, s: np.ndarray, v: np.ndarray, lateral: np.ndarray, plan: dict,
+                   moves: list) -> EgoScript:
+    """Poses and scripted labels of the ego driving ``route`` at arc length ``s`` / speed ``v`` with lateral
+    offset ``lateral`` (T,) each: lateral ``moves`` (lane changes, a pull-over) are labelled by their direction,
+    the route's arc by its turn, any speed under 0.3 m/s is Stop."""
+    t = TIME_GRID_S
     x, y, h = route.pose(s, lateral)
     yaw = motion_yaw(x, y, h)
-
-    # labels
     acc = np.gradient(v, DT_S)
     k = int(round(0.5 / DT_S))
     acc_s = np.convolve(np.pad(acc, k, mode="edge"), np.ones(2 * k + 1) / (2 * k + 1), mode="valid")
     man = np.full(len(t), "Straight", dtype=object)
-    for t0, d, a, b in changes:
-        in_lc = (t >= t0) & (t <= t0 + d)
-        man[in_lc] = "Change Lane Left" if b < a else "Change Lane Right"
+    for t0, d, direction in moves:
+        man[(t >= t0) & (t <= t0 + d)] = "Change Lane Left" if direction == "left" else "Change Lane Right"
+    arc = route.arc_s
     if arc is not None:
         in_arc = (s >= arc[0]) & (s <= arc[1])
-        man[in_arc] = "Turn Left" if turn == "left" else "Turn Right"
+        man[in_arc] = "Turn Left" if route.turn == "left" else "Turn Right"
     man[v < 0.3] = "Stop"
     status = np.where(acc_s > 0.3, "Accelerate", np.where(acc_s < -0.3, "Decelerate", "Maintain Speed")).astype(object)
-    plan = {"turn": turn, "stop": stop, "cruise_mps": round(v_cruise, 3), "start_lane_offset_m": start_lane,
-            "lane_changes": [{"t_s": round(t0, 3), "duration_s": round(d, 3),
-                              "direction": "left" if b < a else "right"} for t0, d, a, b in changes]}
     return EgoScript(x=x, y=y, yaw=yaw, speed_mps=v, accel_mps2=acc_s, maneuver=man, speed_status=status,
-                     route=route, s=s, lateral_m=lateral, plan=plan)
+                     route=route, s=s, lateral_m=lateral, plan=plan, moves=list(moves))
+
+
+PULL_OVER_LANE_M = (ROAD_HALF_M + PARK_HALF_M) / 2  # the parking strip's centre line
+PULL_OVER_EVERY = 4  # scene indices 2, 6, 10, ... are pull-over scenes (so make run's 3 scenes hold one)
+
+
+def is_pull_over_scene(index: int) -> bool:
+    return index % PULL_OVER_EVERY == 2
+
+
+def script_pull_over(rng: np.random.Generator, ego: EgoScript) -> EgoScript:
+    """The ego of a pull-over scene (``is_pull_over_scene``): it drives straight through the intersection in the
+    outer lane at the drawn cruise speed (leaving the junction 1-4 s into the scene), then, at a random time
+    that lets it come to rest by 19 s, moves into the parking strip on its right over 3.5-4.5 s, braking from
+    a third of the way through that move at a constant 1.5-2.5 m/s² to a standstill, and waits there until the scene ends.
+    The whole manoeuvre fits in the scene (like lane changes, whose labels need the poses after them).
+
+    ``rng`` is the pull-over's own stream (``script_scene``) and ``ego`` the scene's scripted ego, whose
+    draws are made either way: a scene that is not a pull-over scene is exactly what it was before
+    pull-overs existed, and the agents of a pull-over scene come from the same stream as before (they then
+    act around the new ego path)."""
+    t = TIME_GRID_S
+    v0 = float(ego.plan["cruise_mps"])
+    decel, dur = float(rng.uniform(1.5, 2.5)), float(rng.uniform(3.5, 4.5))
+    delay = dur / 3  # braking starts a third of the way through the move
+    route = Route(0.0, OUTER_LANE_M, None)
+    t_exit = float(rng.uniform(1.0, 4.0))
+    s0 = STOP_LINE_U_M + 12.0 - v0 * (t_exit - t[0])
+    latest = 19.0 - delay - v0 / decel
+    t_p = float(np.round(rng.uniform(max(5.0, t_exit + 1.0), max(5.0, t_exit + 1.0, latest)) / DT_S) * DT_S)
+    v = np.where(t < t_p + delay, v0, np.maximum(0.0, v0 - decel * (t - t_p - delay)))
+    s = s0 + np.r_[0.0, np.cumsum(0.5 * (v[1:] + v[:-1]) * np.diff(t))]
+    lateral = -(PULL_OVER_LANE_M - OUTER_LANE_M) * smoothstep(t, t_p, dur)  # + = left
+    plan = {"turn": None, "stop": False, "cruise_mps": ego.plan["cruise_mps"], "start_lane_offset_m": OUTER_LANE_M,
+            "lane_changes": [], "pull_over": {"t_s": round(t_p, 3), "duration_s": round(dur, 3), "side": "right",
+                                              "decel_mps2": round(decel, 3)}}
+    return _ego_from_plan(route, s, v, lateral, plan, [(t_p, dur, "right")])
 
 
 # ------------------------------------------------------------------------------------------- collisions
@@ -802,6 +849,8 @@ def script_scene(seed: int, index: int) -> SceneScript:
     """The whole scripted scene ``index`` of dataset ``seed`` (pure function of the two)."""
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(index), 0x5EED]))
     ego = script_ego(rng)
+    if is_pull_over_scene(index):
+        ego = script_pull_over(np.random.default_rng(np.random.SeedSequence([int(seed), int(index), 0x9011])), ego)
     tracks = script_agents(rng, ego)
     statics, extent = script_statics(rng, ego)
     return SceneScript(seed=seed, index=index, ego=ego, tracks=tracks, statics=statics, local_extent_m=extent)

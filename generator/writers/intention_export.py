@@ -126,6 +126,7 @@ def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table
         "slow": pa.array(ins.slow), "goal": _vocab(GOALS, ins.goal),
         "gap_min_m": pa.array(ins.gap_min_m), "gap_max_m": pa.array(ins.gap_max_m),
         "lateral_max_m": pa.array(ins.lateral_max_m), "clearance_m": pa.array(ins.clearance_m),
+        "end_speed_max_ratio": pa.array(ins.end_speed_max_ratio),
         "ego_pose_map": numpy_to_fixed_list(pose, 3),
         "map_path": pa.array([m["path"] if m else None for m in map_of], pa.string()),
         "map_resolution_m": pa.array([m["resolution_m"] if m else None for m in map_of], pa.float64()),
@@ -275,5 +276,6 @@ def read_samples(samples: pa.Table, objects: pa.Table, body, dilation_m: float =
         gap_min_m=to_numpy(column(samples, "gap_min_m"), np.float64, fill=np.nan),
         gap_max_m=to_numpy(column(samples, "gap_max_m"), np.float64, fill=np.nan),
         lateral_max_m=to_numpy(column(samples, "lateral_max_m"), np.float64, fill=np.nan),
-        clearance_m=to_numpy(column(samples, "clearance_m"), np.float64, fill=np.nan))
+        clearance_m=to_numpy(column(samples, "clearance_m"), np.float64, fill=np.nan),
+        end_speed_max_ratio=to_numpy(column(samples, "end_speed_max_ratio"), np.float64, fill=np.nan))
     return s, ins, column(samples, "sample_id")

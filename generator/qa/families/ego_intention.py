@@ -3,7 +3,7 @@
 The instructions are ``generator.attributes.intention.instructions`` over the keyframe's planning sample:
 the low level (``atomic``: "Turn Left, Decelerate") and high-level intentions derived from what the log
 shows the ego does next (turn, change lanes, stop, stop behind / follow / overtake a vehicle, yield to a
-crossing VRU). Objects are named ``Region [X]`` like every other family, so only candidates of the
+crossing VRU, pull over on a side). Objects are named ``Region [X]`` like every other family, so only candidates of the
 keyframe (visible, numbered) can be targets. The question is the instruction; the answer is the logged
 trajectory in the paper's format, "[PT, (x1, y1), ..., (xK, yK)]" (K waypoints in the keyframe's BEV ego
 frame, metres, x forward, y left). ``value`` is null (``unit`` 'trajectory'): the waypoints, past states,
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex
-from generator.attributes.intention import KIND, instructions, planning_samples
+from generator.attributes.intention import GOALS, KIND, instructions, planning_samples
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import Batch, Plan, keyframe_batch, single, vocabulary
 from generator.qa.render import format_fixed
@@ -48,6 +48,7 @@ TYPES = {qt.name: qt for qt in (
     _t("follow", _TARGET, "follow the vehicle ahead in the lane"),
     _t("overtake", _TARGET, "overtake a vehicle going the same way"),
     _t("yield", _TARGET, "yield to a crossing pedestrian or cyclist"),
+    _t("pull_over", (_DIRECTION,), "pull over on one side and slow to a stop"),
 )}
 _OBJECT_KINDS = ("stop_behind", "follow", "overtake", "yield")
 _POSITIONS = ("ahead in our lane", "ahead on the left", "ahead on the right")
@@ -96,6 +97,9 @@ def build(plan: Plan) -> list[Batch]:
             text.update(maneuver=vocabulary(MANEUVERS, man), speed_status=vocabulary(SPEED_STATUS, sst))
         elif name in ("turn", "change_lane"):
             right = np.isin(man, (MANEUVERS.index("Turn Right"), MANEUVERS.index("Change Lane Right")))
+            text["direction"] = vocabulary(("left", "right"), right.astype(np.int64))
+        elif name == "pull_over":
+            right = ins.goal[sel] == GOALS.index("right")
             text["direction"] = vocabulary(("left", "right"), right.astype(np.int64))
         value = np.full(len(sel), np.nan)
         if name in _OBJECT_KINDS:
