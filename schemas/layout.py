@@ -72,6 +72,7 @@ TABLES: dict[str, TableLayout] = {t.name: t for t in (
     TableLayout("projections", "perception/projections", tables.PROJECTIONS),
     TableLayout("attributes", "attributes", tables.ATTRIBUTES),
     TableLayout("labels", "labels", tables.LABELS),
+    TableLayout("drama_risk", "drama_risk", tables.DRAMA_RISK),
     TableLayout("issues", "issues", tables.ISSUES),
     TableLayout("qa", "qa", tables.QA, sharded=True, by_split=True),
     TableLayout("wds", "wds", None, sharded=True, ext="tar"),

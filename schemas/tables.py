@@ -132,7 +132,7 @@ DRAMA_RISK = _schema("drama_risk", [
     pa.field("time_to_conflict_s", f64),  # null without risk
     pa.field("suggested_action", s, False),  # schemas.vocab.DRAMA_ACTIONS
 ], "DRAMA-X risk and suggested ego action per tracked object and frame, from hindsight "
-   "(generator.attributes.drama.risk_table; not yet a run-folder table)")
+   "(generator.attributes.drama.risk_table, written by the attributes stage beside the labels)")
 
 # Intention-Drive export (``generator.writers.intention_export``): one row per instruction (a QA row of the
 # ego_intention family) and one row per object at each keyframe sample (what the collision check sweeps).
@@ -205,7 +205,7 @@ ERRORS = _schema("errors", [
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
        for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS,
-                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES)}
+                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK)}
 
 
 # The unit and frame suffixes of column names (module docstring): the last matching part of a name decides.

@@ -171,10 +171,15 @@ def test_risk_is_raised_for_scripted_conflicts_ahead_of_time(scripted):
 
 
 def test_no_risk_for_agents_that_never_approach_the_corridor(scripted):
+    """Parked cars, cones and barriers, people waiting at the kerb and oncoming traffic never become a risk,
+    except that in pull-over scenes (2, 6, 10) the ego drives into the parking strip where cones and parked
+    cars stand: a cone 2 m ahead of where it stops is in its path, so those two kinds are left out there."""
     counts = Counter()
     for sc, sel, frames, objects, rk, _ in scripted:
         for j, tr in enumerate(sc.tracks):
             r = rk[rk.track_id == j]
+            if sc.ego.plan["pull_over"] and tr.scenario in ("parked", "static"):
+                continue
             counts[(tr.scenario, bool(r.risk.any()))] += 1
             # columns agree with each other
             assert (r.time_to_conflict_s.notna() == r.risk).all()

@@ -71,3 +71,40 @@ def test_regenerate_keeps_the_family(labelled_run, tmp_path):
     a, b = (x[x.family == "drama_x"].set_index("qa_id").sort_index() for x in (a, b))
     assert list(a.index) == list(b.index) and np.array_equal(a.value.values, b.value.values)
     assert (a.template_id != b.template_id).any()  # another seed picks other phrasings, same answers
+
+
+def test_risk_is_a_run_folder_table_that_qa_regenerate_and_the_export_read(labelled_run, tmp_path):
+    """``drama_risk`` is written per scene by the attributes stage (the rule's output on that scene's frames
+    and objects), and QA, ``regenerate`` and ``export_drama`` read it instead of recomputing: on a copy of
+    the run whose stored table says every VRU is a risk, the regenerated risk answers and the export say so."""
+    import shutil
+
+    from generator.runfolder import RunStore
+    from schemas import layout
+
+    r = RunReader(str(labelled_run))
+    stored = r.read_table("drama_risk")
+    assert stored is not None and stored.num_rows > 0
+    again = risk_table(r.read_table("frames"), r.read_table("objects"), r.config().drama_x, r.config().ego)
+    key = ["scene_id", "frame_index", "track_id"]
+    assert stored.to_pandas().sort_values(key).reset_index(drop=True).equals(
+        again.to_pandas().sort_values(key).reset_index(drop=True))
+
+    run = tmp_path / "run"
+    shutil.copytree(labelled_run, run)
+    store = RunStore(str(run))
+    for sid in RunReader(str(run)).scene_ids():
+        rel = layout.scene_file("drama_risk", sid)
+        t = store.read_parquet([rel]).to_pandas()
+        t["risk"], t["time_to_conflict_s"], t["suggested_action"] = True, 1.0, "stop"
+        store.write_table(rel, __import__("pyarrow").Table.from_pandas(t, preserve_index=False))
+    assert cli(["regenerate", str(run), "--out", str(tmp_path / "regen")]) == 0
+    qa = pd.read_parquet(tmp_path / "regen" / "qa")
+    risk_rows = qa[(qa.family == "drama_x") & (qa.question_type == "risk")]
+    assert len(risk_rows) > 10 and (risk_rows.value == 1.0).all()
+    act = qa[(qa.family == "drama_x") & (qa.question_type == "action")]
+    assert set(act.value.astype(int)) == {DRAMA_ACTIONS.index("stop")}
+    assert cli(["export_drama", str(run), "--out", str(tmp_path / "drama")]) == 0
+    samples = [s for f in (tmp_path / "drama" / "samples").glob("*.json") for s in json.loads(f.read_text()).values()]
+    assert samples and all(s["Risk"] == "Yes" and s["suggested_action"] == "stop" for s in samples
+                           if s["Pedestrians"] or s["Cyclists"])

@@ -119,10 +119,12 @@ def check_failed_frames(work: SceneWork, cfg: PipelineConfig) -> None:
 # ------------------------------------------------------------------------------------------ attributes, QA
 def attributes(work: SceneWork, env: StageEnv) -> None:
     from generator.attributes import compute_attributes, compute_labels
+    from generator.attributes.drama import risk_table
 
     objects, frames = work.perceived.objects, work.loaded.frames
     attrs = compute_attributes(objects, frames)
-    work.described = Described(attrs, compute_labels(objects, frames, attrs, env.cfg.labels))
+    work.described = Described(attrs, compute_labels(objects, frames, attrs, env.cfg.labels),
+                               {"drama_risk": risk_table(frames, objects, env.cfg.drama_x, env.cfg.ego)})
 
 
 def build_templates(cfg: PipelineConfig):
@@ -135,7 +137,8 @@ def qa(work: SceneWork, env: StageEnv) -> None:
     from generator.qa import generate_qa
 
     table = generate_qa(work.loaded.frames, work.described.attributes, work.perceived.projections, env.cfg, env.model,
-                        labels=work.described.labels, objects=work.perceived.objects)
+                        labels=work.described.labels, objects=work.perceived.objects,
+                        **work.described.family_tables)
     work.questions = Questions(table)
     work.counts.update(qa_counts(table))
 

@@ -201,14 +201,18 @@ def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, la
 
 
 def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[str, dict]]:
-    """``build_records`` over a run folder (``reader``: a ``generator.runfolder.RunReader``)."""
+    """``build_records`` over a run folder (``reader``: a ``generator.runfolder.RunReader``), with the run's
+    ``drama_risk`` table; ``cfg`` other than the run's own recomputes risk with it (as does a run folder
+    written before that table existed)."""
     run_cfg = reader.config()
     frames = reader.read_table("frames")
     objects = reader.read_table("objects")
     if frames is None or objects is None:
         return {}
+    own = cfg is None or cfg == run_cfg.drama_x
     return build_records(frames, objects, reader.read_table("projections"), reader.read_table("labels"),
-                         cfg or run_cfg.drama_x, run_cfg.qa.front_camera, body=run_cfg.ego)
+                         cfg or run_cfg.drama_x, run_cfg.qa.front_camera,
+                         risk=reader.read_table("drama_risk") if own else None, body=run_cfg.ego)
 
 
 # ------------------------------------------------------------------------------------------------ files

@@ -91,8 +91,11 @@ def build(plan: Plan) -> list[Batch]:
             "lateral": vocabulary(INTENT_LATERAL, lat[h]), "vertical": vocabulary(INTENT_VERTICAL, ver[h]),
             "intent_phrase": vocabulary(_intent_phrases(), pair)}))
 
-    # risk and the suggested action, from the objects' and the ego's logged future
-    risk = risk_table(plan.frames, objects, cfg.drama_x, cfg.ego)
+    # risk and the suggested action, from the objects' and the ego's logged future: the run's drama_risk table
+    # (computed from a run folder written before that table existed)
+    risk = plan.tables.get("drama_risk")
+    if risk is None:
+        risk = risk_table(plan.frames, objects, cfg.drama_x, cfg.ego)
     r_key = _key(codes(column(risk, "scene_id"), plan.scenes), to_numpy(column(risk, "frame_index"), np.int64),
                  to_numpy(column(risk, "track_id"), np.int64))
     hit = KeyIndex(r_key).find(cand_key)
@@ -119,4 +122,6 @@ DRAMA_X = Family(NAME, "DRAMA-X QA (VRU intent, risk and suggested action)", tup
                  reads={"labels": ["scene_id", "frame_index", "subject", "track_id", "intent_lateral",
                                    "intent_vertical"],
                         "objects": ["scene_id", "frame_index", "track_id", "class_name", "center_ego_m",
-                                    "size_lwh_m"]})
+                                    "size_lwh_m"],
+                        "drama_risk": ["scene_id", "frame_index", "track_id", "risk", "time_to_conflict_s",
+                                       "suggested_action"]})
