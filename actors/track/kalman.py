@@ -166,35 +166,40 @@ def _birth_rows(meas, z, score, t_box, cls, cfg) -> np.ndarray:
 
 
 def _update(g: np.ndarray, m: np.ndarray, mz: np.ndarray, mscore: np.ndarray, t: float, rs: float, ry: float) -> None:
-    """Kalman update of track rows ``g`` (K, NCOL) in place with their detections' measurements ``m`` (K, 10)."""
-    ppp, ppv, pvv = g[:, PPP].copy(), g[:, PPV].copy(), g[:, PVV].copy()
-    r, rv = m[:, 2], m[:, 5]
+    """Kalman update of track rows ``g`` (K, NCOL) in place with their detections' measurements ``m`` (K, 10).
+    Computed on transposed copies, one contiguous row per state column (a per-column op on (K, NCOL) rows is
+    strided: this step was the tracker's largest cost per frame)."""
+    G, M = g.T.copy(), m.T.copy()  # (NCOL, K), (10, K)
+    ppp, ppv, pvv = G[PPP].copy(), G[PPV].copy(), G[PVV].copy()
+    r, rv = M[2], M[5]
     a, c = ppp + r, pvv + rv
     pp2 = ppv * ppv
     inv = 1.0 / (a * c - pp2)
-    # the gain K (2x2 per track, shared by the x and y axes) as 4 columns: K [yp; yv] updates x, v
-    K = np.empty((len(g), 4))
-    K[:, 0], K[:, 1] = (ppp * c - pp2) * inv, ppv * r * inv  # k11, k12
-    K[:, 2], K[:, 3] = ppv * rv * inv, (pvv * a - pp2) * inv  # k21, k22
-    y = m[:, [0, 1, 3, 4]] - g[:, X:VY + 1]  # innovations (K, 4): position x, y, velocity x, y
-    y[rv >= _NO_VELOCITY_VAR, 2:] = 0.0
-    g[:, X:Y + 1] += K[:, 0:1] * y[:, 0:2] + K[:, 1:2] * y[:, 2:4]
-    g[:, VX:VY + 1] += K[:, 2:3] * y[:, 0:2] + K[:, 3:4] * y[:, 2:4]
-    g[:, PPP] = (1 - K[:, 0]) * ppp - K[:, 1] * ppv
-    g[:, PPV] = (1 - K[:, 0]) * ppv - K[:, 1] * pvv
-    g[:, PVV] = (1 - K[:, 3]) * pvv - K[:, 2] * ppv
+    # the gain K (2x2 per track, shared by the x and y axes): K [yp; yv] updates x, v
+    k11, k12 = (ppp * c - pp2) * inv, ppv * r * inv
+    k21, k22 = ppv * rv * inv, (pvv * a - pp2) * inv
+    yp = M[0:2] - G[X:Y + 1]  # innovations (2, K): position x, y ...
+    yv = M[3:5] - G[VX:VY + 1]  # ... and velocity x, y (none where the detector gives no velocity)
+    yv[:, rv >= _NO_VELOCITY_VAR] = 0.0
+    G[X:Y + 1] += k11 * yp + k12 * yv
+    G[VX:VY + 1] += k21 * yp + k22 * yv
+    G[PPP] = (1 - k11) * ppp - k12 * ppv
+    G[PPV] = (1 - k11) * ppv - k12 * pvv
+    G[PVV] = (1 - k22) * pvv - k21 * ppv
     # size (log) and yaw: scalar random walks
-    ks = g[:, PS] / (g[:, PS] + rs)
-    g[:, LS] += ks[:, None] * (m[:, 6:9] - g[:, LS])
-    g[:, PS] *= 1 - ks
-    ky = g[:, PY] / (g[:, PY] + ry)
-    g[:, YAW] += ky * _wrap_half_pi(m[:, 9] - g[:, YAW])
-    g[:, PY] *= 1 - ky
-    g[:, YAW_DET] = m[:, 9]
-    g[:, Z] = mz
-    g[:, SCORE] = mscore
-    g[:, T_MATCH] = t
-    g[:, HITS] += 1
+    ps, py = G[PS], G[PY]
+    ks = ps / (ps + rs)
+    G[LS] += ks * (M[6:9] - G[LS])
+    ps *= 1 - ks
+    ky = py / (py + ry)
+    G[YAW] += ky * _wrap_half_pi(M[9] - G[YAW])
+    py *= 1 - ky
+    G[YAW_DET] = M[9]
+    G[Z] = mz
+    G[SCORE] = mscore
+    G[T_MATCH] = t
+    G[HITS] += 1
+    g[:] = G.T
 
 
 def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z: np.ndarray, vel: np.ndarray,
