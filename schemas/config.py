@@ -847,9 +847,12 @@ class PipelineConfig(_Model):
     ray: RayConfig = Field(default_factory=RayConfig)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        # libyaml's emitter when PyYAML has it: the same text (checked by tests/test_config.py) in a quarter of
+        # the time (30 ms of a regeneration's fixed cost otherwise)
+        return yaml.dump(self.model_dump(mode="json"), Dumper=_YAML_DUMPER, sort_keys=False)
 
 
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 MAX_CONFIG_BYTES = 1 << 20  # a config is a few kB; refuse anything that could not be one
 _SHOWN_INPUT_CHARS = 120  # an error quotes at most this much of the offending value
 

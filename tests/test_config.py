@@ -40,6 +40,16 @@ def test_round_trip_through_yaml(tmp_path):
     assert again == c and again.keyframes.rate_hz == 2.0 and again.qa.seed == 7
 
 
+def test_yaml_text_is_pyyamls_own():
+    """to_yaml uses libyaml's emitter for speed; its text must stay the pure-Python dumper's byte for byte,
+    since run folders store a hash of it (config_key) that --resume compares."""
+    import yaml
+
+    for cfg in (PipelineConfig(), parse_config({"qa": {"seed": 5}, "detection": {"backend": "lidar"},
+                                                "intention": {"kerb_side": "left"}})):
+        assert cfg.to_yaml() == yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
 def test_partial_file_keeps_other_defaults(tmp_path):
     c = load_config(write(tmp_path, "keyframes:\n  window_end_s: 12\nvisibility:\n  coverage_min: 0.5\n"))
     assert c.keyframes.window_end_s == 12.0 and c.keyframes.window_start_s == 2.0
