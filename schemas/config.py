@@ -804,6 +804,14 @@ class PieConfig(_Model):
     # left out) is a SourceError for its video ('error', the rule) or kept, sampling only windows
     # without a gap ('keep'); tests/test_pie.py checks both
     track_gap: Literal["error", "keep"] = "error"
+    # The same tasks from 3D logs (generator.attributes.pie.path_entry; not from the paper, which has JAAD's
+    # crossing_point): a tracked pedestrian's crossing event is the first time it stands where the ego is
+    # going to drive: inside the ego's body widened by path_margin_m a side, at one of its logged poses of
+    # the next path_horizon_s (every path_step_s) no farther than path_ahead_m from where it is now
+    path_margin_m: float = Field(0.5, ge=0)
+    path_horizon_s: float = Field(10.0, gt=0)
+    path_step_s: float = Field(0.25, gt=0)
+    path_ahead_m: float = Field(50.0, gt=0)
 
     @model_validator(mode="after")
     def _check(self):

@@ -532,3 +532,88 @@ def test_real_jaad_figures(real):
     assert sorted(a["per_tte_frames"]) == [30, 40, 50, 60, 70, 80, 90]
     assert sum(c["risk"]["risk_class"].values()) == c["risk"]["samples"]
     assert sorted(c["risk"]["risk_class"]) == [0, 1, 2, 3, 4, 5]
+
+
+# ------------------------------------------------------------------------------------------ from 3D logs
+def _scripted_entry_s(sc, j, cfg: PieConfig, body) -> float:
+    """The script's own time (20 Hz grid) at which agent ``j`` first stands where the ego is going to drive:
+    a plain loop over the script's arrays, the rule of ``path_entry`` written out independently."""
+    from generator.synth.world import TIME_GRID_S
+
+    t, ego, tr = TIME_GRID_S, sc.ego, sc.tracks[j]
+    front, rear = body.center_offset_m + body.length_m / 2, body.center_offset_m - body.length_m / 2
+    step = int(round(cfg.path_step_s / (t[1] - t[0])))
+    for i in np.flatnonzero((t >= 0) & (t <= 19.5 + 1e-9)):
+        for jj in range(i, min(len(t), i + int(round(cfg.path_horizon_s / (t[1] - t[0]))) + 1), step):
+            if math.hypot(ego.x[jj] - ego.x[i], ego.y[jj] - ego.y[i]) > cfg.path_ahead_m:
+                continue
+            dx, dy = tr.x[i] - ego.x[jj], tr.y[i] - ego.y[jj]
+            c, s = math.cos(ego.yaw[jj]), math.sin(ego.yaw[jj])
+            along, across = c * dx + s * dy, -s * dx + c * dy
+            if rear <= along <= front and abs(across) <= body.width_m / 2 + cfg.path_margin_m:
+                return float(t[i])
+    return math.nan
+
+
+def test_3d_logs_give_pie_samples_with_the_scripted_crossing_time(labelled_run, synth_root, tmp_path):
+    """Issue #14 item 3 on generated logs: every tracked pedestrian of the run becomes a PIE instance; the
+    crossing ones (scenario ped_crossing) enter the ego's path at the script's own time, within one frame
+    (0.5 s at 2 Hz), and give crossing action samples whose TTE counts to that frame; those waiting at the
+    kerb never enter it and give only non-crossing samples. ``drivegen export_pie --run`` writes them with
+    the front camera's images."""
+    import pandas as pd
+
+    from generator.attributes.pie import log_config, path_entry
+    from generator.runfolder import RunReader
+    from generator.synth.world import script_scene
+    from generator.synth.writer import token
+    from support.data import SYNTH_VERSION
+
+    r = RunReader(str(labelled_run))
+    cfg = r.config()
+    lcfg = log_config(cfg.pie, 2.0)
+    assert (lcfg.observation_frames, lcfg.tte_min_frames, lcfg.tte_max_frames, lcfg.risk_horizon_frames) == (1, 2, 6, 6)
+    objects = r.read_table("objects")
+    entries = path_entry(r.read_table("frames"), objects, lcfg, cfg.ego).to_pandas()
+    side = json.loads((synth_root / SYNTH_VERSION / "drivegen_scenarios.json").read_text())
+    index_of = {v["name"]: int(v["name"].split("-")[1]) for v in side["scenes"].values()}
+    scen = {tok: inst["scenario"] for v in side["scenes"].values() for tok, inst in v["instances"].items()}
+    tok_of = objects.select(["scene_id", "track_id", "instance_token"]).to_pandas().drop_duplicates(["scene_id", "track_id"])
+    e = entries.merge(tok_of, on=["scene_id", "track_id"])
+    e["scenario"] = e.instance_token.map(scen)
+    checked = {"ped_crossing": 0, "waiting_at_curb": 0}
+    diffs = []
+    for row in e.itertuples():
+        if row.scenario not in checked:
+            continue
+        idx = index_of[row.scene_id]
+        sc = script_scene(0, idx)
+        j = next(a for a in range(len(sc.tracks)) if token(0, idx, "instance", a) == row.instance_token)
+        truth = _scripted_entry_s(sc, j, lcfg, cfg.ego)
+        first_t = row.first_frame / 2.0
+        if row.scenario == "waiting_at_curb":
+            assert math.isnan(truth) and row.event_frame == -1, row
+        elif not math.isnan(truth) and truth >= first_t:
+            assert abs(row.event_t_s - truth) <= 0.5 + 1e-9, (row, truth)
+            diffs.append(row.event_t_s - truth)
+        else:
+            continue
+        checked[row.scenario] += 1
+    print(f"3D-log PIE events vs the script: {checked}, event - scripted entry (s): {sorted(diffs)}")
+    assert checked["ped_crossing"] >= 1 and checked["waiting_at_curb"] >= 1, checked
+
+    out = tmp_path / "pie"
+    assert cli(["export_pie", "--run", str(labelled_run), "--out", str(out)]) == 0
+    summary = json.loads((out / "export_summary.json").read_text())
+    assert summary["source"]["kind"] == "run" and summary["source"]["frame_rate_hz"] == 2.0
+    action = pd.concat([pd.read_parquet(f) for f in (out / "action").glob("*.parquet")])
+    crossing = e[e.event_frame >= 0]
+    assert set(action[action.crossing == 1].ped_id) <= set(crossing.track_id.astype(str))
+    assert (action.crossing == 1).sum() > 0 and (action.crossing == 0).sum() > 0
+    # TTE counts to the event frame, 1-3 s ahead
+    assert ((action.event_frame - action.end_frame) == action.tte_frames).all()
+    assert action.tte_s.between(1.0, 3.0).all()
+    waiting = set(e[e.scenario == "waiting_at_curb"].track_id.astype(str))
+    assert (action[action.ped_id.isin(waiting)].crossing == 0).all()
+    paths = [p for ps in action.image_paths for p in ps]
+    assert paths and all("CAM_FRONT" in p and Path(p).exists() for p in paths)

@@ -261,3 +261,123 @@ def sample_counts(samples: pa.Table) -> dict:
         c["risk_class"] = {k: rc[k] for k in sorted(rc)}
         out[task] = c
     return out
+
+
+# ------------------------------------------------------------------------------------------ from 3D logs
+def log_config(cfg: PieConfig, fps: float) -> PieConfig:
+    """The benchmark's windows, defined in frames at ``cfg.fps`` (30), in frames of a log at ``fps``: the same
+    seconds, rounded, at least one frame (at 2 Hz: a 1-frame observation, TTE 2-6 frames = 1-3 s, a 6-frame
+    risk horizon)."""
+    def frames(n: int, least: int) -> int:
+        return max(least, int(round(n / cfg.fps * fps)))
+
+    return cfg.model_copy(update={"fps": float(fps), "observation_frames": frames(cfg.observation_frames, 1),
+                                  "tte_min_frames": frames(cfg.tte_min_frames, 0),
+                                  "tte_max_frames": frames(cfg.tte_max_frames, 1),
+                                  "risk_horizon_frames": frames(cfg.risk_horizon_frames, 1)})
+
+
+def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.Table:
+    """Per tracked pedestrian (``objects`` rows of class pedestrian, track_id >= 0) of 3D logs: the frame at which
+    it first stands in the ego's path ahead, the crossing event of the 3D-log PIE tasks (-1: never).
+
+    "In the path" at time t: the pedestrian's centre at t lies inside the ego's body (``body``: the config's
+    ``ego`` section) widened by ``cfg.path_margin_m`` on each side at one of the ego's logged poses t + tau,
+    tau in [0, ``cfg.path_horizon_s``] every ``cfg.path_step_s``, no farther than ``cfg.path_ahead_m`` from
+    where the ego is at t: where the ego is going to drive (a pedestrian on the zebra crossing in front of
+    the stopped ego is in it; one waiting at the kerb, or walking behind the ego, never is). Columns:
+    scene_id, track_id, first_frame, last_frame, event_frame, event_t_s (seconds since the scene's first
+    frame; NaN without an event)."""
+    from generator.attributes.arrays import column, to_numpy
+    from generator.attributes.ego import ego_states, track_rows
+
+    out_schema = pa.schema([("scene_id", pa.string()), ("track_id", pa.int64()), ("first_frame", pa.int64()),
+                            ("last_frame", pa.int64()), ("event_frame", pa.int64()), ("event_t_s", pa.float64())])
+    if objects is None or objects.num_rows == 0:
+        return out_schema.empty_table()
+    ped = pc.and_(pc.equal(objects.column("class_name"), "pedestrian"), pc.greater_equal(objects.column("track_id"), 0))
+    objects = objects.filter(ped)
+    if objects.num_rows == 0:
+        return out_schema.empty_table()
+    ego = ego_states(frames)
+    tr = track_rows(objects, ego)
+    n = objects.num_rows
+    taus = np.arange(0.0, cfg.path_horizon_s + 1e-9, cfg.path_step_s)
+    k = len(taus)
+    qt = (tr.t_s[:, None] + taus[None, :]).reshape(-1)
+    qs = np.repeat(tr.scene_code, k)
+    e_xy = ego.interp(ego.position_m[:, :2], qs, qt).reshape(n, k, 2)
+    e_yaw = ego.interp(ego.yaw_rad, qs, qt).reshape(n, k)
+    near = np.hypot(*(e_xy - e_xy[:, :1]).transpose(2, 0, 1)) <= cfg.path_ahead_m
+    d = tr.center_city_m[:, None, :2] - e_xy
+    c, s = np.cos(e_yaw), np.sin(e_yaw)
+    along = c * d[..., 0] + s * d[..., 1]  # in the ego pose's frame, from the rear-axle origin
+    across = -s * d[..., 0] + c * d[..., 1]
+    front = body.center_offset_m + body.length_m / 2
+    rear = body.center_offset_m - body.length_m / 2
+    inside = near & (along >= rear) & (along <= front) & (np.abs(across) <= body.width_m / 2 + cfg.path_margin_m)
+    in_path = np.nan_to_num(inside, nan=0).astype(bool).any(axis=1)
+    fi = to_numpy(column(objects, "frame_index"), np.int64)
+    order = tr.order  # by (scene, track, time)
+    g = tr.group_sorted
+    starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    ends = np.r_[starts[1:], n]
+    fo, io = fi[order], in_path[order]
+    first_hit = np.full(len(starts), -1, np.int64)
+    hit_rows = np.flatnonzero(io)
+    if len(hit_rows):
+        grp = g[hit_rows]
+        first = np.unique(grp, return_index=True)
+        first_hit[first[0]] = hit_rows[first[1]]
+    event = np.where(first_hit >= 0, fo[np.maximum(first_hit, 0)], -1)
+    event_t = np.where(first_hit >= 0, tr.t_s[order][np.maximum(first_hit, 0)], np.nan)
+    return pa.table({
+        "scene_id": pc.take(column(objects, "scene_id"), pa.array(order[starts])),
+        "track_id": pa.array(tr.track[order][starts]), "first_frame": pa.array(fo[starts]),
+        "last_frame": pa.array(fo[ends - 1]), "event_frame": pa.array(event),
+        "event_t_s": pa.array(event_t, pa.float64())}, schema=out_schema)
+
+
+def jaad_tables_from_log(frames: pa.Table, projections: pa.Table, entries: pa.Table, camera_of: dict,
+                         splits: dict) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
+    """JAAD-shaped tables (``generator.sources.jaad``: videos, boxes, pedestrians, vehicle) of 3D logs, so that
+    ``build_samples`` makes their samples by the benchmark's own rules: a scene is a video (its front camera
+    ``camera_of[scene] = (name, width_px, height_px)``), a tracked pedestrian (``entries`` of ``path_entry``)
+    a behavioural pedestrian whose ``crossing`` is 1 with ``crossing_point`` its event frame when it enters the
+    ego's path, else 0; its boxes are its projected boxes in that camera (``projections`` rows, finite boxes).
+    ``splits[scene]``: the scene's split."""
+    from generator.attributes.arrays import column, to_numpy
+
+    videos = pa.table({"video_id": list(camera_of), "width_px": [v[1] for v in camera_of.values()],
+                       "height_px": [v[2] for v in camera_of.values()],
+                       "split": [splits.get(s) for s in camera_of]})
+    key = {(s, int(t)) for s, t in zip(entries.column("scene_id").to_pylist(), entries.column("track_id").to_pylist())}
+    p = projections
+    if p is None or p.num_rows == 0 or not key:
+        boxes = pa.table({"video_id": pa.array([], pa.string()), "ped_id": pa.array([], pa.string()),
+                          "frame": pa.array([], pa.int64()), **{c: pa.array([], pa.float32()) for c in
+                                                               ("x1_px", "y1_px", "x2_px", "y2_px")},
+                          "occlusion": pa.array([], pa.string()), "cross": pa.array([], pa.string()),
+                          "label": pa.array([], pa.string())})
+    else:
+        cams = pa.array([camera_of.get(s, (None,))[0] for s in p.column("scene_id").to_pylist()], pa.string())
+        box = p.column("box2d_proj_xyxy").combine_chunks()
+        finite = pc.and_(pc.is_valid(box), pc.equal(cams, column(p, "camera")))
+        p = p.filter(pc.fill_null(finite, False))
+        xyxy = np.asarray(p.column("box2d_proj_xyxy").to_pylist(), dtype=np.float32).reshape(-1, 4)
+        sid, tid = p.column("scene_id").to_pylist(), to_numpy(column(p, "track_id"), np.int64)
+        ok = np.isfinite(xyxy).all(axis=1) & np.array([(s, int(t)) in key for s, t in zip(sid, tid)], dtype=bool)
+        sel = np.flatnonzero(ok)
+        boxes = pa.table({"video_id": pa.array([sid[i] for i in sel], pa.string()),
+                          "ped_id": pa.array([str(tid[i]) for i in sel], pa.string()),
+                          "frame": pa.array(to_numpy(column(p, "frame_index"), np.int64)[sel]),
+                          "x1_px": xyxy[sel, 0], "y1_px": xyxy[sel, 1], "x2_px": xyxy[sel, 2], "y2_px": xyxy[sel, 3],
+                          "occlusion": pa.nulls(len(sel), pa.string()), "cross": pa.nulls(len(sel), pa.string()),
+                          "label": pa.array(["pedestrian"] * len(sel), pa.string())})
+    ev = to_numpy(column(entries, "event_frame"), np.int64)
+    pedestrians = pa.table({"video_id": column(entries, "scene_id"),
+                            "ped_id": pa.array([str(t) for t in entries.column("track_id").to_pylist()], pa.string()),
+                            "crossing": pa.array(np.where(ev >= 0, 1, 0)), "crossing_point": pa.array(ev)})
+    vehicle = pa.table({"video_id": pa.array([], pa.string()), "frame": pa.array([], pa.int64()),
+                        "action": pa.array([], pa.string())})
+    return videos, boxes, pedestrians, vehicle

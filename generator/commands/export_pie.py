@@ -1,6 +1,11 @@
-"""``drivegen export_pie --data JAAD_DIR --out DIR``: the PIE/JAAD benchmark samples of a JAAD folder (action
-prediction 1-3 s before the crossing event, event risk regions 3 s ahead) as Parquet per task and split, plus
-export_summary.json; score a model's predictions on it with ``drivegen score pie --pred PRED DIR``.
+"""``drivegen export_pie (--data JAAD_DIR | --run RUN) --out DIR``: the PIE/JAAD benchmark samples of a JAAD folder,
+or of a drivegen run over 3D logs (action prediction 1-3 s before the crossing event, event risk regions 3 s
+ahead) as Parquet per task and split, plus export_summary.json; score a model's predictions on it with
+``drivegen score pie --pred PRED DIR``.
+
+From a run (nuScenes-format, AV2 or generated logs), each scene is a video seen through its front camera and
+each tracked pedestrian a behavioural one whose crossing event is the first frame it stands where the ego is
+going to drive (``pie.path_*``); windows keep the benchmark's seconds at the log's frame rate.
 
 JAAD_DIR holds annotations/, annotations_attributes/, annotations_vehicle/ (annotations_traffic/, split_ids/
 and clips/ when present). A video whose annotations cannot be used (broken XML, a box outside the image, a
@@ -18,7 +23,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export_pie", help="export PIE/JAAD benchmark samples from a JAAD folder",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--data", required=True, help="JAAD folder (annotations/, annotations_attributes/, ...)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", help="JAAD folder (annotations/, annotations_attributes/, ...)")
+    src.add_argument("--run", help="a drivegen run folder over 3D logs (path or URI)")
     p.add_argument("--out", required=True, help="export folder to write (path or URI)")
     p.add_argument("--config", default=None, help="pipeline config YAML (its 'pie:' section is used)")
     p.add_argument("--video", action="append", default=None, help="export only this video id (repeatable)")
@@ -38,6 +45,8 @@ def main(args) -> int:
     cfg = load_config(args.config).pie
     store = RunStore(args.out)
     previous_export(store)  # refuse a foreign --out before any work
+    if args.run:
+        return _from_run(args, store, cfg if args.config else None)
     tables = read_jaad(args.data, cfg, video_ids=args.video, require_clips=args.require_clips)
     if tables.videos.num_rows == 0:
         why = f": {tables.errors[0]}" if tables.errors else ""
@@ -54,5 +63,19 @@ def main(args) -> int:
     print(json.dumps(shown, indent=2))
     for e in tables.errors:
         print(f"skipped {e}")
+    print(f"export: {store.uri_of('')}")
+    return 0
+
+
+def _from_run(args, store, cfg) -> int:
+    from generator.runfolder import RunReader
+    from generator.writers.pie_export import samples_from_run, write_pie_export
+
+    samples, info = samples_from_run(RunReader(args.run), cfg)
+    summary = write_pie_export(store, samples, info)
+    shown = {k: summary[k] for k in ("format", "source", "samples", "counts") if k in summary}
+    print(json.dumps(shown, indent=2))
+    if samples.num_rows == 0:
+        print(f"no PIE sample: {info.get('why_empty') or 'no tracked pedestrian has a window in the front camera'}")
     print(f"export: {store.uri_of('')}")
     return 0

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.writers.owned import owned_files
+from schemas.tables import PIE_SAMPLES as SAMPLES
 
 EXPORT_FORMAT = "drivegen-pie/1"  # marks a folder as a drivegen PIE export (replaced only if it is one)
 EXPORT_SUMMARY = "export_summary.json"
@@ -62,3 +63,61 @@ def write_pie_export(store, samples: pa.Table, info: dict | None = None) -> dict
             store.delete(rel)
     store.write_json(EXPORT_SUMMARY, summary)
     return summary
+
+
+def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
+    """The PIE tasks of a 3D-log run folder (``reader``: a ``generator.runfolder.RunReader``; this layer sits
+    below it): every scene is a video seen through its front camera (``types.front_camera``), every tracked
+    pedestrian a behavioural one whose crossing event is the first frame it stands in the ego's path
+    (``generator.attributes.pie.path_entry``), the benchmark's windows at the log's frame rate
+    (``log_config``). ``image_paths`` are the front camera's images of the window's frames, ``split`` the QA
+    split of the scene. Returns (samples, info for the summary); ``cfg``: a PieConfig (default: the run's)."""
+    import numpy as np
+
+    from generator.attributes.pie import build_samples, jaad_tables_from_log, log_config, path_entry, sample_counts
+    from generator.qa.generate import scene_split
+    from generator.types import front_camera
+
+    run_cfg = reader.config()
+    cfg = cfg or run_cfg.pie
+    frames, objects = reader.read_table("frames"), reader.read_table("objects")
+    projections = reader.read_table("projections", columns=["scene_id", "frame_index", "track_id", "camera",
+                                                             "box2d_proj_xyxy"])
+    if frames is None or objects is None:
+        return pa.Table.from_pylist([], schema=SAMPLES), {"why_empty": "the run has no frames or objects"}
+    scenes = sorted(set(frames.column("scene_id").to_pylist()))
+    splits = dict(zip(scenes, scene_split(scenes, run_cfg.qa.val_fraction)))
+    camera_of, image_of, rate = {}, {}, {}
+    sid_l, fi_l, ts_l = (frames.column(c).to_pylist() for c in ("scene_id", "frame_index", "timestamp_us"))
+    for sid, fi, cams in zip(sid_l, fi_l, frames.column("cameras").to_pylist()):
+        cams = cams or []
+        if sid not in camera_of:
+            name = front_camera([c["name"] for c in cams], [c["ego_SE3_cam"] for c in cams], run_cfg.qa.front_camera)
+            cam = next((c for c in cams if c["name"] == name), None)
+            if cam is None:
+                continue
+            camera_of[sid] = (name, int(cam["width_px"]), int(cam["height_px"]))
+        name = camera_of[sid][0]
+        image_of[(sid, fi)] = next((c["image_path"] for c in cams if c["name"] == name), None)
+    for sid in scenes:
+        ts = np.sort(np.array([t for s, t in zip(sid_l, ts_l) if s == sid], np.float64))
+        rate[sid] = 1e6 / float(np.median(np.diff(ts))) if len(ts) > 1 else 1.0
+    fps = float(np.median(list(rate.values()))) if rate else 1.0
+    lcfg = log_config(cfg, round(fps, 3))
+    entries = path_entry(frames, objects, lcfg, run_cfg.ego)
+    tables = jaad_tables_from_log(frames, projections, entries, camera_of, splits)
+    samples, reasons = build_samples(*tables, lcfg)
+    if samples.num_rows:  # the log's own images instead of JAAD's extracted-frame layout; no video
+        paths = [[image_of.get((v, f)) for f in fr] for v, fr in zip(samples.column("video_id").to_pylist(),
+                                                                      samples.column("frames").to_pylist())]
+        samples = samples.set_column(samples.schema.get_field_index("image_paths"), "image_paths",
+                                     pa.array(paths, samples.schema.field("image_paths").type))
+        samples = samples.set_column(samples.schema.get_field_index("video_path"), "video_path",
+                                     pa.nulls(samples.num_rows, pa.string()))
+    info = {"source": {"kind": "run", "run": reader.uri, "scenes": len(scenes), "frame_rate_hz": fps,
+                       "pedestrians": entries.num_rows,
+                       "entering_the_path": int(pc.sum(pc.greater_equal(entries.column("event_frame"), 0)).as_py()
+                                                or 0)},
+            "config": lcfg.model_dump(mode="json"), "counts": sample_counts(samples), "pedestrians": reasons,
+            "errors": []}
+    return samples, info
