@@ -32,7 +32,7 @@ INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "
 
 # QA: the STRIDE-QA families (§3) and kinds; grounding roles in QA_GROUNDING.role's dictionary order.
 STRIDE_FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
-DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour", "ego_intention", "drama_x")  # generated unless qa.families says otherwise
+DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour", "ego_intention", "drama_x", "pie")  # generated unless qa.families says otherwise
 QA_KINDS = ("qualitative", "quantitative")
 # Dataset splits a QA row may carry (``generator.qa.scene_split`` gives 'train' and 'val'); a scene's QA
 # shards are named by its split (``schemas.layout``) and the dataset card has one split per name.

@@ -617,3 +617,52 @@ def test_3d_logs_give_pie_samples_with_the_scripted_crossing_time(labelled_run, 
     assert (action[action.ped_id.isin(waiting)].crossing == 0).all()
     paths = [p for ps in action.image_paths for p in ps]
     assert paths and all("CAM_FRONT" in p and Path(p).exists() for p in paths)
+
+
+def test_pie_qa_family_answers_are_the_path_rule_and_the_risk_regions(labelled_run):
+    """Issue #14 item 4, the QA family on generated logs: "Will the pedestrian Region [X] cross in front of the
+    ego vehicle?" is answered by the path-entry rule (Yes iff it enters the ego's path within 3 s of the
+    keyframe; pedestrians that never enter get No), and "Where will Region [X] be in 3 seconds?" by the event-risk
+    class of its last visible front-camera box up to 3 s later, recomputed here from the projections table."""
+    import pandas as pd
+
+    from generator.attributes.pie import path_entry, risk_class
+    from generator.qa.families.pie import WHERE
+    from generator.runfolder import RunReader
+
+    r = RunReader(str(labelled_run))
+    cfg = r.config()
+    qa = pd.read_parquet(labelled_run / "qa")
+    p = qa[qa.family == "pie"]
+    counts = p.question_type.value_counts().to_dict()
+    assert counts.get("crossing", 0) > 10 and counts.get("risk_region", 0) > 5, counts
+    assert (p.class_names.map(lambda c: list(c)) == p.class_names.map(lambda c: ["pedestrian"])).all()
+    frames = r.read_table("frames").to_pandas().set_index(["scene_id", "frame_index"])
+    t0 = frames.groupby(level=0).timestamp_us.min()
+    entries = path_entry(r.read_table("frames"), r.read_table("objects"), cfg.pie, cfg.ego).to_pandas()
+    entries = entries.set_index(["scene_id", "track_id"])
+    yes = 0
+    for row in p[p.question_type == "crossing"].itertuples():
+        e = entries.loc[(row.scene_id, int(row.track_ids[0]))]
+        t_key = (frames.loc[(row.scene_id, row.keyframe_index)].timestamp_us - t0[row.scene_id]) / 1e6
+        want = e.event_frame >= 0 and 0 < e.event_t_s - t_key <= 3.0 + 1e-9
+        assert row.value == float(want) and row.answer.startswith("Yes" if want else "No"), (row, e)
+        assert want or e.event_frame == -1  # no question about one entering only later
+        yes += want
+    assert 0 < yes < counts["crossing"]
+    proj = r.read_table("projections").to_pandas()
+    front = proj[(proj.camera == "CAM_FRONT") & proj.visible]
+    width = {s: next(c["width_px"] for c in cams if c["name"] == "CAM_FRONT")
+             for s, cams in frames.cameras.groupby(level=0).first().items()}
+    for row in p[p.question_type == "risk_region"].itertuples():
+        t_key = frames.loc[(row.scene_id, row.keyframe_index)].timestamp_us
+        f = front[(front.scene_id == row.scene_id) & (front.track_id == row.track_ids[0])
+                  & (front.frame_index >= row.keyframe_index)].copy()
+        f["t"] = [frames.loc[(row.scene_id, fi)].timestamp_us for fi in f.frame_index]
+        f = f[f.t <= t_key + 3_000_000].sort_values("frame_index")
+        box = f.box2d_proj_xyxy.iloc[-1]
+        if f.mask_box_xyxy.iloc[-1] is not None:
+            box = f.mask_box_xyxy.iloc[-1]
+        want = int(risk_class((box[0] + box[2]) / 2, width[row.scene_id], cfg.pie))
+        assert row.value == want, (row, f.frame_index.tolist())
+        assert any(w in row.answer for w in (WHERE[0],) if want == 0) or want > 0

@@ -36,7 +36,7 @@ def test_counts_per_family(generated_run):
     counts = df.groupby("family").size().to_dict()
     print("QA per family on the generated logs:", counts, "per kind:", df.groupby("kind").size().to_dict())
     assert set(counts) == {"object_spatial", "ego_spatial", "ego_spatiotemporal", "ego_behaviour", "ego_intention",
-                           "drama_x"}
+                           "drama_x", "pie"}
     assert min(counts[f] for f in ("object_spatial", "ego_spatial", "ego_spatiotemporal")) >= 100
     assert df.scene_id.nunique() == 2 and df.qa_id.is_unique
     cfg = PipelineConfig()

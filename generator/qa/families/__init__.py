@@ -7,6 +7,7 @@ from generator.qa.fields import Family, QuestionType
 from generator.qa.families.drama_x import DRAMA_X
 from generator.qa.families.ego_behaviour import EGO_BEHAVIOUR
 from generator.qa.families.ego_intention import EGO_INTENTION
+from generator.qa.families.pie import PIE
 from generator.qa.families.stride import EGO_SPATIAL, EGO_SPATIOTEMPORAL, OBJECT_SPATIAL
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
@@ -16,6 +17,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     EGO_BEHAVIOUR,
     EGO_INTENTION,
     DRAMA_X,
+    PIE,
 )}
 
 QUESTION_TYPES: dict[tuple[str, str], QuestionType] = {qt.key: qt for f in FAMILIES.values() for qt in f.question_types}

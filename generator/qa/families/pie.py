@@ -1,0 +1,123 @@
+"""PIE/JAAD (seed 001, §III): will a pedestrian cross in front of the ego vehicle, and where will it be.
+
+* ``crossing`` (per pedestrian candidate of a keyframe): whether it steps into the ego's path within the action
+  horizon (``pie.tte_max_frames`` / ``pie.fps`` = 3 s) after the keyframe, by the rule ``drivegen export_pie
+  --run`` uses (``generator.attributes.pie.path_entry``); value 1/0 (unit ``bool``). A pedestrian already in the
+  path at the keyframe, or entering it only later than the horizon, gets no question (neither answer is right).
+* ``risk_region`` (per pedestrian candidate): where its box centre will be in the front camera
+  ``pie.risk_horizon_frames`` / ``pie.fps`` (3 s) later, or at its last visible front-camera box before then
+  (the benchmark's rule, §III-A 3): the event-risk class (``generator.attributes.pie.risk_class``: 0 = the centre
+  of the view ... 5 = its edges) and the side; value = the class (unit ``risk_class``).
+
+Reads the objects table (tracked pedestrians and the ego's path); without it the family asks nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, to_numpy
+from generator.attributes.pie import path_entry, risk_class, risk_region
+from generator.qa.fields import Family, Field, QuestionType
+from generator.qa.generate import Batch, Plan, single, vocabulary
+
+NAME = "pie"
+_ONE = (Field("region", "text", doc="'Region [X]' of the pedestrian"), Field("class_name", "text"))
+TYPES = {qt.name: qt for qt in (
+    QuestionType(NAME, "crossing", "qualitative", _ONE + (
+        Field("horizon", "text", doc="the action horizon, e.g. '3 seconds'"),
+        Field("yes_no", "text", answer=True, doc="'Yes' | 'No'"),
+        Field("crossing_phrase", "text", answer=True,
+              doc="'it will step into the ego vehicle's path' | 'it will stay out of the ego vehicle's path'")),
+        None, "bool", doc="the pedestrian enters the ego's path within the horizon"),
+    QuestionType(NAME, "risk_region", "qualitative", _ONE + (
+        Field("horizon", "text", doc="the risk horizon, e.g. '3 seconds'"),
+        Field("where_phrase", "text", answer=True,
+              doc="'in the centre of the view' | 'just left of the centre' | ... | 'at the right edge of the view'")),
+        None, "risk_class", doc="value = event-risk class (0 = centre of the front view ... 5 = its edges)"),
+)}
+
+_SIDE_PHRASES = ("just {} of the centre", "a little to the {}", "to the {}", "far to the {}", "at the {} edge of the view")
+WHERE = ("in the centre of the view",) + tuple(p.format(s) for p in _SIDE_PHRASES for s in ("left", "right"))
+
+
+def _seconds(s: float) -> str:
+    return f"{s:g} second" + ("" if s == 1 else "s")
+
+
+def build(plan: Plan) -> list[Batch]:
+    objects = plan.tables.get("objects")
+    if objects is None or objects.num_rows == 0:
+        return []
+    cfg = plan.cfg.pie
+    c = plan.cand
+    cls = pc.take(column(plan.attrs, "class_name"), pa.array(c["attr"]))
+    ped = np.flatnonzero(to_numpy(pc.equal(cls, "pedestrian"), bool, fill=False))
+    if len(ped) == 0:
+        return []
+    ego = plan.ego
+    t_key = ego.t_s[c["frame_row"][ped]]
+    out = []
+
+    # crossing: the path-entry event within the action horizon
+    entries = path_entry(plan.frames, objects, cfg, plan.cfg.ego)
+    e_key = (codes(column(entries, "scene_id"), plan.scenes) << 32) | to_numpy(column(entries, "track_id"), np.int64)
+    hit = KeyIndex(e_key).find((c["scene"][ped] << 32) | c["track"][ped])
+    ev_frame = np.where(hit >= 0, to_numpy(column(entries, "event_frame"), np.int64)[np.maximum(hit, 0)], -2)
+    ev_t = np.where(hit >= 0, to_numpy(column(entries, "event_t_s"), np.float64, fill=np.nan)[np.maximum(hit, 0)],
+                    np.nan)
+    horizon = cfg.tte_max_frames / cfg.fps
+    tte = ev_t - t_key
+    yes = (ev_frame >= 0) & (tte > 1e-9) & (tte <= horizon + 1e-9)
+    no = ev_frame == -1
+    sel = np.flatnonzero(yes | no)
+    if len(sel):
+        code = np.where(yes[sel], 0, 1)
+        out.append(single(plan, TYPES["crossing"], ped[sel], yes[sel].astype(float), text={
+            "horizon": vocabulary((_seconds(horizon),), np.zeros(len(sel), np.int64)),
+            "yes_no": vocabulary(("Yes", "No"), code),
+            "crossing_phrase": vocabulary(("it will step into the ego vehicle's path",
+                                           "it will stay out of the ego vehicle's path"), code)}))
+
+    # risk region: the last visible front-camera box up to the risk horizon after the keyframe
+    r_h = cfg.risk_horizon_frames / cfg.fps
+    frame_of = KeyIndex((plan.frames_sc.astype(np.int64) << 32) | plan.frames_fi.astype(np.int64))
+    rows_ahead = []
+    k = 0
+    while True:  # frames after the keyframe, one step at a time, until every candidate is past the horizon
+        rows = frame_of.find((c["scene"][ped] << 32) | (plan.frames_fi[c["frame_row"][ped]] + k))
+        inside = (rows >= 0) & (np.where(rows >= 0, ego.t_s[np.maximum(rows, 0)], np.inf) <= t_key + r_h + 1e-6)
+        if not inside.any():
+            break
+        rows_ahead.append(np.where(inside, rows, -1))
+        k += 1
+    rows_ahead = np.stack(rows_ahead, axis=1)  # (n, K): k = 0 is the keyframe itself
+    tc = plan.a_tc[c["attr"][ped]]
+    proj = np.where(rows_ahead >= 0, plan.front_index.find(np.maximum(rows_ahead, 0) * plan.n_tr + tc[:, None]), -1)
+    last = proj.shape[1] - 1 - np.argmax(proj[:, ::-1] >= 0, axis=1)
+    has = (proj >= 0).any(axis=1)
+    prow = proj[np.arange(len(ped)), last]
+    sel = np.flatnonzero(has)
+    if len(sel):
+        box = fixed_list_to_numpy(plan.grounding_source.box.take(pa.array(prow[sel])), 4)
+        xc = (box[:, 0] + box[:, 2]) / 2
+        fr = rows_ahead[sel, 0]  # the keyframe: its front camera's width
+        img = plan.img_index.find(fr * plan.n_cam + plan.front_of_scene[plan.frames_sc[fr]])
+        widths = to_numpy(pc.struct_field(pc.list_flatten(column(plan.frames, "cameras")), "width_px"), np.float64,
+                          fill=np.nan)
+        width = np.where(img >= 0, widths[np.maximum(img, 0)], np.nan)
+        ok = np.isfinite(xc) & np.isfinite(width) & (width > 0)
+        sel, xc, width = sel[ok], xc[ok], width[ok]
+        if len(sel):
+            rc = risk_class(xc, width, cfg)
+            right = risk_region(xc, width, cfg) >= cfg.risk_regions // 2
+            code = np.where(rc == 0, 0, 1 + (rc - 1) * 2 + right.astype(np.int64))
+            out.append(single(plan, TYPES["risk_region"], ped[sel], rc.astype(float), text={
+                "horizon": vocabulary((_seconds(r_h),), np.zeros(len(sel), np.int64)),
+                "where_phrase": vocabulary(WHERE, code)}))
+    return out
+
+
+PIE = Family(NAME, "PIE/JAAD QA (pedestrian crossing in front of the ego, event-risk region)", tuple(TYPES.values()),
+             build, reads={"objects": ["scene_id", "frame_index", "track_id", "class_name", "center_ego_m"]})
