@@ -366,7 +366,7 @@ def test_classifier_agrees_with_scripted_scenarios():
         return bool((ego.maneuver[sel] == "Straight").all())
 
     results: dict[str, list[str]] = {}
-    for idx in range(30):
+    for idx in range(40):  # scenes 2, 6, ... pull over: fewer straight windows there
         sc = script_scene(0, idx)
         ego = sc.ego
         for tr in sc.tracks:
