@@ -14,7 +14,8 @@ import pytest
 from support.attributes import random_scene
 from generator.attributes import compute_attributes
 from generator.cli import main as cli
-from generator.qa import generate_qa, load_templates
+from generator.qa import generate_qa, load_templates, reads
+from generator.qa.families import selected
 from generator.pipeline.regenerate import load_scenes, regenerate
 from generator.runfolder import RunReader, RunStore, commit_tables
 from generator.writers.parquet import read_qa, scene_qa_shards
@@ -58,7 +59,8 @@ def run_dir(tmp_path):
 def _expected(run_dir, cfg, templates):
     parts = []
     for sid in SCENES:
-        frames, attrs, proj, others = load_scenes(str(run_dir), [sid], {"labels": None})
+        # every run table the families read, as regenerate reads them (labels, objects)
+        frames, attrs, proj, others = load_scenes(str(run_dir), [sid], reads(selected(cfg.qa.families)))
         parts.append(generate_qa(frames, attrs, proj, cfg, templates, **others))
     return pa.concat_tables(parts)
 
