@@ -167,3 +167,9 @@ def is_lock_tmp_name(rel: str) -> bool:
     """True for the temporary names of the lock file, which the holder's heartbeat writes while it runs."""
     p = PurePosixPath(rel)
     return str(p.parent) == "." and is_tmp_name(rel) and p.name.startswith(f".{LOCK}.")
+
+
+def is_leftover_tmp_name(rel: str) -> bool:
+    """A temporary file only a killed writer leaves: ``tmp_name``'s, except the lock's (the live holder's
+    heartbeat writes those; ``RunLock.acquire`` clears stale ones)."""
+    return is_tmp_name(rel) and not is_lock_tmp_name(rel)

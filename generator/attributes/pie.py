@@ -316,7 +316,7 @@ def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.
     front = body.center_offset_m + body.length_m / 2
     rear = body.center_offset_m - body.length_m / 2
     inside = near & (along >= rear) & (along <= front) & (np.abs(across) <= body.width_m / 2 + cfg.path_margin_m)
-    in_path = np.nan_to_num(inside, nan=0).astype(bool).any(axis=1)
+    in_path = inside.any(axis=1)  # NaN (no ego pose that late) compares False
     fi = to_numpy(column(objects, "frame_index"), np.int64)
     order = tr.order  # by (scene, track, time)
     g = tr.group_sorted
@@ -338,45 +338,47 @@ def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.
         "event_t_s": pa.array(event_t, pa.float64())}, schema=out_schema)
 
 
-def jaad_tables_from_log(frames: pa.Table, projections: pa.Table, entries: pa.Table, camera_of: dict,
+def jaad_tables_from_log(projections: pa.Table, entries: pa.Table, front: pa.Table,
                          splits: dict) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     """JAAD-shaped tables (``generator.sources.jaad``: videos, boxes, pedestrians, vehicle) of 3D logs, so that
-    ``build_samples`` makes their samples by the benchmark's own rules: a scene is a video (its front camera
-    ``camera_of[scene] = (name, width_px, height_px)``), a tracked pedestrian (``entries`` of ``path_entry``)
-    a behavioural pedestrian whose ``crossing`` is 1 with ``crossing_point`` its event frame when it enters the
-    ego's path, else 0; its boxes are its projected boxes in that camera (``projections`` rows, finite boxes).
-    ``splits[scene]``: the scene's split."""
-    from generator.attributes.arrays import column, to_numpy
+    ``build_samples`` makes their samples by the benchmark's own rules: a scene is a video seen through its
+    front camera (``front``: ``generator.sources.front_camera_images`` of its frames), a tracked pedestrian
+    (``entries`` of ``path_entry``) a behavioural pedestrian whose ``crossing`` is 1 with ``crossing_point`` its
+    event frame when it enters the ego's path, else 0; its boxes are its projected boxes in that camera
+    (``projections`` rows with a finite box). ``splits[scene]``: the scene's split."""
+    from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, to_numpy, unique_strings
 
-    videos = pa.table({"video_id": list(camera_of), "width_px": [v[1] for v in camera_of.values()],
-                       "height_px": [v[2] for v in camera_of.values()],
-                       "split": [splits.get(s) for s in camera_of]})
-    key = {(s, int(t)) for s, t in zip(entries.column("scene_id").to_pylist(), entries.column("track_id").to_pylist())}
-    p = projections
-    if p is None or p.num_rows == 0 or not key:
-        boxes = pa.table({"video_id": pa.array([], pa.string()), "ped_id": pa.array([], pa.string()),
-                          "frame": pa.array([], pa.int64()), **{c: pa.array([], pa.float32()) for c in
-                                                               ("x1_px", "y1_px", "x2_px", "y2_px")},
-                          "occlusion": pa.array([], pa.string()), "cross": pa.array([], pa.string()),
-                          "label": pa.array([], pa.string())})
-    else:
-        cams = pa.array([camera_of.get(s, (None,))[0] for s in p.column("scene_id").to_pylist()], pa.string())
-        box = p.column("box2d_proj_xyxy").combine_chunks()
-        finite = pc.and_(pc.is_valid(box), pc.equal(cams, column(p, "camera")))
-        p = p.filter(pc.fill_null(finite, False))
-        xyxy = np.asarray(p.column("box2d_proj_xyxy").to_pylist(), dtype=np.float32).reshape(-1, 4)
-        sid, tid = p.column("scene_id").to_pylist(), to_numpy(column(p, "track_id"), np.int64)
-        ok = np.isfinite(xyxy).all(axis=1) & np.array([(s, int(t)) in key for s, t in zip(sid, tid)], dtype=bool)
-        sel = np.flatnonzero(ok)
-        boxes = pa.table({"video_id": pa.array([sid[i] for i in sel], pa.string()),
-                          "ped_id": pa.array([str(tid[i]) for i in sel], pa.string()),
+    first = front.group_by("scene_id", use_threads=False).aggregate(
+        [("name", "first"), ("width_px", "first"), ("height_px", "first")])
+    vids = first.column("scene_id")
+    videos = pa.table({"video_id": vids, "width_px": first.column("width_px_first"),
+                       "height_px": first.column("height_px_first"),
+                       "split": pa.array([splits.get(s) for s in vids.to_pylist()], pa.string())})
+    empty = {"video_id": pa.string(), "ped_id": pa.string(), "frame": pa.int64(), "x1_px": pa.float32(),
+             "y1_px": pa.float32(), "x2_px": pa.float32(), "y2_px": pa.float32(), "occlusion": pa.string(),
+             "cross": pa.string(), "label": pa.string()}
+    boxes = pa.schema(empty).empty_table()
+    if projections is not None and projections.num_rows and entries.num_rows:
+        p = projections
+        scenes = unique_strings(column(p, "scene_id"), column(entries, "scene_id"), vids)
+        p_sc = codes(column(p, "scene_id"), scenes)
+        p_tr = to_numpy(column(p, "track_id"), np.int64)
+        ped = KeyIndex((codes(column(entries, "scene_id"), scenes) << 32)
+                       | to_numpy(column(entries, "track_id"), np.int64)).find((p_sc << 32) | p_tr) >= 0
+        cam_of = pc.take(first.column("name_first"), pc.index_in(column(p, "scene_id"), value_set=vids))
+        in_front = to_numpy(pc.fill_null(pc.equal(column(p, "camera"), cam_of), False), bool)
+        xyxy = fixed_list_to_numpy(p.column("box2d_proj_xyxy"), 4).astype(np.float32)
+        sel = np.flatnonzero(ped & in_front & np.isfinite(xyxy).all(axis=1))
+        n = len(sel)
+        boxes = pa.table({"video_id": pc.take(column(p, "scene_id"), pa.array(sel)),
+                          "ped_id": pc.cast(pa.array(p_tr[sel]), pa.string()),
                           "frame": pa.array(to_numpy(column(p, "frame_index"), np.int64)[sel]),
                           "x1_px": xyxy[sel, 0], "y1_px": xyxy[sel, 1], "x2_px": xyxy[sel, 2], "y2_px": xyxy[sel, 3],
-                          "occlusion": pa.nulls(len(sel), pa.string()), "cross": pa.nulls(len(sel), pa.string()),
-                          "label": pa.array(["pedestrian"] * len(sel), pa.string())})
+                          "occlusion": pa.nulls(n, pa.string()), "cross": pa.nulls(n, pa.string()),
+                          "label": pa.array(np.full(n, "pedestrian"), pa.string())}, schema=pa.schema(empty))
     ev = to_numpy(column(entries, "event_frame"), np.int64)
     pedestrians = pa.table({"video_id": column(entries, "scene_id"),
-                            "ped_id": pa.array([str(t) for t in entries.column("track_id").to_pylist()], pa.string()),
+                            "ped_id": pc.cast(column(entries, "track_id"), pa.string()),
                             "crossing": pa.array(np.where(ev >= 0, 1, 0)), "crossing_point": pa.array(ev)})
     vehicle = pa.table({"video_id": pa.array([], pa.string()), "frame": pa.array([], pa.int64()),
                         "action": pa.array([], pa.string())})

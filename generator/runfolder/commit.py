@@ -258,7 +258,7 @@ def remove_leftovers(store: RunStore) -> list[str]:
                layout.VALIDATE_DIR, *{t.folder for t in layout.TABLES.values()}, "perception"]
     for folder in folders:
         for rel in store.list(folder, recursive=bool(folder)):
-            if layout.is_tmp_name(rel) and not layout.is_lock_tmp_name(rel):  # the holder's heartbeat: ours
+            if layout.is_leftover_tmp_name(rel):
                 store.delete(rel)
                 removed.append(rel)
     for rel in store.list_dirs(layout.STAGING_DIR):

@@ -190,8 +190,7 @@ class RunReader:
         problems: list[str] = []
         every = store.list("", recursive=True)
         present = set(every)
-        problems += [f"temporary file left by a killed writer: {p}" for p in every
-                     if layout.is_tmp_name(p) and not layout.is_lock_tmp_name(p)]  # a heartbeat being written
+        problems += [f"temporary file left by a killed writer: {p}" for p in every if layout.is_leftover_tmp_name(p)]
         problems += [f"leftover of a killed writer: {p}" for p in every
                      if p.startswith((layout.STAGING_DIR + "/", layout.ATTEMPTS_DIR + "/", layout.PENDING_DIR + "/"))]
         listed: dict[str, int | None] = {}

@@ -154,6 +154,37 @@ def frames_table(scene: Scene) -> pa.Table:
     return tables.check_schema(pa.table(cols), tables.FRAMES, f"frames of scene {scene.scene_id}")
 
 
+def front_camera_images(frames: pa.Table, preferred: str) -> pa.Table:
+    """The front camera's entry of every FRAMES row that has one: scene_id, frame_index, name, image_path,
+    width_px, height_px. The camera is ``generator.types.front_camera`` over each scene's first frame with
+    cameras (``preferred``: ``qa.front_camera``), so a scene keeps one camera; frames lacking it are left out."""
+    import pyarrow.compute as pc
+
+    from generator.types import front_camera
+
+    cams = frames.column("cameras").combine_chunks()
+    flat = pc.list_flatten(cams)
+    parent = pa.array(pc.list_parent_indices(cams))
+    scene = pc.take(frames.column("scene_id").combine_chunks(), parent)
+    names = pc.struct_field(flat, "name")
+    chosen: dict[str, str] = {}
+    if len(flat):
+        scene_l, names_l, parent_np = scene.to_pylist(), names.to_pylist(), parent.to_numpy()
+        T = pc.struct_field(flat, "ego_SE3_cam")
+        starts = np.flatnonzero(np.r_[True, parent_np[1:] != parent_np[:-1]])  # first entry of each frame
+        ends = np.r_[starts[1:], len(parent_np)]
+        for a, b in zip(starts, ends):
+            if scene_l[a] not in chosen:
+                chosen[scene_l[a]] = front_camera(names_l[a:b], T[a:b].to_pylist(), preferred)
+    want = pc.take(pa.array(list(chosen.values()), pa.string()),
+                   pc.index_in(scene, value_set=pa.array(list(chosen), pa.string())))
+    keep = pc.fill_null(pc.equal(names, want), False)
+    flat, parent = flat.filter(keep), parent.filter(keep)
+    return pa.table({"scene_id": scene.filter(keep), "frame_index": pc.take(frames.column("frame_index").combine_chunks(), parent),
+                     "name": pc.struct_field(flat, "name"), "image_path": pc.struct_field(flat, "image_path"),
+                     "width_px": pc.struct_field(flat, "width_px"), "height_px": pc.struct_field(flat, "height_px")})
+
+
 def scenes_table(scenes: list[Scene]) -> pa.Table:
     """One row per scene (schema ``schemas.tables.SCENES``)."""
     def duration(s: Scene) -> float:
@@ -172,4 +203,5 @@ def scenes_table(scenes: list[Scene]) -> pa.Table:
     return tables.check_schema(pa.table(cols), tables.SCENES, "scenes")
 
 
-__all__ = ["LogSource", "open_source", "source_from_description", "frames_table", "scenes_table", "KINDS"]
+__all__ = ["LogSource", "open_source", "source_from_description", "frames_table", "front_camera_images",
+           "scenes_table", "KINDS"]

@@ -42,7 +42,7 @@ from generator.attributes.drama import frame_risk, relative_position, risk_table
 from generator.qa.fields import Field, QuestionType
 from generator.qa.render import FieldColumns, render_parts
 from generator.qa.templates import parse_template_text
-from generator.types import front_camera
+from generator.sources import front_camera_images
 from generator.writers.owned import owned_files
 from schemas.config import DramaXConfig, EgoBodyConfig
 from schemas.vocab import DRAMA_GROUPS, DRAMA_POSITIONS, VRU_CLASSES
@@ -127,15 +127,10 @@ def sample_id(scene_id: str, frame_index: int) -> str:
 
 
 def _front_cameras(frames: pa.Table, preferred: str) -> dict[tuple[str, int], tuple[str, str]]:
-    """(scene_id, frame_index) -> (front camera name, image path)."""
-    out = {}
-    for sid, fi, cams in zip(frames.column("scene_id").to_pylist(), frames.column("frame_index").to_pylist(),
-                             frames.column("cameras").to_pylist()):
-        cams = cams or []
-        name = front_camera([c["name"] for c in cams], [c["ego_SE3_cam"] for c in cams], preferred)
-        if name is not None:
-            out[(sid, fi)] = (name, next(c["image_path"] for c in cams if c["name"] == name) or "")
-    return out
+    """(scene_id, frame_index) -> (front camera name, image path) (``sources.front_camera_images``)."""
+    t = front_camera_images(frames, preferred)
+    return {(s, f): (n, p or "") for s, f, n, p in zip(*(t.column(c).to_pylist() for c in
+                                                         ("scene_id", "frame_index", "name", "image_path")))}
 
 
 def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, labels: pa.Table,

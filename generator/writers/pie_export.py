@@ -74,9 +74,11 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
     split of the scene. Returns (samples, info for the summary); ``cfg``: a PieConfig (default: the run's)."""
     import numpy as np
 
+    from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
+    from generator.attributes.ego import ego_states
     from generator.attributes.pie import build_samples, jaad_tables_from_log, log_config, path_entry, sample_counts
     from generator.qa.generate import scene_split
-    from generator.types import front_camera
+    from generator.sources import front_camera_images
 
     run_cfg = reader.config()
     cfg = cfg or run_cfg.pie
@@ -85,33 +87,27 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
                                                              "box2d_proj_xyxy"])
     if frames is None or objects is None:
         return pa.Table.from_pylist([], schema=SAMPLES), {"why_empty": "the run has no frames or objects"}
-    scenes = sorted(set(frames.column("scene_id").to_pylist()))
+    ego = ego_states(frames)
+    scenes = ego.scenes.to_pylist()
     splits = dict(zip(scenes, scene_split(scenes, run_cfg.qa.val_fraction)))
-    camera_of, image_of, rate = {}, {}, {}
-    sid_l, fi_l, ts_l = (frames.column(c).to_pylist() for c in ("scene_id", "frame_index", "timestamp_us"))
-    for sid, fi, cams in zip(sid_l, fi_l, frames.column("cameras").to_pylist()):
-        cams = cams or []
-        if sid not in camera_of:
-            name = front_camera([c["name"] for c in cams], [c["ego_SE3_cam"] for c in cams], run_cfg.qa.front_camera)
-            cam = next((c for c in cams if c["name"] == name), None)
-            if cam is None:
-                continue
-            camera_of[sid] = (name, int(cam["width_px"]), int(cam["height_px"]))
-        name = camera_of[sid][0]
-        image_of[(sid, fi)] = next((c["image_path"] for c in cams if c["name"] == name), None)
-    for sid in scenes:
-        ts = np.sort(np.array([t for s, t in zip(sid_l, ts_l) if s == sid], np.float64))
-        rate[sid] = 1e6 / float(np.median(np.diff(ts))) if len(ts) > 1 else 1.0
-    fps = float(np.median(list(rate.values()))) if rate else 1.0
+    o = np.lexsort((ego.t_s, ego.scene_code))
+    step = np.diff(ego.t_s[o])[np.diff(ego.scene_code[o]) == 0]  # frame intervals within scenes
+    fps = float(1.0 / np.median(step)) if len(step) else 1.0
     lcfg = log_config(cfg, round(fps, 3))
     entries = path_entry(frames, objects, lcfg, run_cfg.ego)
-    tables = jaad_tables_from_log(frames, projections, entries, camera_of, splits)
-    samples, reasons = build_samples(*tables, lcfg)
+    front = front_camera_images(frames, run_cfg.qa.front_camera)
+    samples, reasons = build_samples(*jaad_tables_from_log(projections, entries, front, splits), lcfg)
     if samples.num_rows:  # the log's own images instead of JAAD's extracted-frame layout; no video
-        paths = [[image_of.get((v, f)) for f in fr] for v, fr in zip(samples.column("video_id").to_pylist(),
-                                                                      samples.column("frames").to_pylist())]
+        fr = samples.column("frames").combine_chunks()
+        sc = codes(pc.take(samples.column("video_id"), pc.list_parent_indices(fr)), ego.scenes)
+        img = KeyIndex((codes(column(front, "scene_id"), ego.scenes) << 32)
+                       | to_numpy(column(front, "frame_index"), np.int64)).find(
+            (sc << 32) | to_numpy(pc.list_flatten(fr), np.int64))
+        paths = pc.if_else(pa.array(img >= 0), pc.take(column(front, "image_path"), pa.array(np.maximum(img, 0))),
+                           pa.scalar(None, pa.string()))
+        typ = samples.schema.field("image_paths").type
         samples = samples.set_column(samples.schema.get_field_index("image_paths"), "image_paths",
-                                     pa.array(paths, samples.schema.field("image_paths").type))
+                                     pa.ListArray.from_arrays(fr.offsets, paths, type=typ))
         samples = samples.set_column(samples.schema.get_field_index("video_path"), "video_path",
                                      pa.nulls(samples.num_rows, pa.string()))
     info = {"source": {"kind": "run", "run": reader.uri, "scenes": len(scenes), "frame_rate_hz": fps,
