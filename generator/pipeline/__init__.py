@@ -13,6 +13,7 @@ sources/actors/attributes/qa/writers), ``exports`` (card, bench), ``regenerate``
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -126,6 +127,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     store = RunStore(out)
     if resume and not store.exists(""):
         raise RunFolderError(f"{store.uri} does not exist: nothing to resume", file=store.uri)
+    src = None  # the opened logs of a new run (a resumed run reads its description)
     if not resume:  # every input checked before the run folder is touched
         cfg = cfg if cfg is not None else load_config(config)
         check_inputs(cfg)
@@ -168,7 +170,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
 
             stages = stages if stages is not None else real.default_stages(cfg)
             write = write or real.write_scene
-            finalize = finalize or exports.finalize_run
+            finalize = finalize or functools.partial(exports.finalize_run, source=src)
         started = False
         if executor == "ray":
             started = ensure_ray(cfg, address, verbose)

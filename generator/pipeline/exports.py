@@ -165,10 +165,11 @@ def intention_tables(reader: RunReader, cfg: PipelineConfig | None = None, split
 
 
 def export_intention(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
-                     splits: list[str] | None = None) -> dict:
+                     splits: list[str] | None = None, source=None) -> dict:
     """Write a run folder's Intention-Drive export (``generator.writers.intention_export``) into ``out`` (any
     filesystem; default ``RUN/intention``); a folder is replaced only when it is an earlier such export.
-    Returns the summary (``export_summary.json``)."""
+    Returns the summary (``export_summary.json``). ``source``: the run's logs, already opened (default: opened
+    again from ``source.json`` for their maps)."""
     import pyarrow as pa
 
     from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
@@ -177,7 +178,7 @@ def export_intention(run: str | RunReader, out: str | None = None, cfg: Pipeline
 
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
-    maps, road_note = road_maps(reader.source(), reader.scene_ids()) if cfg.intention.road_edges else \
+    maps, road_note = road_maps(source or reader.source(), reader.scene_ids()) if cfg.intention.road_edges else \
         ({}, "intention.road_edges is off")
     parts = list(intention_tables(reader, cfg, splits, maps))
     samples = pa.concat_tables([p[0] for p in parts]) if parts else INTENTION_SAMPLES.empty_table()
@@ -360,9 +361,10 @@ def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | Non
     return stats
 
 
-def finalize_run(store: RunStore, summary: dict) -> None:
+def finalize_run(store: RunStore, summary: dict, source=None) -> None:
     """End of ``drivegen run``: the dataset card, the STRIDE-QA-Bench and Intention-Drive exports, when the
-    config asks."""
+    config asks; ``source``: the run's opened logs when the caller holds them (their maps are read from it
+    instead of opening the logs again)."""
     reader = RunReader(store)
     cfg = reader.config()
     if cfg.writers.card:
@@ -374,5 +376,5 @@ def finalize_run(store: RunStore, summary: dict) -> None:
         result = export_bench(reader, cfg=cfg)
         summary["bench_export"] = {k: result[k] for k in ("groups", "questions", "why_empty") if k in result}
     if cfg.writers.intention_export and "ego_intention" in cfg.qa.families:
-        result = export_intention(reader, cfg=cfg)
+        result = export_intention(reader, cfg=cfg, source=source)
         summary["intention_export"] = {k: result[k] for k in ("samples", "keyframes", "why_empty") if k in result}

@@ -58,15 +58,16 @@ def qa_ids(s: PlanningSamples, ins: Instructions) -> pa.Array:
                                        FAMILY, _vocab(INSTRUCTION_KINDS, ins.kind), who, ":")
 
 
-def road_maps(source: dict | None, scene_ids: list[str]) -> tuple[dict[str, dict], str | None]:
-    """{scene: drivable map} from the run's source description (``source.json``), and a note when the logs
-    could not be opened (then no road edges are checked). Scenes without a map are left out."""
+def road_maps(source, scene_ids: list[str]) -> tuple[dict[str, dict], str | None]:
+    """{scene: drivable map} from the run's logs: an opened ``LogSource``, or its description (``source.json``)
+    to open them with; and a note when the logs could not be opened (then no road edges are checked). Scenes
+    without a map are left out."""
     from generator.sources import source_from_description
 
     if not source:
         return {}, "the run folder has no source.json: road edges are not checked"
     try:
-        src = source_from_description(source)
+        src = source_from_description(source) if isinstance(source, dict) else source
     except Exception as err:  # noqa: BLE001 - the export goes on without road edges, and says so
         return {}, f"the logs could not be opened ({type(err).__name__}: {err}): road edges are not checked"
     out = {}
