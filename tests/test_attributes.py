@@ -114,3 +114,23 @@ def test_pair_relations_hand_computed():
     assert rel["a_above_b"] == [False, False, False] and rel["vertical_gap_m"][2] == pytest.approx(-1.0)
     assert rel["a_closer_than_b"] == [True, False, True]
     assert rel["range_gap_m"][0] == pytest.approx(math.hypot(10, 2) - math.hypot(20, 3))
+
+
+def test_dense_pair_codes_match_a_lexicographic_unique_on_both_paths():
+    """Dense (scene, track) codes rank pairs lexicographically, whether the values span a narrow range (the
+    presence-table path) or a wide one (np.unique), negative values and repeats included."""
+    from generator.attributes.arrays import dense_codes, dense_pair_codes
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(1, 400))
+        a = rng.integers(-3, int(rng.integers(1, 40)), n)
+        width = 10 ** int(rng.integers(1, 13))  # track ids from 0..9 to 12-digit hashes
+        b = rng.integers(-width, width, n)
+        got, m = dense_pair_codes(a, b)
+        want, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+        assert m == len(want), trial
+        np.testing.assert_array_equal(got, inv.reshape(-1), err_msg=f"trial {trial}")
+    codes, m = dense_codes(np.array([5, -2, 5, 9_000_000_000, -2]))
+    assert m == 3 and codes.tolist() == [1, 0, 1, 2, 0]
+    assert dense_pair_codes(np.zeros(0, np.int64), np.zeros(0, np.int64))[1] == 0

@@ -72,17 +72,33 @@ def unique_strings(*arrays) -> pa.Array:
     return pc.take(u, pc.sort_indices(u))
 
 
+def dense_codes(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense codes (0..M-1) of integers in value order; returns (codes, M). Integers spanning a range not much
+    wider than their count (scene codes, track ids, frame keys) are ranked through a presence table, O(n + range),
+    without sorting; others by ``np.unique``."""
+    x = np.asarray(x, np.int64)
+    if len(x) == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    lo = int(x.min())
+    span = int(x.max()) - lo + 1
+    if span <= max(4096, 4 * len(x)):
+        present = np.zeros(span, bool)
+        present[x - lo] = True
+        rank = np.cumsum(present) - 1
+        return rank[x - lo], int(rank[-1]) + 1
+    u, inv = np.unique(x, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(u)
+
+
 def dense_pair_codes(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense codes (0..M-1) of integer pairs (a, b), ordered lexicographically; returns (codes, M).
-    Two 1-D ``np.unique`` passes (b's values first, then the combined small key) - no row-wise sort."""
+    Two 1-D ``dense_codes`` passes (b's values first, then the combined small key) - no row-wise sort."""
     if len(a) == 0:
         return np.zeros(0, dtype=np.int64), 0
     a = np.asarray(a, np.int64)
-    ub, inv_b = np.unique(np.asarray(b, np.int64), return_inverse=True)
-    a_min = a.min()
-    key = (a - a_min) * len(ub) + inv_b.reshape(-1)
-    uk, inv = np.unique(key, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), len(uk)
+    inv_b, n_b = dense_codes(b)
+    key = (a - a.min()) * n_b + inv_b
+    return dense_codes(key)
 
 
 class KeyIndex:

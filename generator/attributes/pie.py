@@ -277,6 +277,20 @@ def log_config(cfg: PieConfig, fps: float) -> PieConfig:
                                   "risk_horizon_frames": frames(cfg.risk_horizon_frames, 1)})
 
 
+def pedestrian_rows(attributes: pa.Table) -> pa.Table:
+    """The tracked pedestrians' rows of an ATTRIBUTES table (one row per OBJECTS row, centre split into x/y/z) in
+    the OBJECTS columns ``path_entry`` reads: scene_id, frame_index, track_id, class_name, center_ego_m."""
+    from generator.attributes.arrays import column, to_numpy
+
+    keep = pc.and_(pc.equal(column(attributes, "class_name"), "pedestrian"),
+                   pc.greater_equal(column(attributes, "track_id"), 0))
+    a = attributes.filter(pc.fill_null(keep, False))
+    xyz = np.stack([to_numpy(column(a, k), np.float64, fill=np.nan) for k in ("x_ego_m", "y_ego_m", "z_ego_m")], 1)
+    return pa.table({"scene_id": column(a, "scene_id"), "frame_index": column(a, "frame_index"),
+                     "track_id": column(a, "track_id"), "class_name": column(a, "class_name"),
+                     "center_ego_m": pa.FixedSizeListArray.from_arrays(pa.array(xyz.reshape(-1)), 3)})
+
+
 def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.Table:
     """Per tracked pedestrian (``objects`` rows of class pedestrian, track_id >= 0) of 3D logs: the frame at which
     it first stands in the ego's path ahead, the crossing event of the 3D-log PIE tasks (-1: never).
@@ -304,13 +318,17 @@ def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.
     n = objects.num_rows
     taus = np.arange(0.0, cfg.path_horizon_s + 1e-9, cfg.path_step_s)
     k = len(taus)
-    qt = (tr.t_s[:, None] + taus[None, :]).reshape(-1)
-    qs = np.repeat(tr.scene_code, k)
-    e_xy = ego.interp(ego.position_m[:, :2], qs, qt).reshape(n, k, 2)
-    e_yaw = ego.interp(ego.yaw_rad, qs, qt).reshape(n, k)
-    near = np.hypot(*(e_xy - e_xy[:, :1]).transpose(2, 0, 1)) <= cfg.path_ahead_m
+    # the ego's future poses depend only on the frame: interpolated once per frame the pedestrians are seen in
+    # (a pedestrian row is at its frame's time), then spread to the rows
+    f_rows, f_of = np.unique(tr.row, return_inverse=True)
+    qt = (ego.t_s[f_rows][:, None] + taus[None, :]).reshape(-1)
+    qs = np.repeat(ego.scene_code[f_rows], k)
+    f_xy = ego.interp(ego.position_m[:, :2], qs, qt).reshape(len(f_rows), k, 2)
+    f_yaw = ego.interp(ego.yaw_rad, qs, qt).reshape(len(f_rows), k)
+    f_near = np.hypot(*(f_xy - f_xy[:, :1]).transpose(2, 0, 1)) <= cfg.path_ahead_m
+    e_xy, near = f_xy[f_of], f_near[f_of]
+    c, s = np.cos(f_yaw)[f_of], np.sin(f_yaw)[f_of]
     d = tr.center_city_m[:, None, :2] - e_xy
-    c, s = np.cos(e_yaw), np.sin(e_yaw)
     along = c * d[..., 0] + s * d[..., 1]  # in the ego pose's frame, from the rear-axle origin
     across = -s * d[..., 0] + c * d[..., 1]
     front = body.center_offset_m + body.length_m / 2

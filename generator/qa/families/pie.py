@@ -9,7 +9,8 @@
   (the benchmark's rule, §III-A 3): the event-risk class (``generator.attributes.pie.risk_class``: 0 = the centre
   of the view ... 5 = its edges) and the side; value = the class (unit ``risk_class``).
 
-Reads the objects table (tracked pedestrians and the ego's path); without it the family asks nothing.
+Reads no table beyond the shared ones: the tracked pedestrians' positions are the attributes' (one row per
+object and frame, ``generator.attributes.pie.pedestrian_rows``), the ego's path the frames' poses.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, to_numpy
-from generator.attributes.pie import path_entry, risk_class, risk_region
+from generator.attributes.pie import path_entry, pedestrian_rows, risk_class, risk_region
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import Batch, Plan, single, vocabulary
 
@@ -47,9 +48,6 @@ def _seconds(s: float) -> str:
 
 
 def build(plan: Plan) -> list[Batch]:
-    objects = plan.tables.get("objects")
-    if objects is None or objects.num_rows == 0:
-        return []
     cfg = plan.cfg.pie
     c = plan.cand
     cls = pc.take(column(plan.attrs, "class_name"), pa.array(c["attr"]))
@@ -61,7 +59,7 @@ def build(plan: Plan) -> list[Batch]:
     out = []
 
     # crossing: the path-entry event within the action horizon
-    entries = path_entry(plan.frames, objects, cfg, plan.cfg.ego)
+    entries = path_entry(plan.frames, pedestrian_rows(plan.attrs), cfg, plan.cfg.ego)
     e_key = (codes(column(entries, "scene_id"), plan.scenes) << 32) | to_numpy(column(entries, "track_id"), np.int64)
     hit = KeyIndex(e_key).find((c["scene"][ped] << 32) | c["track"][ped])
     ev_frame = np.where(hit >= 0, to_numpy(column(entries, "event_frame"), np.int64)[np.maximum(hit, 0)], -2)
@@ -120,4 +118,4 @@ def build(plan: Plan) -> list[Batch]:
 
 
 PIE = Family(NAME, "PIE/JAAD QA (pedestrian crossing in front of the ego, event-risk region)", tuple(TYPES.values()),
-             build, reads={"objects": ["scene_id", "frame_index", "track_id", "class_name", "center_ego_m"]})
+             build)
