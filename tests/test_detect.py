@@ -290,7 +290,7 @@ def test_lidar_detector_tells_structure_cones_barriers_and_signs_apart():
 
 
 @pytest.mark.slow
-def test_lidar_backend_meets_the_generated_log_goals(synth_root, tmp_path):
+def test_lidar_backend_meets_the_generated_log_goals(synth_root, synth_lidar_detector, tmp_path):
     """Issue #18 goals on the generated logs, scored by drivegen validate's own code: mAP >= 0.5 and mAOE
     < 0.5 rad through detection and tracking (the detector alone: the same mAP; its still boxes' heading is
     made consistent per track by the tracker). Before: mAP 0.336, mAOE 1.229."""
@@ -302,8 +302,10 @@ def test_lidar_backend_meets_the_generated_log_goals(synth_root, tmp_path):
     cfg = parse_config({"detection": {"backend": "lidar"}, "segmentation": {"cameras": ["CAM_FRONT"]}})
     src = open_source("nuscenes", synth_root, version=SYNTH_VERSION)
     scenes = [src.load_scene(s) for s in src.scene_ids()]
-    tracked = detection_metrics(write_run_folder(tmp_path / "tracked", src, cfg, scenes))
-    alone = detection_metrics(write_run_folder(tmp_path / "alone", src, cfg, scenes, tracked=False))
+    assert cfg.detection == DetectionConfig(backend="lidar")  # the shared pass's detector
+    tracked = detection_metrics(write_run_folder(tmp_path / "tracked", src, cfg, scenes, detector=synth_lidar_detector))
+    alone = detection_metrics(write_run_folder(tmp_path / "alone", src, cfg, scenes, tracked=False,
+                                               detector=synth_lidar_detector))
     for name, d in (("detect + track", tracked), ("detector alone", alone)):
         print(f"lidar backend, generated logs, {name}: mAP {d['mAP']:.3f} mAOE {d['mAOE']:.3f} NDS {d['NDS']:.3f} "
               + " ".join(f"{c} {m['AP']:.2f}" for c, m in d["per_class"].items() if m["has_gt"]))

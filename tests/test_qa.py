@@ -54,7 +54,9 @@ def hand_qa():
 
 
 def test_schema_and_families(hand_qa):
-    assert set(hand_qa.family) == {"object_spatial", "ego_spatial", "ego_spatiotemporal"}
+    # the default families that need no table beyond frames, attributes and projections (the label families
+    # read the labels table; pie its pedestrians from the attributes)
+    assert set(hand_qa.family) == {"object_spatial", "ego_spatial", "ego_spatiotemporal", "pie"}
     assert hand_qa.qa_id.is_unique
     assert set(hand_qa.keyframe_index) == {4, 6, 10}
     assert (hand_qa[hand_qa.family == "ego_spatiotemporal"].kind == "quantitative").all()

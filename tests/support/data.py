@@ -52,3 +52,24 @@ def synth_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synth")
     make_dataset(root, num_scenes=2, seed=0, version=SYNTH_VERSION)
     return root
+
+
+@pytest.fixture(scope="session")
+def synth_lidar_detector(synth_root):
+    """The weight-free ``lidar`` detector (default ``DetectionConfig`` but for the backend) over the generated logs,
+    run once per test session: a detector (frames -> boxes) that runs it on first sight of a list of frames and
+    replays copies of its output afterwards. The tests that score it on every scene share one pass (detection
+    is the costly part; tracking and scoring differ per test)."""
+    from actors.detect import build_detector
+    from schemas.config import DetectionConfig
+
+    real = build_detector(DetectionConfig(backend="lidar"))
+    seen: dict[tuple, list] = {}
+
+    def detect(frames):
+        key = tuple((f.scene_id, f.token, len(f.lidar_sweeps or ())) for f in frames)
+        if key not in seen:
+            seen[key] = list(real(frames))
+        return [b.copy() for b in seen[key]]
+
+    return detect
