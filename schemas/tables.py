@@ -355,9 +355,13 @@ def _compact_array(arr: pa.Array) -> pa.Array:
     if not _has_dictionary(t):
         return arr
     if pa.types.is_dictionary(t):
-        valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
-        idx = arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)  # nulls: masked below
-        used_idx = idx if valid is None else idx[valid]
+        if arr.null_count:
+            valid = ~arr.is_null().to_numpy(zero_copy_only=False)
+            idx = arr.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)  # nulls: masked below
+            used_idx = idx[valid]
+        else:  # the common case: the indices as they are (zero copy), no fill and no widening
+            valid = None
+            idx = used_idx = arr.indices.to_numpy()
         if len(used_idx) == 0:  # empty or all null: no value is used
             return pa.DictionaryArray.from_arrays(pa.nulls(len(arr), t.index_type), arr.dictionary[:0],
                                                   ordered=t.ordered)

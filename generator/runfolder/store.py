@@ -144,10 +144,11 @@ class RunStore:
                     if durable:
                         fh.flush()
                         os.fsync(fh.fileno())
+                os.replace(self.full(tmp), self.full(rel))  # what fs.move does locally, without its wrapping
             else:
                 with self.fs.open_output_stream(self.full(tmp)) as fh:
                     fh.write(data)
-            self.fs.move(self.full(tmp), self.full(rel))
+                self.fs.move(self.full(tmp), self.full(rel))
         except OSError as err:  # read-only filesystem, permissions, a full disk: name the file
             self._delete_quiet(tmp)
             raise self._write_error(rel, err) from None
