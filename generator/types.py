@@ -193,6 +193,15 @@ class Scene:
     # sensor files found damaged when the scene loaded (``FrameIssue``, stage 'load'): the frame keeps its
     # other sensors; the pipeline counts these frames against failures.max_failed_frame_share
     issues: list = field(default_factory=list)
+    # logs on object storage (``generator.sources.remote``): (node-cache folder, URI) — the frames' files are
+    # read from the cache, the tables the run writes name them by URI (``shown_path``)
+    files_at: tuple[str, str] | None = None
+
+    def shown_path(self, path: str) -> str:
+        """How the run's tables name one of this scene's files: its URI for logs on object storage."""
+        if self.files_at and path and path.startswith(self.files_at[0] + "/"):
+            return self.files_at[1] + path[len(self.files_at[0]):]
+        return path
 
     def __post_init__(self) -> None:
         ts = [f.timestamp_us for f in self.frames]

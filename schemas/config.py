@@ -84,6 +84,13 @@ class SourceLimitsConfig(_Model):
     # stored ring by ring (the generated logs) and cut loses its upper rings. nuScenes' LIDAR_TOP (HDL-32E)
     # has 32; 0 turns the check off (nuScenes-format logs of another LiDAR: set its ring count).
     lidar_rings: int = Field(32, ge=0)
+    # Logs on object storage (``--data s3://...``, ``generator.sources.remote``): this node's cache of their files.
+    # The folder ('' = $DRIVEGEN_LOG_CACHE, else ~/.cache/drivegen/logs; a local disk of each node), its size
+    # bound (least recently used files go first) and how long a used file is never evicted (a scene in flight
+    # keeps its files: the bound is exceeded instead).
+    cache_dir: str = ""
+    cache_max_bytes: int = Field(50 * 1024 ** 3, ge=0)
+    cache_keep_s: float = Field(600.0, ge=0)
 
 
 class LidarDetectorConfig(_Model):

@@ -28,7 +28,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run folder: local path or URI (file://, s3://, gs://, ...)")
     p.add_argument("--source", choices=("nuscenes", "av2"), default=None,
                    help="log format of --data (default without --data: generated nuScenes-format logs)")
-    p.add_argument("--data", default=None, help="nuScenes dataroot or AV2 folder (of logs, or one log)")
+    p.add_argument("--data", default=None, help="nuScenes dataroot or AV2 folder (of logs, or one log), local or a "
+                   "URI such as s3://bucket/nuscenes (read through each node's cache: sources.cache_dir)")
     p.add_argument("--version", default=None, help="nuScenes table version (default: the only one present)")
     p.add_argument("--config", default=None, help="pipeline config YAML (default: built-in paper defaults)")
     p.add_argument("--address", default=None,

@@ -105,8 +105,10 @@ def record_scene(reader, scene_id: str, out: str, max_frames: int | None = None)
             rec.log(base, rr.Pinhole(image_from_camera=_mat(cam["K"], 3), width=cam["width_px"],
                                      height=cam["height_px"]))
             if cam.get("image_path"):
-                with open(cam["image_path"], "rb") as fh:
-                    rec.log(f"{base}/image", rr.EncodedImage(contents=fh.read(), media_type="image/jpeg"))
+                from generator.sources.remote import read_log_file
+
+                rec.log(f"{base}/image", rr.EncodedImage(contents=read_log_file(cam["image_path"]),
+                                                         media_type="image/jpeg"))
                 counts["images"] += 1
             if cam["name"] not in segmented:  # a camera the run did not segment: no masks, no 2D boxes
                 continue

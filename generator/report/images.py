@@ -6,12 +6,14 @@ the bench export), then drawn with the same Set-of-Mark function as the WebDatas
 from __future__ import annotations
 
 import hashlib
+import io
 from functools import lru_cache
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from generator.sources.remote import is_remote, read_log_file
 from generator.writers.marks import draw_marks, grounding_marks
 
 IMG_DIR = "img"
@@ -51,7 +53,7 @@ class ReportImages:
     def frame(self, path: str, width: int | None = None) -> tuple[np.ndarray, int] | None:
         """The RGB frame at ``path`` (relative paths resolved against the logs' root) scaled down to at most
         ``width`` pixels wide, and the frame's full width; None when unreadable."""
-        return _read_rgb(path if self.image_root is None or Path(path).is_absolute()
+        return _read_rgb(path if self.image_root is None or is_remote(path) or Path(path).is_absolute()
                          else str(Path(self.image_root) / path), width)
 
     def marked(self, path: str, groundings: list[dict], frame_index: int, camera: str, width: int,
@@ -84,15 +86,15 @@ def _read_rgb(path: str, width: int | None = None) -> tuple[np.ndarray, int] | N
     frame shown 200 px wide decodes about 8x faster), then resized to ``width`` exactly."""
     from PIL import Image, UnidentifiedImageError
 
-    if not path or not Path(path).is_file():
+    if not path:
         return None
     try:
-        with Image.open(path) as im:
+        with Image.open(io.BytesIO(read_log_file(path))) as im:  # a path, or an object's URI (remote logs)
             full_w, full_h = im.size
             if width and full_w > width:
                 im.draft("RGB", (width, max(1, full_h * width // full_w)))
             rgb = np.asarray(im.convert("RGB"))
-    except (OSError, UnidentifiedImageError, ValueError):
+    except (OSError, UnidentifiedImageError, ValueError):  # missing (FileNotFoundError) or undecodable
         return None
     if width and rgb.shape[1] > width:
         h = max(1, round(rgb.shape[0] * width / rgb.shape[1]))

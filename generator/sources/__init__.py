@@ -99,7 +99,14 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
     if kind == "nuscenes":
         from generator.sources.nuscenes import NuScenesSource
 
-        version = kw.pop("version", None) or _detect_version(Path(path))
+        version = kw.pop("version", None)
+        if version is None:
+            from generator.sources.remote import is_remote
+
+            if is_remote(path):
+                raise SourceError(f"logs on object storage need their nuScenes version: pass --version (version=) "
+                                  f"for {path}", file=str(path), stage="open")
+            version = _detect_version(Path(path))
         return NuScenesSource(path, version=version, cfg=kf, limits=limits, **kw)
     if kind == "av2":
         from generator.sources.av2 import AV2Source
@@ -135,7 +142,8 @@ def _mat_column(mats: np.ndarray, width: int) -> pa.FixedSizeListArray:
 def frames_table(scene: Scene) -> pa.Table:
     """One row per frame of ``scene`` (schema ``schemas.tables.FRAMES``)."""
     fr = scene.frames
-    cams = [[{"name": name, "image_path": f.image_paths.get(name, ""), "width_px": c.width_px,
+    shown = scene.shown_path
+    cams = [[{"name": name, "image_path": shown(f.image_paths.get(name, "")), "width_px": c.width_px,
               "height_px": c.height_px, "K": c.K.reshape(-1).tolist(),
               "ego_SE3_cam": c.ego_SE3_cam.as_matrix().reshape(-1).tolist()} for name, c in f.cameras.items()]
             for f in fr]
@@ -147,7 +155,7 @@ def frames_table(scene: Scene) -> pa.Table:
         "is_anchor": pa.array([bool(f.is_anchor) for f in fr], pa.bool_()),
         "city_SE3_ego": _mat_column(np.array([f.city_SE3_ego.as_matrix() for f in fr]).reshape(-1, 16), 16),
         "ego_SE3_lidar": _mat_column(np.array([f.ego_SE3_lidar.as_matrix() for f in fr]).reshape(-1, 16), 16),
-        "lidar_path": pa.array([f.lidar_path for f in fr], pa.string()),
+        "lidar_path": pa.array([shown(f.lidar_path) for f in fr], pa.string()),
         "lidar_format": pa.array([f.lidar_format for f in fr], pa.string()),
         "cameras": pa.array(cams, tables.FRAMES.field("cameras").type),
     }

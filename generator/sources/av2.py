@@ -27,6 +27,7 @@ from generator.sources.base import LogSource
 from generator.sources.io import check_lidar
 from generator.sources.keyframes import nearest_indices, select_anchors
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
+from generator.sources.remote import RemoteRoot, is_remote
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
 from schemas.config import KeyframeConfig, SourceLimitsConfig
 
@@ -129,11 +130,20 @@ class AV2Source(LogSource):
         if max_sweeps < 0:
             raise ValueError(f"max_sweeps must be >= 0, got {max_sweeps}")
         self.max_sweeps = int(max_sweeps)
-        self.root = Path(os.path.abspath(root))
         self.cfg = cfg or KeyframeConfig()
         self.limits = limits or SourceLimitsConfig()
         self.require_labels = bool(require_labels)
         self.check_files = bool(check_files)
+        self.remote, self._remote_files = None, {}
+        if is_remote(root):  # listed now; a log's files are fetched into this node's cache when it loads
+            self.remote = RemoteRoot(str(root), self.limits)
+            self.root = self.remote.mirror
+            self._logs, self._remote_files = self._remote_logs(self.remote.list(), self.remote.uri)
+            if not self._logs:
+                raise SourceError(f"no AV2 logs (folders with {POSES_FILE} or {ANNOTATIONS_FILE}) found",
+                                  file=self.remote.uri, stage="open")
+            return
+        self.root = Path(os.path.abspath(root))
         if not self.root.is_dir():
             raise SourceError("AV2 root folder does not exist", file=str(self.root), stage="open")
         if _is_log(self.root):
@@ -148,7 +158,8 @@ class AV2Source(LogSource):
         return list(self._logs)
 
     def describe(self) -> dict:
-        return {"kind": self.name, "root": str(self.root), "keyframes": self.cfg.model_dump(mode="json"),
+        return {"kind": self.name, "root": self.remote.uri if self.remote else str(self.root),
+                "keyframes": self.cfg.model_dump(mode="json"),
                 "limits": self.limits.model_dump(mode="json"), "require_labels": self.require_labels,
                 "check_files": self.check_files, "max_sweeps": self.max_sweeps}
 
@@ -157,14 +168,36 @@ class AV2Source(LogSource):
         if log is None:
             raise SourceError(f"unknown AV2 log {scene_id!r}", scene=scene_id, file=str(self.root), stage="read")
         try:
-            return self._load(scene_id, log)
-        except SourceError:
-            raise
+            if self.remote is None:
+                return self._load(scene_id, log)
+            self.remote.fetch_all(self._remote_files[scene_id])
+            return self.remote.loaded(self._load(scene_id, log))
+        except SourceError as err:
+            raise (self.remote.named(err) if self.remote is not None else err) from None
         except (ValueError, KeyError, IndexError) as err:  # malformed contents not caught by a specific check
             raise SourceError(f"malformed AV2 log: {type(err).__name__}: {err}", scene=scene_id, file=str(log),
                               stage="read") from None
 
     # -- internals -------------------------------------------------------------------------------------
+    def _remote_logs(self, files: list[str], uri: str) -> tuple[dict[str, Path], dict[str, list[str]]]:
+        """The logs among the files of a remote root (a log: the folder of a poses or annotations file or of
+        sensors/lidar/; the root itself may be one) and each log's files."""
+        marks = (POSES_FILE, ANNOTATIONS_FILE, "sensors/lidar/")
+
+        def log_of(rel: str) -> str | None:
+            if any(rel == m or rel.startswith(m) for m in marks):
+                return ""
+            head, _, rest = rel.partition("/")
+            return head if rest and any(rest == m or rest.startswith(m) for m in marks) else None
+
+        prefixes = sorted({p for p in map(log_of, files) if p is not None})
+        logs, owned = {}, {}
+        for prefix in prefixes:
+            name = prefix or uri.rstrip("/").rsplit("/", 1)[-1]
+            logs[name] = self.root / prefix if prefix else self.root
+            owned[name] = [f for f in files if not prefix or f.startswith(prefix + "/")]
+        return logs, owned
+
     def _load(self, scene: str, log: Path) -> Scene:
         ann_path = log / ANNOTATIONS_FILE
         ann = None

@@ -18,6 +18,7 @@ from generator.geometry import SE3, quat_wxyz_to_matrix, yaw_of_matrix
 from generator.sources.base import LogSource
 from generator.sources.io import check_lidar, image_file_problem
 from generator.sources.keyframes import select_anchors
+from generator.sources.remote import RemoteRoot, is_remote
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
 from schemas.vocab import NUSCENES_CAMERAS
@@ -61,11 +62,18 @@ class NuScenesSource(LogSource):
             raise ValueError(f"max_sweeps must be >= 0, got {max_sweeps}")
         self.max_sweeps = int(max_sweeps)
 
-        self.dataroot = Path(os.path.abspath(dataroot))
         self.version = version
         self.cfg = cfg or KeyframeConfig()
         self.limits = limits or SourceLimitsConfig()
         self.check_files = check_files
+        self.remote = None
+        if is_remote(dataroot):  # tables mirrored into this node's cache now, sensor files as scenes load
+            self.remote = RemoteRoot(str(dataroot), self.limits)
+            self.remote.folder(version)
+            self.dataroot = self.remote.mirror
+            self._fetch_maps()
+        else:
+            self.dataroot = Path(os.path.abspath(dataroot))
         table_root = self.dataroot / version
         if not (table_root / "scene.json").is_file():
             raise SourceError(f"no nuScenes tables for version {version!r} (scene.json missing)",
@@ -97,7 +105,8 @@ class NuScenesSource(LogSource):
         return list(self._ids)
 
     def describe(self) -> dict:
-        return {"kind": self.name, "dataroot": str(self.dataroot), "version": self.version,
+        return {"kind": self.name, "dataroot": self.remote.uri if self.remote else str(self.dataroot),
+                "version": self.version,
                 "scenes": self._scene_filter, "check_files": self.check_files, "max_sweeps": self.max_sweeps,
                 "keyframes": self.cfg.model_dump(mode="json"), "limits": self.limits.model_dump(mode="json")}
 
@@ -110,6 +119,11 @@ class NuScenesSource(LogSource):
         for m in self.nusc.map:
             if rec["log_token"] in m.get("log_tokens", ()):
                 path = self.dataroot / m["filename"]
+                if self.remote is not None:
+                    try:
+                        path = self.remote.local(m["filename"])
+                    except SourceError:
+                        continue
                 if path.is_file():
                     return {"path": str(path), "resolution_m": float(m["mask"].resolution),
                             "kind": f"nuScenes {m.get('category', 'map')}"}
@@ -125,9 +139,10 @@ class NuScenesSource(LogSource):
                               file=str(self.dataroot / self.version / "scene.json"), stage="read")
         name = rec["name"]
         try:
-            return self._load(rec)
-        except SourceError:
-            raise
+            scene = self._load(rec)
+            return self.remote.loaded(scene) if self.remote is not None else scene
+        except SourceError as err:
+            raise (self.remote.named(err) if self.remote is not None else err) from None
         except KeyError as err:  # a token or field that is not there
             raise SourceError(f"a table row references a missing token or lacks field {err}", scene=name,
                               file=str(self.dataroot / self.version), stage="read") from None
@@ -139,8 +154,25 @@ class NuScenesSource(LogSource):
     def _table_file(self, table: str) -> str:
         return str(self.dataroot / self.version / f"{table}.json")
 
-    def _path(self, scene: str, sd: dict) -> str:
-        """Absolute path of a sample_data file; refuses rows that point outside the dataroot.
+    def _fetch_maps(self) -> None:
+        """The map masks the devkit opens with its tables (``map.json``'s filenames), into the node cache."""
+        import json
+
+        try:
+            maps = json.loads((self.dataroot / self.version / "map.json").read_text())
+        except (OSError, ValueError):
+            return  # the devkit names what is wrong with the tables
+        for m in maps if isinstance(maps, list) else []:
+            if isinstance(m, dict) and isinstance(m.get("filename"), str) and m["filename"]:
+                try:
+                    self.remote.local(m["filename"])
+                except SourceError:
+                    pass  # absent: the devkit's error names the file
+
+    def _path(self, scene: str, sd: dict, fetch: bool = True) -> str:
+        """Absolute path of a sample_data file; refuses rows that point outside the dataroot. Logs on object
+        storage: the file is fetched into the node cache (``fetch``); one that cannot be is left absent, for
+        the file checks to record (a missing object is the frame's problem, as a missing local file is).
 
         The check is lexical (``..`` and absolute names), so a dataroot whose ``samples/`` folder is a
         symlink to other storage still works.
@@ -151,6 +183,8 @@ class NuScenesSource(LogSource):
             raise SourceError(f"sample_data {sd['token']} ({sd.get('channel')}) filename {rel!r} points outside the "
                               f"dataroot {self.dataroot}", scene=scene, file=self._table_file("sample_data"),
                               stage="read")
+        if self.remote is not None and fetch:
+            self.remote.fetch_all([rel])
         return full
 
     def _pose(self, scene: str, sd: dict) -> SE3:

@@ -59,6 +59,7 @@ from generator.geometry import SE3
 from generator.projection import project_boxes
 from generator.qa.render import format_fixed
 from generator.sources.keyframes import nearest_frame_rows
+from generator.sources.remote import is_remote
 from generator.types import Boxes3D, CameraCalib, front_camera
 from generator.writers.wds import read_jpeg
 from schemas.config import PipelineConfig, ScenarioConfig
@@ -562,9 +563,9 @@ def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int =
             rel = bench_image_name(g, k)
             if rel in done:
                 continue
-            src = Path(g.image_paths[k])
-            if not src.is_absolute() and image_root is not None:
-                src = Path(image_root) / src
+            src = str(g.image_paths[k])  # a path, or an object's URI for logs on object storage
+            if not is_remote(src) and not os.path.isabs(src) and image_root is not None:
+                src = str(Path(image_root) / src)
             dst = out / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             data = read_jpeg(src, g.scene_id)

@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 import webdataset as wds
 
 from generator.sources.io import is_jpeg, jpeg_problem
+from generator.sources.remote import is_remote, read_log_file
 from generator.writers.parquet import numbered_files
 from generator.types import DrivegenError
 from schemas.config import WriterConfig
@@ -93,20 +94,27 @@ def _json_safe(x):
     return x
 
 
-def _resolve(path: str, image_root: str | os.PathLike | None) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() or image_root is None else Path(image_root) / p
+def _resolve(path: str, image_root: str | os.PathLike | None) -> str:
+    """A grounding's image: its path or URI as stored, or relative to ``image_root``."""
+    if is_remote(path) or os.path.isabs(path) or image_root is None:
+        return path
+    return str(Path(image_root) / path)
 
 
-def read_jpeg(path: Path, scene_id: str) -> bytes:
-    """The image at ``path`` as JPEG bytes: a JPEG (by content) verbatim once its structure is whole
-    (``generator.sources.io.jpeg_problem``: a truncated JPEG is refused, not packed), others re-encoded
-    with OpenCV."""
-    if not path.is_file():
-        raise WriterError("image referenced by a QA grounding is missing", scene=scene_id, file=str(path),
-                          stage="write_wds")
-    data = path.read_bytes()
-    if is_jpeg(data) or path.suffix.lower() in (".jpg", ".jpeg"):
+def read_jpeg(path: str | os.PathLike, scene_id: str) -> bytes:
+    """The image at ``path`` (a local path or, for logs on object storage, the object's URI) as JPEG bytes: a
+    JPEG (by content) verbatim once its structure is whole (``generator.sources.io.jpeg_problem``: a truncated
+    JPEG is refused, not packed), others re-encoded with OpenCV."""
+    path = str(path)
+    try:
+        data = read_log_file(path)
+    except FileNotFoundError:
+        raise WriterError("image referenced by a QA grounding is missing", scene=scene_id, file=path,
+                          stage="write_wds") from None
+    except OSError as err:
+        raise WriterError(f"image referenced by a QA grounding is unreadable: {err}", scene=scene_id, file=path,
+                          stage="write_wds") from None
+    if is_jpeg(data) or path.lower().endswith((".jpg", ".jpeg")):
         problem = jpeg_problem(data)
         if problem:
             raise WriterError(f"image referenced by a QA grounding is {problem}; restore it from the log and "
@@ -114,12 +122,12 @@ def read_jpeg(path: Path, scene_id: str) -> bytes:
         return data
     import cv2
 
-    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if img is None:
-        raise WriterError("image is not decodable", scene=scene_id, file=str(path), stage="write_wds")
+        raise WriterError("image is not decodable", scene=scene_id, file=path, stage="write_wds")
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
     if not ok:
-        raise WriterError("JPEG encoding failed", scene=scene_id, file=str(path), stage="write_wds")
+        raise WriterError("JPEG encoding failed", scene=scene_id, file=path, stage="write_wds")
     return buf.tobytes()
 
 

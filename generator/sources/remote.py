@@ -1,0 +1,236 @@
+"""Logs on object storage (``s3://``, ``gs://``, any URI pyarrow's filesystems open) read through a bounded node cache.
+
+A log root given as a URI is mirrored file by file into ``<cache dir>/<key of the URI>/``: the tables when the
+source opens (once per node: a later open finds them), each sensor file when a scene that uses it is loaded (on
+the worker that loads the scene). Everything after that reads local files exactly as for local logs.
+
+The cache (``NodeCache``), in the order its rules apply:
+
+1. a file is downloaded under a temporary name beside its final one and renamed into place once whole, so
+   concurrent workers on one node never see half a file (``schemas.layout``-style ``.<name>.<id>.tmp``);
+2. its size is checked against the object's: a short download is an error naming the object, never a file;
+3. a file already cached with the object's size is reused; using it refreshes its time (least recently used);
+4. after each scene the cache is trimmed to ``sources.cache_max_bytes`` by removing the least recently used
+   files, never one used in the last ``sources.cache_keep_s`` (a scene in flight on this node keeps its files;
+   while many are in flight the bound is exceeded rather than a file pulled from under a reader).
+
+A missing object, an unreachable endpoint, wrong credentials or a bucket that does not exist raise
+``SourceError`` naming the URI.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from pathlib import Path
+
+from generator.types import SourceError
+
+DEFAULT_CACHE_DIR = "~/.cache/drivegen/logs"
+
+
+def is_remote(path) -> bool:
+    """True for a URI with a scheme other than file:// (``s3://bucket/logs``)."""
+    text = str(path)
+    return "://" in text and not text.startswith("file://")
+
+
+def cache_root(limits) -> Path:
+    """The node cache folder: ``sources.cache_dir``, else ``$DRIVEGEN_LOG_CACHE``, else ~/.cache/drivegen/logs."""
+    where = getattr(limits, "cache_dir", "") or os.environ.get("DRIVEGEN_LOG_CACHE") or DEFAULT_CACHE_DIR
+    return Path(os.path.expanduser(where))
+
+
+def _is_tmp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def read_log_file(path: str) -> bytes:
+    """The bytes of a log file a run's tables name: a local path, or the URI of an object (logs on object storage;
+    read directly, for the few files commands open after a run: images of exports, WebDataset and the report).
+    OSError (FileNotFoundError for a missing object) names the path."""
+    if not is_remote(path):
+        with open(path, "rb") as fh:
+            return fh.read()
+    import pyarrow.fs as pafs
+
+    try:
+        fs, where = pafs.FileSystem.from_uri(path)
+        with fs.open_input_stream(where) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as err:
+        if "NotFound" in str(err) or "does not exist" in str(err) or "Path does not exist" in str(err):
+            raise FileNotFoundError(f"{path} does not exist") from None
+        raise OSError(f"cannot read {path}: {err}") from None
+
+
+def log_file_exists(path: str) -> bool:
+    """Whether a log file a run's tables name (path or URI) is there."""
+    if not is_remote(path):
+        return os.path.isfile(path)
+    import pyarrow.fs as pafs
+
+    try:
+        fs, where = pafs.FileSystem.from_uri(path)
+        return fs.get_file_info(where).type == pafs.FileType.File
+    except (OSError, ValueError):
+        return False
+
+
+class NodeCache:
+    """Files of remote log roots on this node's disk, bounded by ``max_bytes`` (see the module docstring)."""
+
+    def __init__(self, root: Path, max_bytes: int, keep_s: float):
+        self.root = Path(root)
+        self.max_bytes = int(max_bytes)
+        self.keep_s = float(keep_s)
+
+    def fetch(self, fs, remote: str, local: Path, uri: str) -> Path:
+        """``remote`` (a path on ``fs``; ``uri`` names it in errors) as the local file ``local``."""
+        import pyarrow.fs as pafs
+
+        try:
+            info = fs.get_file_info(remote)
+        except OSError as err:
+            raise SourceError(f"cannot reach {uri}: {err}", file=uri, stage="read") from None
+        if info.type != pafs.FileType.File:
+            raise SourceError(f"{uri} does not exist", file=uri, stage="read")
+        try:
+            if local.stat().st_size == info.size:
+                os.utime(local)  # used now: the last to be evicted
+                return local
+        except FileNotFoundError:
+            pass
+        local.parent.mkdir(parents=True, exist_ok=True)
+        tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:12]}.tmp")
+        try:
+            with fs.open_input_stream(remote) as src, open(tmp, "wb") as dst:
+                while True:
+                    chunk = src.read(8 << 20)
+                    if not chunk:
+                        break
+                    dst.write(chunk)
+            got = tmp.stat().st_size
+            if got != info.size:
+                raise SourceError(f"{uri}: downloaded {got} of its {info.size} bytes; the object changed or the "
+                                  "connection broke: run again", file=uri, stage="read")
+            os.replace(tmp, local)
+        except OSError as err:
+            raise SourceError(f"cannot read {uri}: {err}", file=uri, stage="read") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return local
+
+    def trim(self) -> list[Path]:
+        """Remove least recently used files until the cache holds at most ``max_bytes`` (rule 4); returns them."""
+        files, total = [], 0
+        for dirpath, _, names in os.walk(self.root):
+            for name in names:
+                p = Path(dirpath) / name
+                try:
+                    st = p.stat()
+                except FileNotFoundError:  # removed by another worker meanwhile
+                    continue
+                total += st.st_size
+                if not _is_tmp(name):
+                    files.append((st.st_mtime, st.st_size, p))
+        removed: list[Path] = []
+        if total <= self.max_bytes:
+            return removed
+        now = time.time()
+        for mtime, size, p in sorted(files):
+            if total <= self.max_bytes or now - mtime < self.keep_s:
+                break
+            p.unlink(missing_ok=True)
+            total -= size
+            removed.append(p)
+        return removed
+
+
+class RemoteRoot:
+    """A log root at ``uri`` mirrored into the node cache: ``local(rel)`` is the file ``uri/rel`` on this node."""
+
+    def __init__(self, uri: str, limits):
+        import pyarrow.fs as pafs
+
+        self.uri = str(uri).rstrip("/")
+        try:
+            self.fs, self.base = pafs.FileSystem.from_uri(self.uri)
+        except (OSError, ValueError) as err:  # unknown scheme, malformed URI, no credentials provider
+            raise SourceError(f"cannot open {self.uri}: {err}", file=self.uri, stage="open") from None
+        self.base = self.base.rstrip("/")
+        root = cache_root(limits)
+        self.cache = NodeCache(root, limits.cache_max_bytes, limits.cache_keep_s)
+        self.mirror = root / hashlib.sha1(self.uri.encode()).hexdigest()[:16]
+
+    def uri_of(self, local) -> str:
+        """The object a mirrored local path stands for (the path itself when it is not in the mirror)."""
+        try:
+            rel = Path(local).relative_to(self.mirror).as_posix()
+        except ValueError:
+            return str(local)
+        return f"{self.uri}/{rel}"
+
+    def local(self, rel: str) -> Path:
+        """The file ``uri/rel`` on this node, downloaded when it is not cached (SourceError names the object)."""
+        return self.cache.fetch(self.fs, f"{self.base}/{rel}", self.mirror / rel, f"{self.uri}/{rel}")
+
+    def folder(self, rel: str) -> Path:
+        """Every file under ``uri/rel`` (e.g. a nuScenes version's tables), on this node; SourceError when
+        there are none or the storage cannot be reached."""
+        import pyarrow.fs as pafs
+
+        where = f"{self.uri}/{rel}"
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{rel}", allow_not_found=True,
+                                                            recursive=True))
+        except OSError as err:  # endpoint down, credentials refused, no such bucket
+            raise SourceError(f"cannot list {where}: {err}", file=where, stage="open") from None
+        files = [i.path for i in infos if i.type == pafs.FileType.File]
+        if not files:
+            raise SourceError(f"{where} holds no files: is the URI the logs' root?", file=where, stage="open")
+        for path in files:
+            self.local(path[len(self.base) + 1:])
+        return self.mirror / rel
+
+    def list(self) -> list[str]:
+        """Every file under the root, relative to it (one recursive listing); SourceError when there are none
+        or the storage cannot be reached."""
+        import pyarrow.fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True, recursive=True))
+        except OSError as err:
+            raise SourceError(f"cannot list {self.uri}: {err}", file=self.uri, stage="open") from None
+        files = sorted(i.path[len(self.base) + 1:] for i in infos if i.type == pafs.FileType.File)
+        if not files:
+            raise SourceError(f"{self.uri} holds no files: is the URI the logs' root?", file=self.uri, stage="open")
+        return files
+
+    def fetch_all(self, rels) -> None:
+        """Files into the cache; one that cannot be fetched is left absent, for the source's file checks to
+        record as the frame's problem (as a missing local file is)."""
+        for rel in rels:
+            try:
+                self.local(rel)
+            except SourceError:
+                pass
+
+    def loaded(self, scene):
+        """A scene loaded from the mirror: its tables will name files by URI (``Scene.files_at``), so do its
+        load issues; then the cache is trimmed (this scene's files were just used: they stay)."""
+        import dataclasses
+
+        scene.files_at = (str(self.mirror), self.uri)
+        scene.issues = [dataclasses.replace(i, file=scene.shown_path(i.file or "") or i.file) for i in scene.issues]
+        self.cache.trim()
+        return scene
+
+    def named(self, err: SourceError) -> SourceError:
+        """``err`` naming the object instead of its cached copy."""
+        if err.file is None or not str(err.file).startswith(str(self.mirror)):
+            return err
+        return SourceError(err.message, scene=err.scene, file=self.uri_of(err.file), stage=err.stage)

@@ -1,0 +1,163 @@
+"""Logs on object storage: generated nuScenes-format logs on a real S3-compatible server (moto's server mode on
+127.0.0.1, tests/support/s3.py), read through the node cache (``generator.sources.remote``); and the cache's
+rules on a local filesystem."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pyarrow.fs as pafs
+import pytest
+
+from generator.runfolder import RunReader
+from generator.sources.remote import NodeCache
+from support.data import SYNTH_VERSION
+from support.pipeline import LIGHT, assert_same_rows, drivegen, write_config
+from schemas.errors import SourceError
+
+TABLES = ("frames", "objects", "projections", "attributes", "labels")
+
+
+@pytest.fixture(scope="module")
+def small_logs(tmp_path_factory):
+    """One generated scene, LiDAR keyframes only (40 MB instead of 144)."""
+    from generator.synth import make_dataset
+
+    root = tmp_path_factory.mktemp("s3logs") / "logs"
+    make_dataset(root, num_scenes=1, seed=3, version=SYNTH_VERSION, sweep_hz=0)
+    return root
+
+
+def _rows(out, name: str) -> str:
+    """A run table's rows as JSON text, in a fixed order (grounding strings decoded)."""
+    from schemas.tables import plain_schema
+
+    t = RunReader(str(out)).read_table(name)
+    t = t.cast(plain_schema(t.schema))
+    rows = t.to_pylist()
+    rows.sort(key=lambda r: json.dumps(r, sort_keys=True, default=str))
+    return json.dumps(rows, sort_keys=True, default=str)
+
+
+def _logs(data, cfg):
+    return ("--source", "nuscenes", "--data", data, "--version", SYNTH_VERSION, "--config", cfg, "--no-progress")
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_run_from_s3_logs_to_s3_equals_local_and_names_bad_objects(s3_server, small_logs, tmp_path):
+    bucket = s3_server.new_bucket()
+    uri = f"s3://{bucket}/logs"
+    s3_server.upload(small_logs, uri)
+    cache = tmp_path / "cache"
+    cfg = write_config(tmp_path / "cfg.yaml", {**LIGHT, "sources": {"cache_dir": str(cache)}})
+
+    local = tmp_path / "local"
+    r = drivegen("run", "--out", local, *_logs(small_logs, cfg), "--local")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = f"s3://{bucket}/runs/a"  # through Ray: the workers open the logs from the run's source.json
+    r = drivegen("run", "--out", run, *_logs(uri, cfg))
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the same rows; the tables name the logs' files by URI instead of by local path
+    for name in ("qa", "frames"):
+        want = _rows(local, name).replace(str(small_logs), uri)
+        assert str(small_logs) in _rows(local, name) and want == _rows(run, name), name
+    for name in ("objects", "projections", "attributes", "labels"):
+        assert_same_rows(local, run, name, exact=False)
+    reader = RunReader(run)
+    assert reader.store.read_json("source.json")["dataroot"] == uri  # workers and --resume reopen the URI
+    cached = [p for p in cache.rglob("*") if p.is_file()]
+    assert any(p.name == "scene.json" for p in cached) and sum(p.suffix == ".jpg" for p in cached) >= 40
+
+    # a deleted image and a truncated LiDAR sweep: each the frame's issue, named by its object's URI
+    fs = s3_server.filesystem()
+    infos = fs.get_file_info(pafs.FileSelector(f"{bucket}/logs/samples", recursive=True))
+    image = sorted(i.path for i in infos if i.path.endswith(".jpg") and "CAM_FRONT/" in i.path)[3]
+    sweep = sorted(i.path for i in infos if i.path.endswith(".pcd.bin"))[5]
+    fs.delete_file(image)
+    with fs.open_input_stream(sweep) as fh:
+        data = fh.read()
+    with fs.open_output_stream(sweep) as fh:
+        fh.write(data[: len(data) // 2])
+    fresh = tmp_path / "cache2"  # a node that has not seen the logs
+    cfg2 = write_config(tmp_path / "cfg2.yaml", {**LIGHT, "sources": {"cache_dir": str(fresh)}})
+    out = tmp_path / "damaged"
+    r = drivegen("run", "--out", out, *_logs(uri, cfg2), "--local")
+    issues = RunReader(out).read_table("issues")
+    named = set(issues.column("file").to_pylist())
+    assert f"s3://{image}" in named and f"s3://{sweep}" in named, (named, r.stdout[-2000:])
+    assert not any(str(fresh) in (f or "") for f in named)  # never the cache's private path
+
+
+def test_cache_fetches_whole_files_and_evicts_least_recently_used(tmp_path):
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    for k in range(4):
+        (remote / f"f{k}.bin").write_bytes(bytes([k]) * 1000)
+    fs = pafs.LocalFileSystem()
+    cache = NodeCache(tmp_path / "cache", max_bytes=2500, keep_s=0.0)
+    for k in range(3):
+        got = cache.fetch(fs, str(remote / f"f{k}.bin"), cache.root / f"f{k}.bin", f"s3://b/f{k}.bin")
+        assert got.read_bytes() == bytes([k]) * 1000
+        os.utime(got, (time.time() - 100 + k, time.time() - 100 + k))  # f0 the least recently used
+    os.utime(cache.root / "f0.bin", None)  # ... until it is used again: now f1 is
+    removed = cache.trim()
+    assert [p.name for p in removed] == ["f1.bin"]
+    assert sorted(p.name for p in cache.root.iterdir()) == ["f0.bin", "f2.bin"]
+    # a file used within keep_s stays even over the bound
+    keep = NodeCache(tmp_path / "cache", max_bytes=0, keep_s=3600.0)
+    assert keep.trim() == []
+    # a missing object is an error naming its URI; nothing is left in the cache
+    with pytest.raises(SourceError, match="s3://b/none.bin does not exist"):
+        cache.fetch(fs, str(remote / "none.bin"), cache.root / "none.bin", "s3://b/none.bin")
+    # an object that changed since it was cached (another size) is downloaded again; no temp file stays
+    cache.fetch(fs, str(remote / "f2.bin"), cache.root / "f2.bin", "s3://b/f2.bin")
+    (remote / "f2.bin").write_bytes(b"x" * 10)
+    assert cache.fetch(fs, str(remote / "f2.bin"), cache.root / "f2.bin", "s3://b/f2.bin").read_bytes() == b"x" * 10
+    assert not [p for p in cache.root.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_bad_log_uris_are_named(s3_server, tmp_path):
+    """A bucket that does not exist, a prefix with no logs, no version given: errors naming the URI."""
+    from generator.sources import open_source
+    from schemas.config import parse_config
+
+    cfg = parse_config({"sources": {"cache_dir": str(tmp_path / "cache")}})
+    bucket = s3_server.new_bucket()
+    for uri in (f"s3://no-such-bucket-{bucket}/logs", f"s3://{bucket}/empty"):
+        with pytest.raises(SourceError, match=uri) as err:
+            open_source("nuscenes", uri, cfg, version=SYNTH_VERSION)
+        assert err.value.file.startswith(uri), err.value.file
+    with pytest.raises(SourceError, match="need their nuScenes version"):
+        open_source("nuscenes", f"s3://{bucket}/logs", cfg)
+    r = drivegen("run", "--out", tmp_path / "out", "--source", "nuscenes", "--data", f"s3://{bucket}/empty",
+                 "--version", SYNTH_VERSION, "--no-progress", "--local")
+    assert r.returncode == 2 and f"s3://{bucket}/empty" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "out").exists()  # nothing written before the logs open
+
+
+def test_av2_log_on_s3_loads_as_the_local_one(s3_server, av2_log, tmp_path):
+    """The real AV2 log under s3://bucket/av2/<log>/: the same frames, labels and sweeps as from the local folder,
+    its files named by URI in the frames table, and its files in the node cache."""
+    from generator.sources import frames_table, open_source
+    from schemas.config import parse_config
+
+    bucket = s3_server.new_bucket()
+    uri = f"s3://{bucket}/av2"
+    s3_server.upload(av2_log, f"{uri}/{av2_log.name}")
+    cfg = parse_config({"sources": {"cache_dir": str(tmp_path / "cache")}})
+    local, remote = open_source("av2", av2_log.parent, cfg), open_source("av2", uri, cfg)
+    assert remote.scene_ids() == [av2_log.name] and remote.describe()["root"] == uri
+    a, b = local.load_scene(av2_log.name), remote.load_scene(av2_log.name)
+    ta, tb = frames_table(a), frames_table(b)
+    assert ta.drop(["cameras", "lidar_path"]).equals(tb.drop(["cameras", "lidar_path"]))
+    assert [p.replace(str(av2_log.parent), uri) for p in ta.column("lidar_path").to_pylist()] == \
+        tb.column("lidar_path").to_pylist()
+    for fa, fb in zip(a.frames, b.frames):
+        assert np.array_equal(fa.labels.center_m, fb.labels.center_m)
+        assert [s.timestamp_us for s in fa.lidar_sweeps] == [s.timestamp_us for s in fb.lidar_sweeps]
+        assert fb.lidar_path.startswith(str(tmp_path / "cache"))
+        assert os.path.isfile(fb.lidar_path) == os.path.isfile(fa.lidar_path)  # the excerpt has some sweeps
+    assert any(os.path.isfile(f.lidar_path) for f in b.frames)
