@@ -120,7 +120,8 @@ def test_cache_fetches_whole_files_and_evicts_least_recently_used(tmp_path):
 
 
 def test_bad_log_uris_are_named(s3_server, tmp_path):
-    """A bucket that does not exist, a prefix with no logs, no version given: errors naming the URI."""
+    """A bucket that does not exist, a prefix with no logs, no version given, an unreachable endpoint: errors naming
+    the URI, before anything is written."""
     from generator.sources import open_source
     from schemas.config import parse_config
 
@@ -161,3 +162,9 @@ def test_av2_log_on_s3_loads_as_the_local_one(s3_server, av2_log, tmp_path):
         assert fb.lidar_path.startswith(str(tmp_path / "cache"))
         assert os.path.isfile(fb.lidar_path) == os.path.isfile(fa.lidar_path)  # the excerpt has some sweeps
     assert any(os.path.isfile(f.lidar_path) for f in b.frames)
+    # an endpoint nobody listens on: refused after the client's retries, the URI named, nothing written
+    r = drivegen("run", "--out", tmp_path / "out", "--source", "nuscenes", "--data", f"s3://{bucket}/logs",
+                 "--version", SYNTH_VERSION, "--no-progress", "--local", env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"},
+                 timeout=120)
+    assert r.returncode == 2 and f"cannot list s3://{bucket}/logs/{SYNTH_VERSION}" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
