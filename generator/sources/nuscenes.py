@@ -18,8 +18,8 @@ from generator.geometry import SE3, quat_wxyz_to_matrix, yaw_of_matrix
 from generator.sources.base import LogSource
 from generator.sources.io import check_lidar, image_file_problem
 from generator.sources.keyframes import select_anchors
-from generator.sources.remote import RemoteRoot, is_remote
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
+from generator.sources.remote import RemoteRoot, is_remote
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
 from schemas.vocab import NUSCENES_CAMERAS
 from schemas.config import KeyframeConfig, SourceLimitsConfig
@@ -120,10 +120,7 @@ class NuScenesSource(LogSource):
             if rec["log_token"] in m.get("log_tokens", ()):
                 path = self.dataroot / m["filename"]
                 if self.remote is not None:
-                    try:
-                        path = self.remote.local(m["filename"])
-                    except SourceError:
-                        continue
+                    self.remote.fetch_all([m["filename"]])
                 if path.is_file():
                     return {"path": str(path), "resolution_m": float(m["mask"].resolution),
                             "kind": f"nuScenes {m.get('category', 'map')}"}
@@ -162,17 +159,14 @@ class NuScenesSource(LogSource):
             maps = json.loads((self.dataroot / self.version / "map.json").read_text())
         except (OSError, ValueError):
             return  # the devkit names what is wrong with the tables
-        for m in maps if isinstance(maps, list) else []:
-            if isinstance(m, dict) and isinstance(m.get("filename"), str) and m["filename"]:
-                try:
-                    self.remote.local(m["filename"])
-                except SourceError:
-                    pass  # absent: the devkit's error names the file
+        # one that cannot be fetched stays absent: the devkit's error names the file
+        self.remote.fetch_all([m["filename"] for m in (maps if isinstance(maps, list) else [])
+                               if isinstance(m, dict) and isinstance(m.get("filename"), str) and m["filename"]])
 
-    def _path(self, scene: str, sd: dict, fetch: bool = True) -> str:
+    def _path(self, scene: str, sd: dict) -> str:
         """Absolute path of a sample_data file; refuses rows that point outside the dataroot. Logs on object
-        storage: the file is fetched into the node cache (``fetch``); one that cannot be is left absent, for
-        the file checks to record (a missing object is the frame's problem, as a missing local file is).
+        storage: the file is fetched into the node cache; one that cannot be is left absent, for the file
+        checks to record (a missing object is the frame's problem, as a missing local file is).
 
         The check is lexical (``..`` and absolute names), so a dataroot whose ``samples/`` folder is a
         symlink to other storage still works.
@@ -183,7 +177,7 @@ class NuScenesSource(LogSource):
             raise SourceError(f"sample_data {sd['token']} ({sd.get('channel')}) filename {rel!r} points outside the "
                               f"dataroot {self.dataroot}", scene=scene, file=self._table_file("sample_data"),
                               stage="read")
-        if self.remote is not None and fetch:
+        if self.remote is not None:
             self.remote.fetch_all([rel])
         return full
 

@@ -181,33 +181,25 @@ class RemoteRoot:
     def folder(self, rel: str) -> Path:
         """Every file under ``uri/rel`` (e.g. a nuScenes version's tables), on this node; SourceError when
         there are none or the storage cannot be reached."""
-        import pyarrow.fs as pafs
-
-        where = f"{self.uri}/{rel}"
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{rel}", allow_not_found=True,
-                                                            recursive=True))
-        except OSError as err:  # endpoint down, credentials refused, no such bucket
-            raise SourceError(f"cannot list {where}: {err}", file=where, stage="open") from None
-        files = [i.path for i in infos if i.type == pafs.FileType.File]
-        if not files:
-            raise SourceError(f"{where} holds no files: is the URI the logs' root?", file=where, stage="open")
-        for path in files:
-            self.local(path[len(self.base) + 1:])
+        for f in self.list(rel):
+            self.local(f)
         return self.mirror / rel
 
-    def list(self) -> list[str]:
-        """Every file under the root, relative to it (one recursive listing); SourceError when there are none
-        or the storage cannot be reached."""
+    def list(self, rel: str = "") -> list[str]:
+        """Every file under ``uri/rel`` (the root by default), relative to the root, from one recursive listing;
+        SourceError when there are none or the storage cannot be reached (endpoint down, credentials refused,
+        no such bucket)."""
         import pyarrow.fs as pafs
 
+        where = f"{self.uri}/{rel}".rstrip("/")
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self.base, allow_not_found=True, recursive=True))
+            infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{rel}".rstrip("/"), allow_not_found=True,
+                                                            recursive=True))
         except OSError as err:
-            raise SourceError(f"cannot list {self.uri}: {err}", file=self.uri, stage="open") from None
+            raise SourceError(f"cannot list {where}: {err}", file=where, stage="open") from None
         files = sorted(i.path[len(self.base) + 1:] for i in infos if i.type == pafs.FileType.File)
         if not files:
-            raise SourceError(f"{self.uri} holds no files: is the URI the logs' root?", file=self.uri, stage="open")
+            raise SourceError(f"{where} holds no files: is the URI the logs' root?", file=where, stage="open")
         return files
 
     def fetch_all(self, rels) -> None:
