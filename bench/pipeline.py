@@ -5,7 +5,10 @@
 2. scaling: the Ray run with two workers (2 CPUs) vs one worker; goal >= 1.8x (needs 2 free cores);
 3. streaming: peak memory (RSS of the driver + every Ray worker process, sampled every 0.2 s) with N vs
    10 N scenes, two workers; goal <= 1.2x. The 10 N scenes are the N generated ones repeated under new
-   scene names and tokens (tables only; the sensor files are shared), so no extra generation is needed.
+   scene names and tokens (tables only; the sensor files are shared), so no extra generation is needed;
+4. the hand-off between stages: under Ray each stage is its own task and passes the scene's work to the next
+   pickled through the object store; in one process, the size and the pickle + unpickle time of each
+   stage's output for the first scene, against the stages' own time (what Ray adds beyond scheduling).
 
 Timed passes run on warm processes: each configuration first runs the same scenes once (imports, model
 and template loading, worker start-up), then the timed pass writes a fresh run folder. Cold figures are
@@ -180,9 +183,42 @@ def main(argv=None) -> int:
           f"-> {peak_10n / peak_n:.2f}x (goal <= 1.2x)")
     print(f"  throughput at {args.repeat} N: {res_big.summary['qa']['total'] / t_big:,.0f} QA/s, "
           f"{res_big.summary['frames'] / t_big:.1f} frames/s")
+    print("4. hand-off between stages (first scene, in one process)")
+    handoff(ids[0], desc, cfg, stages, work / "handoff")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def handoff(scene_id: str, desc: dict, cfg, stages, out: Path) -> None:
+    """Each stage's output as the next Ray task receives it: pickled size and pickle + unpickle time (the second
+    of two passes: a warm worker's, as in the timed Ray runs)."""
+    for _ in range(2):
+        shutil.rmtree(out, ignore_errors=True)
+        run_s, pass_s, lines = _handoff_pass(scene_id, desc, cfg, stages, RunStore(out))
+    print("\n".join(lines))
+    print(f"  -> hand-offs {pass_s:.2f} s against {run_s:.2f} s of stages ({pass_s / run_s:.0%}) per scene")
+
+
+def _handoff_pass(scene_id: str, desc: dict, cfg, stages, store) -> tuple[float, float, list[str]]:
+    from generator.pipeline.core import SceneWork, StageEnv, apply_stage
+    from generator.pipeline.ray_exec import cached_model
+
+    work = SceneWork(scene_id, desc, None)
+    run_s = pass_s = 0.0
+    lines = []
+    for st in stages:
+        env = StageEnv(cfg, store, cached_model(st, cfg))
+        t0 = time.perf_counter()
+        work = apply_stage(st, work, env)
+        t1 = time.perf_counter()
+        blob = work.encode()
+        work = SceneWork.decode(blob)
+        t2 = time.perf_counter()
+        run_s, pass_s = run_s + t1 - t0, pass_s + t2 - t1
+        lines.append(f"  {st.name:<12s} stage {t1 - t0:6.2f} s   hand-off {len(blob) / 2**20:6.1f} MiB in "
+                     f"{(t2 - t1) * 1e3:6.1f} ms")
+    return run_s, pass_s, lines
 
 
 if __name__ == "__main__":
