@@ -39,6 +39,27 @@ def front_camera(names: Sequence[str], ego_SE3_cam: Sequence[np.ndarray], prefer
     return names[int(np.argmax(fwd))]
 
 
+def scene_front_cameras(entry_scene: np.ndarray, entry_frame: np.ndarray, names, ego_SE3_cam: np.ndarray,
+                        preferred: str = "CAM_FRONT") -> tuple[np.ndarray, np.ndarray]:
+    """Each scene's front camera: ``front_camera`` over the cameras of the scene's first frame (in row order)
+    that has any. The inputs describe the flattened camera entries of a frames table (``frames.cameras``, entries
+    grouped by frame): (E,) integer scene key and frame row of each, its name (a list or an Arrow string array)
+    and (E, 16) ``ego_SE3_cam``. Returns (scene keys, the chosen entry of each), one Python step per scene."""
+    entry_frame = np.asarray(entry_frame)
+    if len(entry_frame) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, entry_frame[1:] != entry_frame[:-1]])  # each frame's first entry
+    ends = np.r_[starts[1:], len(entry_frame)]
+    keys, first = np.unique(np.asarray(entry_scene)[starts], return_index=True)
+    chosen = np.empty(len(keys), np.int64)
+    for k, j in enumerate(first):
+        a, b = int(starts[j]), int(ends[j])
+        rig = names[a:b]
+        rig = rig.to_pylist() if hasattr(rig, "to_pylist") else list(rig)
+        chosen[k] = a + rig.index(front_camera(rig, ego_SE3_cam[a:b], preferred))
+    return keys, chosen
+
+
 @dataclass(frozen=True)
 class CameraCalib:
     """One camera: intrinsics ``K`` (3, 3), extrinsics ``ego_SE3_cam`` and the image size in pixels."""

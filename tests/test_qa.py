@@ -258,3 +258,37 @@ def test_context_frames_follow_the_keyframe_helper():
             got = nearest_frame_rows(sc, tt, np.full(len(offsets), s), ts[s][anchor] + np.round(offsets * 1e6), 0.06)
             got = np.where(got >= 0, got - starts[s], -1)
             assert got.tolist() == want.tolist(), (s, anchor)
+
+
+def test_each_scene_front_camera_comes_from_its_first_frame_with_cameras():
+    """One rule (``generator.types.scene_front_cameras``) for QA and the exports (``sources.front_camera_images``):
+    a scene whose first frame has no cameras takes its front camera from the next frame's rig; a later frame whose
+    rig would choose another camera does not change the scene's choice."""
+    from generator.sources import front_camera_images
+    from generator.types import scene_front_cameras
+
+    fwd = np.array([[0, 0, 1, 0], [-1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1.0]]).reshape(-1)
+    rear = np.array([[0, 0, -1, 0], [1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 0, 1.0]]).reshape(-1)
+    # scene 0: frame 0 without cameras, frame 1 (a, b) -> b forward; frame 2 (a, b) with a forward (ignored)
+    # scene 1: frame 3 (a, b) -> a forward
+    names = ["a", "b", "a", "b", "a", "b"]
+    T = np.stack([rear, fwd, fwd, rear, fwd, rear])
+    entry_frame = np.array([1, 1, 2, 2, 3, 3])
+    entry_scene = np.array([0, 0, 0, 0, 1, 1])
+    keys, chosen = scene_front_cameras(entry_scene, entry_frame, names, T, "CAM_FRONT")
+    assert keys.tolist() == [0, 1] and [names[i] for i in chosen] == ["b", "a"]
+
+    cam_t = pa.list_(pa.struct([("name", pa.string()), ("image_path", pa.string()), ("width_px", pa.int32()),
+                                ("height_px", pa.int32()), ("K", pa.list_(pa.float64(), 9)),
+                                ("ego_SE3_cam", pa.list_(pa.float64(), 16))]))
+
+    def cam(n, t):
+        return {"name": n, "image_path": f"{n}.jpg", "width_px": 8, "height_px": 6, "K": [1.0] * 9,
+                "ego_SE3_cam": t.tolist()}
+
+    frames = pa.table({"scene_id": ["s0", "s0", "s0", "s1"], "frame_index": pa.array([0, 1, 2, 0], pa.int32()),
+                       "cameras": pa.array([[], [cam("a", rear), cam("b", fwd)], [cam("a", fwd), cam("b", rear)],
+                                            [cam("a", fwd), cam("b", rear)]], cam_t)})
+    got = front_camera_images(frames, "CAM_FRONT")
+    assert list(zip(*(got.column(c).to_pylist() for c in ("scene_id", "frame_index", "name")))) == [
+        ("s0", 1, "b"), ("s0", 2, "b"), ("s1", 0, "a")]

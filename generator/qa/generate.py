@@ -43,7 +43,7 @@ from generator.qa.fields import UNIT_TEXT, QuestionType
 from generator.qa.render import FieldColumns, render
 from generator.qa.templates import TemplateSet
 from generator.sources.keyframes import nearest_frame_rows
-from generator.types import front_camera
+from generator.types import scene_front_cameras
 from schemas.tables import QA, QA_GROUNDING
 from schemas.vocab import GROUNDING_ROLES
 
@@ -218,8 +218,8 @@ def make_plan(frames: pa.Table, attributes: pa.Table, projections: pa.Table, cfg
     n_cam = max(len(cam_universe), 1)
     cam_code = codes(cam_names, cam_universe)
     img_index = KeyIndex(cam_parent * n_cam + cam_code)
-    front_of_scene = _front_cameras(f_sc[cam_parent], cam_code, cam_names, flat_cams, qa_cfg.front_camera,
-                                    len(scenes))
+    front_of_scene = _front_cameras(f_sc[cam_parent], cam_parent, cam_code, cam_names, flat_cams,
+                                    qa_cfg.front_camera, len(scenes))
 
     # attributes rows -> frame rows; tracked objects only
     a_sc = codes(column(attributes, "scene_id"), scenes)
@@ -327,24 +327,15 @@ def generate(plan: Plan | None, families, templates: TemplateSet) -> pa.Table:
     return _assemble(plan, batches, pool, templates, order)
 
 
-def _front_cameras(entry_scene, entry_cam, names, flat_cams, preferred: str, n_scenes: int) -> np.ndarray:
-    """Camera code of each scene's front camera (``generator.types.front_camera`` over the cameras of the
-    scene's first frame that has any), -1 for a scene without cameras."""
+def _front_cameras(entry_scene, entry_frame, entry_cam, names, flat_cams, preferred: str,
+                   n_scenes: int) -> np.ndarray:
+    """Camera code of each scene's front camera (``generator.types.scene_front_cameras``), -1 for a scene
+    without cameras."""
     out = np.full(n_scenes, -1, np.int64)
-    if len(entry_cam) == 0:
-        return out
-    T = fixed_list_to_numpy(pc.struct_field(flat_cams, "ego_SE3_cam"), 16)
-    name_list = names.to_pylist()
-    first = np.ones(len(entry_scene), bool)
-    first[1:] = entry_scene[1:] != entry_scene[:-1]
-    starts = np.flatnonzero(first)
-    ends = np.append(starts[1:], len(entry_scene))
-    for a, b in zip(starts, ends):  # one scene's first frame: its entries are contiguous (flattened cameras)
-        sc = int(entry_scene[a])
-        if out[sc] >= 0:
-            continue
-        name = front_camera(name_list[a:b], T[a:b], preferred)
-        out[sc] = entry_cam[a + name_list[a:b].index(name)]
+    if len(entry_cam):
+        T = fixed_list_to_numpy(pc.struct_field(flat_cams, "ego_SE3_cam"), 16)
+        keys, chosen = scene_front_cameras(entry_scene, entry_frame, names, T, preferred)
+        out[keys] = entry_cam[chosen]
     return out
 
 

@@ -168,25 +168,23 @@ def front_camera_images(frames: pa.Table, preferred: str) -> pa.Table:
     cameras (``preferred``: ``qa.front_camera``), so a scene keeps one camera; frames lacking it are left out."""
     import pyarrow.compute as pc
 
-    from generator.types import front_camera
+    from generator.types import scene_front_cameras
 
     cams = frames.column("cameras").combine_chunks()
     flat = pc.list_flatten(cams)
     parent = pa.array(pc.list_parent_indices(cams))
     scene = pc.take(frames.column("scene_id").combine_chunks(), parent)
     names = pc.struct_field(flat, "name")
-    chosen: dict[str, str] = {}
-    if len(flat):
-        scene_l, names_l, parent_np = scene.to_pylist(), names.to_pylist(), parent.to_numpy()
-        T = pc.struct_field(flat, "ego_SE3_cam")
-        starts = np.flatnonzero(np.r_[True, parent_np[1:] != parent_np[:-1]])  # first entry of each frame
-        ends = np.r_[starts[1:], len(parent_np)]
-        for a, b in zip(starts, ends):
-            if scene_l[a] not in chosen:
-                chosen[scene_l[a]] = front_camera(names_l[a:b], T[a:b].to_pylist(), preferred)
-    want = pc.take(pa.array(list(chosen.values()), pa.string()),
-                   pc.index_in(scene, value_set=pa.array(list(chosen), pa.string())))
-    keep = pc.fill_null(pc.equal(names, want), False)
+    sc = pc.dictionary_encode(scene).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    nm = pc.dictionary_encode(names).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    t_col = pc.struct_field(flat, "ego_SE3_cam")
+    T = np.full((len(t_col), 16), np.nan)  # a camera without extrinsics: NaN (never the front one by geometry)
+    T[t_col.is_valid().to_numpy(zero_copy_only=False)] = pc.list_flatten(t_col).to_numpy(
+        zero_copy_only=False).reshape(-1, 16)
+    keys, chosen = scene_front_cameras(sc, parent.to_numpy(), names, T, preferred)
+    front_of = np.full(int(sc.max()) + 1 if len(sc) else 0, -1, np.int64)
+    front_of[keys] = nm[chosen]
+    keep = pa.array(nm == front_of[sc]) if len(sc) else pa.array([], pa.bool_())
     flat, parent = flat.filter(keep), parent.filter(keep)
     return pa.table({"scene_id": scene.filter(keep), "frame_index": pc.take(frames.column("frame_index").combine_chunks(), parent),
                      "name": pc.struct_field(flat, "name"), "image_path": pc.struct_field(flat, "image_path"),
