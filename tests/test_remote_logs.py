@@ -68,6 +68,9 @@ def test_run_from_s3_logs_to_s3_equals_local_and_names_bad_objects(s3_server, sm
         assert_same_rows(local, run, name, exact=False)
     reader = RunReader(run)
     assert reader.store.read_json("source.json")["dataroot"] == uri  # workers and --resume reopen the URI
+    # the bench export at the end of the run read its images by URI (sources.remote.read_log_file)
+    exported = reader.store.read_json("bench/export_summary.json")
+    assert exported["images"] > 0 and exported["images"] == _summary(local)["images"]
     cached = [p for p in cache.rglob("*") if p.is_file()]
     assert any(p.name == "scene.json" for p in cached) and sum(p.suffix == ".jpg" for p in cached) >= 40
 
@@ -168,3 +171,7 @@ def test_av2_log_on_s3_loads_as_the_local_one(s3_server, av2_log, tmp_path):
                  timeout=120)
     assert r.returncode == 2 and f"cannot list s3://{bucket}/logs/{SYNTH_VERSION}" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+def _summary(out) -> dict:
+    return json.loads((out / "bench" / "export_summary.json").read_text())

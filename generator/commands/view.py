@@ -23,6 +23,8 @@ import sys
 
 import numpy as np
 
+from generator.sources.remote import read_log_file
+
 log = logging.getLogger(__name__)
 
 
@@ -105,8 +107,6 @@ def record_scene(reader, scene_id: str, out: str, max_frames: int | None = None)
             rec.log(base, rr.Pinhole(image_from_camera=_mat(cam["K"], 3), width=cam["width_px"],
                                      height=cam["height_px"]))
             if cam.get("image_path"):
-                from generator.sources.remote import read_log_file
-
                 rec.log(f"{base}/image", rr.EncodedImage(contents=read_log_file(cam["image_path"]),
                                                          media_type="image/jpeg"))
                 counts["images"] += 1

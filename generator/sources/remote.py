@@ -19,6 +19,7 @@ A missing object, an unreachable endpoint, wrong credentials or a bucket that do
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -46,6 +47,14 @@ def _is_tmp(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+@functools.lru_cache(maxsize=16)
+def _filesystem(root: str):
+    """One pyarrow filesystem per ``scheme://bucket`` (an S3 client is costly to create; images are read many)."""
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(root)[0]
+
+
 def read_log_file(path: str) -> bytes:
     """The bytes of a log file a run's tables name: a local path, or the URI of an object (logs on object storage;
     read directly, for the few files commands open after a run: images of exports, WebDataset and the report).
@@ -55,29 +64,19 @@ def read_log_file(path: str) -> bytes:
             return fh.read()
     import pyarrow.fs as pafs
 
+    scheme, _, rest = path.partition("://")
+    bucket = rest.split("/", 1)[0]
     try:
-        fs, where = pafs.FileSystem.from_uri(path)
+        fs = _filesystem(f"{scheme}://{bucket}")
+        where = pafs.FileSystem.from_uri(path)[1] if scheme not in ("s3", "gs", "gcs") else rest
+        if fs.get_file_info(where).type != pafs.FileType.File:
+            raise FileNotFoundError(f"{path} does not exist")
         with fs.open_input_stream(where) as fh:
             return fh.read()
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as err:
-        if "NotFound" in str(err) or "does not exist" in str(err) or "Path does not exist" in str(err):
-            raise FileNotFoundError(f"{path} does not exist") from None
+    except (OSError, ValueError) as err:  # endpoint, credentials, a malformed URI
         raise OSError(f"cannot read {path}: {err}") from None
-
-
-def log_file_exists(path: str) -> bool:
-    """Whether a log file a run's tables name (path or URI) is there."""
-    if not is_remote(path):
-        return os.path.isfile(path)
-    import pyarrow.fs as pafs
-
-    try:
-        fs, where = pafs.FileSystem.from_uri(path)
-        return fs.get_file_info(where).type == pafs.FileType.File
-    except (OSError, ValueError):
-        return False
 
 
 class NodeCache:
