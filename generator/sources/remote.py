@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -49,10 +50,11 @@ def _is_tmp(name: str) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def _filesystem(root: str):
-    """One pyarrow filesystem per ``scheme://bucket`` (an S3 client is costly to create; images are read many)."""
+    """(pyarrow filesystem, its path of ``root``) per ``scheme://bucket``: an S3 client is costly to create, and
+    a command reads many images."""
     import pyarrow.fs as pafs
 
-    return pafs.FileSystem.from_uri(root)[0]
+    return pafs.FileSystem.from_uri(root)
 
 
 def read_log_file(path: str) -> bytes:
@@ -67,8 +69,8 @@ def read_log_file(path: str) -> bytes:
     scheme, _, rest = path.partition("://")
     bucket = rest.split("/", 1)[0]
     try:
-        fs = _filesystem(f"{scheme}://{bucket}")
-        where = pafs.FileSystem.from_uri(path)[1] if scheme not in ("s3", "gs", "gcs") else rest
+        fs, base = _filesystem(f"{scheme}://{bucket}")
+        where = base + rest[len(bucket):]  # s3://bucket/key -> bucket/key
         if fs.get_file_info(where).type != pafs.FileType.File:
             raise FileNotFoundError(f"{path} does not exist")
         with fs.open_input_stream(where) as fh:
@@ -107,11 +109,7 @@ class NodeCache:
         tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:12]}.tmp")
         try:
             with fs.open_input_stream(remote) as src, open(tmp, "wb") as dst:
-                while True:
-                    chunk = src.read(8 << 20)
-                    if not chunk:
-                        break
-                    dst.write(chunk)
+                shutil.copyfileobj(src, dst, 8 << 20)
             got = tmp.stat().st_size
             if got != info.size:
                 raise SourceError(f"{uri}: downloaded {got} of its {info.size} bytes; the object changed or the "
