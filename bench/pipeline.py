@@ -84,23 +84,26 @@ def repeated_logs(src: Path, dst: Path, copies: int) -> Path:
 
 
 class PeakMemory(threading.Thread):
-    """Samples the summed RSS of this process (the driver) and its Ray worker processes (``ray::*``
-    descendants: task workers and actors of the embedded Ray started by this process)."""
+    """Samples the RSS of this process (the driver) and its Ray worker processes (``ray::*`` descendants: task
+    workers and actors of the embedded Ray started by this process): peaks of their sum (``peak``), of the
+    driver (``driver``) and of the largest worker (``worker``)."""
 
     def __init__(self, interval_s: float = 0.2):
         super().__init__(daemon=True)
-        self.interval_s, self.peak, self._halt = interval_s, 0, threading.Event()
+        self.interval_s, self.peak, self.driver, self.worker = interval_s, 0, 0, 0
+        self._halt = threading.Event()
         self.me = psutil.Process()
 
     def sample(self) -> int:
-        total = self.me.memory_info().rss
+        driver, workers = self.me.memory_info().rss, [0]
         for p in self.me.children(recursive=True):
             try:
                 if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
-                    total += p.memory_info().rss
+                    workers.append(p.memory_info().rss)
             except psutil.Error:
                 pass
-        return total
+        self.driver, self.worker = max(self.driver, driver), max(self.worker, *workers)
+        return driver + sum(workers)
 
     def run(self):
         while not self._halt.is_set():

@@ -26,7 +26,6 @@ import json  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -41,35 +40,6 @@ from generator.runfolder import RunReader  # noqa: E402
 _spec = importlib.util.spec_from_file_location("bench_pipeline", REPO / "bench" / "pipeline.py")
 bench_pipeline = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_pipeline)
-
-
-class ProcessPeaks(threading.Thread):
-    """Peak RSS of this process (the driver) and of its largest ``ray::`` descendant (a task worker or actor)."""
-
-    def __init__(self, interval_s: float = 0.2):
-        super().__init__(daemon=True)
-        self.interval_s, self.driver, self.worker, self.total = interval_s, 0, 0, 0
-        self._halt = threading.Event()
-        self.me = psutil.Process()
-
-    def run(self):
-        while not self._halt.is_set():
-            d = self.me.memory_info().rss
-            ws = []
-            for p in self.me.children(recursive=True):
-                try:
-                    if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
-                        ws.append(p.memory_info().rss)
-                except psutil.Error:
-                    pass
-            self.driver, self.worker = max(self.driver, d), max([self.worker, *ws])
-            self.total = max(self.total, d + sum(ws))
-            self._halt.wait(self.interval_s)
-
-    def stop(self) -> "ProcessPeaks":
-        self._halt.set()
-        self.join()
-        return self
 
 
 def shard_sizes(out: Path) -> tuple[int, int, int]:
@@ -104,7 +74,7 @@ def main(argv=None) -> int:
     for n in counts:
         out = work / f"run-{n}"
         shutil.rmtree(out, ignore_errors=True)
-        peaks = ProcessPeaks()
+        peaks = bench_pipeline.PeakMemory()
         peaks.start()
         t0 = time.perf_counter()
         res = run(str(out), source="nuscenes", data=str(logs), version=SYNTH_VERSION, scenes=n, executor="ray",
@@ -119,7 +89,7 @@ def main(argv=None) -> int:
         k, total, largest = shard_sizes(out)
         rows.append((n, wall, qa))
         print(f"{n:>6} {wall:>8.1f} {qa:>10,} {qa / wall:>7,.0f} {frames / wall:>8.1f} {peaks.driver / 2**20:>10,.0f} "
-              f"{peaks.worker / 2**20:>10,.0f} {peaks.total / 2**20:>8,.0f} {k:>6} {total / 2**20:>9.1f} "
+              f"{peaks.worker / 2**20:>10,.0f} {peaks.peak / 2**20:>8,.0f} {k:>6} {total / 2**20:>9.1f} "
               f"{largest / 2**20:>11.2f}", flush=True)
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
