@@ -771,6 +771,11 @@ class DramaImageIntentConfig(_Model):
     flow_iterations: int = Field(3, ge=1)
     flow_poly_n: int = Field(7, ge=5)
     flow_poly_sigma: float = Field(1.5, gt=0)
+    # camera-only videos (``drivegen run --source jaad``, 30 fps, 1920x1080): the flow runs on frames taken at
+    # this rate and scaled down to at most this width (not from the paper: DRAMA-X's own clips are 2 s at
+    # 1 Hz keyframes; these keep Farneback at about 0.1 s a frame pair on one core)
+    video_fps: float = Field(10.0, gt=0)
+    video_max_width_px: int = Field(960, ge=64)
 
 
 class DramaXConfig(_Model):
@@ -811,6 +816,14 @@ class PieConfig(_Model):
     # left out) is a SourceError for its video ('error', the rule) or kept, sampling only windows
     # without a gap ('keep'); tests/test_pie.py checks both
     track_gap: Literal["error", "keep"] = "error"
+    # ``drivegen run --source jaad`` (not from the paper): a video without clips/<video>.mp4 is an error for
+    # that video (True) or runs from its annotations alone, without frames or image intent (False: the JAAD
+    # annotations are public, the videos often not at hand)
+    require_clips: bool = False
+    # ... and the frames its samples observe are extracted into the run folder (images/<video>/<frame>.<fmt>,
+    # the layout of JAAD's own split_clips_to_frames.sh, png) when the clip is there
+    extract_frames: bool = True
+    frame_format: Literal["png", "jpg"] = "png"
     # The same tasks from 3D logs (generator.attributes.pie.path_entry; not from the paper, which has JAAD's
     # crossing_point): a tracked pedestrian's crossing event is the first time it stands where the ego is
     # going to drive: inside the ego's body widened by path_margin_m a side, at one of its logged poses of

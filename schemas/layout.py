@@ -9,6 +9,7 @@
     OUT/qa/<split>-<scene>-<k:05d>.parquet  QA shards (the scene's split first: ``qa/train-*.parquet`` is the
                                         train split, the glob the dataset card's ``data_files`` use);
     OUT/wds/<scene>-<k:05d>.tar         WebDataset shards
+    OUT/images/<video>/<frame:05d>.png  camera-only runs (--source jaad): the frames PIE samples observe
     OUT/errors/<scene>-<stage>.parquet  one row per failed scene and stage
     OUT/manifest/<scene>.json           written last for a finished scene: its files with row counts
     OUT/README.md                       the dataset card (Hugging Face front matter; its stats and plots in card/)
@@ -50,6 +51,7 @@ VALIDATE_DIR = "validate"
 REPORT_DIR = "report"  # the static HTML report (``drivegen report``; its marker: report/report.json)
 VALIDATE_REPORT = f"{VALIDATE_DIR}/report.json"  # what ``drivegen validate`` writes (without --out)
 # Folders and files a command may create inside a run folder (anything else there is the user's).
+IMAGES_DIR = "images"  # extracted video frames of camera-only runs: images/<video>/<frame:05d>.<ext>
 RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY, CARD)
 
 
@@ -74,6 +76,9 @@ TABLES: dict[str, TableLayout] = {t.name: t for t in (
     TableLayout("labels", "labels", tables.LABELS),
     TableLayout("drama_risk", "drama_risk", tables.DRAMA_RISK),
     TableLayout("issues", "issues", tables.ISSUES),
+    # camera-only runs (drivegen run --source jaad): PIE/JAAD samples and DRAMA-X image intent per video
+    TableLayout("pie_samples", "pie_samples", tables.PIE_SAMPLES),
+    TableLayout("drama_image_intent", "drama_image_intent", tables.DRAMA_IMAGE_INTENT),
     TableLayout("qa", "qa", tables.QA, sharded=True, by_split=True),
     TableLayout("wds", "wds", None, sharded=True, ext="tar"),
 )}

@@ -134,6 +134,16 @@ DRAMA_RISK = _schema("drama_risk", [
 ], "DRAMA-X risk and suggested ego action per tracked object and frame, from hindsight "
    "(generator.attributes.drama.risk_table, written by the attributes stage beside the labels)")
 
+DRAMA_IMAGE_INTENT = _schema("drama_image_intent", [
+    pa.field("scene_id", s, False), pa.field("ped_id", s, False), pa.field("track_label", s, False),
+    pa.field("frame_index", i32, False), pa.field("t_s", f64, False),
+    pa.field("box_xyxy", pa.list_(f32, 4)),  # the annotated 2D box in the video's own image
+    pa.field("lateral_intent", s, False), pa.field("vertical_intent", s, False),  # schemas.vocab.INTENT_*
+    pa.field("lateral_rate", f64, False), pa.field("vertical_rate", f64, False),  # box heights per second
+    pa.field("compensated", b, False),  # camera displacement (Farneback) subtracted
+], "DRAMA-X image intent per 2D track and sampled frame of a camera-only log (generator.attributes.drama."
+   "image_intent, written by the video stage of drivegen run --source jaad)")
+
 # Intention-Drive export (``generator.writers.intention_export``): one row per instruction (a QA row of the
 # ego_intention family) and one row per object at each keyframe sample (what the collision check sweeps).
 vec4 = pa.list_(f64, 4)
@@ -205,7 +215,7 @@ ERRORS = _schema("errors", [
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
        for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS,
-                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK)}
+                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK, DRAMA_IMAGE_INTENT)}
 
 
 # The unit and frame suffixes of column names (module docstring): the last matching part of a name decides.

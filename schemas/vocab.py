@@ -18,6 +18,10 @@ VRU_CLASSES = ("pedestrian", "bicycle", "motorcycle")
 NUSCENES_CAMERAS = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_BACK_RIGHT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_FRONT_LEFT")
 FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
 
+# Log sources without LiDAR or poses (``LogSource.camera_only``): their videos run through the camera stages
+# (``generator.pipeline.video``) and their run folders hold no 3D tables.
+CAMERA_ONLY_SOURCES = ("jaad",)
+
 # Ego behaviour (Intention-Drive §3: atomic maneuvers and speed status).
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
 SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")

@@ -42,8 +42,10 @@ def _box(frame, x1, y1, x2, y2, pid, label, cross="not-crossing"):
 
 
 def write_video(root: Path, vid: str, tracks: list[dict], peds: list[dict], n_frames: int = 200,
-                width: int = 1920, height: int = 1080, split: str | None = "train") -> None:
-    """One JAAD video's XMLs. ``tracks``: {pid, label, frames, x (frame -> centre x), cross_from (frame)}."""
+                width: int = 1920, height: int = 1080, split: str | None = "train", box_y=(500, 600),
+                half_width: float = 20) -> None:
+    """One JAAD video's XMLs. ``tracks``: {pid, label, frames, x (frame -> centre x), cross_from (frame)};
+    every box spans ``box_y`` rows and ``half_width`` px either side of its centre."""
     for d in ("annotations", "annotations_attributes", "annotations_vehicle", "annotations_traffic"):
         (root / d).mkdir(parents=True, exist_ok=True)
     body = []
@@ -52,7 +54,7 @@ def write_video(root: Path, vid: str, tracks: list[dict], peds: list[dict], n_fr
         for f in t["frames"]:
             xc = t["x"](f)
             cross = "crossing" if t.get("cross_from") is not None and f >= t["cross_from"] else "not-crossing"
-            boxes.append(_box(f, xc - 20, 500, xc + 20, 600, t["pid"], t["label"], cross))
+            boxes.append(_box(f, xc - half_width, box_y[0], xc + half_width, box_y[1], t["pid"], t["label"], cross))
         body.append(f'<track label="{t["label"]}">{"".join(boxes)}</track>')
     (root / "annotations" / f"{vid}.xml").write_text(
         f"<annotations><version>1.1</version><meta><task><name>{vid}</name><size>{n_frames}</size>"

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from generator.attributes.arrays import column, fixed_list_to_numpy, to_numpy
 from generator.attributes.ego import ego_states, track_rows
 from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig, EgoBodyConfig
-from schemas.tables import DRAMA_RISK
+from schemas.tables import DRAMA_IMAGE_INTENT, DRAMA_RISK
 from schemas.vocab import DRAMA_ACTIONS, DRAMA_POSITIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
 
 CONTINUE, AWARE, SLOW, YIELD, STOP = range(5)  # indices into DRAMA_ACTIONS (severity order)
@@ -197,15 +197,14 @@ def image_intent(gray: list[np.ndarray], t_s: np.ndarray, boxes_xyxy: np.ndarray
 
     ``gray``: F grayscale uint8 images (one camera, in time order), ``t_s`` (F,) their times,
     ``boxes_xyxy`` (M, F, 4) each track's box per frame (NaN where absent). ``flows`` (F - 1 flows between
-    consecutive frames) may be given to share them between calls. Returns ``ImageIntent`` with (M, F) arrays.
+    consecutive frames) may be given to share them between calls; otherwise each is computed when needed (a
+    frame pair where no track is present gets none) and dropped after use. Returns ``ImageIntent`` with (M, F) arrays.
     The image's right is the ego's right for a forward camera: ``goes to the right`` = + image x.
     """
     th = cfg or DramaImageIntentConfig()
     boxes = np.asarray(boxes_xyxy, dtype=np.float64)
     m, f = boxes.shape[:2]
     t_s = np.asarray(t_s, dtype=np.float64)
-    if flows is None:
-        flows = [farneback(gray[i], gray[i + 1], th) for i in range(f - 1)] if th.compensate else []
     stat = np.median if th.statistic == "median" else np.mean
     # camera displacement at each track's box from frame i to i + 1
     cam = np.zeros((m, max(f - 1, 0), 2))
@@ -213,11 +212,15 @@ def image_intent(gray: list[np.ndarray], t_s: np.ndarray, boxes_xyxy: np.ndarray
         shape = gray[0].shape[:2]
         for i in range(f - 1):
             present = np.all(np.isfinite(boxes[:, i]), axis=1)
+            if not present.any():
+                continue
+            # one flow at a time (a 30 fps video's flows would not fit in memory together)
+            flow = flows[i] if flows is not None else farneback(gray[i], gray[i + 1], th)
             for j in np.nonzero(present)[0]:
                 others = boxes[np.arange(m) != j, i]
                 region = ring_region(boxes[j, i], shape, th, others)
                 if region.any():
-                    cam[j, i] = stat(flows[i][region], axis=0)
+                    cam[j, i] = stat(flow[region], axis=0)
     cx = (boxes[..., 0] + boxes[..., 2]) / 2
     bottom = boxes[..., 3]
     height = boxes[..., 3] - boxes[..., 1]
@@ -246,6 +249,58 @@ def image_intent(gray: list[np.ndarray], t_s: np.ndarray, boxes_xyxy: np.ndarray
     ver_code = np.where(ver >= th.vertical_rate, 0, np.where(ver <= -th.vertical_rate, 1, 2))
     ok = count > 0
     return ImageIntent(np.where(ok, lat_code, -1), np.where(ok, ver_code, -1), lat, ver)
+
+
+# 2D tracks of a camera-only log whose intent is estimated: JAAD's behavioural pedestrians and bystanders
+# (its 'people' tracks are groups, with no single motion)
+VIDEO_INTENT_LABELS = ("pedestrian", "ped")
+
+
+def video_intent_frames(boxes: pa.Table, fps: float, th: DramaImageIntentConfig) -> np.ndarray:
+    """The frames of a camera-only video (``generator.sources.jaad`` BOXES rows of one video) that image intent
+    decodes: every ``round(fps / th.video_fps)``-th frame from the first to the last box of a
+    ``VIDEO_INTENT_LABELS`` track (sorted int64; empty without one)."""
+    fr = boxes.filter(pc.is_in(boxes.column("label"), pa.array(VIDEO_INTENT_LABELS))).column("frame").to_numpy()
+    if fr.size == 0:
+        return np.empty(0, np.int64)
+    step = max(1, int(round(fps / th.video_fps)))
+    return np.arange(int(fr.min()), int(fr.max()) + 1, step, dtype=np.int64)
+
+
+def video_image_intent(video_id: str, boxes: pa.Table, frames: np.ndarray, gray: list[np.ndarray], scale: float,
+                       fps: float, th: DramaImageIntentConfig) -> pa.Table:
+    """DRAMA-X image intent of every ``VIDEO_INTENT_LABELS`` track of one camera-only video, at ``frames``
+    (``video_intent_frames``), from ``gray``: those frames decoded, grayscale, scaled by ``scale`` (boxes are
+    scaled alike; rates are per box height, so the scale does not change them). One
+    ``schemas.tables.DRAMA_IMAGE_INTENT`` row per track and frame with a label."""
+    b = boxes.filter(pc.is_in(boxes.column("label"), pa.array(VIDEO_INTENT_LABELS)))
+    ids = b.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
+    tracks, t_of = np.unique(ids, return_inverse=True)
+    fr = b.column("frame").to_numpy().astype(np.int64)
+    col = np.searchsorted(frames, fr)
+    on_grid = (col < len(frames)) & (frames[np.minimum(col, max(len(frames) - 1, 0))] == fr) if len(frames) else col < 0
+    xyxy = np.stack([b.column(c).to_numpy() for c in ("x1_px", "y1_px", "x2_px", "y2_px")], axis=1).astype(np.float64)
+    grid = np.full((len(tracks), len(frames), 4), np.nan)
+    grid[t_of[on_grid], col[on_grid]] = xyxy[on_grid]
+    labels = np.empty(len(tracks), dtype=object)
+    labels[t_of] = b.column("label").to_numpy(zero_copy_only=False)
+    if len(tracks) == 0 or len(frames) < 2:
+        return DRAMA_IMAGE_INTENT.empty_table()
+    ii = image_intent(gray, frames / fps, grid * scale, th)
+    ti, fi = np.nonzero(ii.lateral >= 0)
+    return pa.table({
+        "scene_id": pa.array([video_id] * len(ti), pa.string()),
+        "ped_id": pa.array(tracks[ti], pa.string()),
+        "track_label": pa.array(labels[ti].astype(str), pa.string()),
+        "frame_index": pa.array(frames[fi], pa.int32()),
+        "t_s": pa.array(frames[fi] / fps, pa.float64()),
+        "box_xyxy": pa.FixedSizeListArray.from_arrays(pa.array(grid[ti, fi].reshape(-1).astype(np.float32)), 4),
+        "lateral_intent": pa.array(np.asarray(INTENT_LATERAL, dtype=object)[ii.lateral[ti, fi]], pa.string()),
+        "vertical_intent": pa.array(np.asarray(INTENT_VERTICAL, dtype=object)[ii.vertical[ti, fi]], pa.string()),
+        "lateral_rate": pa.array(ii.lateral_rate[ti, fi], pa.float64()),
+        "vertical_rate": pa.array(ii.vertical_rate[ti, fi], pa.float64()),
+        "compensated": pa.array(np.full(len(ti), th.compensate), pa.bool_()),
+    }, schema=DRAMA_IMAGE_INTENT)
 
 
 def intent_names(codes_: np.ndarray, vocab: tuple[str, ...]) -> list[str | None]:
@@ -308,4 +363,4 @@ def match_boxes(tracks_xyxy: np.ndarray, labelled_xyxy: np.ndarray, iou_min: flo
 
 __all__ = ["risk_table", "frame_risk", "suggested_actions", "conflict_times", "relative_position",
            "image_intent", "ImageIntent", "farneback", "ring_region", "intent_names", "iou_matrix",
-           "match_boxes", "greedy_assignment", "DRAMA_POSITIONS", "INTENT_LATERAL", "INTENT_VERTICAL"]
+           "match_boxes", "greedy_assignment", "video_intent_frames", "video_image_intent", "VIDEO_INTENT_LABELS", "DRAMA_POSITIONS", "INTENT_LATERAL", "INTENT_VERTICAL"]

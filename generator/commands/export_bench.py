@@ -32,7 +32,7 @@ def main(args) -> int:
     from generator.runfolder import RunReader
     from schemas.config import load_config
 
-    reader = RunReader(args.run)
+    reader = RunReader(args.run).require_3d("drivegen export_bench")
     cfg = load_config(args.config) if args.config else None
     summary = export_bench(reader, args.out, cfg=cfg, splits=args.split, image_root=args.image_root)
     shown = {k: v for k, v in summary.items() if k != "files"}

@@ -27,6 +27,6 @@ def main(args) -> int:
     from generator.pipeline.exports import export_intention
     from generator.runfolder import RunReader
 
-    summary = export_intention(RunReader(args.run), args.out, splits=args.split)
+    summary = export_intention(RunReader(args.run).require_3d("drivegen export_intention"), args.out, splits=args.split)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("files", "config")}, indent=2))
     return 0

@@ -3,6 +3,7 @@ writers, as one streaming Ray Dataset (see ``generator.pipeline``).
 
     drivegen run --out OUT                                    # a few generated scenes, embedded local Ray
     drivegen run --out OUT --source av2 --data LOGS           # your logs (nuscenes: --version V)
+    drivegen run --out OUT --source jaad --data JAAD          # camera-only JAAD videos (PIE samples, intent)
     drivegen run --out s3://bucket/run --address auto ...     # join a Ray cluster (or set RAY_ADDRESS)
     drivegen run --resume OUT                                 # finish an interrupted run
 
@@ -26,8 +27,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--out", default=None, help="run folder: local path or URI (file://, s3://, gs://, ...)")
-    p.add_argument("--source", choices=("nuscenes", "av2"), default=None,
-                   help="log format of --data (default without --data: generated nuScenes-format logs)")
+    p.add_argument("--source", choices=("nuscenes", "av2", "jaad"), default=None,
+                   help="log format of --data (default without --data: generated nuScenes-format logs; jaad: "
+                        "camera-only videos, PIE/JAAD samples and DRAMA-X image intent, see generator.pipeline.video)")
     p.add_argument("--data", default=None, help="nuScenes dataroot or AV2 folder (of logs, or one log), local or a "
                    "URI such as s3://bucket/nuscenes (read through each node's cache: sources.cache_dir)")
     p.add_argument("--version", default=None, help="nuScenes table version (default: the only one present)")
@@ -79,7 +81,7 @@ def main(args) -> int:
     if args.force and not resume:
         return _fail("--force goes with --resume")
     if args.data and not args.source:
-        return _fail("--data needs --source nuscenes|av2")
+        return _fail("--data needs --source nuscenes|av2|jaad")
     if args.source and not args.data:
         return _fail(f"--source {args.source} needs --data PATH (the logs)")
     result = run(out, source=args.source, data=args.data, version=args.version, config=args.config,
@@ -105,6 +107,10 @@ def write_report(out: str) -> int:
 
     reader = RunReader(out)
     if not reader.config().report.on_run or not reader.scene_ids():
+        return 0
+    if reader.camera_only:
+        print("report: not built for camera-only runs (its pages show 3D scenes); PIE samples: "
+              f"drivegen export_pie --run {out}")
         return 0
     try:
         print(summary_line(build_report(reader, reader.store.uri_of(layout.REPORT_DIR))))

@@ -104,7 +104,7 @@ def _refresh_card(run: str) -> None:
     from generator.runfolder import RunReader
     from schemas import layout
 
-    reader = RunReader(run)
+    reader = RunReader(run).require_3d("drivegen validate")
     if not reader.store.exists(layout.CARD):
         return
     try:

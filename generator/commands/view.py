@@ -151,7 +151,7 @@ def main(args) -> int:
     if args.max_frames is not None and args.max_frames < 1:
         print("drivegen view: error: --max-frames must be at least 1", file=sys.stderr)
         return 2
-    reader = RunReader(args.run)
+    reader = RunReader(args.run).require_3d("drivegen view")
     out = args.out or f"{args.scene.replace('/', '_')}.rrd"
     try:
         counts = record_scene(reader, args.scene, out, args.max_frames)

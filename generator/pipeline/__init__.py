@@ -119,7 +119,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     a new run refuses a folder that holds anything; a resumed one refuses a changed config or source ->
     the run is described -> Ray -> the scenes stream -> summary, card, bench export -> the lock is released.
     """
-    from generator.sources import open_source
+    from generator.sources import CAMERA_ONLY_KINDS, open_source
     from schemas.config import load_config
 
     if scenes is not None and scenes < 1:
@@ -165,7 +165,13 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                                                         "parent": None}
         state.update(epoch=lock.epoch, config_key=config_key(cfg), source_key=source_key(desc))
         store.write_json(layout.RUN_STATE, state)
-        if stages is None or write is None or finalize is None:
+        if (desc or {}).get("kind") in CAMERA_ONLY_KINDS:  # videos: the camera stages
+            from generator.pipeline import video
+
+            stages = stages if stages is not None else video.stages(cfg)
+            write = write or video.write_video
+            finalize = finalize or video.finalize
+        elif stages is None or write is None or finalize is None:
             from generator.pipeline import exports, stages as real
 
             stages = stages if stages is not None else real.default_stages(cfg)

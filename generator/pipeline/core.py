@@ -90,7 +90,7 @@ class StageError:
         return cls(**{f.name: row.get(f.name) for f in fields(cls)})
 
 
-OUTPUTS = ("loaded", "detected", "perceived", "described", "questions")
+OUTPUTS = ("loaded", "detected", "perceived", "described", "questions", "video")
 
 
 @dataclass
@@ -105,6 +105,7 @@ class SceneWork:
     perceived: PerceptionResult | None = None
     described: Described | None = None
     questions: Questions | None = None
+    video: Any = None  # camera-only sources: generator.pipeline.video.Video (instead of loaded ... questions)
     counts: dict[str, Any] = field(default_factory=dict)  # per-scene figures for the manifest and summary
     timings_s: dict[str, float] = field(default_factory=dict)
     error: StageError | None = None

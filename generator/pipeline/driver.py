@@ -237,16 +237,25 @@ def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skip
 
 def format_summary(summary: dict, max_errors: int = 20) -> str:
     sc = summary["scenes"]
-    lines = [f"scenes: {sc['ok']} ok, {sc['failed']} failed, {sc['skipped']} skipped (of {sc['total']})",
-             f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "
-             + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())),
-             "projections dropped (object x camera): " + (", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
-                                    or "none")]
+    lines = [f"scenes: {sc['ok']} ok, {sc['failed']} failed, {sc['skipped']} skipped (of {sc['total']})"]
+    if "camera_only" in summary:  # videos: no objects, QA or projections
+        lines.append(f"video frames: {summary['frames']}")
+    else:
+        dropped = ", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
+        lines += [f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "
+                  + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())),
+                  "projections dropped (object x camera): " + (dropped or "none")]
     if summary.get("failed_frames"):
         lines.append("frames skipped by stage (finished scenes): "
                      + ", ".join(f"{k}={v}" for k, v in sorted(summary["failed_frames"].items())))
     lines.append(f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
                  f"{summary['throughput']['frames_per_s']:.1f} frames/s")
+    if summary.get("camera_only"):
+        co = summary["camera_only"]
+        lines.append(f"videos with a clip: {co['clips']} of {sc['ok'] + sc['skipped']}  PIE samples: "
+                     f"{co['pie_action_samples']} action ({co['pie_crossing_samples']} crossing), "
+                     f"{co['pie_risk_samples']} risk  image intent rows: {co['image_intent']}  frames extracted: "
+                     f"{co['images']}")
     if summary.get("card"):
         lines.append(f"dataset card: {summary['card']['path']} (QA per split: "
                      + ", ".join(f"{k}={v}" for k, v in summary["card"]["splits"].items()) + ")")

@@ -21,8 +21,9 @@ import pyarrow as pa
 from generator.runfolder.store import RunStore
 from schemas import layout
 from schemas.config import PipelineConfig, config_from_yaml
-from schemas.errors import RunFolderError
+from schemas.errors import InputError, RunFolderError
 from schemas.tables import ERRORS
+from schemas.vocab import CAMERA_ONLY_SOURCES
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,20 @@ class RunReader:
         if own is None and self.parent is not None:
             return self.parent.source()
         return own
+
+    @property
+    def camera_only(self) -> bool:
+        """True for a run over camera-only logs (``schemas.vocab.CAMERA_ONLY_SOURCES``: JAAD videos): no 3D
+        tables, its outputs are ``pie_samples/``, ``drama_image_intent/`` and extracted frames."""
+        return (self.source() or {}).get("kind") in CAMERA_ONLY_SOURCES
+
+    def require_3d(self, command: str) -> "RunReader":
+        """``self`` when the run holds 3D tables; an InputError naming ``command`` for a camera-only run."""
+        if self.camera_only:
+            raise InputError(f"{self.uri} is a camera-only run (source {self.source().get('kind')}): {command} needs "
+                             "the 3D tables of a nuScenes-format or AV2 run; its PIE samples export with "
+                             f"`drivegen export_pie --run {self.uri}`", file=self.uri)
+        return self
 
     def planned_scenes(self) -> list[str]:
         return list((self._json(layout.SCENES, {}) or {}).get("scene_ids", []))

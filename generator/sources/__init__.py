@@ -16,8 +16,10 @@ from generator.sources.base import LogSource
 from generator.types import Scene, SourceError
 from schemas import tables
 from schemas.config import KeyframeConfig, SourceLimitsConfig
+from schemas.vocab import CAMERA_ONLY_SOURCES
 
-KINDS = ("nuscenes", "av2")
+KINDS = ("nuscenes", "av2", "jaad")
+CAMERA_ONLY_KINDS = CAMERA_ONLY_SOURCES  # schemas.vocab: the kinds whose videos run through the camera stages
 # drivegen's own generated logs (``generator.synth``) are nuScenes-format log sets marked by this file in their
 # table folder (``<dataroot>/<version>/``); the synth writer writes it, ``source_licence`` looks for it.
 GENERATED_MARKER = "drivegen_scenarios.json"
@@ -117,6 +119,12 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
         if unknown:
             raise TypeError(f"av2 source takes no options {unknown}")
         return AV2Source(path, cfg=kf, limits=limits, require_labels=require_labels, check_files=check_files, **kw)
+    if kind == "jaad":
+        from generator.sources.jaad import JaadSource
+
+        if kw:
+            raise TypeError(f"jaad source takes no options {sorted(kw)}")
+        return JaadSource(path)
     raise ValueError(f"unknown source kind {kind!r}; known: {list(KINDS)}")
 
 
@@ -131,6 +139,8 @@ def source_from_description(desc: dict) -> LogSource:
         return open_source("nuscenes", d.pop("dataroot"), cfg, **d)
     if kind == "av2":
         return open_source("av2", d.pop("root"), cfg, **d)
+    if kind == "jaad":
+        return open_source("jaad", d["root"])
     raise ValueError(f"cannot rebuild a source from description with kind {kind!r}: {desc}")
 
 
@@ -210,4 +220,4 @@ def scenes_table(scenes: list[Scene]) -> pa.Table:
 
 
 __all__ = ["LogSource", "open_source", "source_from_description", "frames_table", "front_camera_images",
-           "scenes_table", "KINDS"]
+           "scenes_table", "KINDS", "CAMERA_ONLY_KINDS"]

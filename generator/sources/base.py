@@ -10,6 +10,9 @@ class LogSource(ABC):
     """A set of driving logs. Implementations: ``NuScenesSource`` (devkit), ``AV2Source`` (feather)."""
 
     name: str = "base"
+    # camera-only logs (JAAD: videos and 2D boxes, no LiDAR or poses) run through the camera stages
+    # (``generator.pipeline.video``) and load videos, not scenes
+    camera_only: bool = False
 
     @abstractmethod
     def scene_ids(self) -> list[str]:

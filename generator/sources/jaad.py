@@ -30,6 +30,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from generator.sources.base import LogSource
 from schemas.config import PieConfig
 from schemas.errors import SourceError
 from schemas.vocab import JAAD_SPLITS, JAAD_TRACK_LABELS, JAAD_VEHICLE_ACTIONS
@@ -293,9 +294,15 @@ def read_jaad(root: str | os.PathLike, cfg: PieConfig | None = None, video_ids: 
 
 
 def read_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | None = None) -> dict[int, np.ndarray]:
-    """Decode only ``frames`` (0-based) of a video, as BGR uint8 arrays: one seek to the first wanted frame,
-    then ``grab()`` over short stretches between wanted frames (a seek again past 60 frames). Raises
-    ``SourceError`` (file and video named) when the file is missing or unreadable or a frame is past its end."""
+    """Decode only ``frames`` (0-based) of a video, as BGR uint8 arrays (``iter_frames``, all at once)."""
+    return dict(iter_frames(path, frames, video_id))
+
+
+def iter_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | None = None):
+    """Decode only ``frames`` (0-based) of a video, yielding (frame, BGR uint8 array) in frame order, so that a
+    caller reducing or writing each frame never holds them all: one seek to the first wanted frame, then
+    ``grab()`` over short stretches between wanted frames (a seek again past 60 frames). Raises ``SourceError``
+    (file and video named) when the file is missing or unreadable or a frame is past its end."""
     import cv2
 
     p = str(path)
@@ -304,7 +311,7 @@ def read_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | 
         raise SourceError(f"{vid}: missing video", scene=vid, file=p)
     wanted = sorted({int(f) for f in frames})
     if not wanted:
-        return {}
+        return
     if wanted[0] < 0:
         raise SourceError(f"{vid}: negative frame {wanted[0]} requested", scene=vid, file=p)
     cap = cv2.VideoCapture(p)
@@ -314,7 +321,6 @@ def read_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | 
         count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
         if count > 0 and wanted[-1] >= count:
             raise SourceError(f"{vid}: frame {wanted[-1]} past the video's {count} frames", scene=vid, file=p)
-        out: dict[int, np.ndarray] = {}
         pos = None  # index of the next frame read() would return
         for f in wanted:
             if pos is None or f < pos or f - pos > 60:
@@ -327,8 +333,51 @@ def read_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | 
             ok, img = cap.read()
             if not ok or img is None:
                 raise SourceError(f"{vid}: cannot decode frame {f}", scene=vid, file=p)
-            out[f] = img
             pos = f + 1
-        return out
+            yield f, img
     finally:
         cap.release()
+
+class JaadSource(LogSource):
+    """A JAAD folder as the log source of ``drivegen run --source jaad``: one scene per annotated video
+    (``video_XXXX``). Camera-only: no LiDAR, no poses, no 3D; its videos go through the camera stages
+    (``generator.pipeline.video``), not the 3D ones, so ``load_scene`` refuses. Local folders only."""
+
+    name = "jaad"
+    camera_only = True
+
+    def __init__(self, root: str | os.PathLike):
+        from generator.sources.remote import is_remote
+
+        if is_remote(root):
+            raise SourceError(f"JAAD folders are read from a local path, not {root}: copy or mount it",
+                              file=str(root), stage="open")
+        self.root = str(Path(root).resolve())
+        self._ids = list_videos(self.root)
+        if not self._ids:
+            raise SourceError(f"no annotations/video_*.xml in {self.root}: not a JAAD folder",
+                              file=str(Path(self.root) / "annotations"), stage="open")
+
+    def scene_ids(self) -> list[str]:
+        return list(self._ids)
+
+    def load_scene(self, scene_id: str):
+        raise SourceError(f"{scene_id}: JAAD is camera-only (no LiDAR, no poses); its videos run through the "
+                          "camera stages (generator.pipeline.video)", scene=scene_id, file=self.root, stage="load")
+
+    def load_video(self, video_id: str, cfg: PieConfig) -> dict[str, pa.Table]:
+        """``read_video``'s tables of one video, its split from ``split_ids/<cfg.split_variant>``; raises
+        ``SourceError`` naming the file and the video (``cfg.require_clips``: a missing clip too)."""
+        return read_video(self.root, video_id, cfg, read_splits(self.root, cfg.split_variant),
+                          require_clip=cfg.require_clips)
+
+    def clip(self, video_id: str) -> str | None:
+        """The video's clip when it is there, else None."""
+        p = clip_path(self.root, video_id)
+        return str(p) if p.is_file() else None
+
+    def describe(self) -> dict:
+        return {"kind": self.name, "root": self.root}
+
+    def drivable_map(self, scene_id: str) -> None:
+        return None

@@ -82,6 +82,8 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
 
     run_cfg = reader.config()
     cfg = cfg or run_cfg.pie
+    if reader.camera_only:
+        return _samples_from_video_run(reader, cfg, run_cfg.pie)
     frames, objects = reader.read_table("frames"), reader.read_table("objects")
     projections = reader.read_table("projections", columns=["scene_id", "frame_index", "track_id", "camera",
                                                              "box2d_proj_xyxy"])
@@ -116,4 +118,28 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
                                                 or 0)},
             "config": lcfg.model_dump(mode="json"), "counts": sample_counts(samples), "pedestrians": reasons,
             "errors": []}
+    return samples, info
+
+
+def _samples_from_video_run(reader, cfg, run_pie) -> tuple[pa.Table, dict]:
+    """The samples a camera-only run (``drivegen run --source jaad``) stored per video, as they are: their
+    ``image_paths`` name the frames the run extracted. A ``pie:`` config other than the run's is refused (the
+    samples were cut with the run's)."""
+    from generator.attributes.pie import sample_counts
+    from schemas.errors import InputError
+
+    if cfg.model_dump() != run_pie.model_dump():
+        raise InputError(f"{reader.uri} is a camera-only run whose PIE samples were cut with its own pie: config; "
+                         "export it without --config, or run the videos again with the new one")
+    samples = reader.read_table("pie_samples")
+    if samples is None:
+        samples = SAMPLES.empty_table()
+    src = reader.source()
+    info = {"source": {"kind": "jaad", "run": reader.uri, "data": src.get("root"), "videos": len(reader.scene_ids()),
+                       "split_variant": cfg.split_variant},
+            "config": cfg.model_dump(mode="json"), "counts": sample_counts(samples),
+            "errors": [{"video": e.get("scene_id"), "file": e.get("file"), "message": e.get("message")}
+                       for e in reader.errors()]}
+    if not samples.num_rows:
+        info["why_empty"] = "no finished video of the run has a sample"
     return samples, info

@@ -1,0 +1,230 @@
+"""``drivegen run --source jaad``: camera-only videos through Ray, PIE samples with extracted frames, DRAMA-X image
+intent inside the run (issues 13 and 14).
+
+The synthetic JAAD folder has small clips made here with OpenCV: a textured street that pans left by ``PAN`` px a
+frame (the camera turns right), a pedestrian who keeps the camera's pace (still in the image, walking right in
+the world) and one who stands in the world (drifting left in the image with the street). Only the camera-motion
+compensation tells them apart. The real annotations (../shared/data/jaad, no videos) are run too when present.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from generator.attributes.drama import video_intent_frames
+from generator.attributes.pie import build_samples
+from generator.cli import main as cli
+from generator.runfolder import RunReader
+from generator.sources.jaad import read_frames, read_jaad, read_video
+from schemas.config import DramaImageIntentConfig, PieConfig
+from test_pie import JAAD, needs_jaad, write_video
+
+cv2 = pytest.importorskip("cv2")
+
+W, H, N, PAN = 320, 180, 90, 2  # image, frames, street shift per frame (px)
+WALKER_X = 100.0  # keeps the camera's pace: still in the image
+STANDER_X0 = 250.0  # still in the world: x = 250 - PAN f in the image
+BOX_Y = (90, 150)
+
+
+def _walker_x(f):
+    return WALKER_X
+
+
+def _stander_x(f):
+    return STANDER_X0 - PAN * f
+
+
+def _make_clip(path: Path) -> None:
+    rng = np.random.default_rng(3)
+    street = cv2.GaussianBlur(rng.integers(0, 255, (H, W + PAN * N), dtype=np.uint8), (0, 0), 2.0)
+    person = cv2.GaussianBlur(rng.integers(0, 255, (BOX_Y[1] - BOX_Y[0], 20), dtype=np.uint8), (0, 0), 1.0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vw = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30.0, (W, H))
+    if not vw.isOpened():
+        pytest.skip("OpenCV cannot write mp4v here")
+    for f in range(N):
+        img = street[:, PAN * f:PAN * f + W].copy()
+        for x in (_walker_x(f), _stander_x(f)):
+            x1 = int(round(x - 10))
+            img[BOX_Y[0]:BOX_Y[1], x1:x1 + 20] = person
+        vw.write(cv2.cvtColor(img, cv2.COLOR_GRAY2BGR))
+    vw.release()
+
+
+def _video(root: Path, vid: str, clip: str | None) -> None:
+    write_video(root, vid, [
+        {"pid": f"{vid}_w", "label": "pedestrian", "frames": range(0, N), "x": _walker_x, "cross_from": 60},
+        {"pid": f"{vid}_s", "label": "ped", "frames": range(0, N), "x": _stander_x},
+    ], [{"pid": f"{vid}_w", "crossing": 1, "crossing_point": 60}], n_frames=N, width=W, height=H, box_y=BOX_Y,
+        half_width=10)
+    if clip == "good":
+        _make_clip(root / "clips" / f"{vid}.mp4")
+    elif clip == "broken":
+        (root / "clips").mkdir(parents=True, exist_ok=True)
+        (root / "clips" / f"{vid}.mp4").write_bytes(b"\x00not an mp4" * 100)
+
+
+@pytest.fixture(scope="module")
+def jaad_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("jaad_run") / "jaad"
+    _video(root, "video_0001", "good")
+    _video(root, "video_0002", "broken")
+    _video(root, "video_0003", None)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ray_run(jaad_root, tmp_path_factory):
+    """The three videos through Ray (exit 1: video_0002's clip cannot be decoded)."""
+    out = tmp_path_factory.mktemp("jaad_out") / "run"
+    code = cli(["run", "--out", str(out), "--source", "jaad", "--data", str(jaad_root), "--no-progress"])
+    return code, out
+
+
+def _intent_by_ped(out: Path, vid: str) -> dict[str, list[str]]:
+    t = pq.read_table(out / "drama_image_intent" / f"{vid}.parquet").to_pylist()
+    by: dict[str, list[str]] = {}
+    for r in t:
+        by.setdefault(r["ped_id"], []).append(r["lateral_intent"])
+    return by
+
+
+def _share(values: list[str], want: str) -> float:
+    return sum(v == want for v in values) / max(1, len(values))
+
+
+def test_video_intent_frames_take_every_third_frame_at_10_hz(jaad_root):
+    boxes = read_video(jaad_root, "video_0001", PieConfig())["boxes"]
+    got = video_intent_frames(boxes, 30.0, DramaImageIntentConfig())
+    assert got.tolist() == list(range(0, N, 3))
+    assert video_intent_frames(boxes, 30.0, DramaImageIntentConfig(video_fps=30.0)).tolist() == list(range(N))
+
+
+def test_run_goes_on_past_a_broken_clip_and_names_it(ray_run, jaad_root):
+    code, out = ray_run
+    assert code == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["scenes"] == {"total": 3, "ok": 2, "failed": 1, "skipped": 0}
+    (err,) = summary["errors"]
+    assert err["scene_id"] == "video_0002" and err["stage"] == "video"
+    assert err["file"] == str(jaad_root / "clips" / "video_0002.mp4")
+    assert RunReader(out).scene_ids() == ["video_0001", "video_0003"]
+    assert summary["camera_only"]["clips"] == 1
+
+
+def test_samples_are_the_benchmarks_and_their_frames_are_extracted(ray_run, jaad_root):
+    _, out = ray_run
+    got = pq.read_table(out / "pie_samples" / "video_0001.parquet")
+    t = read_jaad(jaad_root, video_ids=["video_0001"])
+    want, _ = build_samples(t.videos, t.boxes, t.pedestrians, t.vehicle, PieConfig())
+    other = [c for c in want.column_names if c not in ("image_paths", "video_path")]
+    assert got.select(other).equals(want.select(other))
+    assert got.num_rows > 0 and set(got.column("task").to_pylist()) == {"action", "risk"}
+    assert 1 in got.column("crossing").to_pylist()
+    assert set(got.column("video_path").to_pylist()) == {str(jaad_root / "clips" / "video_0001.mp4")}
+    paths = sorted({p for ps in got.column("image_paths").to_pylist() for p in ps})
+    frames = sorted({f for fs in got.column("frames").to_pylist() for f in fs})
+    assert paths == [str(out / "images" / "video_0001" / f"{f:05d}.png") for f in frames]
+    decoded = read_frames(jaad_root / "clips" / "video_0001.mp4", frames[::7])
+    for f, img in decoded.items():  # png: the very pixels the clip decodes to
+        assert np.array_equal(cv2.imread(str(out / "images" / "video_0001" / f"{f:05d}.png")), img), f
+    manifest = json.loads((out / "manifest" / "video_0001.json").read_text())
+    assert manifest["counts"]["images"] == len(frames)
+    assert sum(p["path"].startswith("images/") for p in manifest["files"]) == len(frames)
+
+
+def test_a_video_without_its_clip_runs_from_annotations_with_an_issue(ray_run, jaad_root):
+    _, out = ray_run
+    issues = pq.read_table(out / "issues" / "video_0003.parquet").to_pylist()
+    assert [(i["reason"], i["frame_index"], i["file"]) for i in issues] == [
+        ("no_clip", -1, str(jaad_root / "clips" / "video_0003.mp4"))]
+    s = pq.read_table(out / "pie_samples" / "video_0003.parquet")
+    assert s.num_rows > 0 and s.column("image_paths").null_count == s.num_rows
+    assert not (out / "drama_image_intent" / "video_0003.parquet").exists()
+    assert not (out / "images" / "video_0003").exists()
+
+
+def test_image_intent_in_the_run_needs_the_compensation(ray_run, jaad_root, tmp_path):
+    _, out = ray_run
+    by = _intent_by_ped(out, "video_0001")
+    assert _share(by["video_0001_w"], "goes to the right") >= 0.9, by["video_0001_w"]
+    assert _share(by["video_0001_s"], "stationary") >= 0.9, by["video_0001_s"]
+    raw_cfg = tmp_path / "raw.yaml"
+    raw_cfg.write_text("drama_x:\n  image_intent:\n    compensate: false\n")
+    raw = tmp_path / "raw"
+    assert cli(["run", "--out", str(raw), "--source", "jaad", "--data", str(jaad_root), "--scenes", "1",
+                "--config", str(raw_cfg), "--local", "--no-progress"]) == 0
+    by_raw = _intent_by_ped(raw, "video_0001")
+    assert _share(by_raw["video_0001_w"], "stationary") >= 0.9, by_raw["video_0001_w"]
+    assert _share(by_raw["video_0001_s"], "goes to the left") >= 0.9, by_raw["video_0001_s"]
+
+
+def test_resume_finishes_the_video_once_its_clip_is_fixed(ray_run, jaad_root, tmp_path):
+    import shutil
+
+    _, out = ray_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    before = (copy / "manifest" / "video_0001.json").read_bytes()
+    (jaad_root / "clips" / "video_0002.mp4").unlink()
+    shutil.copy(jaad_root / "clips" / "video_0001.mp4", jaad_root / "clips" / "video_0002.mp4")
+    try:
+        assert cli(["run", "--resume", str(copy), "--local", "--no-progress"]) == 0
+    finally:
+        (jaad_root / "clips" / "video_0002.mp4").write_bytes(b"\x00not an mp4" * 100)
+    assert RunReader(copy).scene_ids() == ["video_0001", "video_0002", "video_0003"]
+    assert (copy / "manifest" / "video_0001.json").read_bytes() == before
+    assert not list((copy / "errors").glob("*.parquet"))
+    assert json.loads((copy / "summary.json").read_text())["scenes"]["skipped"] == 2
+
+
+def test_export_pie_from_the_run(ray_run, tmp_path):
+    import pyarrow.compute as pc
+
+    _, out = ray_run
+    exp = tmp_path / "export"
+    assert cli(["export_pie", "--run", str(out), "--out", str(exp)]) == 0
+    summary = json.loads((exp / "export_summary.json").read_text())
+    assert summary["source"]["kind"] == "jaad" and summary["errors"][0]["video"] == "video_0002"
+    stored = pq.read_table(out / "pie_samples")
+    exported = pq.read_table(exp / "action" / "train.parquet")
+    assert exported.num_rows == pc.sum(pc.equal(stored.column("task"), "action")).as_py() > 0
+    assert sorted(exported.column("sample_id").to_pylist()) == sorted(
+        stored.filter(pc.equal(stored.column("task"), "action")).column("sample_id").to_pylist())
+    other = tmp_path / "other.yaml"
+    other.write_text("pie:\n  observation_frames: 10\n")
+    assert cli(["export_pie", "--run", str(out), "--out", str(tmp_path / "e2"), "--config", str(other)]) == 2
+
+
+@needs_jaad
+def test_real_jaad_annotations_run_like_the_export(tmp_path):
+    out, exp = tmp_path / "run", tmp_path / "export"
+    code = cli(["run", "--out", str(out), "--source", "jaad", "--data", str(JAAD), "--local", "--no-progress"])
+    tables = read_jaad(JAAD)
+    assert code == (1 if tables.errors else 0)
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(e["scene_id"] for e in summary["errors"]) == sorted(e.scene for e in tables.errors)
+    assert all(e["file"] and e["stage"] == "load" for e in summary["errors"])
+    want, _ = build_samples(tables.videos, tables.boxes, tables.pedestrians, tables.vehicle, PieConfig())
+    assert cli(["export_pie", "--run", str(out), "--out", str(exp)]) == 0
+    got = json.loads((exp / "export_summary.json").read_text())["counts"]
+    from generator.attributes.pie import sample_counts
+
+    assert got == json.loads(json.dumps(sample_counts(want)))
+    assert summary["camera_only"]["pie_action_samples"] == got["action"]["samples"]
+
+
+@pytest.mark.parametrize("command", [["regenerate"], ["export_drama", "--out", "X"], ["export_bench"],
+                                     ["export_intention"], ["report", "--out", "X"]])
+def test_3d_commands_refuse_a_camera_only_run_by_name(ray_run, tmp_path, capsys, command):
+    _, out = ray_run
+    args = [a if a != "X" else str(tmp_path / "x") for a in command]
+    assert cli([args[0], str(out), *args[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "camera-only run (source jaad)" in err and f"drivegen {args[0]}" in err and "export_pie --run" in err
+    assert not (tmp_path / "x").exists()
