@@ -138,6 +138,34 @@ def test_samples_are_the_benchmarks_and_their_frames_are_extracted(ray_run, jaad
     assert sum(p["path"].startswith("images/") for p in manifest["files"]) == len(frames)
 
 
+def test_qa_asks_the_pie_questions_of_the_samples(ray_run):
+    import pyarrow.compute as pc
+
+    _, out = ray_run
+    qa = pq.read_table(out / "qa").to_pandas()
+    assert set(qa.family) == {"pie"} and set(qa.split) == {"train"}
+    for vid, extracted in (("video_0001", True), ("video_0003", False)):
+        s = pq.read_table(out / "pie_samples" / f"{vid}.parquet").to_pandas()
+        q = qa[qa.scene_id == vid]
+        cross = q[q.question_type == "crossing"].set_index(["keyframe_index", q[q.question_type == "crossing"]
+                                                            .instance_tokens.str[0]])
+        act = s[s.task == "action"].set_index(["end_frame", "ped_id"])
+        assert len(cross) == len(act) > 0
+        assert (cross.value.loc[act.index].to_numpy() == act.crossing.to_numpy()).all()
+        assert set(cross.answer.str[:3]) <= {"Yes", "No,", "No:"}
+        risk = q[q.question_type == "risk_region"]
+        assert len(risk) == int((s.task == "risk").sum())
+        assert sorted(risk.value) == sorted(s[s.task == "risk"].risk_class.astype(float))
+        g = [gs[0] for gs in q.grounding]
+        assert all(x["frame_index"] == k for x, k in zip(g, q.keyframe_index))
+        paths = {x["image_path"] for x in g}
+        if extracted:
+            assert all(Path(p).is_file() for p in paths)
+        else:
+            assert paths == {None}
+    assert json.loads((out / "summary.json").read_text())["qa"]["total"] == len(qa)
+
+
 def test_a_video_without_its_clip_runs_from_annotations_with_an_issue(ray_run, jaad_root):
     _, out = ray_run
     issues = pq.read_table(out / "issues" / "video_0003.parquet").to_pylist()
@@ -217,6 +245,15 @@ def test_real_jaad_annotations_run_like_the_export(tmp_path):
 
     assert got == json.loads(json.dumps(sample_counts(want)))
     assert summary["camera_only"]["pie_action_samples"] == got["action"]["samples"]
+    # Region [X]: the pedestrians of the keyframe numbered from the lowest box bottom up (nearest first), by hand
+    qa = pq.read_table(out / "qa").to_pandas()
+    boxes = tables.boxes.to_pandas()
+    for r in qa.sample(n=min(200, len(qa)), random_state=0).itertuples():
+        at = boxes[(boxes.video_id == r.scene_id) & (boxes.frame == r.keyframe_index)
+                   & boxes.label.isin(["pedestrian", "ped"])]
+        ranked = sorted(zip(-at.y2_px, at.ped_id))
+        assert [pid for _, pid in ranked].index(r.instance_tokens[0]) == r.region_ids[0], r.qa_id
+        assert f"Region [{r.region_ids[0]}]" in r.question
 
 
 @pytest.mark.parametrize("command", [["regenerate"], ["export_drama", "--out", "X"], ["export_bench"],

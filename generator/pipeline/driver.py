@@ -239,7 +239,8 @@ def format_summary(summary: dict, max_errors: int = 20) -> str:
     sc = summary["scenes"]
     lines = [f"scenes: {sc['ok']} ok, {sc['failed']} failed, {sc['skipped']} skipped (of {sc['total']})"]
     if "camera_only" in summary:  # videos: no objects, QA or projections
-        lines.append(f"video frames: {summary['frames']}")
+        lines.append(f"video frames: {summary['frames']}  QA: {summary['qa']['total']} "
+                     + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())))
     else:
         dropped = ", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
         lines += [f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "

@@ -3,11 +3,13 @@
     stage   needs -> makes     pure function                                               runs as
     load    -> video           JaadSource.load_video: the annotation XMLs as Arrow tables   task
     video   video              generator.attributes.pie.build_samples (PIE/JAAD action and  task
-                               risk samples); generator.attributes.drama.video_image_intent
+                               risk samples); generator.qa.video.video_qa (the pie
+                               family's questions of them, templates loaded once per
+                               process); generator.attributes.drama.video_image_intent
                                (DRAMA-X image intent, Farneback-compensated) over the
                                frames decoded at drama_x.image_intent.video_fps
-    write   (all)              pie_samples/, drama_image_intent/, issues/ per video; the    task
-                               frames the samples observe, extracted to images/<video>/
+    write   (all)              pie_samples/, drama_image_intent/, issues/, qa/ per video;   task
+                               the frames the samples observe, extracted to images/<video>/
 
 A video whose clip (``clips/<video>.mp4``) is not there runs from its annotations alone (``pie.require_clips``
 false, the default): samples without image paths, no image intent, one ``issues`` row (reason ``no_clip``,
@@ -46,6 +48,7 @@ class Video:
     samples: pa.Table | None = None
     intent: pa.Table | None = None
     issues: pa.Table | None = None
+    qa: pa.Table | None = None
 
     @property
     def meta(self) -> dict:
@@ -111,6 +114,16 @@ def video(work: SceneWork, env: StageEnv) -> None:
     t = v.tables
     samples, _ = build_samples(t["videos"], t["boxes"], t["pedestrians"], t["vehicle"], cfg.pie)
     v.samples = _with_images(samples, vid, v.clip, env)
+    if "pie" in cfg.qa.families:
+        from generator.pipeline.stages import qa_counts
+        from generator.qa.generate import scene_split
+        from generator.qa.video import video_qa
+
+        split = v.meta["split"] or scene_split([vid], cfg.qa.val_fraction)[0]
+        extracted = v.clip is not None and cfg.pie.extract_frames
+        v.qa = video_qa(vid, split, samples, t["boxes"], cfg, env.model,
+                        lambda f: env.store.full(image_rel(vid, f, cfg.pie.frame_format)) if extracted else None)
+        work.counts.update(qa_counts(v.qa))
     for task in ("action", "risk"):
         work.counts[f"pie_{task}_samples"] = int(pc.sum(pc.equal(samples.column("task"), task)).as_py() or 0)
     work.counts["pie_crossing_samples"] = int(pc.sum(pc.and_(pc.equal(samples.column("task"), "action"),
@@ -144,6 +157,10 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
         path = staging / layout.scene_file(name, vid)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_parquet(path, table, compression=comp)
+    if v.qa is not None:
+        from generator.writers.parquet import write_qa_shards
+
+        write_qa_shards(v.qa, staging, vid, cfg.writers, fsync=False)  # fsynced as they are committed
     work.counts["images"] = 0
     if v.clip is None or not cfg.pie.extract_frames or not v.samples.num_rows:
         return
@@ -161,7 +178,9 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
 
 
 def stages(cfg: PipelineConfig) -> list[Stage]:
-    return [Stage("load", load, makes="video"), Stage("video", video, needs=("video",))]
+    from generator.pipeline.stages import build_templates
+
+    return [Stage("load", load, makes="video"), Stage("video", video, needs=("video",), build=build_templates)]
 
 
 def finalize(store, summary: dict, source=None) -> None:

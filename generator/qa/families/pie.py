@@ -41,6 +41,14 @@ TYPES = {qt.name: qt for qt in (
 
 _SIDE_PHRASES = ("just {} of the centre", "a little to the {}", "to the {}", "far to the {}", "at the {} edge of the view")
 WHERE = ("in the centre of the view",) + tuple(p.format(s) for p in _SIDE_PHRASES for s in ("left", "right"))
+YES_NO = ("Yes", "No")
+CROSSING_PHRASES = ("it will step into the ego vehicle's path", "it will stay out of the ego vehicle's path")
+
+
+def where_code(risk_class_: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Index into ``WHERE`` of an event-risk class (0 = centre ... 5 = edge) and its side (True = right)."""
+    rc = np.asarray(risk_class_, np.int64)
+    return np.where(rc == 0, 0, 1 + (rc - 1) * 2 + np.asarray(right, bool).astype(np.int64))
 
 
 def _seconds(s: float) -> str:
@@ -74,9 +82,8 @@ def build(plan: Plan) -> list[Batch]:
         code = np.where(yes[sel], 0, 1)
         out.append(single(plan, TYPES["crossing"], ped[sel], yes[sel].astype(float), text={
             "horizon": vocabulary((_seconds(horizon),), np.zeros(len(sel), np.int64)),
-            "yes_no": vocabulary(("Yes", "No"), code),
-            "crossing_phrase": vocabulary(("it will step into the ego vehicle's path",
-                                           "it will stay out of the ego vehicle's path"), code)}))
+            "yes_no": vocabulary(YES_NO, code),
+            "crossing_phrase": vocabulary(CROSSING_PHRASES, code)}))
 
     # risk region: the last visible front-camera box up to the risk horizon after the keyframe
     r_h = cfg.risk_horizon_frames / cfg.fps
@@ -110,7 +117,7 @@ def build(plan: Plan) -> list[Batch]:
         if len(sel):
             rc = risk_class(xc, width, cfg)
             right = risk_region(xc, width, cfg) >= cfg.risk_regions // 2
-            code = np.where(rc == 0, 0, 1 + (rc - 1) * 2 + right.astype(np.int64))
+            code = where_code(rc, right)
             out.append(single(plan, TYPES["risk_region"], ped[sel], rc.astype(float), text={
                 "horizon": vocabulary((_seconds(r_h),), np.zeros(len(sel), np.int64)),
                 "where_phrase": vocabulary(WHERE, code)}))
