@@ -7,7 +7,9 @@ materialised: the driver iterates the last stage's small summary rows as scenes 
 
 Resources (``cfg.ray``):
 * CPU stages are stateless Ray tasks (``map_batches`` with a function, ``cpu_stage_num_cpus`` each, at most
-  ``scenes_in_flight`` at a time); consecutive CPU stages fuse into one task per scene.
+  ``scenes_in_flight`` at a time). Consecutive CPU stages run as ONE task per scene (``segments``,
+  ``_task_segment``), with the scene's start before them and its write/commit after them: the scene's work is
+  pickled only where a model stage (an actor) takes it over. With the CPU backends a scene is one task.
 * Model stages (``Stage.actor``: detection with mmdet3d, segmentation with sam2) are actor pools of
   ``actor_pool_size`` callable-class actors that build their model once; they ask for ``actor_num_gpus``
   GPUs each when the cluster has GPUs and for fractional CPUs (``actor_num_cpus``, default 0.5) so actor
@@ -35,16 +37,36 @@ from schemas.config import PipelineConfig
 log = logging.getLogger("drivegen.pipeline")
 
 
-def _begin(batch: dict, source: dict, epoch: int | None) -> dict:
-    ids = [str(s) for s in batch["scene_id"]]
-    return {"scene_id": np.array(ids, dtype=object),
-            "work": np.array([SceneWork(s, source, epoch).encode() for s in ids], dtype=object)}
+def _task_segment(batch: dict, stages: list[Stage], cfg: PipelineConfig, store: RunStore,
+                  begin: tuple[dict, int | None] | None = None, write: Callable | None = None) -> dict:
+    """Consecutive CPU stages as ONE task per scene: the scene's work is unpickled once (or, with ``begin`` =
+    (source, epoch), started here from its id), goes through ``stages`` in this process, and is pickled once
+    for the next model stage, or, with ``write``, finished here (written and committed) into its summary row.
+    Only model stages (actors) hand a scene over between processes."""
+    if begin is not None:
+        works = [SceneWork(str(s), *begin) for s in batch["scene_id"]]
+    else:
+        works = [SceneWork.decode(b) for b in batch["work"]]
+    for st in stages:
+        env = StageEnv(cfg, store, cached_model(st, cfg))
+        works = [apply_stage(st, w, env) for w in works]
+    if write is not None:
+        env = StageEnv(cfg, store)
+        rows = [finish_scene(w, env, write) for w in works]
+        return {k: np.array([r[k] for r in rows], dtype=object) for k in ("scene_id", "status", "info")}
+    return {"scene_id": np.array([w.scene_id for w in works], dtype=object),
+            "work": np.array([w.encode() for w in works], dtype=object)}
 
 
-def _run_task_stage(batch: dict, stage: Stage, cfg: PipelineConfig, store: RunStore) -> dict:
-    env = StageEnv(cfg, store, cached_model(stage, cfg))
-    works = [apply_stage(stage, SceneWork.decode(b), env).encode() for b in batch["work"]]
-    return {"scene_id": batch["scene_id"], "work": np.array(works, dtype=object)}
+def segments(stages: list[Stage]) -> list[list[Stage]]:
+    """``stages`` cut into runs of consecutive CPU (task) stages and single model (actor) stages, in order."""
+    out: list[list[Stage]] = []
+    for st in stages:
+        if st.actor or not out or out[-1][-1].actor:
+            out.append([st])
+        else:
+            out[-1].append(st)
+    return out
 
 
 def with_model_device(cfg: PipelineConfig, device: str) -> PipelineConfig:
@@ -75,12 +97,6 @@ class _ActorStage:
     def __call__(self, batch: dict) -> dict:
         works = [apply_stage(self.stage, SceneWork.decode(b), self.env).encode() for b in batch["work"]]
         return {"scene_id": batch["scene_id"], "work": np.array(works, dtype=object)}
-
-
-def _finish(batch: dict, write: Callable, cfg: PipelineConfig, store: RunStore) -> dict:
-    env = StageEnv(cfg, store)
-    rows = [finish_scene(SceneWork.decode(b), env, write) for b in batch["work"]]
-    return {k: np.array([r[k] for r in rows], dtype=object) for k in ("scene_id", "status", "info")}
 
 
 def cluster_gpus() -> float:
@@ -157,9 +173,16 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
     in_flight = max(1, min(rc.scenes_in_flight, len(scene_ids)))
     task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,
                      compute=ray.data.TaskPoolStrategy(size=in_flight), max_retries=rc.max_retries)
-    ds = ds.map_batches(_begin, fn_kwargs={"source": source, "epoch": epoch}, **task_args)
-    for st in stages:
-        if st.actor:
+    parts = segments(stages)
+    begun = False
+    for i, seg in enumerate(parts):
+        last = i == len(parts) - 1
+        if seg[0].actor:
+            if not begun:  # the scene starts in a task of its own before the first model stage
+                ds = ds.map_batches(_task_segment, fn_kwargs={"stages": [], "cfg": cfg, "store": store,
+                                                              "begin": (source, epoch)}, **task_args)
+                begun = True
+            st = seg[0]
             on_gpu = st.gpu and res.actor_gpus > 0
             ds = ds.map_batches(
                 _ActorStage, fn_constructor_kwargs={"stage": st, "cfg": cfg, "store": store}, batch_size=1,
@@ -167,9 +190,18 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
                 compute=ray.data.ActorPoolStrategy(size=res.gpu_pool_size if on_gpu else res.pool_size),
                 num_cpus=res.actor_cpus, num_gpus=res.actor_gpus if on_gpu else 0,
                 max_restarts=-1, max_task_retries=rc.max_retries)
-        else:
-            ds = ds.map_batches(_run_task_stage, fn_kwargs={"stage": st, "cfg": cfg, "store": store}, **task_args)
-    return ds.map_batches(_finish, fn_kwargs={"write": write, "cfg": cfg, "store": store}, **task_args)
+            continue
+        ds = ds.map_batches(_task_segment, fn_kwargs={
+            "stages": seg, "cfg": cfg, "store": store, "begin": None if begun else (source, epoch),
+            "write": write if last else None}, **task_args)
+        begun = True
+        if last:
+            return ds
+    if not begun:  # no stage at all
+        ds = ds.map_batches(_task_segment, fn_kwargs={"stages": [], "cfg": cfg, "store": store,
+                                                      "begin": (source, epoch)}, **task_args)
+    return ds.map_batches(_task_segment, fn_kwargs={"stages": [], "cfg": cfg, "store": store, "write": write},
+                          **task_args)
 
 
 def configure_data_context(progress_bars: bool) -> None:
