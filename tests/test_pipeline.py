@@ -285,3 +285,19 @@ def test_resources_fit_the_cluster():
     assert (r.gpu_pool_size, r.actor_gpus, r.actor_cpus, r.task_cpus, r.notes) == (4, 1.0, 0.5, 1.0, ())
     r = plan_resources(toy_cfg().ray, toy_stages(), cluster_cpus=2, cluster_gpus_=0)  # no actors: untouched
     assert (r.task_cpus, r.notes) == (1.0, ())
+
+
+def test_consecutive_cpu_stages_are_one_ray_task():
+    """``segments``: runs of CPU stages fuse into one task per scene; each model (actor) stage stands alone, so a
+    scene's work is pickled only where an actor takes it over."""
+    from generator.pipeline.ray_exec import segments
+
+    def st(name, actor=False):
+        return Stage(name, lambda w, e: None, actor=actor)
+
+    names = lambda segs: [[s.name for s in seg] for seg in segs]  # noqa: E731
+    cpu = [st("load"), st("detect"), st("perceive"), st("attributes"), st("qa")]
+    assert names(segments(cpu)) == [["load", "detect", "perceive", "attributes", "qa"]]
+    mixed = [st("load"), st("detect", True), st("perceive", True), st("attributes"), st("qa")]
+    assert names(segments(mixed)) == [["load"], ["detect"], ["perceive"], ["attributes", "qa"]]
+    assert names(segments([st("detect", True)])) == [["detect"]] and segments([]) == []
