@@ -668,3 +668,80 @@ def test_pie_qa_family_answers_are_the_path_rule_and_the_risk_regions(labelled_r
         want = int(risk_class((box[0] + box[2]) / 2, width[row.scene_id], cfg.pie))
         assert row.value == want, (row, f.frame_index.tolist())
         assert any(w in row.answer for w in (WHERE[0],) if want == 0) or want > 0
+
+
+def _av2_path_events(log: Path, cfg: PieConfig, body) -> dict[str, float]:
+    """Per PEDESTRIAN track of a real AV2 log, the first annotation time (s since the first) at which it stands in
+    the ego's path (NaN: never), by the rule of ``path_entry`` written out as a plain loop over the log's own
+    feather files: the ego's poses at t + tau (interpolated in the 10 Hz annotation times), the pedestrian's
+    centre taken to the city frame with the pose of its own time."""
+    import pyarrow.feather as feather
+
+    from generator.geometry import quat_wxyz_to_matrix
+
+    poses = feather.read_table(str(log / "city_SE3_egovehicle.feather")).to_pandas().set_index("timestamp_ns")
+    ann = feather.read_table(str(log / "annotations.feather")).to_pandas()
+    times = np.sort(ann.timestamp_ns.unique())
+    t_s = (times - times[0]) / 1e9
+    xy = np.array([poses.loc[t, ["tx_m", "ty_m"]].to_numpy(float) for t in times])
+    rots = [quat_wxyz_to_matrix(poses.loc[t, ["qw", "qx", "qy", "qz"]].to_numpy(float)) for t in times]
+    yaw = np.unwrap([math.atan2(r[1, 0], r[0, 0]) for r in rots])
+    front, rear = body.center_offset_m + body.length_m / 2, body.center_offset_m - body.length_m / 2
+    out = {}
+    for uuid, rows in ann[ann.category == "PEDESTRIAN"].groupby("track_uuid"):
+        out[uuid] = math.nan
+        for r in rows.sort_values("timestamp_ns").itertuples():
+            i = int(np.searchsorted(times, r.timestamp_ns))
+            c = rots[i] @ np.array([r.tx_m, r.ty_m, r.tz_m]) + np.r_[xy[i], 0.0]
+            for tau in np.arange(0.0, cfg.path_horizon_s + 1e-9, cfg.path_step_s):
+                t = t_s[i] + tau
+                if t > t_s[-1] + 1e-9:
+                    break
+                ex, ey = np.interp(t, t_s, xy[:, 0]), np.interp(t, t_s, xy[:, 1])
+                if math.hypot(ex - xy[i, 0], ey - xy[i, 1]) > cfg.path_ahead_m:
+                    continue
+                a = np.interp(t, t_s, yaw)
+                dx, dy = c[0] - ex, c[1] - ey
+                along, across = math.cos(a) * dx + math.sin(a) * dy, -math.sin(a) * dx + math.cos(a) * dy
+                if rear <= along <= front and abs(across) <= body.width_m / 2 + cfg.path_margin_m:
+                    out[uuid] = float(t_s[i])
+                    break
+            if not math.isnan(out[uuid]):
+                break
+    return out
+
+
+def test_real_av2_pedestrians_by_the_path_rule(av2_log):
+    """Issue #14 item 3 on a real log: the tracked pedestrians of the AV2 excerpt (labels backend: the log's
+    own tracks) against the path rule written out over the feather files. At the config's margin (0.5 m) none of
+    the 17 steps into the ego's path: they keep 8 m or more to the side of it. Widened to 12 m (a check of the
+    machinery on real poses, not a setting) one does, and for every pedestrian both agree on whether and when."""
+    from generator.attributes import compute_attributes
+    from generator.attributes.pie import path_entry, pedestrian_rows
+    from generator.sources import frames_table, open_source
+    from schemas.config import PipelineConfig
+    from support.perception import perceive
+
+    cfg = PipelineConfig()
+    src = open_source("av2", str(av2_log.parent), cfg)
+    scene = src.load_scene(av2_log.name)
+    frames = frames_table(scene)
+    res = perceive(scene, cfg)
+    attrs = compute_attributes(res.objects, frames)
+    uuid_of = dict(zip(res.objects.column("track_id").to_pylist(), res.objects.column("instance_token").to_pylist()))
+    t0 = frames.column("timestamp_us").to_numpy().min()
+    seen = {}
+    for margin in (cfg.pie.path_margin_m, 12.0):
+        pcfg = cfg.pie.model_copy(update={"path_margin_m": margin})
+        got = path_entry(frames, pedestrian_rows(attrs), pcfg, cfg.ego).to_pandas()
+        want = _av2_path_events(av2_log, pcfg, cfg.ego)
+        assert len(got) >= 10 and all(uuid_of[t] in want for t in got.track_id)
+        for row in got.itertuples():
+            w = want[uuid_of[row.track_id]]
+            if math.isnan(w):
+                assert row.event_frame == -1, (margin, row)
+            else:
+                assert row.event_frame >= 0 and abs(row.event_t_s - w) <= 0.1 + 1e-6, (margin, row, w)
+        seen[margin] = int((got.event_frame >= 0).sum())
+    print(f"real AV2 pedestrians entering the ego's path by margin: {seen}")
+    assert seen[cfg.pie.path_margin_m] == 0 < seen[12.0]
