@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from schemas.vocab import JAAD_BEHAVIOUR_TAGS
+
 SCHEMA_VERSION = "1.0"
 
 f64, f32, i64, i32, i8, s, b = pa.float64(), pa.float32(), pa.int64(), pa.int32(), pa.int8(), pa.string(), pa.bool_()
@@ -134,6 +136,14 @@ DRAMA_RISK = _schema("drama_risk", [
 ], "DRAMA-X risk and suggested ego action per tracked object and frame, from hindsight "
    "(generator.attributes.drama.risk_table, written by the attributes stage beside the labels)")
 
+VIDEO_BOXES = _schema("video_boxes", [
+    pa.field("video_id", s), pa.field("ped_id", s), pa.field("label", s), pa.field("frame", i32),
+    pa.field("x1_px", f32), pa.field("y1_px", f32), pa.field("x2_px", f32), pa.field("y2_px", f32),
+    pa.field("occluded", b),
+] + [pa.field(t, s) for t in JAAD_BEHAVIOUR_TAGS],
+    "the 2D boxes of a camera-only video (JAAD annotations: pedestrian | ped | people tracks, frames 0-based at the "
+    "video's rate, pixels of its own image), read by generator.sources.jaad and kept by drivegen run --source jaad")
+
 DRAMA_IMAGE_INTENT = _schema("drama_image_intent", [
     pa.field("scene_id", s, False), pa.field("ped_id", s, False), pa.field("track_label", s, False),
     pa.field("frame_index", i32, False), pa.field("t_s", f64, False),
@@ -215,7 +225,7 @@ ERRORS = _schema("errors", [
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
        for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS,
-                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK, DRAMA_IMAGE_INTENT)}
+                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK, DRAMA_IMAGE_INTENT, VIDEO_BOXES)}
 
 
 # The unit and frame suffixes of column names (module docstring): the last matching part of a name decides.

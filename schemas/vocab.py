@@ -86,4 +86,6 @@ JAAD_TRACK_LABELS = ("pedestrian", "ped", "people")
 JAAD_OCCLUSION = ("none", "part", "full")
 JAAD_VEHICLE_ACTIONS = ("stopped", "moving_slow", "moving_fast", "decelerating", "accelerating")
 JAAD_SPLITS = ("train", "val", "test")
+# the behaviour tags of a JAAD 'pedestrian' box (annotations/video_XXXX.xml), in the annotation's order
+JAAD_BEHAVIOUR_TAGS = ("action", "look", "cross", "occlusion", "hand_gesture", "reaction", "nod")
 PIE_TASKS = ("action", "risk")  # action prediction (crossing in 1-3 s) and event risk assessment (6 classes)

@@ -256,7 +256,21 @@ def test_real_jaad_annotations_run_like_the_export(tmp_path):
         assert f"Region [{r.region_ids[0]}]" in r.question
 
 
-@pytest.mark.parametrize("command", [["regenerate"], ["export_drama", "--out", "X"], ["export_bench"],
+def test_regenerate_rebuilds_the_videos_qa_from_the_run_folder(ray_run, tmp_path):
+    """No video is decoded again: the samples and the 2D boxes the run kept are enough. The same seed gives the
+    very rows of the run; another seed another template choice, with the same questions' ids and values."""
+    _, out = ray_run
+    same, other = tmp_path / "same", tmp_path / "other"
+    assert cli(["regenerate", str(out), "--out", str(same), "--no-progress"]) == 0
+    assert cli(["regenerate", str(out), "--out", str(other), "--seed", "5", "--no-progress"]) == 0
+    a, b, c = (pq.read_table(d / "qa").sort_by("qa_id") for d in (out, same, other))
+    assert a.num_rows > 0 and b.equals(a)
+    assert c.column("qa_id").equals(a.column("qa_id")) and c.column("value").equals(a.column("value"))
+    assert c.column("template_id") != a.column("template_id")
+    assert RunReader(other).scene_ids() == ["video_0001", "video_0003"]
+
+
+@pytest.mark.parametrize("command", [["export_drama", "--out", "X"], ["export_bench"],
                                      ["export_intention"], ["report", "--out", "X"]])
 def test_3d_commands_refuse_a_camera_only_run_by_name(ray_run, tmp_path, capsys, command):
     _, out = ray_run

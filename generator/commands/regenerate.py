@@ -39,7 +39,7 @@ def main(args) -> int:
     from generator.runfolder import RunReader
     from schemas.config import load_config
 
-    reader = RunReader(args.run_dir).require_3d("drivegen regenerate")
+    reader = RunReader(args.run_dir)
     cfg = load_config(args.config) if args.config else reader.config()
     if args.seed is not None:
         cfg.qa.seed = args.seed

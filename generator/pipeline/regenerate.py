@@ -149,10 +149,14 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
     res: dict = {k: 0.0 for k in _TIMING_KEYS}
     c0 = time.process_time()
     t, c = time.perf_counter(), time.process_time()
-    frames, attributes, projections, others = load_scenes(reader, scene_ids, reads(selected(cfg.qa.families)))
+    if reader.camera_only:
+        videos = {s: (reader.read_scene("pie_samples", s), reader.read_scene("video_boxes", s)) for s in scene_ids}
+    else:
+        frames, attributes, projections, others = load_scenes(reader, scene_ids, reads(selected(cfg.qa.families)))
     res["read_s"], res["read_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
-    qa = generate_qa(frames, attributes, projections, cfg, templates, **others)
+    qa = (_video_qa(videos, cfg, templates, reader) if reader.camera_only
+          else generate_qa(frames, attributes, projections, cfg, templates, **others))
     res["generate_s"], res["generate_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     t, c = time.perf_counter(), time.process_time()
     stored = to_storage(qa)  # cast once per batch, not per scene slice (much dearer)
@@ -169,6 +173,22 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
     res.update(scenes=len(scene_ids), qa=qa.num_rows, by_family={d["values"]: int(d["counts"]) for d in fam},
                shards=files)
     return res
+
+
+def _video_qa(videos: dict, cfg, templates: TemplateSet, reader: RunReader) -> pa.Table:
+    """The QA of a camera-only run's videos (``generator.qa.video``) from their stored samples and 2D boxes."""
+    from generator.qa.video import video_qa
+    from schemas.tables import QA
+
+    parts = []
+    for vid, (samples, boxes) in videos.items():
+        if samples is None or boxes is None:
+            raise RunFolderError(f"video {vid}: its manifest lists no pie_samples/ or video_boxes/ file in {reader.uri} "
+                                 "(a camera-only run written before drivegen kept its boxes: run it again)",
+                                 file=reader.uri)
+        if "pie" in cfg.qa.families:
+            parts.append(video_qa(vid, samples, boxes, cfg, templates))
+    return pa.concat_tables(parts) if parts else QA.empty_table()
 
 
 def _ray_batch(run, out, cfg, templates, scene_ids, epoch) -> dict:

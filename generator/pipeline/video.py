@@ -8,7 +8,8 @@
                                process); generator.attributes.drama.video_image_intent
                                (DRAMA-X image intent, Farneback-compensated) over the
                                frames decoded at drama_x.image_intent.video_fps
-    write   (all)              pie_samples/, drama_image_intent/, issues/, qa/ per video;   task
+    write   (all)              pie_samples/, video_boxes/, drama_image_intent/, issues/,   task
+                               qa/ per video;
                                the frames the samples observe, extracted to images/<video>/
 
 A video whose clip (``clips/<video>.mp4``) is not there runs from its annotations alone (``pie.require_clips``
@@ -116,13 +117,9 @@ def video(work: SceneWork, env: StageEnv) -> None:
     v.samples = _with_images(samples, vid, v.clip, env)
     if "pie" in cfg.qa.families:
         from generator.pipeline.stages import qa_counts
-        from generator.qa.generate import scene_split
         from generator.qa.video import video_qa
 
-        split = v.meta["split"] or scene_split([vid], cfg.qa.val_fraction)[0]
-        extracted = v.clip is not None and cfg.pie.extract_frames
-        v.qa = video_qa(vid, split, samples, t["boxes"], cfg, env.model,
-                        lambda f: env.store.full(image_rel(vid, f, cfg.pie.frame_format)) if extracted else None)
+        v.qa = video_qa(vid, v.samples, t["boxes"], cfg, env.model)
         work.counts.update(qa_counts(v.qa))
     for task in ("action", "risk"):
         work.counts[f"pie_{task}_samples"] = int(pc.sum(pc.equal(samples.column("task"), task)).as_py() or 0)
@@ -150,7 +147,8 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
     """The video's files, built under ``staging``: its tables and the frames its samples observe."""
     v, cfg, vid = work.need("video", "write"), env.cfg, work.scene_id
     comp = cfg.writers.cache_compression
-    tables = {"pie_samples": v.samples, "drama_image_intent": v.intent, "issues": v.issues}
+    tables = {"pie_samples": v.samples, "video_boxes": v.tables["boxes"], "drama_image_intent": v.intent,
+              "issues": v.issues}
     for name, table in tables.items():
         if table is None:
             continue

@@ -17,8 +17,6 @@ is ``hash(seed, video, frame, family/type, track)`` as for 3D runs.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,13 +45,19 @@ def _regions(boxes: pa.Table, frames: np.ndarray, labels: list[str]) -> dict:
     return {"frame": fr, "ped": pid, "region": np.arange(len(fr)) - start, "xyxy": xyxy}
 
 
-def video_qa(video_id: str, split: str, samples: pa.Table, boxes: pa.Table, cfg, templates: TemplateSet,
-             image_path: Callable[[int], str | None]) -> pa.Table:
-    """The QA rows (``schemas.tables.QA``) of one video's PIE samples; ``image_path(frame)`` names the frame's
-    image (None: none extracted)."""
+def video_qa(video_id: str, samples: pa.Table, boxes: pa.Table, cfg, templates: TemplateSet) -> pa.Table:
+    """The QA rows (``schemas.tables.QA``) of one video's PIE samples (``schemas.tables.PIE_SAMPLES``) and its 2D
+    boxes (``VIDEO_BOXES``). The keyframe's image is the one the sample names for its last frame (null when the
+    run extracted none); the split is the samples' (JAAD's), else ``scene_split``'s."""
+    from generator.qa.generate import scene_split
+
     pie = cfg.pie
     if samples.num_rows == 0:
         return QA.empty_table()
+    split = next((s for s in samples.column("split").to_pylist() if s), None) or \
+        scene_split([video_id], cfg.qa.val_fraction)[0]
+    paths = samples.column("image_paths").combine_chunks()  # the last entry of each sample: its end frame
+    last = _last(paths)
     task = samples.column("task").to_numpy(zero_copy_only=False)
     end = samples.column("end_frame").to_numpy().astype(np.int64)
     ped = samples.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
@@ -117,10 +121,19 @@ def video_qa(video_id: str, split: str, samples: pa.Table, boxes: pa.Table, cfg,
                       "q": pa.chunked_array(q_parts, pa.string()).take(pa.array(back)),
                       "a": pa.chunked_array(a_parts, pa.string()).take(pa.array(back)),
                       "xyxy": reg["xyxy"][r]})
-    return _table(video_id, split, parts, end, ped, pie.fps, image_path)
+    return _table(video_id, split, parts, end, ped, pie.fps, last)
 
 
-def _table(video_id, split, parts, end, ped, fps, image_path) -> pa.Table:
+def _last(lists: pa.ListArray) -> pa.Array:
+    """The last element of every list (null for a null or empty list)."""
+    offsets = lists.offsets.to_numpy()
+    ok = (offsets[1:] > offsets[:-1]) & lists.is_valid().to_numpy(zero_copy_only=False)
+    idx = np.where(ok, offsets[1:] - 1, 0)
+    values = lists.values if len(lists.values) else pa.nulls(1, lists.type.value_type)
+    return pc.if_else(pa.array(ok), values.take(pa.array(idx)), pa.scalar(None, lists.type.value_type))
+
+
+def _table(video_id, split, parts, end, ped, fps, image_of_sample: pa.Array) -> pa.Table:
     sel = np.concatenate([p["sel"] for p in parts])
     bi = np.concatenate([p["bi"] for p in parts])
     region = np.concatenate([p["region"] for p in parts])
@@ -133,7 +146,7 @@ def _table(video_id, split, parts, end, ped, fps, image_path) -> pa.Table:
     n = len(sel)
     frame = end[sel]
     ts = np.round(frame / fps * 1e6).astype(np.int64)
-    paths = pa.array([image_path(int(f)) for f in frame], pa.string())
+    paths = image_of_sample.take(pa.array(sel))
     one = pa.array(np.arange(n + 1, dtype=np.int32))
     grounding = pa.StructArray.from_arrays([
         pa.array(["current"] * n).dictionary_encode(), pa.array(frame.astype(np.int32)), pa.array(ts),

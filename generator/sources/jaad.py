@@ -33,9 +33,10 @@ import pyarrow as pa
 from generator.sources.base import LogSource
 from schemas.config import PieConfig
 from schemas.errors import SourceError
-from schemas.vocab import JAAD_SPLITS, JAAD_TRACK_LABELS, JAAD_VEHICLE_ACTIONS
+from schemas.tables import VIDEO_BOXES
+from schemas.vocab import JAAD_BEHAVIOUR_TAGS, JAAD_SPLITS, JAAD_TRACK_LABELS, JAAD_VEHICLE_ACTIONS
 
-BEHAVIOUR_TAGS = ("action", "look", "cross", "occlusion", "hand_gesture", "reaction", "nod")
+BEHAVIOUR_TAGS = JAAD_BEHAVIOUR_TAGS
 PED_ATTRIBUTES_INT = ("crossing", "crossing_point", "decision_point", "group_size", "num_lanes")
 PED_ATTRIBUTES_STR = ("intersection", "designated", "signalized", "motion_direction", "traffic_direction",
                       "age", "gender")
@@ -45,11 +46,7 @@ VIDEOS_SCHEMA = pa.schema([
     ("time_of_day", pa.string()), ("weather", pa.string()), ("location", pa.string()),
     ("road_type", pa.string()), ("split", pa.string()),
 ])
-BOXES_SCHEMA = pa.schema([
-    ("video_id", pa.string()), ("ped_id", pa.string()), ("label", pa.string()), ("frame", pa.int32()),
-    ("x1_px", pa.float32()), ("y1_px", pa.float32()), ("x2_px", pa.float32()), ("y2_px", pa.float32()),
-    ("occluded", pa.bool_()),
-] + [(t, pa.string()) for t in BEHAVIOUR_TAGS])
+BOXES_SCHEMA = VIDEO_BOXES  # declared once in schemas.tables: the run folder keeps it (video_boxes/)
 PEDESTRIANS_SCHEMA = pa.schema([("video_id", pa.string()), ("ped_id", pa.string()), ("old_id", pa.string())]
                                + [(a, pa.int32()) for a in PED_ATTRIBUTES_INT]
                                + [(a, pa.string()) for a in PED_ATTRIBUTES_STR])

@@ -1,0 +1,177 @@
+"""GPU figures (issue #12 item 6): CenterPoint and SAM 2.1 alone vs inside the streaming pipeline.
+
+    python bench/gpu.py [--scenes 2] [--sam t,l] [--allow-cpu] [--cameras CAM_FRONT,...]
+
+Needs a CUDA GPU and the CUDA builds of mmcv/mmdet3d/sam2 (README, "Models"). Without one it prints why and
+exits 0 (skipped); ``--allow-cpu`` runs the same code on the CPU as a smoke check (figures meaningless).
+
+Inputs: generated nuScenes-format logs (``--scenes`` of 40 keyframes, 10 Hz sweeps, six 800x450 cameras).
+Models: CenterPoint (mmdet3d's pillar nuScenes config) and SAM 2.1 hiera-t / hiera-l, random weights (speed
+does not depend on them).
+
+1. alone: drivegen's own detect and perceive stages in this process, scene after scene, the model built once:
+   ``generator.perception.detect_scene`` (CenterPoint, frames in batches of ``detection.mmdet3d.batch_size``) and
+   ``perceive_scene`` (tracking, SAM on every camera image with boxes, batches of ``segmentation.sam2.
+   batch_images``, visibility): frames/s of each.
+2. in the pipeline: ``drivegen run``'s streaming Ray Dataset on the same scenes, the GPUs advertised to Ray
+   (one GPU per model actor while there are enough): each model actor's rate (frames over its stage's summed
+   time, from the manifests) against the alone rate (goal >= 80 %), its busy share (its stage's summed time /
+   the run's wall time, goal >= 80 %), and the run's frames/s per GPU.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SAM_CONFIGS = {"t": "configs/sam2.1/sam2.1_hiera_t.yaml", "l": "configs/sam2.1/sam2.1_hiera_l.yaml"}
+
+
+def centerpoint_config() -> str:
+    import mmdet3d
+
+    return str(Path(mmdet3d.__file__).parent / ".mim/configs/centerpoint/"
+               "centerpoint_pillar02_second_secfpn_8xb4-cyclic-20e_nus-3d.py")
+
+
+def pipeline_config(sam: str, cameras: list[str] | None):
+    from schemas.config import PipelineConfig
+
+    cfg = PipelineConfig()
+    cfg.detection.backend = "mmdet3d"
+    cfg.detection.mmdet3d.config = centerpoint_config()
+    cfg.segmentation.backend = "sam2"
+    cfg.segmentation.sam2.model_config_name = SAM_CONFIGS[sam]
+    if cameras:
+        cfg.segmentation.cameras = cameras
+    cfg.ray.model_stages = "actors"
+    cfg.writers.card = cfg.writers.bench_export = cfg.writers.webdataset = False
+    cfg.report.on_run = False
+    return cfg
+
+
+def alone(scenes, cfg) -> dict:
+    """Seconds of the detect and perceive stages over ``scenes`` (warm: the first scene runs twice)."""
+    from actors.detect import build_detector
+    from actors.segment import build_segmenter
+    from generator.perception import detect_scene, perceive_scene
+
+    det, seg = build_detector(cfg.detection), build_segmenter(cfg.segmentation)
+    perceive_scene(scenes[0], detect_scene(scenes[0], det), cfg, segmenter=seg)  # warm-up (CUDA kernels, caches)
+    out = {"detect": 0.0, "perceive": 0.0, "frames": 0, "device": str(getattr(det, "device", "?"))}
+    for sc in scenes:
+        t0 = time.perf_counter()
+        d = detect_scene(sc, det)
+        _sync()
+        t1 = time.perf_counter()
+        perceive_scene(sc, d, cfg, segmenter=seg)
+        _sync()
+        out["detect"] += t1 - t0
+        out["perceive"] += time.perf_counter() - t1
+        out["frames"] += len(sc.frames)
+    return out
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: Path) -> dict:
+    import ray
+
+    from generator.pipeline import RunStore, run_pipeline
+    from generator.pipeline.stages import default_stages, write_scene
+
+    ray.init(address="local", num_gpus=n_gpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        stages = default_stages(cfg)
+        rows = {}
+        for name in ("warm", "timed"):  # the first pass builds the actors' models
+            out = work / name
+            shutil.rmtree(out, ignore_errors=True)
+            t0 = time.perf_counter()
+            res = run_pipeline(RunStore(out), desc, cfg, ids, stages, write_scene, executor="ray", progress=False)
+            wall = time.perf_counter() - t0
+            if res.summary["scenes"]["failed"]:
+                raise SystemExit(f"pipeline run failed: {res.summary['errors'][:2]}")
+            rows = {"wall": wall, "frames": res.summary["frames"], "detect": 0.0, "perceive": 0.0}
+            for p in (out / "manifest").glob("*.json"):
+                t = json.loads(p.read_text())["timings_s"]
+                rows["detect"] += t.get("detect", 0.0)
+                rows["perceive"] += t.get("perceive", 0.0)
+        return rows
+    finally:
+        ray.shutdown()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenes", type=int, default=2, help="generated scenes (40 keyframes each; default 2)")
+    ap.add_argument("--sam", default="t,l", help="SAM 2.1 variants: t (hiera-t), l (hiera-l); default t,l")
+    ap.add_argument("--cameras", default=None, help="cameras SAM segments (default: the config's six)")
+    ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU as a smoke check (figures meaningless)")
+    ap.add_argument("--keep", default=None, help="keep the run folders here")
+    a = ap.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("bench/gpu.py: skipped: torch is not installed")
+        return 0
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n_gpus == 0 and not a.allow_cpu:
+        print("bench/gpu.py: skipped: no CUDA GPU here (torch.cuda.is_available() is False). Run it on a GPU "
+              "machine after building the CUDA ops (README, \"Models\"); --allow-cpu checks the code on the CPU.")
+        return 0
+    try:
+        centerpoint_config()
+        import sam2  # noqa: F401
+    except ImportError as err:
+        print(f"bench/gpu.py: skipped: {err} (install the 'models' extra)")
+        return 0
+
+    from generator.pipeline import SYNTH_VERSION, synth_logs
+    from generator.sources import open_source
+
+    logs = synth_logs(a.scenes, seed=0)
+    cameras = a.cameras.split(",") if a.cameras else None
+    work = Path(a.keep or tempfile.mkdtemp(prefix="drivegen-gpu-bench-"))
+    device = torch.cuda.get_device_name(0) if n_gpus else "CPU (smoke check: figures meaningless)"
+    print(f"drivegen GPU bench: {a.scenes} generated scenes, {n_gpus} GPU(s): {device}")
+    for sam in a.sam.split(","):
+        cfg = pipeline_config(sam, cameras)
+        src = open_source("nuscenes", logs, cfg, version=SYNTH_VERSION)
+        ids, desc = src.scene_ids(), src.describe()
+        scenes = [src.load_scene(s) for s in ids]
+        solo = alone(scenes, cfg)
+        run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}")
+        n = solo["frames"]
+        print(f"CenterPoint pillar + SAM 2.1 hiera-{sam} ({solo['device']}), {n} frames, "
+              f"{len(cfg.segmentation.cameras)} camera(s) segmented")
+        for stage, model in (("detect", "CenterPoint"), ("perceive", f"SAM 2.1 hiera-{sam} (+ tracking, visibility)")):
+            r_alone, r_pipe = n / solo[stage], run["frames"] / run[stage]
+            busy = run[stage] / run["wall"]
+            print(f"  {model:<42s} alone {r_alone:7.2f} frames/s   in the pipeline {r_pipe:7.2f} frames/s "
+                  f"({r_pipe / r_alone:.0%} of alone, goal >= 80 %)   actor busy {busy:.0%} (goal >= 80 %)")
+        print(f"  pipeline: {run['frames'] / run['wall']:.2f} frames/s in {run['wall']:.1f} s, "
+              f"{run['frames'] / run['wall'] / max(n_gpus, 1):.2f} frames/s per GPU")
+    if not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
