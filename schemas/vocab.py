@@ -21,6 +21,7 @@ FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
 # Log sources without LiDAR or poses (``LogSource.camera_only``): their videos run through the camera stages
 # (``generator.pipeline.video``) and their run folders hold no 3D tables.
 CAMERA_ONLY_SOURCES = ("jaad",)
+VIDEO_CAMERA = "front"  # the one camera of a camera-only video, as QA groundings and issues rows name it
 
 # Ego behaviour (Intention-Drive §3: atomic maneuvers and speed status).
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")

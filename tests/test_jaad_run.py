@@ -190,6 +190,15 @@ def test_image_intent_in_the_run_needs_the_compensation(ray_run, jaad_root, tmp_
     by_raw = _intent_by_ped(raw, "video_0001")
     assert _share(by_raw["video_0001_w"], "stationary") >= 0.9, by_raw["video_0001_w"]
     assert _share(by_raw["video_0001_s"], "goes to the left") >= 0.9, by_raw["video_0001_s"]
+    # frames scaled down to half width for the flow: the boxes are scaled alike, the intent is the same
+    half_cfg = tmp_path / "half.yaml"
+    half_cfg.write_text(f"drama_x:\n  image_intent:\n    video_max_width_px: {W // 2}\n")
+    half = tmp_path / "half"
+    assert cli(["run", "--out", str(half), "--source", "jaad", "--data", str(jaad_root), "--scenes", "1",
+                "--config", str(half_cfg), "--local", "--no-progress"]) == 0
+    by_half = _intent_by_ped(half, "video_0001")
+    assert _share(by_half["video_0001_w"], "goes to the right") >= 0.9, by_half["video_0001_w"]
+    assert _share(by_half["video_0001_s"], "stationary") >= 0.9, by_half["video_0001_s"]
 
 
 def test_resume_finishes_the_video_once_its_clip_is_fixed(ray_run, jaad_root, tmp_path):

@@ -35,6 +35,7 @@ from generator.pipeline.core import SceneWork, Stage, StageEnv
 from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.tables import ISSUES, write_parquet
+from schemas.vocab import VIDEO_CAMERA
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -91,8 +92,10 @@ def _with_images(samples: pa.Table, video_id: str, clip: str | None, env: StageE
                               pa.array([clip] * n, pa.string()))
 
 
-def _gray_frames(clip: str, video_id: str, frames: np.ndarray, max_width: int) -> tuple[list[np.ndarray], float]:
-    """``frames`` of the clip decoded one at a time, grayscale, scaled to at most ``max_width`` px wide."""
+def _gray_frames(clip: str, video_id: str, frames: np.ndarray, max_width: int, width_px: int
+                 ) -> tuple[list[np.ndarray], float]:
+    """``frames`` of the clip decoded one at a time, grayscale, scaled to at most ``max_width`` px wide; also the
+    factor from the annotation's pixels (an image ``width_px`` wide) to theirs (a clip may be smaller)."""
     import cv2
 
     from generator.sources.jaad import iter_frames
@@ -104,7 +107,7 @@ def _gray_frames(clip: str, video_id: str, frames: np.ndarray, max_width: int) -
         g = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
         out.append(g if scale == 1.0 else cv2.resize(g, (int(round(w * scale)), int(round(h * scale))),
                                                      interpolation=cv2.INTER_AREA))
-    return out, scale
+    return out, (out[0].shape[1] / width_px if out else 1.0)
 
 
 def video(work: SceneWork, env: StageEnv) -> None:
@@ -129,7 +132,7 @@ def video(work: SceneWork, env: StageEnv) -> None:
         from generator.sources.jaad import clip_path
 
         v.issues = pa.Table.from_pylist([{
-            "scene_id": vid, "frame_index": -1, "stage": "video", "reason": "no_clip", "camera": "front",
+            "scene_id": vid, "frame_index": -1, "stage": "video", "reason": "no_clip", "camera": VIDEO_CAMERA,
             "file": str(clip_path(work.source["root"], vid)),
             "message": f"{vid}: no clip: samples from the annotations alone, without frames or image intent"}],
             schema=ISSUES)
@@ -137,7 +140,7 @@ def video(work: SceneWork, env: StageEnv) -> None:
         return
     th = cfg.drama_x.image_intent
     frames = video_intent_frames(t["boxes"], cfg.pie.fps, th)
-    gray, scale = _gray_frames(v.clip, vid, frames, th.video_max_width_px)
+    gray, scale = _gray_frames(v.clip, vid, frames, th.video_max_width_px, int(v.meta["width_px"]))
     v.intent = video_image_intent(vid, t["boxes"], frames, gray, scale, cfg.pie.fps, th)
     work.counts["intent_frames"] = len(frames)
     work.counts["image_intent"] = v.intent.num_rows

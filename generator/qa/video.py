@@ -27,8 +27,9 @@ from generator.qa.generate import hash_fields, stable_hash, vocabulary
 from generator.qa.render import FieldColumns, render
 from generator.qa.templates import TemplateSet
 from schemas.tables import QA
+from schemas.vocab import VIDEO_CAMERA
 
-CAMERA = "front"  # the one camera of a camera-only video
+CAMERA = VIDEO_CAMERA
 
 
 def _regions(boxes: pa.Table, frames: np.ndarray, labels: list[str]) -> dict:
