@@ -785,6 +785,9 @@ class DramaXConfig(_Model):
     match_iou: float = Field(0.3, ge=0, le=1)  # App. A.3: Hungarian on 1 - IoU, theta_iou = 0.3
     od_iou: float = Field(0.5, ge=0, le=1)  # App. A.4.1: OD counts a GT box localized at IoU >= 0.5
     front_position_deg: float = Field(15.0, gt=0, le=90)  # |bearing| below this: Position "Front"
+    # camera-only logs: DRAMA-X §3.2 takes the position from the box's x in the final image; a box centre in
+    # the middle image_front_share of the width is "Front" (chosen here: the middle third)
+    image_front_share: float = Field(1 / 3, gt=0, lt=1)
     risk: DramaRiskConfig = Field(default_factory=DramaRiskConfig)
     image_intent: DramaImageIntentConfig = Field(default_factory=DramaImageIntentConfig)
 

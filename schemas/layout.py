@@ -10,7 +10,7 @@
                                         train split, the glob the dataset card's ``data_files`` use);
     OUT/wds/<scene>-<k:05d>.tar         WebDataset shards
     OUT/images/<video>/<frame:05d>.png  camera-only runs (--source jaad): the frames PIE samples observe (their
-                                        tables: pie_samples/, video_boxes/, drama_image_intent/)
+                                        tables: pie_samples/, video_boxes/, drama_video/)
     OUT/errors/<scene>-<stage>.parquet  one row per failed scene and stage
     OUT/manifest/<scene>.json           written last for a finished scene: its files with row counts
     OUT/README.md                       the dataset card (Hugging Face front matter; its stats and plots in card/)
@@ -80,7 +80,7 @@ TABLES: dict[str, TableLayout] = {t.name: t for t in (
     # camera-only runs (drivegen run --source jaad): PIE/JAAD samples and DRAMA-X image intent per video
     TableLayout("pie_samples", "pie_samples", tables.PIE_SAMPLES),
     TableLayout("video_boxes", "video_boxes", tables.VIDEO_BOXES),
-    TableLayout("drama_image_intent", "drama_image_intent", tables.DRAMA_IMAGE_INTENT),
+    TableLayout("drama_video", "drama_video", tables.DRAMA_VIDEO),
     TableLayout("qa", "qa", tables.QA, sharded=True, by_split=True),
     TableLayout("wds", "wds", None, sharded=True, ext="tar"),
 )}

@@ -144,15 +144,19 @@ VIDEO_BOXES = _schema("video_boxes", [
     "the 2D boxes of a camera-only video (JAAD annotations: pedestrian | ped | people tracks, frames 0-based at the "
     "video's rate, pixels of its own image), read by generator.sources.jaad and kept by drivegen run --source jaad")
 
-DRAMA_IMAGE_INTENT = _schema("drama_image_intent", [
+DRAMA_VIDEO = _schema("drama_video", [
     pa.field("scene_id", s, False), pa.field("ped_id", s, False), pa.field("track_label", s, False),
     pa.field("frame_index", i32, False), pa.field("t_s", f64, False),
     pa.field("box_xyxy", pa.list_(f32, 4)),  # the annotated 2D box in the video's own image
+    pa.field("position", s),  # schemas.vocab.DRAMA_POSITIONS, from the box centre's x in the image
     pa.field("lateral_intent", s, False), pa.field("vertical_intent", s, False),  # schemas.vocab.INTENT_*
     pa.field("lateral_rate", f64, False), pa.field("vertical_rate", f64, False),  # box heights per second
     pa.field("compensated", b, False),  # camera displacement (Farneback) subtracted
-], "DRAMA-X image intent per 2D track and sampled frame of a camera-only log (generator.attributes.drama."
-   "image_intent, written by the video stage of drivegen run --source jaad)")
+    pa.field("risk", b), pa.field("time_to_conflict_s", f64),  # hindsight: the pedestrian's crossing event ahead
+    pa.field("suggested_action", s),  # schemas.vocab.DRAMA_ACTIONS
+], "DRAMA-X labels of a camera-only log per 2D track and sampled frame: image intent (generator.attributes.drama."
+   "video_image_intent), position, risk and suggested action (video_risk); written by the video stage of "
+   "drivegen run --source jaad")
 
 # Intention-Drive export (``generator.writers.intention_export``): one row per instruction (a QA row of the
 # ego_intention family) and one row per object at each keyframe sample (what the collision check sweeps).
@@ -225,7 +229,7 @@ ERRORS = _schema("errors", [
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
        for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS,
-                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK, DRAMA_IMAGE_INTENT, VIDEO_BOXES)}
+                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK, DRAMA_VIDEO, VIDEO_BOXES)}
 
 
 # The unit and frame suffixes of column names (module docstring): the last matching part of a name decides.

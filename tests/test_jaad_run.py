@@ -87,7 +87,7 @@ def ray_run(jaad_root, tmp_path_factory):
 
 
 def _intent_by_ped(out: Path, vid: str) -> dict[str, list[str]]:
-    t = pq.read_table(out / "drama_image_intent" / f"{vid}.parquet").to_pylist()
+    t = pq.read_table(out / "drama_video" / f"{vid}.parquet").to_pylist()
     by: dict[str, list[str]] = {}
     for r in t:
         by.setdefault(r["ped_id"], []).append(r["lateral_intent"])
@@ -173,7 +173,7 @@ def test_a_video_without_its_clip_runs_from_annotations_with_an_issue(ray_run, j
         ("no_clip", -1, str(jaad_root / "clips" / "video_0003.mp4"))]
     s = pq.read_table(out / "pie_samples" / "video_0003.parquet")
     assert s.num_rows > 0 and s.column("image_paths").null_count == s.num_rows
-    assert not (out / "drama_image_intent" / "video_0003.parquet").exists()
+    assert not (out / "drama_video" / "video_0003.parquet").exists()
     assert not (out / "images" / "video_0003").exists()
 
 
@@ -279,7 +279,7 @@ def test_regenerate_rebuilds_the_videos_qa_from_the_run_folder(ray_run, tmp_path
     assert RunReader(other).scene_ids() == ["video_0001", "video_0003"]
 
 
-@pytest.mark.parametrize("command", [["export_drama", "--out", "X"], ["export_bench"],
+@pytest.mark.parametrize("command", [["export_bench"],
                                      ["export_intention"], ["report", "--out", "X"]])
 def test_3d_commands_refuse_a_camera_only_run_by_name(ray_run, tmp_path, capsys, command):
     _, out = ray_run
@@ -288,3 +288,50 @@ def test_3d_commands_refuse_a_camera_only_run_by_name(ray_run, tmp_path, capsys,
     err = capsys.readouterr().err
     assert "camera-only run (source jaad)" in err and f"drivegen {args[0]}" in err and "export_pie --run" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_drama_x_of_videos_risk_export_and_scorer(jaad_root, tmp_path):
+    """DRAMA-X for a camera-only log, end to end: the walker crosses at frame 60 (JAAD's crossing_point), so
+    with a 1 s horizon it is at risk from frame 30 on (time to conflict: the wait, 0 once crossing) and the
+    ego, moving, must stop (within stop_ttc_s); the bystander is never at risk. Positions come from the box
+    centre's x (the middle third is Front). ``export_drama`` writes the frames in DRAMA-X's format and the
+    scorer gives the ground truth 100 %, less with flipped intents."""
+    import copy
+
+    from generator.validate.score import scorer
+
+    cfg = tmp_path / "dx.yaml"
+    cfg.write_text("drama_x:\n  risk:\n    horizon_s: 1.0\n")
+    run = tmp_path / "run"
+    assert cli(["run", "--out", str(run), "--source", "jaad", "--data", str(jaad_root), "--scenes", "1",
+                "--config", str(cfg), "--local", "--no-progress"]) == 0
+    rows = pq.read_table(run / "drama_video").to_pandas()
+    w, s = rows[rows.ped_id == "video_0001_w"], rows[rows.ped_id == "video_0001_s"]
+    at_risk = (w.frame_index >= 30).to_numpy()
+    assert (w.risk.to_numpy() == at_risk).all() and at_risk.any() and not at_risk.all()
+    ttc = np.where(w.frame_index >= 60, 0.0, (60 - w.frame_index) / 30.0)
+    assert np.allclose(w.time_to_conflict_s.to_numpy()[at_risk], ttc[at_risk])
+    assert set(w.suggested_action[at_risk]) == {"stop"} and set(w.suggested_action[~at_risk]) == {"continue"}
+    assert not s.risk.any() and set(s.suggested_action) == {"continue"}
+    x = np.array([(b[0] + b[2]) / 2 for b in rows.box_xyxy])
+    want = np.where(x > W * 2 / 3, "Right", np.where(x < W / 3, "Left", "Front"))
+    assert (rows.position.to_numpy() == want).all() and len(set(want)) == 3
+
+    out = tmp_path / "dx"
+    assert cli(["export_drama", str(run), "--out", str(out)]) == 0
+    gt = json.loads((out / "samples" / "video_0001.json").read_text())
+    assert len(gt) == rows.frame_index.nunique() and {v["Risk"] for v in gt.values()} == {"Yes", "No"}
+    one = gt["video_0001_0060"]
+    assert one["image_path"] == str(run / "images" / "video_0001" / "00060.png") and one["camera"] == "front"
+    assert one["Pedestrians"]["video_0001_w"]["Intent"][0] == "goes to the right"
+    pred = tmp_path / "pred.json"
+    pred.write_text(json.dumps(gt))
+    perfect = scorer("drama-x").score(str(pred), str(out))
+    for m in ("OD", "LIP", "VIP", "intent_combined", "risk_balanced_accuracy", "risk_f1", "action_exact_vocab_accuracy"):
+        assert perfect[m] == pytest.approx(1.0), (m, perfect[m])
+    flipped = copy.deepcopy(gt)
+    for v in flipped.values():
+        for o in v["Pedestrians"].values():
+            o["Intent"][0] = "goes to the left" if o["Intent"][0] != "goes to the left" else "goes to the right"
+    pred.write_text(json.dumps(flipped))
+    assert scorer("drama-x").score(str(pred), str(out))["LIP"] == 0

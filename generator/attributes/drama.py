@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from generator.attributes.arrays import column, fixed_list_to_numpy, to_numpy
 from generator.attributes.ego import ego_states, track_rows
 from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig, EgoBodyConfig
-from schemas.tables import DRAMA_IMAGE_INTENT, DRAMA_RISK
+from schemas.tables import DRAMA_RISK, DRAMA_VIDEO
 from schemas.vocab import DRAMA_ACTIONS, DRAMA_POSITIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
 
 CONTINUE, AWARE, SLOW, YIELD, STOP = range(5)  # indices into DRAMA_ACTIONS (severity order)
@@ -267,12 +267,20 @@ def video_intent_frames(boxes: pa.Table, fps: float, th: DramaImageIntentConfig)
     return np.arange(int(fr.min()), int(fr.max()) + 1, step, dtype=np.int64)
 
 
+def image_position(x_center_px: np.ndarray, image_width_px: float, front_share: float) -> np.ndarray:
+    """Codes into DRAMA_POSITIONS (Left / Front / Right) from a box centre's x in the image (DRAMA-X §3.2 takes
+    the position from the final image x): the middle ``front_share`` of the width is Front."""
+    rel = np.asarray(x_center_px, np.float64) / float(image_width_px) - 0.5
+    return np.where(np.abs(rel) <= front_share / 2, 1, np.where(rel < 0, 0, 2))
+
+
 def video_image_intent(video_id: str, boxes: pa.Table, frames: np.ndarray, gray: list[np.ndarray], scale: float,
                        fps: float, th: DramaImageIntentConfig) -> pa.Table:
     """DRAMA-X image intent of every ``VIDEO_INTENT_LABELS`` track of one camera-only video, at ``frames``
     (``video_intent_frames``), from ``gray``: those frames decoded, grayscale, scaled by ``scale`` (boxes are
     scaled alike; rates are per box height, so the scale does not change them). One
-    ``schemas.tables.DRAMA_IMAGE_INTENT`` row per track and frame with a label."""
+    ``schemas.tables.DRAMA_VIDEO`` row per track and frame with a label; position, risk and action are left
+    null (``video_risk`` fills them)."""
     b = boxes.filter(pc.is_in(boxes.column("label"), pa.array(VIDEO_INTENT_LABELS)))
     ids = b.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
     tracks, t_of = np.unique(ids, return_inverse=True)
@@ -285,7 +293,7 @@ def video_image_intent(video_id: str, boxes: pa.Table, frames: np.ndarray, gray:
     labels = np.empty(len(tracks), dtype=object)
     labels[t_of] = b.column("label").to_numpy(zero_copy_only=False)
     if len(tracks) == 0 or len(frames) < 2:
-        return DRAMA_IMAGE_INTENT.empty_table()
+        return DRAMA_VIDEO.empty_table()
     ii = image_intent(gray, frames / fps, grid * scale, th)
     ti, fi = np.nonzero(ii.lateral >= 0)
     return pa.table({
@@ -300,7 +308,66 @@ def video_image_intent(video_id: str, boxes: pa.Table, frames: np.ndarray, gray:
         "lateral_rate": pa.array(ii.lateral_rate[ti, fi], pa.float64()),
         "vertical_rate": pa.array(ii.vertical_rate[ti, fi], pa.float64()),
         "compensated": pa.array(np.full(len(ti), th.compensate), pa.bool_()),
-    }, schema=DRAMA_IMAGE_INTENT)
+        "position": pa.nulls(len(ti), pa.string()), "risk": pa.nulls(len(ti), pa.bool_()),
+        "time_to_conflict_s": pa.nulls(len(ti), pa.float64()), "suggested_action": pa.nulls(len(ti), pa.string()),
+    }).select(DRAMA_VIDEO.names).cast(DRAMA_VIDEO)
+
+
+def video_risk(intent: pa.Table, tables: dict[str, pa.Table], fps: float, cfg: DramaXConfig) -> pa.Table:
+    """``intent`` (``video_image_intent``'s rows of one video) with position, risk, time to conflict and the
+    suggested action filled in, from hindsight over the video's JAAD tables (``generator.sources.jaad.read_video``):
+
+    * position: ``image_position`` of the box centre (``cfg.image_front_share``);
+    * risk: a behavioural pedestrian that crosses in front of the ego (JAAD's ``crossing`` = 1; its event frame
+      is the benchmark's, ``generator.attributes.pie``) at most ``cfg.risk.horizon_s`` after the frame
+      (time to conflict: the wait for it), or is tagged ``crossing`` at the frame (time to conflict 0);
+      bystanders never;
+    * action: ``suggested_actions`` over those, the ego moving unless JAAD's vehicle action at the frame is
+      ``stopped``."""
+    from generator.attributes.pie import _event
+
+    n = intent.num_rows
+    if n == 0:
+        return intent
+    boxes, meta = tables["boxes"], tables["videos"].to_pylist()[0]
+    attrs = {r["ped_id"]: r for r in tables["pedestrians"].to_pylist()}
+    ped = intent.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
+    fr = intent.column("frame_index").to_numpy().astype(np.int64)
+    b = boxes.filter(pc.is_in(boxes.column("ped_id"), pa.array(np.unique(ped)))).sort_by(
+        [("ped_id", "ascending"), ("frame", "ascending")])
+    b_ped = b.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
+    b_fr = b.column("frame").to_numpy().astype(np.int64)
+    b_cross = np.asarray(b.column("cross").to_pylist(), dtype=object)
+    b_label = b.column("label").to_numpy(zero_copy_only=False).astype(str)
+    event, crosses = {}, {}
+    for p in np.unique(b_ped):
+        m = b_ped == p
+        e, y, _, _ = _event(str(b_label[m][0]), b_fr[m], list(b_cross[m]), attrs.get(p))
+        event[p], crosses[p] = e, y == 1
+    names = np.unique(b_ped)  # every intent row's pedestrian has boxes (its rows come from them)
+    span = int(max(b_fr.max(initial=0), fr.max(initial=0))) + 1
+    key = np.searchsorted(names, b_ped) * span + b_fr  # sorted: boxes are sorted by (ped_id, frame)
+    want = np.searchsorted(names, ped) * span + fr
+    pos = np.minimum(np.searchsorted(key, want), len(key) - 1)
+    tag = np.where(key[pos] == want, b_cross[pos], None)
+    ev = np.array([event[p] for p in ped], np.int64)
+    ahead = (ev - fr) / fps
+    crossing_now = tag == "crossing"
+    soon = np.array([crosses[p] for p in ped]) & (ahead >= 0) & (ahead <= cfg.risk.horizon_s + 1e-9)
+    risk = crossing_now | soon
+    ttc = np.where(crossing_now, 0.0, np.where(soon, ahead, np.nan))
+    actions = tables["vehicle"]
+    act_of = dict(zip(actions.column("frame").to_pylist(), actions.column("action").to_pylist()))
+    moving = np.array([act_of.get(int(f)) != "stopped" for f in fr])
+    act = suggested_actions(risk, ttc, np.ones(n, bool), np.where(moving, np.inf, 0.0), cfg.risk)
+    box = fixed_list_to_numpy(intent.column("box_xyxy"), 4)
+    where = image_position((box[:, 0] + box[:, 2]) / 2, meta["width_px"], cfg.image_front_share)
+    out = intent
+    for name, arr in (("position", pa.array(np.asarray(DRAMA_POSITIONS, dtype=object)[where], pa.string())),
+                      ("risk", pa.array(risk)), ("time_to_conflict_s", pa.array(ttc, from_pandas=True)),
+                      ("suggested_action", pc.take(pa.array(DRAMA_ACTIONS), pa.array(act)))):
+        out = out.set_column(out.schema.get_field_index(name), name, arr)
+    return out.cast(DRAMA_VIDEO)
 
 
 def intent_names(codes_: np.ndarray, vocab: tuple[str, ...]) -> list[str | None]:
@@ -363,4 +430,5 @@ def match_boxes(tracks_xyxy: np.ndarray, labelled_xyxy: np.ndarray, iou_min: flo
 
 __all__ = ["risk_table", "frame_risk", "suggested_actions", "conflict_times", "relative_position",
            "image_intent", "ImageIntent", "farneback", "ring_region", "intent_names", "iou_matrix",
-           "match_boxes", "greedy_assignment", "video_intent_frames", "video_image_intent", "VIDEO_INTENT_LABELS", "DRAMA_POSITIONS", "INTENT_LATERAL", "INTENT_VERTICAL"]
+           "match_boxes", "greedy_assignment", "video_intent_frames", "video_image_intent", "VIDEO_INTENT_LABELS",
+           "video_risk", "image_position", "DRAMA_POSITIONS", "INTENT_LATERAL", "INTENT_VERTICAL"]

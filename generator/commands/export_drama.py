@@ -28,7 +28,7 @@ def main(args) -> int:
     from generator.writers.drama_export import check_export_folder, records_from_run, write_export
     from schemas.config import load_config
 
-    reader = RunReader(args.run).require_3d("drivegen export_drama")
+    reader = RunReader(args.run)
     cfg = load_config(args.config).drama_x if args.config else None
     store = RunStore(args.out)
     check_export_folder(store)  # refuse a foreign folder before reading the run

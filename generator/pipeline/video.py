@@ -7,8 +7,9 @@
                                family's questions of them, templates loaded once per
                                process); generator.attributes.drama.video_image_intent
                                (DRAMA-X image intent, Farneback-compensated) over the
-                               frames decoded at drama_x.image_intent.video_fps
-    write   (all)              pie_samples/, video_boxes/, drama_image_intent/, issues/,   task
+                               frames decoded at drama_x.image_intent.video_fps, with
+                               position, risk and action (video_risk)
+    write   (all)              pie_samples/, video_boxes/, drama_video/, issues/,          task
                                qa/ per video;
                                the frames the samples observe, extracted to images/<video>/
 
@@ -111,7 +112,7 @@ def _gray_frames(clip: str, video_id: str, frames: np.ndarray, max_width: int, w
 
 
 def video(work: SceneWork, env: StageEnv) -> None:
-    from generator.attributes.drama import video_image_intent, video_intent_frames
+    from generator.attributes.drama import video_image_intent, video_intent_frames, video_risk
     from generator.attributes.pie import build_samples
 
     v, cfg, vid = work.need("video", "video"), env.cfg, work.scene_id
@@ -141,7 +142,8 @@ def video(work: SceneWork, env: StageEnv) -> None:
     th = cfg.drama_x.image_intent
     frames = video_intent_frames(t["boxes"], cfg.pie.fps, th)
     gray, scale = _gray_frames(v.clip, vid, frames, th.video_max_width_px, int(v.meta["width_px"]))
-    v.intent = video_image_intent(vid, t["boxes"], frames, gray, scale, cfg.pie.fps, th)
+    v.intent = video_risk(video_image_intent(vid, t["boxes"], frames, gray, scale, cfg.pie.fps, th), t, cfg.pie.fps,
+                          cfg.drama_x)
     work.counts["intent_frames"] = len(frames)
     work.counts["image_intent"] = v.intent.num_rows
 
@@ -150,7 +152,7 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
     """The video's files, built under ``staging``: its tables and the frames its samples observe."""
     v, cfg, vid = work.need("video", "write"), env.cfg, work.scene_id
     comp = cfg.writers.cache_compression
-    tables = {"pie_samples": v.samples, "video_boxes": v.tables["boxes"], "drama_image_intent": v.intent,
+    tables = {"pie_samples": v.samples, "video_boxes": v.tables["boxes"], "drama_video": v.intent,
               "issues": v.issues}
     for name, table in tables.items():
         if table is None:

@@ -87,7 +87,7 @@ class RunReader:
     @property
     def camera_only(self) -> bool:
         """True for a run over camera-only logs (``schemas.vocab.CAMERA_ONLY_SOURCES``: JAAD videos): no 3D
-        tables, its outputs are ``pie_samples/``, ``drama_image_intent/`` and extracted frames."""
+        tables, its outputs are ``pie_samples/``, ``drama_video/`` and extracted frames."""
         return (self.source() or {}).get("kind") in CAMERA_ONLY_SOURCES
 
     def require_3d(self, command: str) -> "RunReader":

@@ -45,7 +45,7 @@ from generator.qa.templates import parse_template_text
 from generator.sources import front_camera_images
 from generator.writers.owned import owned_files
 from schemas.config import DramaXConfig, EgoBodyConfig
-from schemas.vocab import DRAMA_GROUPS, DRAMA_POSITIONS, VRU_CLASSES
+from schemas.vocab import DRAMA_ACTIONS, DRAMA_GROUPS, DRAMA_POSITIONS, VIDEO_CAMERA, VRU_CLASSES
 
 EXPORT_FORMAT = "drivegen-drama-x/1"
 EXPORT_MARKER = "drama_x_export.json"
@@ -63,6 +63,10 @@ DESCRIPTION_TYPE = QuestionType(
 DESCRIPTION_TEMPLATES = {
     "drama_x_description_0": "A {class_text} {where} the ego vehicle, {distance_m:.0f} away, {going}; {why}.",
 }
+# camera-only logs: no distance (no 3D), the rest alike
+VIDEO_DESCRIPTION_TEMPLATES = {
+    "drama_x_video_description_0": "A {class_text} {where} the ego vehicle, {going}; {why}.",
+}
 _CLASS_TEXT = {"pedestrian": "pedestrian", "bicycle": "cyclist", "motorcycle": "motorcyclist"}
 _WHERE = ("to the left of", "ahead of", "to the right of")  # DRAMA_POSITIONS order
 _LAT_TEXT = {"goes to the left": "going to the left", "goes to the right": "going to the right",
@@ -71,10 +75,11 @@ _VER_TEXT = {"moves towards ego vehicle": "moving towards the ego vehicle",
              "moves away from ego vehicle": "moving away from the ego vehicle", "stationary": None}
 
 
-def _parsed_templates() -> list[tuple]:
+def _parsed_templates(video: bool = False) -> list[tuple]:
+    templates = VIDEO_DESCRIPTION_TEMPLATES if video else DESCRIPTION_TEMPLATES
     return [parse_template_text(text, DESCRIPTION_TYPE, file="generator/writers/drama_export.py",
                                 line_of=lambda pos: 1, tid=tid, role="answer")
-            for tid, text in sorted(DESCRIPTION_TEMPLATES.items())]
+            for tid, text in sorted(templates.items())]
 
 
 def going_text(lateral: list[str], vertical: list[str]) -> list[str]:
@@ -90,10 +95,11 @@ def why_text(risk: list[bool], ttc_s: list[float | None]) -> list[str]:
             else "it stays clear of the ego vehicle's path" for r, t in zip(risk, ttc_s)]
 
 
-def describe(class_name: list[str], position: np.ndarray, distance_m: np.ndarray, lateral: list[str],
+def describe(class_name: list[str], position: np.ndarray, distance_m: np.ndarray | None, lateral: list[str],
              vertical: list[str], risk: list[bool], ttc_s: list[float | None]) -> list[str]:
     """One motion description per object (class, where relative to the ego, where it is going, why it
-    matters), rendered through the QA template language. ``position``: codes into DRAMA_POSITIONS."""
+    matters), rendered through the QA template language. ``position``: codes into DRAMA_POSITIONS;
+    ``distance_m`` None: a camera-only log's (``VIDEO_DESCRIPTION_TEMPLATES``)."""
     n = len(class_name)
     if n == 0:
         return []
@@ -102,8 +108,8 @@ def describe(class_name: list[str], position: np.ndarray, distance_m: np.ndarray
         "where": (pa.array(_WHERE, pa.string()), np.asarray(position, np.int64)),
         "going": pa.array(going_text(lateral, vertical), pa.string()),
         "why": pa.array(why_text(risk, ttc_s), pa.string()),
-    }, {"distance_m": np.asarray(distance_m, np.float64)}, 2)
-    parts = _parsed_templates()
+    }, {} if distance_m is None else {"distance_m": np.asarray(distance_m, np.float64)}, 2)
+    parts = _parsed_templates(video=distance_m is None)
     variant = np.arange(n) % len(parts)
     out = [None] * n
     for v, p in enumerate(parts):
@@ -200,6 +206,8 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
     ``drama_risk`` table; ``cfg`` other than the run's own recomputes risk with it (as does a run folder
     written before that table existed)."""
     run_cfg = reader.config()
+    if getattr(reader, "camera_only", False):
+        return build_video_records(reader.read_table("drama_video"), reader.read_table("pie_samples"))
     frames = reader.read_table("frames")
     objects = reader.read_table("objects")
     if frames is None or objects is None:
@@ -208,6 +216,54 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
     return build_records(frames, objects, reader.read_table("projections"), reader.read_table("labels"),
                          cfg or run_cfg.drama_x, run_cfg.qa.front_camera,
                          risk=reader.read_table("drama_risk") if own else None, body=run_cfg.ego)
+
+
+def build_video_records(drama: pa.Table | None, samples: pa.Table | None) -> dict[str, dict[str, dict]]:
+    """{video: {sample_id: sample}} of a camera-only run (pure): one sample per sampled frame with a labelled
+    pedestrian (``schemas.tables.DRAMA_VIDEO``: image intent, position, risk, action, all from the video
+    stage); ``image_path`` is the frame the run extracted for its PIE samples, if it did ("" otherwise),
+    ``video_path`` the clip; objects are keyed by their JAAD ids; descriptions have no distance."""
+    if drama is None or drama.num_rows == 0:
+        return {}
+    images: dict[tuple[str, int], str] = {}
+    clips: dict[str, str] = {}
+    if samples is not None and samples.num_rows:
+        for vid, frs, paths, clip in zip(*(samples.column(c).to_pylist() for c in
+                                           ("video_id", "frames", "image_paths", "video_path"))):
+            if clip:
+                clips[vid] = clip
+            for f, p in zip(frs, paths or []):
+                if p:
+                    images[(vid, f)] = p
+    d = drama.sort_by([("scene_id", "ascending"), ("frame_index", "ascending"), ("ped_id", "ascending")])
+    cols = {c: d.column(c).to_pylist() for c in ("scene_id", "frame_index", "t_s", "ped_id", "box_xyxy", "position",
+                                                 "lateral_intent", "vertical_intent", "risk", "time_to_conflict_s",
+                                                 "suggested_action")}
+    pos = np.array([DRAMA_POSITIONS.index(p) for p in cols["position"]], np.int64)
+    desc = describe(["pedestrian"] * d.num_rows, pos, None, cols["lateral_intent"], cols["vertical_intent"],
+                    [bool(r) for r in cols["risk"]], cols["time_to_conflict_s"])
+    severity = {a: i for i, a in enumerate(DRAMA_ACTIONS)}
+    out: dict[str, dict[str, dict]] = {}
+    for j, (s, f) in enumerate(zip(cols["scene_id"], cols["frame_index"])):
+        sid = sample_id(s, f)
+        scene = out.setdefault(s, {})
+        if sid not in scene:
+            scene[sid] = {"scene_id": s, "frame_index": int(f), "timestamp_us": int(round(cols["t_s"][j] * 1e6)),
+                          "image_path": images.get((s, f), ""), "video_path": clips.get(s, ""),
+                          "camera": VIDEO_CAMERA, "Risk": "No", "suggested_action": DRAMA_ACTIONS[0],
+                          **{g: {} for g in GROUPS}}
+        sample = scene[sid]
+        if cols["risk"][j]:
+            sample["Risk"] = "Yes"
+        if severity[cols["suggested_action"][j]] > severity[sample["suggested_action"]]:
+            sample["suggested_action"] = cols["suggested_action"][j]
+        ttc = cols["time_to_conflict_s"][j]
+        sample[DRAMA_GROUPS["pedestrian"]][cols["ped_id"][j]] = {
+            "Box": [round(float(v), 2) for v in cols["box_xyxy"][j]], "Class": "pedestrian",
+            "Intent": [cols["lateral_intent"][j], cols["vertical_intent"][j]], "Position": cols["position"][j],
+            "Description": desc[j],
+            "time_to_conflict_s": None if ttc is None or not cols["risk"][j] else round(float(ttc), 3)}
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ files
