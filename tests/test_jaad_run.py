@@ -143,10 +143,11 @@ def test_qa_asks_the_pie_questions_of_the_samples(ray_run):
 
     _, out = ray_run
     qa = pq.read_table(out / "qa").to_pandas()
-    assert set(qa.family) == {"pie"} and set(qa.split) == {"train"}
+    assert set(qa.family) == {"pie", "drama_x"} and set(qa.split) == {"train"}
+    assert set(qa[qa.scene_id == "video_0003"].family) == {"pie"}  # no clip: no image intent, no DRAMA-X rows
     for vid, extracted in (("video_0001", True), ("video_0003", False)):
         s = pq.read_table(out / "pie_samples" / f"{vid}.parquet").to_pandas()
-        q = qa[qa.scene_id == vid]
+        q = qa[(qa.scene_id == vid) & (qa.family == "pie")]
         cross = q[q.question_type == "crossing"].set_index(["keyframe_index", q[q.question_type == "crossing"]
                                                             .instance_tokens.str[0]])
         act = s[s.task == "action"].set_index(["end_frame", "ped_id"])
@@ -164,6 +165,18 @@ def test_qa_asks_the_pie_questions_of_the_samples(ray_run):
         else:
             assert paths == {None}
     assert json.loads((out / "summary.json").read_text())["qa"]["total"] == len(qa)
+    # DRAMA-X questions: one intent and one risk per labelled pedestrian and sampled frame, one action per frame
+    d = pq.read_table(out / "drama_video" / "video_0001.parquet").to_pandas()
+    dq = qa[qa.family == "drama_x"]
+    by = {(r.keyframe_index, r.instance_tokens[0]): r for r in dq[dq.question_type != "action"].itertuples()
+          if r.question_type == "intent"}
+    assert len(by) == len(d) and len(dq[dq.question_type == "risk"]) == len(d)
+    for r in d.itertuples():
+        q = by[(r.frame_index, r.ped_id)]
+        assert q.value == 3 * ["goes to the left", "goes to the right", "stationary"].index(r.lateral_intent) + [
+            "moves towards ego vehicle", "moves away from ego vehicle", "stationary"].index(r.vertical_intent)
+    act = dq[dq.question_type == "action"]
+    assert sorted(act.keyframe_index) == sorted(d.frame_index.unique()) and act.region_ids.map(len).eq(0).all()
 
 
 def test_a_video_without_its_clip_runs_from_annotations_with_an_issue(ray_run, jaad_root):

@@ -150,7 +150,8 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
     c0 = time.process_time()
     t, c = time.perf_counter(), time.process_time()
     if reader.camera_only:
-        videos = {s: (reader.read_scene("pie_samples", s), reader.read_scene("video_boxes", s)) for s in scene_ids}
+        videos = {s: (reader.read_scene("pie_samples", s), reader.read_scene("video_boxes", s),
+                      reader.read_scene("drama_video", s)) for s in scene_ids}
     else:
         frames, attributes, projections, others = load_scenes(reader, scene_ids, reads(selected(cfg.qa.families)))
     res["read_s"], res["read_cpu_s"] = time.perf_counter() - t, time.process_time() - c
@@ -181,13 +182,12 @@ def _video_qa(videos: dict, cfg, templates: TemplateSet, reader: RunReader) -> p
     from schemas.tables import QA
 
     parts = []
-    for vid, (samples, boxes) in videos.items():
+    for vid, (samples, boxes, drama) in videos.items():
         if samples is None or boxes is None:
             raise RunFolderError(f"video {vid}: its manifest lists no pie_samples/ or video_boxes/ file in {reader.uri} "
                                  "(a camera-only run written before drivegen kept its boxes: run it again)",
                                  file=reader.uri)
-        if "pie" in cfg.qa.families:
-            parts.append(video_qa(vid, samples, boxes, cfg, templates))
+        parts.append(video_qa(vid, samples, boxes, cfg, templates, drama=drama))
     return pa.concat_tables(parts) if parts else QA.empty_table()
 
 

@@ -3,12 +3,12 @@
     stage   needs -> makes     pure function                                               runs as
     load    -> video           JaadSource.load_video: the annotation XMLs as Arrow tables   task
     video   video              generator.attributes.pie.build_samples (PIE/JAAD action and  task
-                               risk samples); generator.qa.video.video_qa (the pie
-                               family's questions of them, templates loaded once per
-                               process); generator.attributes.drama.video_image_intent
+                               risk samples); generator.attributes.drama.video_image_intent
                                (DRAMA-X image intent, Farneback-compensated) over the
                                frames decoded at drama_x.image_intent.video_fps, with
-                               position, risk and action (video_risk)
+                               position, risk and action (video_risk); generator.qa.video
+                               (the pie and drama_x questions of both; templates loaded
+                               once per process)
     write   (all)              pie_samples/, video_boxes/, drama_video/, issues/,          task
                                qa/ per video;
                                the frames the samples observe, extracted to images/<video>/
@@ -119,12 +119,6 @@ def video(work: SceneWork, env: StageEnv) -> None:
     t = v.tables
     samples, _ = build_samples(t["videos"], t["boxes"], t["pedestrians"], t["vehicle"], cfg.pie)
     v.samples = _with_images(samples, vid, v.clip, env)
-    if "pie" in cfg.qa.families:
-        from generator.pipeline.stages import qa_counts
-        from generator.qa.video import video_qa
-
-        v.qa = video_qa(vid, v.samples, t["boxes"], cfg, env.model)
-        work.counts.update(qa_counts(v.qa))
     for task in ("action", "risk"):
         work.counts[f"pie_{task}_samples"] = int(pc.sum(pc.equal(samples.column("task"), task)).as_py() or 0)
     work.counts["pie_crossing_samples"] = int(pc.sum(pc.and_(pc.equal(samples.column("task"), "action"),
@@ -138,14 +132,19 @@ def video(work: SceneWork, env: StageEnv) -> None:
             "message": f"{vid}: no clip: samples from the annotations alone, without frames or image intent"}],
             schema=ISSUES)
         work.counts["issues"] = 1
-        return
-    th = cfg.drama_x.image_intent
-    frames = video_intent_frames(t["boxes"], cfg.pie.fps, th)
-    gray, scale = _gray_frames(v.clip, vid, frames, th.video_max_width_px, int(v.meta["width_px"]))
-    v.intent = video_risk(video_image_intent(vid, t["boxes"], frames, gray, scale, cfg.pie.fps, th), t, cfg.pie.fps,
-                          cfg.drama_x)
-    work.counts["intent_frames"] = len(frames)
-    work.counts["image_intent"] = v.intent.num_rows
+    else:
+        th = cfg.drama_x.image_intent
+        frames = video_intent_frames(t["boxes"], cfg.pie.fps, th)
+        gray, scale = _gray_frames(v.clip, vid, frames, th.video_max_width_px, int(v.meta["width_px"]))
+        v.intent = video_risk(video_image_intent(vid, t["boxes"], frames, gray, scale, cfg.pie.fps, th), t,
+                              cfg.pie.fps, cfg.drama_x)
+        work.counts["intent_frames"] = len(frames)
+        work.counts["image_intent"] = v.intent.num_rows
+    from generator.pipeline.stages import qa_counts
+    from generator.qa.video import video_qa
+
+    v.qa = video_qa(vid, v.samples, t["boxes"], cfg, env.model, drama=v.intent)
+    work.counts.update(qa_counts(v.qa))
 
 
 def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:

@@ -44,6 +44,8 @@ TYPES = {qt.name: qt for qt in (
         None, "action", doc="value = index in schemas.vocab.DRAMA_ACTIONS"),
 )}
 
+YES_NO = ("Yes", "No")
+RISK_PHRASES = ("its path crosses the ego vehicle's path", "it stays clear of the ego vehicle's path")
 _LAT_PHRASE = {"goes to the left": "to the left", "goes to the right": "to the right", "stationary": ""}
 _VER_PHRASE = {"moves towards ego vehicle": "towards the ego vehicle", "moves away from ego vehicle":
                "away from the ego vehicle", "stationary": ""}
@@ -104,9 +106,7 @@ def build(plan: Plan) -> list[Batch]:
         yes = to_numpy(column(risk, "risk"), bool, fill=False)[h]
         code = np.where(yes, 0, 1)
         out.append(single(plan, TYPES["risk"], sel, yes.astype(float), text={
-            "yes_no": vocabulary(("Yes", "No"), code),
-            "risk_phrase": vocabulary(("its path crosses the ego vehicle's path",
-                                       "it stays clear of the ego vehicle's path"), code)}))
+            "yes_no": vocabulary(YES_NO, code), "risk_phrase": vocabulary(RISK_PHRASES, code)}))
     fr = frame_risk(risk)
     f_key = _key(codes(column(fr, "scene_id"), plan.scenes), to_numpy(column(fr, "frame_index"), np.int64), 0)
     kf_key = _key(plan.frames_sc[plan.anchors], plan.frames_fi[plan.anchors], 0)
