@@ -60,7 +60,7 @@ from generator.projection import project_boxes
 from generator.qa.render import format_fixed
 from generator.sources.keyframes import nearest_frame_rows
 from generator.sources.remote import is_remote
-from generator.types import Boxes3D, CameraCalib, front_camera
+from generator.types import Boxes3D, CameraCalib
 from generator.writers.wds import read_jpeg
 from schemas.config import PipelineConfig, ScenarioConfig
 from schemas.layout import safe_name
@@ -212,12 +212,14 @@ class Group:
 
 
 def front_camera_name(frames: pa.Table, preferred: str) -> str:
-    """The scene's front camera (``generator.types.front_camera`` over its first frame's cameras)."""
-    cams = frames.column("cameras")[0].as_py() if frames.num_rows else []
-    name = front_camera([c["name"] for c in cams], [c["ego_SE3_cam"] for c in cams], preferred)
-    if name is None:
+    """One scene's front camera: the rule QA and the other exports use (``generator.sources.front_camera_images``:
+    ``generator.types.front_camera`` over the scene's first frame with cameras)."""
+    from generator.sources import front_camera_images
+
+    names = front_camera_images(frames, preferred).column("name") if frames.num_rows else pa.array([], pa.string())
+    if len(names) == 0:
         raise ValueError("frames carry no cameras")
-    return name
+    return names[0].as_py()
 
 
 def _calib(cam: dict) -> CameraCalib:
