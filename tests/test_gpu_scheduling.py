@@ -147,3 +147,18 @@ def test_cluster_without_gpus_falls_back_to_cpu_actors_with_a_log_line(tmp_path,
     assert len({x["pid"] for x in model}) == 1 and len({tuple(x["model"]) for x in model}) == 1
     assert any("no GPUs" in r.getMessage() and "model_probe" in r.getMessage() for r in caplog.records), \
         [r.getMessage() for r in caplog.records]
+
+
+def test_gpu_bench_skips_with_a_clear_message_without_a_gpu():
+    """``bench/gpu.py`` (issue #12 item 6) on a machine without CUDA: exit 0, saying why and what to do."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: run bench/gpu.py itself")
+    bench = Path(__file__).parents[1] / "bench" / "gpu.py"
+    r = subprocess.run([sys.executable, str(bench)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "skipped: no CUDA GPU here" in r.stdout and "--allow-cpu" in r.stdout
