@@ -348,3 +348,16 @@ def test_drama_x_of_videos_risk_export_and_scorer(jaad_root, tmp_path):
             o["Intent"][0] = "goes to the left" if o["Intent"][0] != "goes to the left" else "goes to the right"
     pred.write_text(json.dumps(flipped))
     assert scorer("drama-x").score(str(pred), str(out))["LIP"] == 0
+
+
+def test_the_dataset_card_of_a_camera_only_run_loads_and_says_what_it_is(ray_run):
+    """The run ends with a dataset card, as 3D runs do: JAAD's licence, the camera-only provenance and split rule,
+    and a folder Hugging Face ``datasets`` loads as it is."""
+    _, out = ray_run
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlicense: mit\n")
+    assert "**Camera-only logs**" in card and "JAAD: `split_ids/" in card and "driving videos" in card
+    assert "COCO RLE" not in card and "3D annotations" not in card
+    datasets = pytest.importorskip("datasets")
+    qa = datasets.load_dataset(str(out), split="train")
+    assert len(qa) == pq.read_table(out / "qa").num_rows

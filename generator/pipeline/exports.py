@@ -322,7 +322,15 @@ def card_info(reader: RunReader, summary: dict | None = None) -> dict:
     info: dict = {"configs": card_configs(reader, cfg), "licence": source_licence(src) if src else None,
                   "validation": validation_summary(reader),
                   "anonymize": raw.get("anonymize", (summary or reader.summary() or {}).get("anonymize", "absent"))}
-    if cfg is not None:
+    if cfg is not None and reader.camera_only:
+        info["provenance"] = {"source": src or {}, "camera_only": True}
+        info["limitations"] = [
+            "Camera-only logs: there are no 3D positions, distances or speeds; the answers come from the videos' "
+            "own 2D annotations (boxes, behaviour tags, crossing attributes) and, for DRAMA-X intent, from the "
+            "frames' optical flow.",
+            "The frames extracted under `images/` are the videos' own pixels: anonymisation applies to drivegen's "
+            "published images (WebDataset, bench export, report), not to them."]
+    elif cfg is not None:
         info["provenance"] = {
             "source": src or {},
             "backends": {"detection": cfg.detection.backend, "tracking": cfg.tracking.mode,

@@ -186,11 +186,19 @@ def stages(cfg: PipelineConfig) -> list[Stage]:
 
 
 def finalize(store, summary: dict, source=None) -> None:
-    """End of a camera-only run: its PIE and image-intent figures over every finished video."""
+    """End of a camera-only run: its PIE and image-intent figures over every finished video, and the dataset
+    card when ``writers.card`` (as 3D runs; the card says what camera-only logs can and cannot answer)."""
+    from generator.pipeline.exports import write_run_card
     from generator.runfolder import RunReader
 
+    reader = RunReader(store, require=False)
+    if reader.config().writers.card:
+        stats = write_run_card(reader, summary)
+        if stats is not None:
+            summary["card"] = {"path": store.full(layout.CARD), "splits": {
+                sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]}}
     total: dict[str, int] = {}
-    for m in RunReader(store, require=False).manifests():
+    for m in reader.manifests():
         for k in ("clips", "pie_action_samples", "pie_crossing_samples", "pie_risk_samples", "image_intent",
                   "images"):
             total[k] = total.get(k, 0) + int(m.get("counts", {}).get(k, 0))

@@ -329,9 +329,13 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         front_matter(configs, licence, title),
         f"# {title}",
         "",
-        "Template QA pairs about driving scenes, each with its exact value and visual grounding (2D boxes and "
-        "COCO RLE masks in the current, context and future frames), made by drivegen from driving logs. "
-        f"{stats['num_qa']} QA pairs over {stats['num_threads']} keyframes of {stats['num_scenes']} scenes.",
+        ("Template QA pairs about pedestrians in driving videos, each with its exact value and visual grounding "
+         "(the pedestrian's 2D box on the keyframe), made by drivegen from camera-only logs. "
+         f"{stats['num_qa']} QA pairs over {stats['num_threads']} keyframes of {stats['num_scenes']} videos."
+         if (info.get("provenance") or {}).get("camera_only") else
+         "Template QA pairs about driving scenes, each with its exact value and visual grounding (2D boxes and "
+         "COCO RLE masks in the current, context and future frames), made by drivegen from driving logs. "
+         f"{stats['num_qa']} QA pairs over {stats['num_threads']} keyframes of {stats['num_scenes']} scenes."),
         "",
         "## Loading",
         "",
@@ -358,8 +362,11 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         "",
         "## Splits",
         "",
-        "A scene is in one split: 'val' when a hash of its id falls below `qa.val_fraction` of the run's "
-        "config, else 'train' (`generator.qa.scene_split`), so no scene is seen in two splits.",
+        ("A video is in its dataset's own split (JAAD: `split_ids/<pie.split_variant>`); one outside those lists "
+         "is 'val' when a hash of its id falls below `qa.val_fraction`, else 'train'. No video is in two splits."
+         if (info.get("provenance") or {}).get("camera_only") else
+         "A scene is in one split: 'val' when a hash of its id falls below `qa.val_fraction` of the run's "
+         "config, else 'train' (`generator.qa.scene_split`), so no scene is seen in two splits."),
         "",
         _md_table(["split", "scenes", "keyframes", "QA pairs"],
                   [[sp, stats.get("split_scenes", {}).get(sp, ""), stats.get("split_threads", {}).get(sp, ""),
@@ -434,7 +441,10 @@ def _provenance(info: dict, licence: dict | None) -> list[str]:
             f"{k} `{v}`" for k, v in src.items() if k in ("kind", "version", "dataroot", "root")) + ".", ""]
     if prov.get("backends"):
         out += [_md_table(["stage", "backend"], [[k, f"`{v}`"] for k, v in prov["backends"].items()]), ""]
-    if prov.get("answers_from_labels"):
+    if prov.get("camera_only"):
+        out += ["**Camera-only logs**: the answers come from the videos' own 2D annotations and, for DRAMA-X "
+                "intent, from their frames (Farneback optical flow), not from a 3D detector.", ""]
+    elif prov.get("answers_from_labels"):
         noise = prov.get("label_noise") or {}
         noisy = {k: v for k, v in noise.items() if k not in ("seed", "score_min") and v}
         out += ["**The answers come from the logs' own 3D annotations, not from perception**: the detection "
@@ -499,9 +509,13 @@ def _limitations(info: dict) -> list[str]:
         "Questions and answers are rendered from templates: the wording is varied but not natural dialogue.",
         "Quantities are exact with respect to the boxes the QA was computed from; those boxes are "
         + ("the logs' annotations, so the answers carry the annotation error and none of a detector's."
-           if prov.get("answers_from_labels") else "a detector's and tracker's output, so they carry its errors."),
-        "Masks come from the segmentation backend and are approximate; visibility is decided per camera by the "
-        "filter's thresholds (objects dropped per reason are counted below).",
+           if prov.get("answers_from_labels") or prov.get("camera_only")
+           else "a detector's and tracker's output, so they carry its errors."),
+    ]
+    if not prov.get("camera_only"):
+        lines.append("Masks come from the segmentation backend and are approximate; visibility is decided per camera "
+                     "by the filter's thresholds (objects dropped per reason are counted below).")
+    lines += [
         "The Parquet tables reference images and LiDAR sweeps by path (`grounding.image_path`, `frames`), they do "
         "not embed them (the WebDataset shards under `wds/`, when written, carry the images): the source logs "
         "must be obtained under their own licence to see them.",
