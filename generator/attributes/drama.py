@@ -324,7 +324,7 @@ def video_risk(intent: pa.Table, tables: dict[str, pa.Table], fps: float, cfg: D
       bystanders never;
     * action: ``suggested_actions`` over those, the ego moving unless JAAD's vehicle action at the frame is
       ``stopped``."""
-    from generator.attributes.pie import _event
+    from generator.attributes.pie import pedestrian_event
 
     n = intent.num_rows
     if n == 0:
@@ -342,7 +342,7 @@ def video_risk(intent: pa.Table, tables: dict[str, pa.Table], fps: float, cfg: D
     event, crosses = {}, {}
     for p in np.unique(b_ped):
         m = b_ped == p
-        e, y, _, _ = _event(str(b_label[m][0]), b_fr[m], list(b_cross[m]), attrs.get(p))
+        e, y, _, _ = pedestrian_event(str(b_label[m][0]), b_fr[m], list(b_cross[m]), attrs.get(p))
         event[p], crosses[p] = e, y == 1
     names = np.unique(b_ped)  # every intent row's pedestrian has boxes (its rows come from them)
     span = int(max(b_fr.max(initial=0), fr.max(initial=0))) + 1

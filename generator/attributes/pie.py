@@ -115,8 +115,11 @@ def horizon_boxes(frames: np.ndarray, ends: np.ndarray, horizon: int) -> np.ndar
 
 
 # ------------------------------------------------------------------------------------------ samples
-def _event(label: str, frames: np.ndarray, cross_tags: list, attrs: dict | None) -> tuple[int, int, int, str]:
-    """(event frame, crossing label, intention, how) of one pedestrian."""
+def pedestrian_event(label: str, frames: np.ndarray, cross_tags: list, attrs: dict | None
+                     ) -> tuple[int, int, int, str]:
+    """(event frame, crossing label, intention, how) of one JAAD pedestrian (``label`` its track label,
+    ``frames`` and ``cross_tags`` its boxes', ``attrs`` its attributes row): the benchmark's crossing event, used
+    by the samples here and by DRAMA-X's hindsight risk of videos."""
     if label != "pedestrian":
         return int(frames[-1]), 0, 0, "bystander: last visible frame"
     crossing = attrs.get("crossing") if attrs else None
@@ -181,7 +184,7 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
         a = attrs.get((vid, pid))
         if label == "pedestrian" and a is None:
             stats["behaviour pedestrian without attributes"] += 1
-        event, y, intent, how = _event(label, fr, cross_a[i0:i1], a)
+        event, y, intent, how = pedestrian_event(label, fr, cross_a[i0:i1], a)
         stats[f"event: {how}"] += 1
         if fr.size < obs:
             stats["instance shorter than the observation"] += 1

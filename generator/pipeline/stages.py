@@ -42,7 +42,7 @@ class PartialSceneError(DrivegenError):
 
 # ------------------------------------------------------------------------------------------ load
 @functools.lru_cache(maxsize=4)
-def _source(desc_json: str):
+def cached_source(desc_json: str):
     from generator.sources import source_from_description
 
     return source_from_description(json.loads(desc_json))
@@ -51,7 +51,7 @@ def _source(desc_json: str):
 def load(work: SceneWork, env: StageEnv) -> None:
     from generator.sources import frames_table
 
-    scene = _source(json.dumps(work.source, sort_keys=True)).load_scene(work.scene_id)
+    scene = cached_source(json.dumps(work.source, sort_keys=True)).load_scene(work.scene_id)
     work.loaded = Loaded(scene, frames_table(scene))
     work.counts["frames"] = len(scene.frames)
     work.counts["anchors"] = len(scene.anchor_indices)

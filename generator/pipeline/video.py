@@ -59,9 +59,9 @@ class Video:
 
 
 def load(work: SceneWork, env: StageEnv) -> None:
-    from generator.pipeline.stages import _source
+    from generator.pipeline.stages import cached_source
 
-    src = _source(json.dumps(work.source, sort_keys=True))
+    src = cached_source(json.dumps(work.source, sort_keys=True))
     tables = src.load_video(work.scene_id, env.cfg.pie)
     work.video = Video(tables, src.clip(work.scene_id))
     work.counts["frames"] = int(work.video.meta["num_frames"])

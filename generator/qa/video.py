@@ -83,14 +83,14 @@ def _pie_batches(samples: pa.Table, cfg) -> list[_Batch]:
         yes = samples.column("crossing").to_numpy(zero_copy_only=False)[sel] == 1
         code = np.where(yes, 0, 1)
         out.append(_Batch(pie.TYPES["crossing"], end[sel], ped[sel], yes.astype(float), {
-            "horizon": vocabulary((pie._seconds(p.tte_max_frames / p.fps),), np.zeros(len(sel), np.int64)),
+            "horizon": vocabulary((pie.seconds_text(p.tte_max_frames / p.fps),), np.zeros(len(sel), np.int64)),
             "yes_no": vocabulary(pie.YES_NO, code), "crossing_phrase": vocabulary(pie.CROSSING_PHRASES, code)}))
     sel = np.flatnonzero(task == "risk")
     if len(sel):
         rc = samples.column("risk_class").to_numpy(zero_copy_only=False)[sel].astype(np.int64)
         right = samples.column("risk_region").to_numpy(zero_copy_only=False)[sel] >= p.risk_regions // 2
         out.append(_Batch(pie.TYPES["risk_region"], end[sel], ped[sel], rc.astype(float), {
-            "horizon": vocabulary((pie._seconds(p.risk_horizon_frames / p.fps),), np.zeros(len(sel), np.int64)),
+            "horizon": vocabulary((pie.seconds_text(p.risk_horizon_frames / p.fps),), np.zeros(len(sel), np.int64)),
             "where_phrase": vocabulary(pie.WHERE, pie.where_code(rc, right))}))
     return out
 
@@ -108,7 +108,7 @@ def _drama_batches(drama: pa.Table) -> list[_Batch]:
     return [
         _Batch(dx.TYPES["intent"], fr, ped, pair.astype(float), {
             "lateral": vocabulary(INTENT_LATERAL, lat), "vertical": vocabulary(INTENT_VERTICAL, ver),
-            "intent_phrase": vocabulary(dx._intent_phrases(), pair)}),
+            "intent_phrase": vocabulary(dx.intent_phrases(), pair)}),
         _Batch(dx.TYPES["risk"], fr, ped, yes.astype(float), {
             "yes_no": vocabulary(dx.YES_NO, code), "risk_phrase": vocabulary(dx.RISK_PHRASES, code)}),
         _Batch(dx.TYPES["action"], fa.column("frame_index").to_numpy().astype(np.int64),
@@ -205,8 +205,12 @@ def _table(video_id: str, split: str, parts: list[dict], fps: float) -> pa.Table
     q = pa.chunked_array([p["q"] for p in parts]).combine_chunks().take(take)
     a = pa.chunked_array([p["a"] for p in parts]).combine_chunks().take(take)
     image = pa.chunked_array([p["image"] for p in parts], pa.string()).combine_chunks().take(take)
-    qts = {p["bi"][0]: p["qt"] for p in parts}
-    qt_of = [qts[b] for b in cat["bi"]]
+    qts = {int(p["bi"][0]): p["qt"] for p in parts}
+    per_batch = [qts.get(b) for b in range(max(qts) + 1)]  # batch number -> question type (None: no rows)
+
+    def of_batch(fn) -> pa.Array:
+        return pa.array([fn(qt) if qt else None for qt in per_batch], pa.string()).take(pa.array(cat["bi"]))
+
     n = len(order)
     frame = cat["frame"]
     ts = np.round(frame / fps * 1e6).astype(np.int64)
@@ -220,16 +224,17 @@ def _table(video_id: str, split: str, parts: list[dict], fps: float) -> pa.Table
         pc.if_else(pa.array(has), gbox, pa.scalar(None, gbox.type)),
         pa.nulls(n, QA.field("grounding").type.value_type.field("mask_rle").type)],
         fields=list(QA.field("grounding").type.value_type))
-    fam_type = [f"{qt.family}:{qt.name}" for qt in qt_of]
-    who = np.where(has, cat["track"].astype(str), "ego")
+    who = pc.if_else(pa.array(has), pc.cast(pa.array(cat["track"]), pa.string()), pa.scalar("ego"))
+    frame_s = pc.cast(pa.array(frame), pa.string())
+    qa_id = pc.binary_join_element_wise(pa.array([video_id] * n, pa.string()), frame_s,
+                                        of_batch(lambda qt: qt.family), of_batch(lambda qt: qt.name), who, ":")
     table = pa.table({
-        "qa_id": pa.array([f"{video_id}:{f}:{ft}:{w}" for f, ft, w in zip(frame, fam_type, who)], pa.string()),
-        "scene_id": pa.array([video_id] * n), "split": pa.array([split] * n),
+        "qa_id": qa_id, "scene_id": pa.array([video_id] * n), "split": pa.array([split] * n),
         "keyframe_index": pa.array(frame.astype(np.int32)), "timestamp_us": pa.array(ts),
-        "family": pa.array([qt.family for qt in qt_of]), "kind": pa.array([qt.kind for qt in qt_of]),
-        "question_type": pa.array([qt.name for qt in qt_of]), "template_id": pa.array(list(cat["tpl"]), pa.string()),
+        "family": of_batch(lambda qt: qt.family), "kind": of_batch(lambda qt: qt.kind),
+        "question_type": of_batch(lambda qt: qt.name), "template_id": pa.array(list(cat["tpl"]), pa.string()),
         "question": q, "answer": a, "value": pa.array(cat["value"], pa.float64()),
-        "unit": pa.array([UNIT_TEXT.get(qt.unit, qt.unit) for qt in qt_of], pa.string()),
+        "unit": of_batch(lambda qt: UNIT_TEXT.get(qt.unit, qt.unit)),
         "horizon_s": pa.nulls(n, pa.float64()),
         "region_ids": pa.ListArray.from_arrays(offs, pa.array(cat["region"][has].astype(np.int32), pa.int32())),
         "track_ids": pa.ListArray.from_arrays(offs, pa.array(cat["track"][has], pa.int64())),

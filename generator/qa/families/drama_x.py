@@ -51,7 +51,7 @@ _VER_PHRASE = {"moves towards ego vehicle": "towards the ego vehicle", "moves aw
                "away from the ego vehicle", "stationary": ""}
 
 
-def _intent_phrases() -> tuple[str, ...]:
+def intent_phrases() -> tuple[str, ...]:
     """Phrase per (lateral, vertical) pair in value order."""
     out = []
     for lat in INTENT_LATERAL:
@@ -91,7 +91,7 @@ def build(plan: Plan) -> list[Batch]:
         pair = lat[h] * len(INTENT_VERTICAL) + ver[h]
         out.append(single(plan, TYPES["intent"], sel, pair.astype(float), text={
             "lateral": vocabulary(INTENT_LATERAL, lat[h]), "vertical": vocabulary(INTENT_VERTICAL, ver[h]),
-            "intent_phrase": vocabulary(_intent_phrases(), pair)}))
+            "intent_phrase": vocabulary(intent_phrases(), pair)}))
 
     # risk and the suggested action, from the objects' and the ego's logged future: the run's drama_risk table
     # (computed from a run folder written before that table existed)

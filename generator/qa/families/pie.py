@@ -51,7 +51,7 @@ def where_code(risk_class_: np.ndarray, right: np.ndarray) -> np.ndarray:
     return np.where(rc == 0, 0, 1 + (rc - 1) * 2 + np.asarray(right, bool).astype(np.int64))
 
 
-def _seconds(s: float) -> str:
+def seconds_text(s: float) -> str:
     return f"{s:g} second" + ("" if s == 1 else "s")
 
 
@@ -81,7 +81,7 @@ def build(plan: Plan) -> list[Batch]:
     if len(sel):
         code = np.where(yes[sel], 0, 1)
         out.append(single(plan, TYPES["crossing"], ped[sel], yes[sel].astype(float), text={
-            "horizon": vocabulary((_seconds(horizon),), np.zeros(len(sel), np.int64)),
+            "horizon": vocabulary((seconds_text(horizon),), np.zeros(len(sel), np.int64)),
             "yes_no": vocabulary(YES_NO, code),
             "crossing_phrase": vocabulary(CROSSING_PHRASES, code)}))
 
@@ -119,7 +119,7 @@ def build(plan: Plan) -> list[Batch]:
             right = risk_region(xc, width, cfg) >= cfg.risk_regions // 2
             code = where_code(rc, right)
             out.append(single(plan, TYPES["risk_region"], ped[sel], rc.astype(float), text={
-                "horizon": vocabulary((_seconds(r_h),), np.zeros(len(sel), np.int64)),
+                "horizon": vocabulary((seconds_text(r_h),), np.zeros(len(sel), np.int64)),
                 "where_phrase": vocabulary(WHERE, code)}))
     return out
 
