@@ -84,7 +84,7 @@ def _with_images(samples: pa.Table, video_id: str, clip: str | None, env: StageE
         frames = samples.column("frames").combine_chunks()
         flat = pc.list_flatten(frames).to_numpy().astype(np.int64)
         uniq, inv = np.unique(flat, return_inverse=True)
-        names = pa.array([env.store.full(image_rel(video_id, f, pie.frame_format)) for f in uniq.tolist()], pa.string())
+        names = pa.array([env.store.uri_of(image_rel(video_id, f, pie.frame_format)) for f in uniq.tolist()], pa.string())
         paths = pa.ListArray.from_arrays(frames.offsets, names.take(pa.array(inv)))
     else:
         paths = pa.nulls(n, samples.schema.field("image_paths").type)
