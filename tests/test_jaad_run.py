@@ -292,8 +292,7 @@ def test_regenerate_rebuilds_the_videos_qa_from_the_run_folder(ray_run, tmp_path
     assert RunReader(other).scene_ids() == ["video_0001", "video_0003"]
 
 
-@pytest.mark.parametrize("command", [["export_bench"],
-                                     ["export_intention"], ["report", "--out", "X"]])
+@pytest.mark.parametrize("command", [["export_bench"], ["export_intention"], ["validate"]])
 def test_3d_commands_refuse_a_camera_only_run_by_name(ray_run, tmp_path, capsys, command):
     _, out = ray_run
     args = [a if a != "X" else str(tmp_path / "x") for a in command]
@@ -392,3 +391,29 @@ def test_camera_only_run_into_object_storage(s3_server, ray_run, jaad_root, tmp_
     r = drivegen("export_pie", "--run", out, "--out", exp)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((exp / "export_summary.json").read_text())["source"]["kind"] == "jaad"
+
+
+def test_the_run_ends_with_a_report_of_its_videos(ray_run, tmp_path):
+    """``drivegen run`` writes the HTML report of a camera-only run: its counts are the run's, the Videos page has a
+    row per finished video instead of bird's-eye views, and in headless Chromium every sample page shows its
+    marked frames (the video without a clip has none to show)."""
+    import re
+
+    from test_report import CHROMIUM, chromium, count_problems, image_problems
+
+    _, out = ray_run
+    report = out / "report"
+    videos = (report / "scenes.html").read_text()
+    assert re.findall(r'<tr data-scene="([^"]+)">', videos) == ["video_0001", "video_0003"]
+    assert "bird's-eye" not in videos and "projections visible" not in (report / "index.html").read_text()
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed: the browser half of this test cannot run")
+    assert count_problems(chromium((report / "index.html").as_uri(), tmp_path), out) == []
+    pages = sorted(report.glob("samples-*.html"))
+    assert {p.name.split("-")[1] for p in pages} == {"pie", "drama_x"}
+    for page in pages:
+        dom = chromium(page.as_uri(), tmp_path)
+        broken = [p for p in image_problems(dom) if p != "the page has no image"]
+        assert broken == [], page.name
+        assert re.search(r'<p class="q">[^<]+</p>', dom), page.name
+    assert any('alt="front frame' in chromium(p.as_uri(), tmp_path) for p in pages)

@@ -23,7 +23,7 @@ def main(args) -> int:
     from generator.report import build_report
     from generator.runfolder import RunReader
 
-    reader = RunReader(args.run).require_3d("drivegen report")
+    reader = RunReader(args.run)
     cfg = reader.config().report
     if args.seed is not None:
         cfg.seed = args.seed

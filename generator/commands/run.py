@@ -108,10 +108,6 @@ def write_report(out: str) -> int:
     reader = RunReader(out)
     if not reader.config().report.on_run or not reader.scene_ids():
         return 0
-    if reader.camera_only:
-        print("report: not built for camera-only runs (its pages show 3D scenes); PIE samples: "
-              f"drivegen export_pie --run {out}")
-        return 0
     try:
         print(summary_line(build_report(reader, reader.store.uri_of(layout.REPORT_DIR))))
     except DrivegenError as err:

@@ -69,6 +69,9 @@ def main(args) -> int:
                            keep_empty_predictions=args.keep_empty_predictions,
                            gates={k: v for k, v in gates.items() if v is not None})
     try:
+        from generator.runfolder import RunReader
+
+        RunReader(args.run).require_3d("drivegen validate")
         report = validate_run(args.run, opts)
     except DrivegenError as err:
         print(f"drivegen validate: error: {err}", file=sys.stderr)
@@ -104,7 +107,7 @@ def _refresh_card(run: str) -> None:
     from generator.runfolder import RunReader
     from schemas import layout
 
-    reader = RunReader(run).require_3d("drivegen validate")
+    reader = RunReader(run)
     if not reader.store.exists(layout.CARD):
         return
     try:

@@ -138,11 +138,14 @@ class _Site:
         stats = collect(r, self.cfg)
         page_names = {f: [f"samples-{f}-{k + 1}.html" for k in range(-(-len(rows) // self.cfg.rows_per_page))]
                       for f, rows in stats.sample.items()}
-        self.nav = [("index.html", "Summary"), ("scenes.html", "Scenes")] + \
+        self.nav = [("index.html", "Summary"), ("scenes.html", "Videos" if r.camera_only else "Scenes")] + \
                    [(names[0], f) for f, names in page_names.items() if names]
         (self.root / "style.css").write_text(STYLE, encoding="utf-8")
         self._index(stats, page_names)
-        self._scenes(stats)
+        if r.camera_only:
+            self._videos(stats)
+        else:
+            self._scenes(stats)
         for fam, rows in stats.sample.items():
             self._samples(fam, rows, page_names[fam], stats.by_family[fam])
 
@@ -171,7 +174,8 @@ class _Site:
                    errors=errors[: self.cfg.max_table_rows], errors_more=max(0, len(errors) - self.cfg.max_table_rows),
                    validation=_validation(validation) if validation else None,
                    config=(r.config_text() or b"(no config.yaml: defaults)").decode("utf-8", "replace"),
-                   page_names=page_names, cfg=self.cfg, source=json.dumps(r.source() or {}, indent=1))
+                   page_names=page_names, cfg=self.cfg, source=json.dumps(r.source() or {}, indent=1),
+                   camera_only=r.camera_only)
 
     # ---- scenes.html
     def _scenes(self, stats: RunStats) -> None:
@@ -185,6 +189,21 @@ class _Site:
                            "classes": ", ".join(f"{c} {n}" for c, n in sorted(n_cls.items())),
                            "src": self._figure(figures.birds_eye(ego, tracks, sid), f"bev-{layout.safe_name(sid)}")})
         self._page("scenes.html", "scenes.html", title="Scenes", scenes=scenes,
+                   more=max(0, len(stats.scenes) - self.cfg.max_scenes))
+
+    # ---- scenes.html of a camera-only run: no poses for a bird's-eye view; a table per video instead
+    def _videos(self, stats: RunStats) -> None:
+        rows = []
+        for sid in stats.scenes[: self.cfg.max_scenes]:
+            c = (self.reader.manifest(sid) or {}).get("counts", {})
+            d = self.reader.read_scene("drama_video", sid, columns=["risk"])
+            rows.append({"id": sid, "frames": c.get("frames", 0), "pedestrians": c.get("pedestrians", 0),
+                         "clip": bool(c.get("clips")), "action": c.get("pie_action_samples", 0),
+                         "crossing": c.get("pie_crossing_samples", 0), "risk_samples": c.get("pie_risk_samples", 0),
+                         "intent": 0 if d is None else d.num_rows,
+                         "at_risk": 0 if d is None else int(pc.sum(d.column("risk")).as_py() or 0),
+                         "images": c.get("images", 0), "qa": c.get("qa", 0)})
+        self._page("scenes.html", "videos.html", title="Videos", videos=rows,
                    more=max(0, len(stats.scenes) - self.cfg.max_scenes))
 
     # ---- samples-<family>-<k>.html
@@ -293,10 +312,13 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 <tr><th>scenes finished</th><td class="num" id="scenes-finished">{{ stats.scenes|length }}</td></tr>
 <tr><th>scenes failed</th><td class="num" id="scenes-failed">{{ failed|length }}</td></tr>
 <tr><th>scenes planned</th><td class="num">{{ planned }}</td></tr>
-<tr><th>frames</th><td class="num" id="frames">{{ stats.frames }}</td></tr>
+{% if camera_only %}<tr><th>video frames</th><td class="num" id="frames">{{ summary.get("frames", 0) }}</td></tr>
+<tr><th>source</th><td>camera-only (no 3D: see Videos)</td></tr>
+<tr><th>QA rows</th><td class="num" id="qa-total">{{ stats.qa_total }}</td></tr>
+{% else %}<tr><th>frames</th><td class="num" id="frames">{{ stats.frames }}</td></tr>
 <tr><th>objects (tracked detections)</th><td class="num" id="objects">{{ stats.objects }}</td></tr>
 <tr><th>QA rows</th><td class="num" id="qa-total">{{ stats.qa_total }}</td></tr>
-<tr><th>projections visible / dropped</th><td class="num">{{ stats.visible }} / {{ stats.drops.values()|sum }}</td></tr>
+<tr><th>projections visible / dropped</th><td class="num">{{ stats.visible }} / {{ stats.drops.values()|sum }}</td></tr>{% endif %}
 {% if summary.get("wall_s") %}<tr><th>run wall time (s)</th><td class="num">{{ "%.1f"|format(summary.wall_s) }}</td></tr>{% endif %}
 </table>
 <h2>QA per family</h2>
@@ -315,7 +337,7 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 <h2>Distributions</h2>
 <div class="grid">{% for h in hist %}<figure><img src="{{ h.src }}" alt="histogram of {{ h.name }}" width="420">
 <figcaption>{{ h.name }}: {{ h.total }} values</figcaption></figure>{% endfor %}</div>
-<h2>Visibility drops by reason</h2>
+{% if not camera_only %}<h2>Visibility drops by reason</h2>
 {% if drops %}<div class="grid"><figure><img src="{{ drops_src }}" alt="visibility drops by reason"></figure>
 <table id="drops"><tr><th>reason</th><th>projections</th></tr>
 {% for k, v in drops %}<tr data-reason="{{ k }}"><td>{{ k }}</td><td class="count">{{ v }}</td></tr>{% endfor %}</table></div>
@@ -327,7 +349,7 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 {% endif %}{% endfor %}</div>
 {% if validation.gates %}<table><tr><th>gate</th><th>metric</th><th>value</th><th>threshold</th><th>ok</th></tr>
 {% for k, g in validation.gates.items() %}<tr><td>{{ k }}</td><td>{{ g.metric }}</td><td>{{ g.value }}</td><td>{{ g.threshold }}</td><td>{{ g.ok }}</td></tr>{% endfor %}</table>{% endif %}
-{% else %}<p id="no-validation">Not validated: run <code>drivegen validate RUN</code> (writes validate/report.json), then build the report again.</p>{% endif %}
+{% else %}<p id="no-validation">Not validated: run <code>drivegen validate RUN</code> (writes validate/report.json), then build the report again.</p>{% endif %}{% endif %}
 <h2>Errors</h2>
 {% if errors %}<table id="errors"><tr><th>scene</th><th>stage</th><th>type</th><th>file</th><th>message</th><th>attempt</th></tr>
 {% for e in errors %}<tr><td>{{ e.scene_id }}</td><td>{{ e.stage }}</td><td>{{ e.error_type }}</td><td>{{ e.file or "" }}</td>
@@ -379,4 +401,17 @@ regions {{ c.qa.region_ids }}; tracks {{ c.qa.track_ids }} ({{ (c.qa.class_names
 {{ pager() }}
 {% endblock %}"""
 
-TEMPLATES = {"base.html": _BASE, "index.html": _INDEX, "scenes.html": _SCENES, "samples.html": _SAMPLES}
+_VIDEOS = """{% extends "base.html" %}{% block page %}scenes{% endblock %}{% block main %}
+<h1>Videos</h1><p>A camera-only run: per video, its PIE/JAAD samples (action samples, of them crossing; risk
+samples), its DRAMA-X rows (pedestrian x sampled frame with an image intent; of them at risk), the frames extracted
+for the samples and its QA rows. A video without its clip has samples and QA from its annotations only.</p>
+<table><tr><th>video</th><th>frames</th><th>pedestrians</th><th>clip</th><th>action (crossing)</th><th>risk samples</th>
+<th>DRAMA-X rows (at risk)</th><th>frames extracted</th><th>QA</th></tr>
+{% for v in videos %}<tr data-scene="{{ v.id }}"><td>{{ v.id }}</td><td>{{ v.frames }}</td><td>{{ v.pedestrians }}</td>
+<td>{{ "yes" if v.clip else "no" }}</td><td>{{ v.action }} ({{ v.crossing }})</td><td>{{ v.risk_samples }}</td>
+<td>{{ v.intent }} ({{ v.at_risk }})</td><td>{{ v.images }}</td><td>{{ v.qa }}</td></tr>{% endfor %}</table>
+{% if more %}<p>... and {{ more }} more videos (max_scenes).</p>{% endif %}
+{% endblock %}"""
+
+TEMPLATES = {"base.html": _BASE, "index.html": _INDEX, "scenes.html": _SCENES, "samples.html": _SAMPLES,
+             "videos.html": _VIDEOS}
