@@ -31,6 +31,12 @@ Displacements are divided by the box height (scale-free: a person is ~1.7 m tall
 window; their mean over the windows gives left/right past ``lateral_rate`` and towards (down the image) /
 away past ``vertical_rate``.
 
+**Camera-only videos** (``drivegen run --source jaad``): ``video_image_intent`` runs it on every pedestrian track of
+a video at ``video_fps`` (frames scaled to ``video_max_width_px``); ``video_risk`` adds the position from the box
+centre's x in the image (``image_position``, as DRAMA-X §3.2 does), and hindsight risk and action from the
+video's own annotations: a behavioural pedestrian crossing in front of the ego within the horizon (its JAAD
+crossing event), or tagged crossing at the frame.
+
 **Matching** (``match_boxes``): App. A.3: Hungarian assignment (scipy ``linear_sum_assignment``) on
 C = 1 - IoU, keeping pairs with IoU >= theta (0.3); when the solver fails (non-finite or degenerate cost
 matrix) a greedy assignment takes the lowest-cost valid pairs in turn.

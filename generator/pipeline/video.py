@@ -9,17 +9,19 @@
                                position, risk and action (video_risk); generator.qa.video
                                (the pie and drama_x questions of both; templates loaded
                                once per process)
-    write   (all)              pie_samples/, video_boxes/, drama_video/, issues/,          task
-                               qa/ per video;
-                               the frames the samples observe, extracted to images/<video>/
+    write   (all)              pie_samples/, video_boxes/, drama_video/, issues/, qa/ per  task
+                               video; the frames the samples observe, extracted to
+                               images/<video>/
 
 A video whose clip (``clips/<video>.mp4``) is not there runs from its annotations alone (``pie.require_clips``
 false, the default): samples without image paths, no image intent, one ``issues`` row (reason ``no_clip``,
 frame_index -1: the whole video). A clip that cannot be decoded, like broken annotations, fails its video
 with an errors row naming the file; the other videos go on, and the run exits 1.
 
-The run folder keeps the layout of 3D runs (config, source, scenes, manifests, errors, summary); a PIE export
-of it is ``drivegen export_pie --run OUT``, scored with ``drivegen score pie``.
+The run folder keeps the layout of 3D runs (config, source, scenes, manifests, errors, summary, dataset card,
+report). ``drivegen regenerate`` rebuilds its QA from pie_samples/, video_boxes/ and drama_video/;
+``drivegen export_pie --run OUT`` and ``drivegen export_drama OUT`` export it, ``drivegen score pie|drama-x`` scores
+against those exports.
 """
 from __future__ import annotations
 
