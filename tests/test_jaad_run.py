@@ -417,3 +417,36 @@ def test_the_run_ends_with_a_report_of_its_videos(ray_run, tmp_path):
         assert broken == [], page.name
         assert re.search(r'<p class="q">[^<]+</p>', dom), page.name
     assert any('alt="front frame' in chromium(p.as_uri(), tmp_path) for p in pages)
+
+
+@pytest.mark.slow
+def test_jaad_folder_on_object_storage(s3_server, ray_run, jaad_root, tmp_path):
+    """``--data s3://...``: the annotations are mirrored into the node cache when the source opens, a clip when its
+    video loads; the samples and QA equal the local folder's, and every file the run names (the clip a sample was
+    cut from, the broken clip's error, the missing clip's issue) is named by its URI."""
+    from support.pipeline import drivegen, write_config
+
+    _, local = ray_run
+    bucket = s3_server.new_bucket()
+    uri = f"s3://{bucket}/jaad"
+    s3_server.upload(jaad_root, uri)
+    cfg = write_config(tmp_path / "cfg.yaml", {"sources": {"cache_dir": str(tmp_path / "cache")}})
+    out = tmp_path / "run"
+    r = drivegen("run", "--out", out, "--source", "jaad", "--data", uri, "--config", cfg, "--local", "--no-progress")
+    assert r.returncode == 1, r.stderr[-3000:]
+    reader = RunReader(str(out))
+    assert reader.scene_ids() == ["video_0001", "video_0003"]
+    (err,) = reader.errors()
+    assert err["scene_id"] == "video_0002" and err["file"] == f"{uri}/clips/video_0002.mp4", err
+    issues = pq.read_table(out / "issues" / "video_0003.parquet").to_pylist()
+    assert [i["file"] for i in issues] == [f"{uri}/clips/video_0003.mp4"]
+    for vid in ("video_0001", "video_0003"):
+        a = pq.read_table(local / "pie_samples" / f"{vid}.parquet")
+        b = pq.read_table(out / "pie_samples" / f"{vid}.parquet")
+        keep = [c for c in a.column_names if c not in ("image_paths", "video_path")]
+        assert b.select(keep).equals(a.select(keep))
+    assert set(pq.read_table(out / "pie_samples" / "video_0001.parquet").column("video_path").to_pylist()) == {
+        f"{uri}/clips/video_0001.mp4"}
+    a, b = (pq.read_table(d / "qa").sort_by("qa_id") for d in (local, out))
+    assert b.select(["qa_id", "question", "answer", "value"]).equals(a.select(["qa_id", "question", "answer", "value"]))
+    assert (tmp_path / "cache").is_dir() and any((tmp_path / "cache").rglob("video_0001.mp4"))

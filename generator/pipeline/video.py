@@ -45,11 +45,13 @@ log = logging.getLogger("drivegen.pipeline")
 
 @dataclass
 class Video:
-    """load: one video's JAAD tables (``generator.sources.jaad.read_video``) and its clip (None: not there);
-    video: its PIE samples, image intent rows and issues rows."""
+    """load: one video's JAAD tables (``generator.sources.jaad.read_video``), its clip as a local file (None: not
+    there) and where the clip is as the tables name it (``location``: path or URI, there or not); video: its PIE
+    samples, DRAMA-X rows, issues rows and QA."""
 
     tables: dict[str, pa.Table]
     clip: str | None
+    location: str
     samples: pa.Table | None = None
     intent: pa.Table | None = None
     issues: pa.Table | None = None
@@ -65,7 +67,7 @@ def load(work: SceneWork, env: StageEnv) -> None:
 
     src = cached_source(json.dumps(work.source, sort_keys=True))
     tables = src.load_video(work.scene_id, env.cfg.pie)
-    work.video = Video(tables, src.clip(work.scene_id))
+    work.video = Video(tables, src.clip(work.scene_id), src.clip_location(work.scene_id))
     work.counts["frames"] = int(work.video.meta["num_frames"])
     work.counts["boxes"] = tables["boxes"].num_rows
     work.counts["pedestrians"] = len(set(tables["boxes"].column("ped_id").to_pylist()))
@@ -75,6 +77,22 @@ def load(work: SceneWork, env: StageEnv) -> None:
 def image_rel(video_id: str, frame: int, fmt: str) -> str:
     """Where an extracted frame lives in the run folder (JAAD's own ``images/<video>/<frame:05d>.png``)."""
     return f"{layout.IMAGES_DIR}/{layout.safe_name(video_id)}/{int(frame):05d}.{fmt}"
+
+
+def _named(work: SceneWork):
+    """A context in which a SourceError about a cached copy of a file names the object (logs on object storage)."""
+    from contextlib import contextmanager
+
+    from generator.pipeline.stages import cached_source
+    from schemas.errors import SourceError
+
+    @contextmanager
+    def ctx():
+        try:
+            yield
+        except SourceError as err:
+            raise cached_source(json.dumps(work.source, sort_keys=True)).named(err) from None
+    return ctx()
 
 
 def _with_images(samples: pa.Table, video_id: str, clip: str | None, env: StageEnv) -> pa.Table:
@@ -120,24 +138,23 @@ def video(work: SceneWork, env: StageEnv) -> None:
     v, cfg, vid = work.need("video", "video"), env.cfg, work.scene_id
     t = v.tables
     samples, _ = build_samples(t["videos"], t["boxes"], t["pedestrians"], t["vehicle"], cfg.pie)
-    v.samples = _with_images(samples, vid, v.clip, env)
+    v.samples = _with_images(samples, vid, v.location if v.clip is not None else None, env)
     for task in ("action", "risk"):
         work.counts[f"pie_{task}_samples"] = int(pc.sum(pc.equal(samples.column("task"), task)).as_py() or 0)
     work.counts["pie_crossing_samples"] = int(pc.sum(pc.and_(pc.equal(samples.column("task"), "action"),
                                                              pc.equal(samples.column("crossing"), 1))).as_py() or 0)
     if v.clip is None:
-        from generator.sources.jaad import clip_path
-
         v.issues = pa.Table.from_pylist([{
             "scene_id": vid, "frame_index": -1, "stage": "video", "reason": "no_clip", "camera": VIDEO_CAMERA,
-            "file": str(clip_path(work.source["root"], vid)),
+            "file": v.location,
             "message": f"{vid}: no clip: samples from the annotations alone, without frames or image intent"}],
             schema=ISSUES)
         work.counts["issues"] = 1
     else:
         th = cfg.drama_x.image_intent
         frames = video_intent_frames(t["boxes"], cfg.pie.fps, th)
-        gray, scale = _gray_frames(v.clip, vid, frames, th.video_max_width_px, int(v.meta["width_px"]))
+        with _named(work):
+            gray, scale = _gray_frames(v.clip, vid, frames, th.video_max_width_px, int(v.meta["width_px"]))
         v.intent = video_risk(video_image_intent(vid, t["boxes"], frames, gray, scale, cfg.pie.fps, th), t,
                               cfg.pie.fps, cfg.drama_x)
         work.counts["intent_frames"] = len(frames)
@@ -173,12 +190,13 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
     from generator.sources.jaad import iter_frames
 
     wanted = np.unique(pc.list_flatten(v.samples.column("frames")).to_numpy())
-    for f, img in iter_frames(v.clip, wanted, vid):
-        path = staging / image_rel(vid, f, cfg.pie.frame_format)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not cv2.imwrite(str(path), img):
-            raise OSError(f"{vid}: could not write frame {f} to {path}")
-        work.counts["images"] += 1
+    with _named(work):
+        for f, img in iter_frames(v.clip, wanted, vid):
+            path = staging / image_rel(vid, f, cfg.pie.frame_format)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not cv2.imwrite(str(path), img):
+                raise OSError(f"{vid}: could not write frame {f} to {path}")
+            work.counts["images"] += 1
 
 
 def stages(cfg: PipelineConfig) -> list[Stage]:

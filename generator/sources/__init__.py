@@ -127,7 +127,7 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
 
         if kw:
             raise TypeError(f"jaad source takes no options {sorted(kw)}")
-        return JaadSource(path)
+        return JaadSource(path, limits)
     raise ValueError(f"unknown source kind {kind!r}; known: {list(KINDS)}")
 
 
@@ -143,7 +143,7 @@ def source_from_description(desc: dict) -> LogSource:
     if kind == "av2":
         return open_source("av2", d.pop("root"), cfg, **d)
     if kind == "jaad":
-        return open_source("jaad", d["root"])
+        return open_source("jaad", d["root"], limits=d["limits"])
     raise ValueError(f"cannot rebuild a source from description with kind {kind!r}: {desc}")
 
 

@@ -338,43 +338,79 @@ def iter_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | 
 class JaadSource(LogSource):
     """A JAAD folder as the log source of ``drivegen run --source jaad``: one scene per annotated video
     (``video_XXXX``). Camera-only: no LiDAR, no poses, no 3D; its videos go through the camera stages
-    (``generator.pipeline.video``), not the 3D ones, so ``load_scene`` refuses. Local folders only."""
+    (``generator.pipeline.video``), not the 3D ones, so ``load_scene`` refuses. ``root`` may be a URI
+    (``s3://bucket/jaad``): the annotations are mirrored into the node cache when the source opens
+    (``generator.sources.remote``), a clip when its video loads; errors and tables name the objects."""
 
     name = "jaad"
     camera_only = True
 
-    def __init__(self, root: str | os.PathLike):
-        from generator.sources.remote import is_remote
+    def __init__(self, root: str | os.PathLike, limits=None):
+        from generator.sources.remote import RemoteRoot, is_remote
+        from schemas.config import SourceLimitsConfig
 
-        if is_remote(root):
-            raise SourceError(f"JAAD folders are read from a local path, not {root}: copy or mount it",
-                              file=str(root), stage="open")
-        self.root = str(Path(root).resolve())
+        self.limits = limits or SourceLimitsConfig()
+        self.remote = None
+        if is_remote(root):  # the annotations are mirrored into the node cache now, a clip when its video loads
+            self.remote = RemoteRoot(str(root), self.limits)
+            files = self.remote.list()
+            self._clips = {f for f in files if f.startswith("clips/")}
+            self.remote.fetch_all(f for f in files if not f.startswith("clips/"))
+            self.root = str(self.remote.mirror)
+        else:
+            self.root = str(Path(root).resolve())
         self._ids = list_videos(self.root)
         if not self._ids:
-            raise SourceError(f"no annotations/video_*.xml in {self.root}: not a JAAD folder",
-                              file=str(Path(self.root) / "annotations"), stage="open")
+            raise SourceError(f"no annotations/video_*.xml in {self.shown(self.root)}: not a JAAD folder",
+                              file=self.shown(str(Path(self.root) / "annotations")), stage="open")
+
+    def shown(self, path: str | os.PathLike) -> str:
+        """A path as the run's tables name it: the object's URI for a file of a folder on object storage."""
+        return self.remote.uri_of(path) if self.remote is not None else str(path)
+
+    def named(self, err: SourceError) -> SourceError:
+        """``err`` naming the object instead of its cached copy (a folder on object storage)."""
+        return self.remote.named(err) if self.remote is not None else err
 
     def scene_ids(self) -> list[str]:
         return list(self._ids)
 
     def load_scene(self, scene_id: str):
         raise SourceError(f"{scene_id}: JAAD is camera-only (no LiDAR, no poses); its videos run through the "
-                          "camera stages (generator.pipeline.video)", scene=scene_id, file=self.root, stage="load")
+                          "camera stages (generator.pipeline.video)", scene=scene_id, file=self.shown(self.root),
+                          stage="load")
 
     def load_video(self, video_id: str, cfg: PieConfig) -> dict[str, pa.Table]:
         """``read_video``'s tables of one video, its split from ``split_ids/<cfg.split_variant>``; raises
         ``SourceError`` naming the file and the video (``cfg.require_clips``: a missing clip too)."""
-        return read_video(self.root, video_id, cfg, read_splits(self.root, cfg.split_variant),
-                          require_clip=cfg.require_clips)
+        try:
+            tables = read_video(self.root, video_id, cfg, read_splits(self.root, cfg.split_variant))
+            if cfg.require_clips and self.clip(video_id) is None:
+                raise SourceError(f"{video_id}: missing video", scene=video_id, file=self.clip_location(video_id))
+        except SourceError as err:
+            raise self.named(err) from None
+        return tables
+
+    def clip_location(self, video_id: str) -> str:
+        """Where the video's clip is expected (path or URI), whether or not it is there."""
+        return self.shown(clip_path(self.root, video_id))
 
     def clip(self, video_id: str) -> str | None:
-        """The video's clip when it is there, else None."""
+        """The video's clip as a local file (fetched into the node cache from object storage, the cache then
+        trimmed), or None when the folder has none."""
         p = clip_path(self.root, video_id)
-        return str(p) if p.is_file() else None
+        if self.remote is None:
+            return str(p) if p.is_file() else None
+        rel = f"clips/{video_id}.mp4"
+        if rel not in self._clips:
+            return None
+        local = self.remote.local(rel)
+        self.remote.cache.trim()
+        return str(local)
 
     def describe(self) -> dict:
-        return {"kind": self.name, "root": self.root}
+        return {"kind": self.name, "root": self.remote.uri if self.remote is not None else self.root,
+                "limits": self.limits.model_dump(mode="json")}
 
     def drivable_map(self, scene_id: str) -> None:
         return None
