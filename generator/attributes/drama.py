@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.attributes.arrays import column, fixed_list_to_numpy, to_numpy
+from generator.attributes.arrays import KeyIndex, column, fixed_list_to_numpy, to_numpy
 from generator.attributes.ego import ego_states, track_rows
 from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig, EgoBodyConfig
 from schemas.tables import DRAMA_RISK, DRAMA_VIDEO
@@ -290,9 +290,8 @@ def video_image_intent(video_id: str, boxes: pa.Table, frames: np.ndarray, gray:
     b = boxes.filter(pc.is_in(boxes.column("label"), pa.array(VIDEO_INTENT_LABELS)))
     ids = b.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
     tracks, t_of = np.unique(ids, return_inverse=True)
-    fr = b.column("frame").to_numpy().astype(np.int64)
-    col = np.searchsorted(frames, fr)
-    on_grid = (col < len(frames)) & (frames[np.minimum(col, max(len(frames) - 1, 0))] == fr) if len(frames) else col < 0
+    col = KeyIndex(frames).find(b.column("frame").to_numpy())  # the box's column on the frame grid (-1: off it)
+    on_grid = col >= 0
     xyxy = np.stack([b.column(c).to_numpy() for c in ("x1_px", "y1_px", "x2_px", "y2_px")], axis=1).astype(np.float64)
     grid = np.full((len(tracks), len(frames), 4), np.nan)
     grid[t_of[on_grid], col[on_grid]] = xyxy[on_grid]
@@ -345,26 +344,24 @@ def video_risk(intent: pa.Table, tables: dict[str, pa.Table], fps: float, cfg: D
     b_fr = b.column("frame").to_numpy().astype(np.int64)
     b_cross = np.asarray(b.column("cross").to_pylist(), dtype=object)
     b_label = b.column("label").to_numpy(zero_copy_only=False).astype(str)
-    event, crosses = {}, {}
-    for p in np.unique(b_ped):
-        m = b_ped == p
+    names, b_code = np.unique(b_ped, return_inverse=True)  # every intent row's pedestrian has boxes
+    event, crosses = np.zeros(len(names), np.int64), np.zeros(len(names), bool)
+    for k, p in enumerate(names):  # one benchmark event per pedestrian
+        m = b_code == k
         e, y, _, _ = pedestrian_event(str(b_label[m][0]), b_fr[m], list(b_cross[m]), attrs.get(p))
-        event[p], crosses[p] = e, y == 1
-    names = np.unique(b_ped)  # every intent row's pedestrian has boxes (its rows come from them)
+        event[k], crosses[k] = e, y == 1
+    code = np.searchsorted(names, ped)
     span = int(max(b_fr.max(initial=0), fr.max(initial=0))) + 1
-    key = np.searchsorted(names, b_ped) * span + b_fr  # sorted: boxes are sorted by (ped_id, frame)
-    want = np.searchsorted(names, ped) * span + fr
-    pos = np.minimum(np.searchsorted(key, want), len(key) - 1)
-    tag = np.where(key[pos] == want, b_cross[pos], None)
-    ev = np.array([event[p] for p in ped], np.int64)
-    ahead = (ev - fr) / fps
-    crossing_now = tag == "crossing"
-    soon = np.array([crosses[p] for p in ped]) & (ahead >= 0) & (ahead <= cfg.risk.horizon_s + 1e-9)
+    row = KeyIndex(b_code * span + b_fr).find(code * span + fr)
+    crossing_now = (row >= 0) & (b_cross[np.maximum(row, 0)] == "crossing")
+    ahead = (event[code] - fr) / fps
+    soon = crosses[code] & (ahead >= 0) & (ahead <= cfg.risk.horizon_s + 1e-9)
     risk = crossing_now | soon
     ttc = np.where(crossing_now, 0.0, np.where(soon, ahead, np.nan))
-    actions = tables["vehicle"]
-    act_of = dict(zip(actions.column("frame").to_pylist(), actions.column("action").to_pylist()))
-    moving = np.array([act_of.get(int(f)) != "stopped" for f in fr])
+    vehicle = tables["vehicle"]
+    at = KeyIndex(vehicle.column("frame").to_numpy()).find(fr)
+    stopped = to_numpy(pc.equal(vehicle.column("action"), "stopped"), bool, fill=False)
+    moving = (at < 0) | ~stopped[np.maximum(at, 0)] if len(stopped) else np.ones(n, bool)
     act = suggested_actions(risk, ttc, np.ones(n, bool), np.where(moving, np.inf, 0.0), cfg.risk)
     box = fixed_list_to_numpy(intent.column("box_xyxy"), 4)
     where = image_position((box[:, 0] + box[:, 2]) / 2, meta["width_px"], cfg.image_front_share)

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from generator.attributes.arrays import KeyIndex, codes
 from generator.attributes.drama import VIDEO_INTENT_LABELS, frame_risk
 from generator.qa.families import drama_x as dx
 from generator.qa.families import pie
@@ -133,24 +134,20 @@ def video_qa(video_id: str, samples: pa.Table, boxes: pa.Table, cfg, templates: 
         scene_split([video_id], cfg.qa.val_fraction)[0]
     keyframes = np.unique(np.concatenate([b.frame for b in batches]))
     reg = _regions(boxes, keyframes)
-    peds = np.unique(reg["ped"])
+    peds = pa.array(np.unique(reg["ped"]), pa.string())  # a track id is the index among these
     span = int(keyframes.max()) + 1
-    key = np.searchsorted(peds, reg["ped"]) * span + reg["frame"]
-    korder = np.argsort(key)
+    box_of = KeyIndex(codes(pa.array(reg["ped"], pa.string()), peds) * span + reg["frame"])
     regions_text = pa.array([f"Region [{k}]" for k in range(int(reg["region"].max(initial=0)) + 1)], pa.string())
     img_frames, img_paths = _frame_images(samples)
+    img_of = KeyIndex(img_frames)
     scene_hash = np.uint64(stable_hash(video_id))
     parts = []
     for bi, b in enumerate(batches):
         about_ped = b.ped != ""
-        t = np.searchsorted(peds, b.ped)
-        t_ok = about_ped & (t < len(peds)) & (peds[np.minimum(t, max(len(peds) - 1, 0))] == b.ped) if len(peds) \
-            else np.zeros(len(b.ped), bool)
-        want = np.where(t_ok, t, 0) * span + b.frame
-        pos = np.minimum(np.searchsorted(key[korder], want), max(len(key) - 1, 0))
-        hit = t_ok & (key[korder][pos] == want) if len(key) else np.zeros(len(b.ped), bool)
-        keep = hit | ~about_ped  # a row about a pedestrian needs its box on the keyframe
-        row = np.where(hit, korder[pos], -1)[keep]
+        t = codes(pa.array(b.ped, pa.string()), peds)
+        hit = box_of.find(np.where(t >= 0, t * span + b.frame, -1))
+        keep = (hit >= 0) | ~about_ped  # a row about a pedestrian needs its box on the keyframe
+        row = hit[keep]
         frame, track = b.frame[keep], np.where(about_ped, t, -1)[keep]
         text = {k: (v[0], np.asarray(v[1])[keep]) for k, v in b.text.items()}
         n = len(frame)
@@ -179,9 +176,8 @@ def video_qa(video_id: str, samples: pa.Table, boxes: pa.Table, cfg, templates: 
                 start += cnt
         back = np.empty(n, np.int64)
         back[order] = np.arange(n)
-        ip = np.searchsorted(img_frames, frame)
-        has_img = (ip < len(img_frames)) & (img_frames[np.minimum(ip, max(len(img_frames) - 1, 0))] == frame) \
-            if len(img_frames) else np.zeros(n, bool)
+        ip = img_of.find(frame)
+        has_img = ip >= 0
         parts.append({"bi": np.full(n, bi), "frame": frame, "region": region, "track": track,
                       "value": b.value[keep], "qt": b.qt, "tpl": np.array([variants[v].id for v in var], dtype=object),
                       "q": pa.chunked_array(q_parts, pa.string()).take(pa.array(back)),
