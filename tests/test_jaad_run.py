@@ -86,6 +86,15 @@ def ray_run(jaad_root, tmp_path_factory):
     return code, out
 
 
+def _first_video_run(jaad_root: Path, out: Path, config_yaml: str) -> Path:
+    """``video_0001`` alone, in process, with a config of ``config_yaml``; the run folder (its exit must be 0)."""
+    cfg = out.parent / f"{out.name}.yaml"
+    cfg.write_text(config_yaml)
+    assert cli(["run", "--out", str(out), "--source", "jaad", "--data", str(jaad_root), "--scenes", "1",
+                "--config", str(cfg), "--local", "--no-progress"]) == 0
+    return out
+
+
 def _intent_by_ped(out: Path, vid: str) -> dict[str, list[str]]:
     t = pq.read_table(out / "drama_video" / f"{vid}.parquet").to_pylist()
     by: dict[str, list[str]] = {}
@@ -195,20 +204,13 @@ def test_image_intent_in_the_run_needs_the_compensation(ray_run, jaad_root, tmp_
     by = _intent_by_ped(out, "video_0001")
     assert _share(by["video_0001_w"], "goes to the right") >= 0.9, by["video_0001_w"]
     assert _share(by["video_0001_s"], "stationary") >= 0.9, by["video_0001_s"]
-    raw_cfg = tmp_path / "raw.yaml"
-    raw_cfg.write_text("drama_x:\n  image_intent:\n    compensate: false\n")
-    raw = tmp_path / "raw"
-    assert cli(["run", "--out", str(raw), "--source", "jaad", "--data", str(jaad_root), "--scenes", "1",
-                "--config", str(raw_cfg), "--local", "--no-progress"]) == 0
+    raw = _first_video_run(jaad_root, tmp_path / "raw", "drama_x:\n  image_intent:\n    compensate: false\n")
     by_raw = _intent_by_ped(raw, "video_0001")
     assert _share(by_raw["video_0001_w"], "stationary") >= 0.9, by_raw["video_0001_w"]
     assert _share(by_raw["video_0001_s"], "goes to the left") >= 0.9, by_raw["video_0001_s"]
     # frames scaled down to half width for the flow: the boxes are scaled alike, the intent is the same
-    half_cfg = tmp_path / "half.yaml"
-    half_cfg.write_text(f"drama_x:\n  image_intent:\n    video_max_width_px: {W // 2}\n")
-    half = tmp_path / "half"
-    assert cli(["run", "--out", str(half), "--source", "jaad", "--data", str(jaad_root), "--scenes", "1",
-                "--config", str(half_cfg), "--local", "--no-progress"]) == 0
+    half = _first_video_run(jaad_root, tmp_path / "half",
+                            f"drama_x:\n  image_intent:\n    video_max_width_px: {W // 2}\n")
     by_half = _intent_by_ped(half, "video_0001")
     assert _share(by_half["video_0001_w"], "goes to the right") >= 0.9, by_half["video_0001_w"]
     assert _share(by_half["video_0001_s"], "stationary") >= 0.9, by_half["video_0001_s"]
@@ -312,11 +314,7 @@ def test_drama_x_of_videos_risk_export_and_scorer(jaad_root, tmp_path):
 
     from generator.validate.score import scorer
 
-    cfg = tmp_path / "dx.yaml"
-    cfg.write_text("drama_x:\n  risk:\n    horizon_s: 1.0\n")
-    run = tmp_path / "run"
-    assert cli(["run", "--out", str(run), "--source", "jaad", "--data", str(jaad_root), "--scenes", "1",
-                "--config", str(cfg), "--local", "--no-progress"]) == 0
+    run = _first_video_run(jaad_root, tmp_path / "run", "drama_x:\n  risk:\n    horizon_s: 1.0\n")
     rows = pq.read_table(run / "drama_video").to_pandas()
     w, s = rows[rows.ped_id == "video_0001_w"], rows[rows.ped_id == "video_0001_s"]
     at_risk = (w.frame_index >= 30).to_numpy()

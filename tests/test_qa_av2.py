@@ -14,19 +14,12 @@ from generator.geometry import quat_wxyz_to_matrix
 
 
 @pytest.fixture(scope="module")
-def av2_qa(av2_log):
-    from generator.attributes import compute_attributes
-    from support.perception import perceive
+def av2_qa(av2_perceived):
     from generator.qa import generate_qa, load_templates
-    from generator.sources import frames_table, open_source
     from schemas.config import PipelineConfig
 
     cfg = PipelineConfig()
-    src = open_source("av2", str(av2_log.parent), cfg)
-    scene = src.load_scene(av2_log.name)
-    frames = frames_table(scene)
-    res = perceive(scene, cfg)
-    attrs = compute_attributes(res.objects, frames)
+    frames, res, attrs = av2_perceived
     qa = generate_qa(frames, attrs, res.projections, cfg, load_templates(cfg))
     return frames, res.objects, qa
 

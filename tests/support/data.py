@@ -30,6 +30,23 @@ def av2_log() -> Path:
 
 
 @pytest.fixture(scope="session")
+def av2_perceived(av2_log):
+    """The real AV2 log through ``AV2Source`` -> labels perception (the log's own tracks; geometry-only
+    visibility, the excerpt has no images) -> attributes, once per session: (frames, PerceptionResult,
+    attributes)."""
+    from generator.attributes import compute_attributes
+    from generator.sources import frames_table, open_source
+    from schemas.config import PipelineConfig
+    from support.perception import perceive
+
+    cfg = PipelineConfig()
+    scene = open_source("av2", str(av2_log.parent), cfg).load_scene(av2_log.name)
+    frames = frames_table(scene)
+    res = perceive(scene, cfg)
+    return frames, res, compute_attributes(res.objects, frames)
+
+
+@pytest.fixture(scope="session")
 def labelled_run(synth_root, tmp_path_factory) -> Path:
     """The two generated scenes through the whole pipeline in-process (labels backend, every default QA
     family, the intention export; no WebDataset, bench export or card), made once per test session."""
