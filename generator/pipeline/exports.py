@@ -369,17 +369,24 @@ def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | Non
     return stats
 
 
+def add_run_card(reader: RunReader, summary: dict) -> None:
+    """The dataset card, when the run's config asks for one (``writers.card``), and its path and QA per split in
+    ``summary`` (the end of every ``drivegen run``, 3D or camera-only)."""
+    if not reader.config().writers.card:
+        return
+    stats = write_run_card(reader, summary)
+    if stats is not None:
+        summary["card"] = {"path": reader.store.full(layout.CARD), "splits": {
+            sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]}}
+
+
 def finalize_run(store: RunStore, summary: dict, source=None) -> None:
     """End of ``drivegen run``: the dataset card, the STRIDE-QA-Bench and Intention-Drive exports, when the
     config asks; ``source``: the run's opened logs when the caller holds them (their maps are read from it
     instead of opening the logs again)."""
     reader = RunReader(store)
     cfg = reader.config()
-    if cfg.writers.card:
-        stats = write_run_card(reader, summary)
-        if stats is not None:
-            summary["card"] = {"path": store.full(layout.CARD), "splits": {
-                sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]}}
+    add_run_card(reader, summary)
     if cfg.writers.bench_export:
         result = export_bench(reader, cfg=cfg)
         summary["bench_export"] = {k: result[k] for k in ("groups", "questions", "why_empty") if k in result}

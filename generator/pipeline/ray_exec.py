@@ -174,14 +174,12 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
     task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,
                      compute=ray.data.TaskPoolStrategy(size=in_flight), max_retries=rc.max_retries)
     parts = segments(stages)
-    begun = False
+    if not parts or parts[0][0].actor:  # the scene starts in a task before a first model stage ...
+        parts.insert(0, [])
+    if parts[-1] and parts[-1][0].actor:  # ... and is written in one after a last one
+        parts.append([])
     for i, seg in enumerate(parts):
-        last = i == len(parts) - 1
-        if seg[0].actor:
-            if not begun:  # the scene starts in a task of its own before the first model stage
-                ds = ds.map_batches(_task_segment, fn_kwargs={"stages": [], "cfg": cfg, "store": store,
-                                                              "begin": (source, epoch)}, **task_args)
-                begun = True
+        if seg and seg[0].actor:
             st = seg[0]
             on_gpu = st.gpu and res.actor_gpus > 0
             ds = ds.map_batches(
@@ -190,18 +188,11 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
                 compute=ray.data.ActorPoolStrategy(size=res.gpu_pool_size if on_gpu else res.pool_size),
                 num_cpus=res.actor_cpus, num_gpus=res.actor_gpus if on_gpu else 0,
                 max_restarts=-1, max_task_retries=rc.max_retries)
-            continue
-        ds = ds.map_batches(_task_segment, fn_kwargs={
-            "stages": seg, "cfg": cfg, "store": store, "begin": None if begun else (source, epoch),
-            "write": write if last else None}, **task_args)
-        begun = True
-        if last:
-            return ds
-    if not begun:  # no stage at all
-        ds = ds.map_batches(_task_segment, fn_kwargs={"stages": [], "cfg": cfg, "store": store,
-                                                      "begin": (source, epoch)}, **task_args)
-    return ds.map_batches(_task_segment, fn_kwargs={"stages": [], "cfg": cfg, "store": store, "write": write},
-                          **task_args)
+        else:
+            ds = ds.map_batches(_task_segment, fn_kwargs={
+                "stages": seg, "cfg": cfg, "store": store, "begin": (source, epoch) if i == 0 else None,
+                "write": write if i == len(parts) - 1 else None}, **task_args)
+    return ds
 
 
 def configure_data_context(progress_bars: bool) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,20 +80,16 @@ def image_rel(video_id: str, frame: int, fmt: str) -> str:
     return f"{layout.IMAGES_DIR}/{layout.safe_name(video_id)}/{int(frame):05d}.{fmt}"
 
 
+@contextmanager
 def _named(work: SceneWork):
-    """A context in which a SourceError about a cached copy of a file names the object (logs on object storage)."""
-    from contextlib import contextmanager
-
+    """A SourceError raised inside names the object instead of its cached copy (logs on object storage)."""
     from generator.pipeline.stages import cached_source
     from schemas.errors import SourceError
 
-    @contextmanager
-    def ctx():
-        try:
-            yield
-        except SourceError as err:
-            raise cached_source(json.dumps(work.source, sort_keys=True)).named(err) from None
-    return ctx()
+    try:
+        yield
+    except SourceError as err:
+        raise cached_source(json.dumps(work.source, sort_keys=True)).named(err) from None
 
 
 def _with_images(samples: pa.Table, video_id: str, clip: str | None, env: StageEnv) -> pa.Table:
@@ -208,15 +205,11 @@ def stages(cfg: PipelineConfig) -> list[Stage]:
 def finalize(store, summary: dict, source=None) -> None:
     """End of a camera-only run: its PIE and image-intent figures over every finished video, and the dataset
     card when ``writers.card`` (as 3D runs; the card says what camera-only logs can and cannot answer)."""
-    from generator.pipeline.exports import write_run_card
+    from generator.pipeline.exports import add_run_card
     from generator.runfolder import RunReader
 
     reader = RunReader(store, require=False)
-    if reader.config().writers.card:
-        stats = write_run_card(reader, summary)
-        if stats is not None:
-            summary["card"] = {"path": store.full(layout.CARD), "splits": {
-                sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]}}
+    add_run_card(reader, summary)
     total: dict[str, int] = {}
     for m in reader.manifests():
         for k in ("clips", "pie_action_samples", "pie_crossing_samples", "pie_risk_samples", "image_intent",
