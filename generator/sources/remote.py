@@ -82,12 +82,20 @@ def read_log_file(path: str) -> bytes:
 
 
 class NodeCache:
-    """Files of remote log roots on this node's disk, bounded by ``max_bytes`` (see the module docstring)."""
+    """Files of remote log roots on this node's disk, bounded by ``max_bytes`` (see the module docstring).
+
+    ``trim`` walks the whole cache folder, which holds up to ``max_bytes`` of sweeps and images: it does so only
+    when this process's running count (the last walk's total plus what it fetched since) passes the bound, or
+    ``WALK_EVERY_S`` after its last walk (other workers on the node fetch too), not after every scene."""
+
+    WALK_EVERY_S = 60.0
 
     def __init__(self, root: Path, max_bytes: int, keep_s: float):
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
         self.keep_s = float(keep_s)
+        self._known: int | None = None  # bytes in the cache as far as this process knows (None: never walked)
+        self._walked = 0.0  # time.monotonic() of the last walk
 
     def fetch(self, fs, remote: str, local: Path, uri: str) -> Path:
         """``remote`` (a path on ``fs``; ``uri`` names it in errors) as the local file ``local``."""
@@ -115,6 +123,8 @@ class NodeCache:
                 raise SourceError(f"{uri}: downloaded {got} of its {info.size} bytes; the object changed or the "
                                   "connection broke: run again", file=uri, stage="read")
             os.replace(tmp, local)
+            if self._known is not None:
+                self._known += got
         except OSError as err:
             raise SourceError(f"cannot read {uri}: {err}", file=uri, stage="read") from None
         finally:
@@ -122,7 +132,12 @@ class NodeCache:
         return local
 
     def trim(self) -> list[Path]:
-        """Remove least recently used files until the cache holds at most ``max_bytes`` (rule 4); returns them."""
+        """Remove least recently used files until the cache holds at most ``max_bytes`` (rule 4); returns them.
+        Skipped (nothing removed) while the running count is within the bound and the last walk is recent."""
+        if (self._known is not None and self._known <= self.max_bytes
+                and time.monotonic() - self._walked < self.WALK_EVERY_S):
+            return []
+        self._walked = time.monotonic()
         files, total = [], 0
         for dirpath, _, names in os.walk(self.root):
             for name in names:
@@ -135,6 +150,7 @@ class NodeCache:
                 if not _is_tmp(name):
                     files.append((st.st_mtime, st.st_size, p))
         removed: list[Path] = []
+        self._known = total
         if total <= self.max_bytes:
             return removed
         now = time.time()
@@ -144,6 +160,7 @@ class NodeCache:
             p.unlink(missing_ok=True)
             total -= size
             removed.append(p)
+        self._known = total
         return removed
 
 
