@@ -294,7 +294,7 @@ def pedestrian_rows(attributes: pa.Table) -> pa.Table:
                      "center_ego_m": pa.FixedSizeListArray.from_arrays(pa.array(xyz.reshape(-1)), 3)})
 
 
-def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.Table:
+def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body, ego=None) -> pa.Table:
     """Per tracked pedestrian (``objects`` rows of class pedestrian, track_id >= 0) of 3D logs: the frame at which
     it first stands in the ego's path ahead, the crossing event of the 3D-log PIE tasks (-1: never).
 
@@ -304,7 +304,7 @@ def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.
     where the ego is at t: where the ego is going to drive (a pedestrian on the zebra crossing in front of
     the stopped ego is in it; one waiting at the kerb, or walking behind the ego, never is). Columns:
     scene_id, track_id, first_frame, last_frame, event_frame, event_t_s (seconds since the scene's first
-    frame; NaN without an event)."""
+    frame; NaN without an event). ``ego``: ``ego_states(frames)`` when the caller has it already."""
     from generator.attributes.arrays import column, to_numpy
     from generator.attributes.ego import ego_states, track_rows
 
@@ -316,7 +316,7 @@ def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body) -> pa.
     objects = objects.filter(ped)
     if objects.num_rows == 0:
         return out_schema.empty_table()
-    ego = ego_states(frames)
+    ego = ego_states(frames) if ego is None else ego
     tr = track_rows(objects, ego)
     n = objects.num_rows
     taus = np.arange(0.0, cfg.path_horizon_s + 1e-9, cfg.path_step_s)

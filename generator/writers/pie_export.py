@@ -96,7 +96,7 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
     step = np.diff(ego.t_s[o])[np.diff(ego.scene_code[o]) == 0]  # frame intervals within scenes
     fps = float(1.0 / np.median(step)) if len(step) else 1.0
     lcfg = log_config(cfg, round(fps, 3))
-    entries = path_entry(frames, objects, lcfg, run_cfg.ego)
+    entries = path_entry(frames, objects, lcfg, run_cfg.ego, ego)
     front = front_camera_images(frames, run_cfg.qa.front_camera)
     samples, reasons = build_samples(*jaad_tables_from_log(projections, entries, front, splits), lcfg)
     if samples.num_rows:  # the log's own images instead of JAAD's extracted-frame layout; no video

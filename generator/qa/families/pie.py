@@ -67,7 +67,7 @@ def build(plan: Plan) -> list[Batch]:
     out = []
 
     # crossing: the path-entry event within the action horizon
-    entries = path_entry(plan.frames, pedestrian_rows(plan.attrs), cfg, plan.cfg.ego)
+    entries = path_entry(plan.frames, pedestrian_rows(plan.attrs), cfg, plan.cfg.ego, ego)
     e_key = (codes(column(entries, "scene_id"), plan.scenes) << 32) | to_numpy(column(entries, "track_id"), np.int64)
     hit = KeyIndex(e_key).find((c["scene"][ped] << 32) | c["track"][ped])
     ev_frame = np.where(hit >= 0, to_numpy(column(entries, "event_frame"), np.int64)[np.maximum(hit, 0)], -2)
