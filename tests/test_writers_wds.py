@@ -212,3 +212,43 @@ def test_marked_images_only_when_configured(scene, marked):
             np.testing.assert_allclose(b[far].mean(0), a[far].mean(0), atol=10, err_msg="marks away from every box")
             n_marked += 1
     assert n_marked == 0 if not marked else n_marked > 0 and n_regions > n_marked
+
+
+def _reference_rows(rows, drop):
+    """The rows as the JSON member must hold them, value by value: NaN/inf -> None, keys in ``drop`` gone."""
+    def walk(x):
+        if isinstance(x, float):
+            return x if np.isfinite(x) else None
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items() if k not in drop}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+    return walk(rows)
+
+
+@pytest.mark.parametrize("drop", [(), ("timestamp_us", "image_path", "source_path")])
+def test_json_ready_matches_a_value_by_value_walk(drop):
+    """json_ready cleans in Arrow what a recursive walk cleans in Python: non-finite floats at every depth (a
+    column, a box in a grounding, a list of lists), nulls kept, dropped keys gone from columns and structs,
+    sliced and multi-chunk input included."""
+    from generator.writers.wds import json_ready
+
+    t = make_qa_table("scene-a", n=30, seed=3, num_keyframes=4)
+    v = t.column("value").to_numpy(zero_copy_only=False).copy()
+    v[::4], v[1::5], v[2::9] = np.nan, np.inf, -np.inf
+    t = t.set_column(t.schema.get_field_index("value"), "value", pa.array(v))
+    rows = t.to_pylist()
+    for r in rows[::3]:  # a non-finite corner inside a grounding box
+        for g in r["grounding"] or []:
+            g["box_xyxy"] = [float("nan"), 1.0, float("inf"), 2.0]
+    rows[5]["grounding"] = None
+    t = pa.Table.from_pylist(rows, schema=t.schema)
+    t = pa.concat_tables([t.slice(0, 11), t.slice(11)]).slice(2, 25)  # two chunks, both sliced
+    t = t.append_column("tracks_xy", pa.array([[[1.0, np.nan], None, []] if i % 2 else None for i in range(25)],
+                                              pa.list_(pa.list_(pa.float64()))))
+    got = json_ready(t, drop).to_pylist()
+    assert got == _reference_rows(t.to_pylist(), drop)
+    assert any(r["value"] is None for r in got) and any(r["value"] is not None for r in got)
+    assert ("timestamp_us" in got[0]) == (not drop)
+    json.dumps(got, allow_nan=False)  # strict JSON

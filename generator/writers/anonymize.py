@@ -261,9 +261,14 @@ class ScenePublisher:
                 cams[(int(f), c["name"])] = c
         return cls(scene_id, cams, boxes_by_frame(objects), cfg or AnonymizeConfig())
 
+    @property
+    def dropped_keys(self) -> tuple[str, ...]:
+        """The keys ``metadata`` removes at any depth (none when ``cfg.strip_timestamps`` is off)."""
+        return TIMESTAMP_KEYS + PATH_KEYS if self.cfg.strip_timestamps else ()
+
     def metadata(self, meta):
         """Published JSON metadata: timestamps stripped when ``cfg.strip_timestamps`` (``strip_timestamps``)."""
-        return strip_timestamps(meta, self.cfg.strip_timestamps)
+        return strip_timestamps(meta, bool(self.dropped_keys))
 
     def calib(self, frame_index: int, camera: str) -> CameraCalib:
         """The calibration of ``camera`` in frame ``frame_index`` (from the frames table)."""

@@ -84,7 +84,8 @@ def image_member(frame_index: int, camera: str) -> str:
 
 
 def _json_safe(x):
-    """NaN/inf -> None so the JSON is strict (readers such as ``json.loads`` in other languages choke)."""
+    """NaN/inf -> None so the JSON is strict (readers such as ``json.loads`` in other languages choke). For the
+    few Python values around the rows; the rows themselves go through ``json_ready``."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
@@ -92,6 +93,40 @@ def _json_safe(x):
     if isinstance(x, (list, tuple)):
         return [_json_safe(v) for v in x]
     return x
+
+
+def _json_ready_array(arr: pa.Array, drop: frozenset) -> pa.Array:
+    t = arr.type
+    if pa.types.is_floating(t):
+        return pc.if_else(pc.is_finite(arr), arr, pa.scalar(None, t))
+    if pa.types.is_struct(t):
+        keep = [i for i in range(t.num_fields) if t.field(i).name not in drop]
+        children = arr.flatten()  # the struct's offset and nulls applied
+        return pa.StructArray.from_arrays([_json_ready_array(children[i], drop) for i in keep],
+                                          fields=[t.field(i) for i in keep], mask=arr.is_null())
+    if pa.types.is_fixed_size_list(t):
+        n = t.list_size
+        values = _json_ready_array(arr.values.slice(arr.offset * n, len(arr) * n), drop)
+        return pa.FixedSizeListArray.from_arrays(values, n, mask=arr.is_null())
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
+        offsets = arr.offsets.to_numpy()  # of a sliced array: into the whole child, from offsets[0]
+        values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        return cls.from_arrays(pa.array(offsets - offsets[0], arr.offsets.type), _json_ready_array(values, drop),
+                               mask=arr.is_null())
+    return arr
+
+
+def json_ready(table: pa.Table, drop=()) -> pa.Table:
+    """``table`` as its rows go into JSON, column by column in Arrow (not value by value in Python): NaN/inf
+    floats null at any depth (as ``_json_safe``), and the columns and struct fields named in ``drop`` removed at
+    any depth (as ``generator.writers.anonymize.strip_timestamps``)."""
+    drop = frozenset(drop)
+    names = [n for n in table.column_names if n not in drop]
+    cols = [pa.chunked_array([_json_ready_array(c, drop)
+                              for c in table.column(n).chunks or [pa.array([], table.column(n).type)]])
+            for n in names]
+    return pa.Table.from_arrays(cols, names=names)
 
 
 def _resolve(path: str, image_root: str | os.PathLike | None) -> str:
@@ -163,22 +198,30 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
     if table.num_rows == 0:
         return
     kf = table.column("keyframe_index").to_numpy(zero_copy_only=False)
+    stamps = table.column("timestamp_us").to_pylist()
     order = np.argsort(kf, kind="stable")
     kf_sorted = kf[order]
     cuts = np.flatnonzero(np.diff(kf_sorted)) + 1
+    # the rows as they go into JSON (cleaned once, in Arrow), and the few grounding fields the images need
+    published = json_ready(table, publish.dropped_keys if publish is not None else ())
+    g = pc.list_flatten(table.column("grounding"))
+    g_row = pc.list_parent_indices(table.column("grounding")).to_numpy()
+    g_fields = [pc.struct_field(g, k).to_pylist() for k in ("frame_index", "camera", "role", "image_path")]
+    g_of_row = np.split(np.arange(len(g_row)), np.searchsorted(g_row, np.arange(1, table.num_rows)))
     for idx in np.split(order, cuts):
-        rows = table.take(pa.array(idx)).to_pylist()
-        keyframe = int(rows[0]["keyframe_index"])
+        rows = published.take(pa.array(idx)).to_pylist()
+        keyframe = int(kf[idx[0]])
         images: dict[tuple[int, str], dict] = {}
-        for r in rows:
-            for g in r["grounding"] or []:
-                k = (int(g["frame_index"]), g["camera"])
-                entry = images.setdefault(k, {"frame_index": k[0], "camera": k[1], "roles": set(),
-                                              "source_path": g["image_path"] or ""})
-                entry["roles"].add(g["role"])
+        for i in idx:
+            for j in g_of_row[i]:
+                fi, cam, role, path = (f[j] for f in g_fields)
+                entry = images.setdefault((int(fi), cam), {"frame_index": int(fi), "camera": cam, "roles": set(),
+                                                           "source_path": path or ""})
+                entry["roles"].add(role)
         sample = {"__key__": sample_key(scene_id, keyframe)}
         listing = []
-        groundings = [g for r in rows for g in r["grounding"] or []] if marked else []
+        groundings = table.take(pa.array(idx)).column("grounding").to_pylist() if marked else []
+        groundings = [x for gs in groundings for x in gs or []]
         for (fi, cam), entry in sorted(images.items()):
             member = None
             extra = {}
@@ -190,10 +233,10 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
                     extra["marked_member"] = marked_member(fi, cam)
                     sample[extra["marked_member"]] = marked_jpeg(sample[member], groundings, fi, cam, scene_id)
             listing.append({**entry, "roles": sorted(entry["roles"]), "member": member, **extra})
-        meta = {"scene_id": scene_id, "keyframe_index": keyframe, "timestamp_us": rows[0]["timestamp_us"],
-                "images": listing, "qas": rows}
-        meta = publish.metadata(meta) if publish is not None else meta
-        sample["json"] = json.dumps(_json_safe(meta), allow_nan=False, ensure_ascii=False).encode("utf-8")
+        meta = {"scene_id": scene_id, "keyframe_index": keyframe, "timestamp_us": stamps[idx[0]], "images": listing}
+        meta = _json_safe(publish.metadata(meta) if publish is not None else meta)
+        meta["qas"] = rows  # already published and JSON-safe
+        sample["json"] = json.dumps(meta, allow_nan=False, ensure_ascii=False).encode("utf-8")
         yield sample
 
 
