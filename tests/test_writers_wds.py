@@ -252,3 +252,39 @@ def test_json_ready_matches_a_value_by_value_walk(drop):
     assert any(r["value"] is None for r in got) and any(r["value"] is not None for r in got)
     assert ("timestamp_us" in got[0]) == (not drop)
     json.dumps(got, allow_nan=False)  # strict JSON
+
+
+def test_an_image_shared_by_samples_is_published_once(scene):
+    """Neighbouring keyframes reference the same context frames: each image is read and published (anonymised)
+    once per scene, and every sample that references it carries the published bytes."""
+    import webdataset as wds
+
+    t, imgs, root, out = scene
+    refs = [(kf, g["frame_index"], g["camera"]) for kf, gs in zip(t.column("keyframe_index").to_pylist(),
+                                                                  t.column("grounding").to_pylist()) for g in gs]
+    per_sample = {(kf, fi, cam) for kf, fi, cam in refs}
+    unique = {(fi, cam) for _, fi, cam in per_sample}
+    assert len(unique) < len(per_sample), "the fixture must share images between keyframes"
+
+    class Publisher:
+        dropped_keys = ()
+        calls: list = []
+
+        def __call__(self, data, fi, cam):
+            self.calls.append((fi, cam))
+            return data + f"published {fi} {cam}".encode()
+
+        def metadata(self, meta):
+            return meta
+
+    pub = Publisher()
+    write_wds_shards(t, out, "scene.v1/a", WriterConfig(), image_root=root, publish=pub)
+    assert sorted(pub.calls) == sorted(unique)
+    members = 0
+    for p in scene_wds_shards(out, "scene.v1/a"):
+        for s in wds.WebDataset(str(p), shardshuffle=False):
+            for img in json.loads(s["json"])["images"]:
+                data = s[img["member"]]
+                assert data.endswith(f"published {img['frame_index']} {img['camera']}".encode())
+                members += 1
+    assert members == len(per_sample)

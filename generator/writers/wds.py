@@ -208,9 +208,10 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
     g_row = pc.list_parent_indices(table.column("grounding")).to_numpy()
     g_fields = [pc.struct_field(g, k).to_pylist() for k in ("frame_index", "camera", "role", "image_path")]
     g_of_row = np.split(np.arange(len(g_row)), np.searchsorted(g_row, np.arange(1, table.num_rows)))
-    for idx in np.split(order, cuts):
-        rows = published.take(pa.array(idx)).to_pylist()
-        keyframe = int(kf[idx[0]])
+    groups = np.split(order, cuts)
+    group_images: list[dict[tuple[int, str], dict]] = []
+    last_use: dict[tuple[int, str], int] = {}  # an image's last sample: neighbouring keyframes share context frames
+    for n, idx in enumerate(groups):
         images: dict[tuple[int, str], dict] = {}
         for i in idx:
             for j in g_of_row[i]:
@@ -218,6 +219,12 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
                 entry = images.setdefault((int(fi), cam), {"frame_index": int(fi), "camera": cam, "roles": set(),
                                                            "source_path": path or ""})
                 entry["roles"].add(role)
+        group_images.append(images)
+        last_use.update(dict.fromkeys(images, n))
+    done: dict[tuple[int, str], bytes] = {}  # published image bytes, kept until their last sample
+    for n, (idx, images) in enumerate(zip(groups, group_images)):
+        rows = published.take(pa.array(idx)).to_pylist()
+        keyframe = int(kf[idx[0]])
         sample = {"__key__": sample_key(scene_id, keyframe)}
         listing = []
         groundings = table.take(pa.array(idx)).column("grounding").to_pylist() if marked else []
@@ -227,8 +234,10 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
             extra = {}
             if entry["source_path"]:
                 member = image_member(fi, cam)
-                data = read_jpeg(_resolve(entry["source_path"], image_root), scene_id)
-                sample[member] = publish(data, fi, cam) if publish is not None else data
+                if (fi, cam) not in done:
+                    data = read_jpeg(_resolve(entry["source_path"], image_root), scene_id)
+                    done[fi, cam] = publish(data, fi, cam) if publish is not None else data
+                sample[member] = done.pop((fi, cam)) if last_use[fi, cam] == n else done[fi, cam]
                 if marked:
                     extra["marked_member"] = marked_member(fi, cam)
                     sample[extra["marked_member"]] = marked_jpeg(sample[member], groundings, fi, cam, scene_id)
