@@ -191,6 +191,26 @@ def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
     assert res.summary["errors"][0]["stage"] == "load"
 
 
+@pytest.mark.ray
+def test_ray_work_keeps_to_its_cpus(ray2, tmp_path):
+    """A task sizes OpenCV's own thread pool to the CPUs Ray gave it (1 for a 1-CPU task, 2 for a 2-CPU one), as
+    Ray sizes OpenMP's; a plan of one operator (CPU stages fused into one task) runs without Ray Data's
+    per-operator reservation, which held its second task back, and a plan with a model stage keeps it."""
+    from generator.pipeline.ray_exec import build_dataset, fit_threads
+
+    def threads():
+        import cv2
+
+        return fit_threads(), cv2.getNumThreads()
+
+    assert ray.get(ray.remote(num_cpus=1)(threads).remote()) == (1, 1)
+    assert ray.get(ray.remote(num_cpus=2)(threads).remote()) == (2, 2)
+    store = RunStore(tmp_path / "run")
+    for actor, reserved in ((False, False), (True, True)):
+        ds = build_dataset(["s-0"], {"kind": "toy"}, toy_stages(actor), toy_write, toy_cfg(), store)
+        assert ds.context.op_resource_reservation_enabled is reserved
+
+
 # ------------------------------------------------------------------------------------------ real runs
 @pytest.fixture(scope="module")
 def cluster3():

@@ -23,6 +23,7 @@ Resources (``cfg.ray``):
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -37,12 +38,29 @@ from schemas.config import PipelineConfig
 log = logging.getLogger("drivegen.pipeline")
 
 
+def fit_threads() -> int:
+    """Size OpenCV's thread pool to the CPUs Ray gave this worker's task or actor, as Ray sizes OpenMP's (and
+    with it Arrow's and torch's) through ``OMP_NUM_THREADS``: OpenCV keeps its own pool of one thread per core
+    of the node, so a 1-CPU task decoding or blurring images would take the cores of the tasks beside it (on 2
+    CPUs it borrowed the second core while one worker ran, and lost it when two did). Returns the count."""
+    n = os.environ.get("OMP_NUM_THREADS", "")
+    if not n.isdigit():
+        return 0
+    import cv2
+
+    n = max(1, int(n))
+    if cv2.getNumThreads() != n:
+        cv2.setNumThreads(n)
+    return n
+
+
 def _task_segment(batch: dict, stages: list[Stage], cfg: PipelineConfig, store: RunStore,
                   begin: tuple[dict, int | None] | None = None, write: Callable | None = None) -> dict:
     """Consecutive CPU stages as ONE task per scene: the scene's work is unpickled once (or, with ``begin`` =
     (source, epoch), started here from its id), goes through ``stages`` in this process, and is pickled once
     for the next model stage, or, with ``write``, finished here (written and committed) into its summary row.
     Only model stages (actors) hand a scene over between processes."""
+    fit_threads()
     if begin is not None:
         works = [SceneWork(str(s), *begin) for s in batch["scene_id"]]
     else:
@@ -85,6 +103,7 @@ class _ActorStage:
     def __init__(self, stage: Stage, cfg: PipelineConfig, store: RunStore):
         from actors.device import device_note, resolve_device
 
+        fit_threads()
         self.stage = stage
         self.gpu_ids = list(ray.get_gpu_ids())
         self.device = resolve_device("auto", self.gpu_ids)
@@ -169,15 +188,20 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
     if gpu_stages and res.actor_gpus == 0:
         log.warning("the cluster has no GPUs: model stage(s) %s run as CPU actor pools of %d actor(s)",
                     ", ".join(gpu_stages), res.pool_size)
-    ds = ray.data.from_items([{"scene_id": s} for s in scene_ids], override_num_blocks=max(1, len(scene_ids)))
-    in_flight = max(1, min(rc.scenes_in_flight, len(scene_ids)))
-    task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,
-                     compute=ray.data.TaskPoolStrategy(size=in_flight), max_retries=rc.max_retries)
     parts = segments(stages)
     if not parts or parts[0][0].actor:  # the scene starts in a task before a first model stage ...
         parts.insert(0, [])
     if parts[-1] and parts[-1][0].actor:  # ... and is written in one after a last one
         parts.append([])
+    # Ray Data reserves a share of the cluster for each operator so that none starves another (model pools
+    # beside CPU tasks). A plan of one operator (the CPU backends: a scene is one task) has nothing to protect,
+    # and there the reservation held the second task back about 1 s and each later one about 0.1 s on 2 CPUs
+    # (bench/pipeline.py). Set before the Dataset is made: it takes a copy of the context.
+    ray.data.DataContext.get_current().op_resource_reservation_enabled = len(parts) > 1
+    ds = ray.data.from_items([{"scene_id": s} for s in scene_ids], override_num_blocks=max(1, len(scene_ids)))
+    in_flight = max(1, min(rc.scenes_in_flight, len(scene_ids)))
+    task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,
+                     compute=ray.data.TaskPoolStrategy(size=in_flight), max_retries=rc.max_retries)
     for i, seg in enumerate(parts):
         if seg and seg[0].actor:
             st = seg[0]
