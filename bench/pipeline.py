@@ -18,7 +18,8 @@
 
 Timed passes run on warm processes: each configuration first runs the same scenes once (imports, model
 and template loading, worker start-up), then the timed pass writes a fresh run folder. Cold figures are
-printed too. Everything uses one thread per process (OMP/BLAS), as Ray does for 1-CPU tasks.
+printed too. Everything uses one thread per process (OMP/BLAS, and OpenCV's pool through
+``generator.pipeline.ray_exec.fit_threads``), as Ray tasks of 1 CPU do.
 
     python bench/pipeline.py [--scenes 2] [--scale-copies 4] [--repeat 10] [--keep DIR]
 """
@@ -144,6 +145,9 @@ def main(argv=None) -> int:
 
     import ray
 
+    from generator.pipeline.ray_exec import fit_threads
+
+    fit_threads()  # the in-process run on one thread, like a 1-CPU Ray task
     work = Path(args.keep or tempfile.mkdtemp(prefix="drivegen-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     logs = synth_logs(args.scenes, seed=0)
