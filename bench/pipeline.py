@@ -14,7 +14,9 @@
 4. the hand-off between stages: consecutive CPU stages run as one Ray task per scene
    (``generator.pipeline.ray_exec.segments``), so the scene's work is pickled only where a model stage on an
    actor takes it over; in one process, the size and the pickle + unpickle time each stage's output would
-   cost if it were handed over, for the first scene, against the stages' own time (what fusing saves).
+   cost if it were handed over, for the first scene, against the stages' own time (what fusing saves);
+5. Ray Data's per-operator reservation: a plain ``map_batches`` of 8 tasks of 2 s of CPU each on 2 CPUs, with the
+   reservation on (Ray Data's default) and off (what a one-operator drivegen plan uses), against the 8 s ideal.
 
 Timed passes run on warm processes: each configuration first runs the same scenes once (imports, model
 and template loading, worker start-up), then the timed pass writes a fresh run folder. Cold figures are
@@ -210,9 +212,41 @@ def main(argv=None) -> int:
           f"{res_big.summary['frames'] / t_big:.1f} frames/s")
     print("4. hand-off between stages (first scene, in one process)")
     handoff(ids[0], desc, cfg, stages, work / "handoff")
+    print("5. Ray Data's per-operator reservation, 8 tasks of 2 s on 2 CPUs (ideal 8.0 s)")
+    reservation()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _busy(batch: dict, seconds: float = 2.0) -> dict:
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        pass
+    return {"start": [t0]}
+
+
+def reservation(tasks: int = 8) -> None:
+    """Wall time of ``tasks`` CPU-bound 2 s tasks through one ``map_batches`` with Ray Data's per-operator reservation
+    on and off (each after a warm-up pass), and when each task started."""
+    import ray
+
+    from generator.pipeline.ray_exec import configure_data_context
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    configure_data_context(progress_bars=False)
+    ctx = ray.data.DataContext.get_current()
+    for on in (True, False):
+        ctx.op_resource_reservation_enabled = on
+        for _ in range(2):  # the first pass starts the workers
+            ds = ray.data.from_items([{"i": i} for i in range(tasks)], override_num_blocks=tasks).map_batches(
+                _busy, batch_size=1, num_cpus=1, compute=ray.data.TaskPoolStrategy(size=4))
+            t0 = time.time()
+            starts = sorted(r["start"] - t0 for r in ds.iter_rows())
+            wall = time.time() - t0
+        print(f"  reservation {'on ' if on else 'off'}  {wall:5.1f} s   tasks started at "
+              + " ".join(f"{x:.2f}" for x in starts))
+    ray.shutdown()
 
 
 def scene_work_s(run: Path) -> float:
