@@ -136,3 +136,36 @@ def test_sam2_random_weights_box_prompts(nuscenes_demo):
     assert scores.shape == (3,) and scores.dtype == np.float64 and ((scores >= 0) & (scores <= 1)).all()
     m0, s0 = seg.decode(seg.encode([img])[0], img.shape[:2], boxes[:0], [])
     assert m0.shape == (0, 900, 1600) and s0.shape == (0,)
+
+
+def test_points_in_boxes_equals_the_every_pair_test():
+    """``points_in_boxes`` tests only the points within a box's half-diagonal in x; its mask equals the plain test
+    of every point against every box, for points on the boxes' corners and faces, NaN points and boxes, flat boxes
+    and empty inputs."""
+    from generator.geometry import points_in_boxes
+
+    def every_pair(p, c, s, yaw):
+        d = p[None, :, :3] - c[:, None, :]
+        cy, sn = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+        lx, ly = d[..., 0] * cy + d[..., 1] * sn, -d[..., 0] * sn + d[..., 1] * cy
+        return (np.abs(lx) <= s[:, :1] / 2) & (np.abs(ly) <= s[:, 1:2] / 2) & (np.abs(d[..., 2]) <= s[:, 2:3] / 2)
+
+    rng = np.random.default_rng(5)
+    inside = 0
+    for trial in range(120):
+        n_pts, n_box = int(rng.integers(0, 2000)), int(rng.integers(0, 25))
+        p = rng.uniform(-20, 20, (n_pts, 3))
+        c, s, yaw = rng.uniform(-20, 20, (n_box, 3)), rng.uniform(1e-3, 8, (n_box, 3)), rng.uniform(-4, 4, n_box)
+        k = min(n_pts, n_box)  # one point on each box's corner (footprint) at its centre height
+        p[:k, 0] = c[:k, 0] + np.cos(yaw[:k]) * s[:k, 0] / 2 - np.sin(yaw[:k]) * s[:k, 1] / 2
+        p[:k, 1] = c[:k, 1] + np.sin(yaw[:k]) * s[:k, 0] / 2 + np.cos(yaw[:k]) * s[:k, 1] / 2
+        p[:k, 2] = c[:k, 2]
+        if k and trial % 4 == 0:
+            p[-1], c[-1] = np.nan, np.nan
+        if k and trial % 6 == 0:
+            s[0, :2] = 0.0
+        got = points_in_boxes(p, c, s, yaw)
+        assert got.shape == (n_box, n_pts)
+        np.testing.assert_array_equal(got, every_pair(p, c, s, yaw))
+        inside += int(got.sum())
+    assert inside > 1000  # the trials do put points inside boxes
