@@ -268,7 +268,9 @@ def test_an_image_shared_by_samples_is_published_once(scene):
 
     class Publisher:
         dropped_keys = ()
-        calls: list = []
+
+        def __init__(self):
+            self.calls = []
 
         def __call__(self, data, fi, cam):
             self.calls.append((fi, cam))

@@ -52,6 +52,7 @@ MEASURED_DEFAULT = {"face_recall": 1.000, "plate_recall": 1.000, "blurred_outsid
                     "command": "python bench/anonymize.py"}
 TIMESTAMP_KEYS = ("timestamp_us",)
 PATH_KEYS = ("source_path", "image_path")
+STRIPPED_KEYS = TIMESTAMP_KEYS + PATH_KEYS  # what ``strip_timestamps`` removes
 
 
 class AnonymizeError(DrivegenError):
@@ -264,7 +265,7 @@ class ScenePublisher:
     @property
     def dropped_keys(self) -> tuple[str, ...]:
         """The keys ``metadata`` removes at any depth (none when ``cfg.strip_timestamps`` is off)."""
-        return TIMESTAMP_KEYS + PATH_KEYS if self.cfg.strip_timestamps else ()
+        return STRIPPED_KEYS if self.cfg.strip_timestamps else ()
 
     def metadata(self, meta):
         """Published JSON metadata: timestamps stripped when ``cfg.strip_timestamps`` (``strip_timestamps``)."""
@@ -318,7 +319,7 @@ def strip_timestamps(meta, enabled: bool = True):
     returns ``meta`` as is."""
     if not enabled:
         return meta
-    drop = TIMESTAMP_KEYS + PATH_KEYS
+    drop = STRIPPED_KEYS
     if isinstance(meta, dict):
         return {k: strip_timestamps(v) for k, v in meta.items() if k not in drop}
     if isinstance(meta, (list, tuple)):
