@@ -108,6 +108,9 @@ class SceneWork:
     video: Any = None  # camera-only sources: generator.pipeline.video.Video (instead of loaded ... questions)
     counts: dict[str, Any] = field(default_factory=dict)  # per-scene figures for the manifest and summary
     timings_s: dict[str, float] = field(default_factory=dict)
+    # [first start, last end] of each stage in wall-clock seconds (Unix time): when a model actor worked on
+    # this scene, for busy shares across processes (bench/gpu.py); written to the manifest
+    spans_unix: dict[str, list[float]] = field(default_factory=dict)
     error: StageError | None = None
 
     def need(self, name: str, stage: str):
@@ -176,7 +179,7 @@ def apply_stage(stage: Stage, work: SceneWork, env: StageEnv, mark: bool = True)
         return work
     if mark:
         mark_attempt(env.store, work.scene_id, stage.name)
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     try:
         for name in stage.needs:
             work.need(name, stage.name)
@@ -187,6 +190,7 @@ def apply_stage(stage: Stage, work: SceneWork, env: StageEnv, mark: bool = True)
         work.error = StageError.from_exception(err, stage.name, work.scene_id)
         work.clear()
     work.timings_s[stage.name] = work.timings_s.get(stage.name, 0.0) + time.perf_counter() - t0
+    work.spans_unix[stage.name] = [work.spans_unix.get(stage.name, [wall0])[0], time.time()]
     return work
 
 
@@ -212,8 +216,10 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
         try:
             write(work, env, staging)
             work.timings_s[stage_name] = time.perf_counter() - t0
+            spans = {k: [round(a, 4), round(b, 4)] for k, (a, b) in work.spans_unix.items()}
             manifest = commit_scene(env.store, work.scene_id, staging, counts=work.counts, timings_s=work.timings_s,
-                                    config=config_key(env.cfg), epoch=work.epoch, fence=fence)
+                                    config=config_key(env.cfg), epoch=work.epoch, fence=fence,
+                                    extra={"stage_spans_unix": spans})
             return {"scene_id": work.scene_id, "status": "ok",
                     "info": json.dumps({"counts": manifest["counts"], "timings_s": manifest["timings_s"],
                                         "files": len(manifest["files"])}, default=_jsonable)}
