@@ -372,6 +372,9 @@ class Sam2Config(_Model):
     checkpoint: str | None = None  # None = random weights (tests only)
     device: str = "auto"
     batch_images: int = Field(6, ge=1)
+    # GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
+    # notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32.
+    precision: Literal["bf16", "fp32"] = "bf16"
 
 
 class CpuSegmenterConfig(_Model):

@@ -16,7 +16,9 @@ Then ``model.forward_image`` -> ``_prepare_backbone_features`` (+ ``no_mem_embed
 the prompt encoder (box corners as points labelled 2/3, extra positive points labelled 1, padding -1)
 -> the mask decoder (``multimask_output=False``), and the 256x256 low-resolution logits are resized to
 the image and thresholded at 0. Scores are SAM's predicted IoU clipped to [0, 1]. Images are encoded in
-batches of ``segmentation.sam2.batch_images``; GPU when ``device: auto`` finds one.
+batches of ``segmentation.sam2.batch_images``; GPU when ``device: auto`` finds one. On a GPU the encoder and
+decoder run under bfloat16 autocast (``segmentation.sam2.precision``), as SAM 2's own examples run them; the
+CPU always runs float32.
 """
 from __future__ import annotations
 
@@ -60,13 +62,15 @@ class Sam2Segmenter(Segmenter):
         self.device = torch.device(resolve_device(sc.device))
         self.model = build_sam2(sc.model_config_name, ckpt_path=sc.checkpoint, device=str(self.device), mode="eval")
         self.size = int(self.model.image_size)
+        self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16,
+                             enabled=self.device.type == "cuda" and sc.precision == "bf16")
         self.feat_sizes = [(self.size // 4,) * 2, (self.size // 8,) * 2, (self.size // 16,) * 2]
 
     def encode(self, images_bgr: list[np.ndarray]) -> list[dict]:
         """Image features for a batch of images (one backbone pass)."""
         import torch
 
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast(**self.autocast):
             x = preprocess(images_bgr, self.size, self.device)
             backbone_out = self.model.forward_image(x)
             _, vision_feats, _, _ = self.model._prepare_backbone_features(backbone_out)
@@ -95,7 +99,7 @@ class Sam2Segmenter(Segmenter):
             labels[i, 2:2 + len(p)] = 1
         coords[..., 0] *= self.size / W
         coords[..., 1] *= self.size / H
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast(**self.autocast):
             c = torch.from_numpy(coords).to(self.device)
             lab = torch.from_numpy(labels).to(self.device)
             sparse, dense = self.model.sam_prompt_encoder(points=(c, lab), boxes=None, masks=None)
