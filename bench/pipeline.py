@@ -196,6 +196,9 @@ def main(argv=None) -> int:
     w1, w2 = scene_work_s(work / "scale1"), scene_work_s(work / "scale2")
     print(f"  -> the scenes' own work: {w1:.1f} s with one worker, {w2:.1f} s with two ({w2 / w1 - 1:+.0%} when two "
           f"run at once): speed-up bound {scale_ray1 / (w2 / 2):.2f}x")
+    idle, gaps = idle_workers(work / "scale2", 2)
+    print(f"  -> worker time left idle while scenes waited (2 workers): {idle:.1f} s; longest gaps "
+          + ", ".join(f"{g:.2f} s at {t:.1f} s" for g, t in gaps))
 
     print(f"3. streaming memory, N = {len(ids)} vs {args.repeat} N scenes (2 workers)")
     big_logs = repeated_logs(Path(logs), work / "logs-repeated", args.repeat)
@@ -247,6 +250,30 @@ def reservation(tasks: int = 8) -> None:
         print(f"  reservation {'on ' if on else 'off'}  {wall:5.1f} s   tasks started at "
               + " ".join(f"{x:.2f}" for x in starts))
     ray.shutdown()
+
+
+def idle_workers(run: Path, workers: int) -> tuple[float, list[tuple[float, float]]]:
+    """Worker-seconds with fewer than ``workers`` scenes in progress, from the first scene's start to the last
+    scene's start (scenes were still waiting then), from the manifests' ``stage_spans_unix``; and the three
+    longest such stretches as (seconds, start into the run)."""
+    spans = [json.loads(p.read_text())["stage_spans_unix"] for p in (run / "manifest").glob("*.json")]
+    iv = sorted((min(a for a, _ in s.values()), max(b for _, b in s.values())) for s in spans)
+    t0, t_last = iv[0][0], iv[-1][0]
+    edges = sorted({t for a, b in iv for t in (a, b) if t <= t_last} | {t_last})
+    idle, gaps, run_start, run_len = 0.0, [], None, 0.0
+    for lo, hi in zip(edges, edges[1:]):
+        active = sum(a <= lo and b >= hi for a, b in iv)
+        short = max(0, workers - active) * (hi - lo)
+        idle += short
+        if short > 0:
+            run_start = lo if run_start is None else run_start
+            run_len = hi - run_start
+        elif run_start is not None:
+            gaps.append((run_len, run_start - t0))
+            run_start = None
+    if run_start is not None:
+        gaps.append((run_len, run_start - t0))
+    return idle, sorted(gaps, reverse=True)[:3]
 
 
 def scene_work_s(run: Path) -> float:

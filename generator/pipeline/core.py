@@ -211,11 +211,12 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
         return {"scene_id": work.scene_id, "status": "stale", "info": json.dumps({"error": str(err)})}
     if work.error is None:
         mark_attempt(env.store, work.scene_id, stage_name)
-        t0 = time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
         staging = env.store.staging_dir(f"{work.epoch or 0}-{_short(work.scene_id)}")
         try:
             write(work, env, staging)
             work.timings_s[stage_name] = time.perf_counter() - t0
+            work.spans_unix[stage_name] = [wall0, time.time()]
             spans = {k: [round(a, 4), round(b, 4)] for k, (a, b) in work.spans_unix.items()}
             manifest = commit_scene(env.store, work.scene_id, staging, counts=work.counts, timings_s=work.timings_s,
                                     config=config_key(env.cfg), epoch=work.epoch, fence=fence,
