@@ -200,7 +200,9 @@ def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
 def test_ray_work_keeps_to_its_cpus(ray2, tmp_path):
     """A task sizes OpenCV's own thread pool to the CPUs Ray gave it (1 for a 1-CPU task, 2 for a 2-CPU one), as
     Ray sizes OpenMP's; a plan of one operator (CPU stages fused into one task) runs without Ray Data's
-    per-operator reservation, which held its second task back, and a plan with a model stage keeps it."""
+    per-operator reservation, which held its second task back, and without the downstream-capacity backpressure,
+    which then weighed the driver's few-hundred-byte summary rows and held scenes back for up to 2 s; a plan
+    with a model stage keeps both."""
     from generator.pipeline.ray_exec import build_dataset, fit_threads
 
     def threads():
@@ -211,9 +213,11 @@ def test_ray_work_keeps_to_its_cpus(ray2, tmp_path):
     assert ray.get(ray.remote(num_cpus=1)(threads).remote()) == (1, 1)
     assert ray.get(ray.remote(num_cpus=2)(threads).remote()) == (2, 2)
     store = RunStore(tmp_path / "run")
-    for actor, reserved in ((False, False), (True, True)):
+    for actor, reserved in ((False, False), (True, True), (False, False)):
         ds = build_dataset(["s-0"], {"kind": "toy"}, toy_stages(actor), toy_write, toy_cfg(), store)
         assert ds.context.op_resource_reservation_enabled is reserved
+        ratio = ds.context.downstream_capacity_backpressure_ratio
+        assert (ratio == ray.data.context.DEFAULT_DOWNSTREAM_CAPACITY_BACKPRESSURE_RATIO) if reserved else ratio is None
 
 
 # ------------------------------------------------------------------------------------------ real runs

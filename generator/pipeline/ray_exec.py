@@ -196,8 +196,16 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
     # Ray Data reserves a share of the cluster for each operator so that none starves another (model pools
     # beside CPU tasks). A plan of one operator (the CPU backends: a scene is one task) has nothing to protect,
     # and there the reservation held the second task back about 1 s and each later one about 0.1 s on 2 CPUs
-    # (bench/pipeline.py). Set before the Dataset is made: it takes a copy of the context.
-    ray.data.DataContext.get_current().op_resource_reservation_enabled = len(parts) > 1
+    # (bench/pipeline.py). Without a reservation, Ray Data's downstream-capacity backpressure compares the bytes
+    # of the summary rows waiting for the driver with the bytes the driver holds (a few hundred each): it held
+    # back the next scene for up to 2.3 s while a worker sat idle (ray-data.log: "Backpressure change"). The
+    # run's memory is bounded by ``ray.scenes_in_flight`` instead. Both are set before the Dataset is made: it
+    # takes a copy of the context.
+    one_operator = len(parts) == 1
+    ctx = ray.data.DataContext.get_current()
+    ctx.op_resource_reservation_enabled = not one_operator
+    ctx.downstream_capacity_backpressure_ratio = (
+        None if one_operator else ray.data.context.DEFAULT_DOWNSTREAM_CAPACITY_BACKPRESSURE_RATIO)
     ds = ray.data.from_items([{"scene_id": s} for s in scene_ids], override_num_blocks=max(1, len(scene_ids)))
     in_flight = max(1, min(rc.scenes_in_flight, len(scene_ids)))
     task_args = dict(batch_size=1, batch_format="numpy", num_cpus=res.task_cpus,
