@@ -29,7 +29,6 @@ import os
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -102,6 +101,7 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
 
     from generator.pipeline import RunStore, run_pipeline
     from generator.pipeline.stages import default_stages, write_scene
+    from generator.runfolder import RunReader
 
     ray.init(address="local", num_gpus=n_gpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
@@ -116,7 +116,7 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
             if res.summary["scenes"]["failed"]:
                 raise SystemExit(f"pipeline run failed: {res.summary['errors'][:2]}")
             rows = {"wall": wall, "frames": res.summary["frames"]}
-            manifests = [json.loads(p.read_text()) for p in (out / "manifest").glob("*.json")]
+            manifests = RunReader(str(out)).manifests()
             for stage in ("detect", "perceive"):
                 spans = [m["stage_spans_unix"][stage] for m in manifests]
                 rows[stage] = sum(m["timings_s"].get(stage, 0.0) for m in manifests)

@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from generator.pipeline import SYNTH_VERSION, RunStore, run_pipeline, synth_logs  # noqa: E402
 from generator.pipeline.stages import default_stages, write_scene  # noqa: E402
+from generator.runfolder import RunReader  # noqa: E402
 from generator.sources import open_source  # noqa: E402
 from schemas.config import PipelineConfig  # noqa: E402
 
@@ -256,7 +257,7 @@ def idle_workers(run: Path, workers: int) -> tuple[float, list[tuple[float, floa
     """Worker-seconds with fewer than ``workers`` scenes in progress, from the first scene's start to the last
     scene's start (scenes were still waiting then), from the manifests' ``stage_spans_unix``; and the three
     longest such stretches as (seconds, start into the run)."""
-    spans = [json.loads(p.read_text())["stage_spans_unix"] for p in (run / "manifest").glob("*.json")]
+    spans = [m["stage_spans_unix"] for m in RunReader(str(run)).manifests()]
     iv = sorted((min(a for a, _ in s.values()), max(b for _, b in s.values())) for s in spans)
     t0, t_last = iv[0][0], iv[-1][0]
     edges = sorted({t for a, b in iv for t in (a, b) if t <= t_last} | {t_last})
@@ -278,7 +279,7 @@ def idle_workers(run: Path, workers: int) -> tuple[float, list[tuple[float, floa
 
 def scene_work_s(run: Path) -> float:
     """The stage timings of every finished scene of a run folder, summed (seconds of scene work)."""
-    return sum(sum(json.loads(p.read_text())["timings_s"].values()) for p in (run / "manifest").glob("*.json"))
+    return sum(sum(m["timings_s"].values()) for m in RunReader(str(run)).manifests())
 
 
 def handoff(scene_id: str, desc: dict, cfg, stages, out: Path) -> None:

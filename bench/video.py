@@ -18,7 +18,6 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -79,6 +78,7 @@ def write_folder(root: Path, seconds: float, n_peds: int, width: int) -> str:
 
 def run_once(data: Path, out: Path, extract: bool) -> dict:
     from generator.pipeline import run
+    from generator.runfolder import RunReader
     from schemas.config import parse_config
 
     cfg = parse_config({"pie": {"extract_frames": extract}, "report": {"on_run": False}})
@@ -87,7 +87,7 @@ def run_once(data: Path, out: Path, extract: bool) -> dict:
     res = run(str(out), source="jaad", data=str(data), cfg=cfg, executor="local", progress=False)
     wall = time.perf_counter() - t0
     assert res.exit_code == 0, res.summary["errors"]
-    m = json.loads(next((out / "manifest").glob("*.json")).read_text())
+    m = RunReader(str(out)).manifests()[0]
     return {"wall": wall, **m["timings_s"], "counts": m["counts"]}
 
 
