@@ -1,6 +1,7 @@
 """GPU figures (issue #12 item 6): CenterPoint and SAM 2.1 alone vs inside the streaming pipeline.
 
-    python bench/gpu.py [--scenes 2] [--sam t,l] [--detector centerpoint|lidar] [--allow-cpu] [--cameras CAM_FRONT,...]
+    python bench/gpu.py [--scenes 2] [--sam t,l] [--detector centerpoint|lidar] [--perceive-actors 1,2]
+                        [--allow-cpu] [--cameras CAM_FRONT,...]
 
 Needs a CUDA GPU and the CUDA builds of mmcv/mmdet3d/sam2 (README, "Models"). Without one it prints why and
 exits 0 (skipped); ``--allow-cpu`` runs the same code on the CPU as a smoke check (figures meaningless).
@@ -21,6 +22,10 @@ machine whose mmcv has no CUDA ops yet).
    from the manifests' ``stage_spans_unix``, which leaves out the actor's start-up and the pipeline's fill
    and drain), and the run's frames/s per GPU. Each ``run_pipeline`` call starts its own actors, so the
    timed run's wall time includes building the models once more.
+   ``--perceive-actors K`` (a list: one pipeline run each) gives the perceive stage K actors
+   (``ray.stage_actors``) and every model actor an equal share of one GPU, 1 / (K + 1) with the CenterPoint
+   actor: the slower stage gets more actors on the same device. A stage's busy share is then its summed time
+   over K actors; its throughput, frames over its span.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ def centerpoint_config() -> str:
                "centerpoint_pillar02_second_secfpn_8xb4-cyclic-20e_nus-3d.py")
 
 
-def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "centerpoint"):
+def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "centerpoint", perceive_actors: int = 1):
     from schemas.config import PipelineConfig
 
     cfg = PipelineConfig()
@@ -62,6 +67,10 @@ def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "center
     if cameras:
         cfg.segmentation.cameras = cameras
     cfg.ray.model_stages = "actors"
+    if perceive_actors > 1:  # the slower stage gets more actors; every actor an equal share of one GPU
+        share = 1.0 / (perceive_actors + 1)
+        cfg.ray.stage_actors = {"perceive": {"pool_size": perceive_actors, "num_gpus": share},
+                                "detect": {"num_gpus": share}}
     cfg.writers.card = cfg.writers.bench_export = cfg.writers.webdataset = False
     cfg.report.on_run = False
     return cfg
@@ -135,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cameras", default=None, help="cameras SAM segments (default: the config's six)")
     ap.add_argument("--detector", choices=("centerpoint", "lidar"), default="centerpoint",
                     help="centerpoint (GPU, needs mmcv's CUDA ops) or lidar (the CPU detector: SAM figures only)")
+    ap.add_argument("--perceive-actors", default="1",
+                    help="perceive-stage actors sharing the GPU, one pipeline run per value (default 1; e.g. 1,2)")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU as a smoke check (figures meaningless)")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
     a = ap.parse_args(argv)
@@ -170,21 +181,26 @@ def main(argv=None) -> int:
         ids, desc = src.scene_ids(), src.describe()
         scenes = [src.load_scene(s) for s in ids]
         solo = alone(scenes, cfg)
-        run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}")
         n = solo["frames"]
         detector = "CenterPoint pillar" if a.detector == "centerpoint" else "lidar detector (CPU)"
         print(f"{detector} + SAM 2.1 hiera-{sam} ({solo['device']}), {n} frames, "
               f"{len(cfg.segmentation.cameras)} camera(s) segmented")
-        models = [("detect", "CenterPoint")] if a.detector == "centerpoint" else []
-        for stage, model in models + [("perceive", f"SAM 2.1 hiera-{sam} (+ tracking, visibility)")]:
-            r_alone, r_pipe = n / solo[stage], run["frames"] / run[stage]
-            busy, busy_stream = run[stage] / run["wall"], run[stage] / run[stage + "_span"]
-            print(f"  {model:<42s} alone {r_alone:7.2f} frames/s   in the pipeline {r_pipe:7.2f} frames/s "
-                  f"({r_pipe / r_alone:.0%} of alone, goal >= 80 %)   actor busy {busy:.0%} of the run "
-                  f"(goal >= 80 %), {busy_stream:.0%} from its first scene to its last; first scene began "
-                  f"{run[stage + '_first']:.1f} s into the run")
-        print(f"  pipeline: {run['frames'] / run['wall']:.2f} frames/s in {run['wall']:.1f} s, "
-              f"{run['frames'] / run['wall'] / max(n_gpus, 1):.2f} frames/s per GPU")
+        for k in (int(x) for x in a.perceive_actors.split(",")):
+            cfg = pipeline_config(sam, cameras, a.detector, perceive_actors=k)
+            run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}")
+            print(f" perceive actors: {k}" + (f" (each model actor {1 / (k + 1):.2f} of a GPU)" if k > 1 else ""))
+            models = [("detect", "CenterPoint", 1)] if a.detector == "centerpoint" else []
+            for stage, model, actors in models + [("perceive", f"SAM 2.1 hiera-{sam} (+ tracking, visibility)", k)]:
+                r_alone, r_actor = n / solo[stage], run["frames"] / run[stage]  # stage time summed over actors
+                r_stage = run["frames"] / run[stage + "_span"]
+                busy, busy_stream = run[stage] / (actors * run["wall"]), run[stage] / (actors * run[stage + "_span"])
+                print(f"  {model:<42s} alone {r_alone:7.2f} frames/s   in the pipeline {r_actor:7.2f} "
+                      f"frames/s per actor ({r_actor / r_alone:.0%} of alone, goal >= 80 %), stage "
+                      f"{r_stage:.2f} frames/s over its span   actor busy {busy:.0%} of the run (goal >= 80 %), "
+                      f"{busy_stream:.0%} from its first scene to its last; first scene began "
+                      f"{run[stage + '_first']:.1f} s into the run")
+            print(f"  pipeline: {run['frames'] / run['wall']:.2f} frames/s in {run['wall']:.1f} s, "
+                  f"{run['frames'] / run['wall'] / max(n_gpus, 1):.2f} frames/s per GPU")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -712,6 +712,24 @@ class ReportConfig(_Model):
     on_run: bool = True  # ``drivegen run`` ends by writing the report
 
 
+class StageActorsConfig(_Model):
+    """One model stage's actor pool (``ray.stage_actors.<stage>``), over the defaults of ``ray``. A stage slower
+    than the others gets more actors; actors of one GPU share it through fractional ``num_gpus`` (Ray places
+    fractional GPU requests on one device), e.g. ``perceive: {pool_size: 3, num_gpus: 0.25}`` beside
+    ``detect: {num_gpus: 0.25}`` on a single GPU."""
+
+    pool_size: int | None = Field(None, ge=1)  # None: ray.actor_pool_size
+    num_gpus: float | None = Field(None, ge=0)  # None: ray.actor_num_gpus; above 1 a whole number (Ray's rule)
+    num_cpus: float | None = Field(None, gt=0)  # None: ray.actor_num_cpus
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _whole_above_one(cls, v):
+        if v is not None and v > 1 and v != int(v):
+            raise ValueError(f"num_gpus above 1 must be a whole number of GPUs (Ray's rule), got {v:g}")
+        return v
+
+
 class RayConfig(_Model):
     address: str | None = None  # None = embedded local Ray; 'auto' or host:port joins a cluster
     num_cpus: int | None = Field(None, ge=1)
@@ -719,6 +737,13 @@ class RayConfig(_Model):
     actor_num_cpus: float = Field(0.5, gt=0)  # fractional: whole-CPU actors starve the read stage on 2 CPUs
     actor_num_gpus: float = Field(1.0, ge=0)  # used only when the cluster has GPUs
     actor_pool_size: int = Field(1, ge=1)
+    # per model stage ('detect', 'perceive'): its pool size and shares, over the three defaults above
+    stage_actors: dict[str, StageActorsConfig] = Field(default_factory=dict)
+
+    @field_validator("actor_num_gpus")
+    @classmethod
+    def _whole_gpus(cls, v):
+        return StageActorsConfig._whole_above_one(v)
     max_retries: int = Field(2, ge=0)
     scenes_in_flight: int = Field(4, ge=1)
     # Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends

@@ -1,6 +1,6 @@
 """GPU scheduling on local Ray clusters whose nodes advertise GPUs by resource (issue #12 item 2): model stages
 become actor pools holding GPUs (one model per actor, built once), CPU stages never hold a GPU, two GPU nodes
-run two model actors at once, a cluster without GPUs falls back to CPU actors with a log line, and each actor
+run two model actors at once, two actors of one stage share one GPU by fractions (``ray.stage_actors``), a cluster without GPUs falls back to CPU actors with a log line, and each actor
 resolves its torch device from what Ray assigned it (the real SAM 2.1 model class, random weights).
 
 The stages are the pipeline's own executor (``generator.pipeline.ray_exec.build_dataset``) running probe stages
@@ -75,7 +75,7 @@ STAGES = [Stage("cpu_probe", _cpu_probe),
           Stage("model_probe", _model_probe, build=_build_sam2, actor=True, gpu=True)]
 
 
-def _run(address: str | None, tmp_path, n_scenes: int, pool: int) -> list[dict]:
+def _run(address: str | None, tmp_path, n_scenes: int, pool: int, stage_actors: dict | None = None) -> list[dict]:
     """The probe stages over ``n_scenes`` scenes on the cluster at ``address`` (None: an embedded local Ray of
     2 CPUs and no GPU, what ``drivegen run`` starts on a laptop)."""
     import ray
@@ -88,7 +88,8 @@ def _run(address: str | None, tmp_path, n_scenes: int, pool: int) -> list[dict]:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import the tests folder
     cfg = PipelineConfig.model_validate({
         "segmentation": {"backend": "sam2", "sam2": {"model_config_name": "configs/sam2.1/sam2.1_hiera_t.yaml"}},
-        "ray": {"actor_pool_size": pool, "actor_num_gpus": 1, "scenes_in_flight": n_scenes, "num_cpus": 2}})
+        "ray": {"actor_pool_size": pool, "actor_num_gpus": 1, "scenes_in_flight": n_scenes, "num_cpus": 2,
+                "stage_actors": stage_actors or {}}})
     ensure_ray(cfg, address=address)
     try:
         configure_data_context(progress_bars=False)
@@ -137,6 +138,28 @@ def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(tmp_path, sam2_
     # the device follows Ray's assignment: GPUs by resource only and CPU torch -> CPU, said in the log
     assert all(x["device"] == "cpu" for x in model)
     assert not any("no GPUs" in r.getMessage() for r in caplog.records)
+
+
+def test_actors_of_one_stage_share_one_gpu_by_fractions(tmp_path, sam2_installed):
+    """``ray.stage_actors``: two actors of the model stage at 0.5 GPU each on a node with one GPU are both
+    placed on that device and work at the same time (the way a slower model gets more actors per GPU)."""
+    from support.pipeline import LocalCluster
+
+    c = LocalCluster(workers=1, gpus_per_worker=1)
+    try:
+        counts = _run(c.address, tmp_path, n_scenes=4, pool=1,
+                      stage_actors={"model_probe": {"pool_size": 2, "num_gpus": 0.5}})
+    finally:
+        c.shutdown()
+    model = [x["model_stage"] for x in counts]
+    assert all(x["gpu_ids"] == ["0"] and x["cuda_visible"] == "0" for x in model), model
+    assert all(x["cpu_stage"]["gpu_ids"] == [] for x in counts)
+    actors = {x["pid"] for x in model}
+    assert len(actors) == 2, model
+    for pid in actors:
+        assert len({tuple(x["model"]) for x in model if x["pid"] == pid}) == 1, "model rebuilt within an actor"
+    best = max(_overlap(a, b) for a in model for b in model if a["pid"] != b["pid"])
+    assert best > MODEL_SECONDS / 2, f"the two actors sharing the GPU never ran together (best overlap {best:.2f} s)"
 
 
 def test_cluster_without_gpus_falls_back_to_cpu_actors_with_a_log_line(tmp_path, sam2_installed, caplog):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pydantic import ValidationError
 import ray
 from ray import cloudpickle
 
@@ -300,20 +301,66 @@ def test_av2_log_embedded_equals_cluster(av2_log, cluster3, tmp_path):
 
 def test_resources_fit_the_cluster():
     """Actor pools never take every CPU (the read stage must run) nor wait for GPUs that do not exist."""
-    from generator.pipeline.ray_exec import plan_resources
+    from generator.pipeline.ray_exec import ActorPool, plan_resources
 
     det = Stage("detect", toy_detect, actor=True, gpu=True)
     seg = Stage("perceive", toy_qa, actor=True, gpu=True)
     rc = toy_cfg(actor_pool_size=4).ray  # 0.5 CPU, 1 GPU per actor by default
     r = plan_resources(rc, [Stage("load", toy_load), det, seg], cluster_cpus=2, cluster_gpus_=0)
-    assert r.actor_gpus == 0 and r.pool_size == 4
-    assert 8 * r.actor_cpus + r.task_cpus <= 2 and r.task_cpus > 0 and r.notes
+    assert set(r.actors) == {"detect", "perceive"} and all(a.gpus == 0 and a.size == 4 for a in r.actors.values())
+    assert sum(a.size * a.cpus for a in r.actors.values()) + r.task_cpus <= 2 and r.task_cpus > 0 and r.notes
     r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)
-    assert r.gpu_pool_size == 1 and r.actor_gpus == 0.5  # two model stages share the one GPU
+    assert r.actors == {n: ActorPool(1, 0.5, 0.5) for n in ("detect", "perceive")}  # one GPU, shared by the two
     r = plan_resources(rc, [det, seg], cluster_cpus=64, cluster_gpus_=8)
-    assert (r.gpu_pool_size, r.actor_gpus, r.actor_cpus, r.task_cpus, r.notes) == (4, 1.0, 0.5, 1.0, ())
+    assert (r.actors, r.task_cpus, r.notes) == ({n: ActorPool(4, 0.5, 1.0) for n in ("detect", "perceive")}, 1.0, ())
     r = plan_resources(toy_cfg().ray, toy_stages(), cluster_cpus=2, cluster_gpus_=0)  # no actors: untouched
-    assert (r.task_cpus, r.notes) == (1.0, ())
+    assert (r.task_cpus, r.actors, r.notes) == (1.0, {}, ())
+
+
+def test_stage_actor_pools_are_sized_per_stage_and_always_placeable():
+    """``ray.stage_actors``: the slower model gets more actors and several actors share one GPU by fractions;
+    whatever is asked, every GPU actor can be placed (Ray Data would otherwise wait for it forever)."""
+    from generator.pipeline.ray_exec import ActorPool, gpus_pack, plan_resources
+
+    det = Stage("detect", toy_detect, actor=True, gpu=True)
+    seg = Stage("perceive", toy_qa, actor=True, gpu=True)
+    cpu_model = Stage("perceive", toy_qa, actor=True, gpu=False)  # a model stage on a CPU backend
+    rc = toy_cfg(stage_actors={"perceive": {"pool_size": 3, "num_gpus": 0.25}, "detect": {"num_gpus": 0.25}}).ray
+    r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)
+    assert r.actors == {"detect": ActorPool(1, 0.5, 0.25), "perceive": ActorPool(3, 0.5, 0.25)} and not r.notes
+    r = plan_resources(rc, [det, cpu_model], cluster_cpus=16, cluster_gpus_=1)
+    assert r.actors["perceive"] == ActorPool(3, 0.5, 0.0)  # a stage that cannot use a GPU never holds one
+    # 3 x 0.4 + 0.4 on one GPU does not fit: the pool asking for most shrinks first, to what fits
+    rc = toy_cfg(stage_actors={"perceive": {"pool_size": 3, "num_gpus": 0.4}, "detect": {"num_gpus": 0.4}}).ray
+    r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)
+    assert r.actors["perceive"].size == 1 and r.actors["detect"].size == 1 and "'perceive' reduced from 3 to 1" in r.notes[0]
+    # sums below the GPU count are not enough: 3 actors of 0.6 on 2 GPUs cannot be placed (0.4 is left on each)
+    assert not gpus_pack([0.6, 0.6, 0.6], 2) and gpus_pack([0.6, 0.4, 0.6], 2) and gpus_pack([2, 0.5, 0.5], 3)
+    assert not gpus_pack([2, 0.5], 2) and gpus_pack([0.25] * 4, 1) and not gpus_pack([0.3], 0.25)
+    rc = toy_cfg(stage_actors={"perceive": {"pool_size": 2, "num_gpus": 0.6}, "detect": {"num_gpus": 0.6}}).ray
+    r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=2)
+    assert r.actors["perceive"].size == 1 and gpus_pack([0.6, 0.6], 2)
+    # whole GPUs per actor on a cluster with fewer: one actor per stage, sharing by equal fractions
+    rc = toy_cfg(stage_actors={"perceive": {"num_gpus": 2}}).ray
+    r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)
+    assert (r.actors["perceive"].gpus, r.actors["detect"].gpus) == (0.5, 0.5) and len(r.notes) == 2
+    for a, b in [((0.25, 3), (0.25, 1)), ((1, 2), (1, 2)), ((0.5, 5), (1, 1)), ((2, 2), (0.3, 4))]:
+        rc = toy_cfg(stage_actors={"perceive": {"num_gpus": a[0], "pool_size": a[1]},
+                                   "detect": {"num_gpus": b[0], "pool_size": b[1]}}).ray
+        for gpus in (0.5, 1, 2, 3, 4, 8):
+            r = plan_resources(rc, [det, seg], cluster_cpus=32, cluster_gpus_=gpus)
+            shares = [p.gpus for p in r.actors.values() for _ in range(p.size)]
+            assert gpus_pack(shares, gpus), (a, b, gpus, r)
+
+
+def test_stage_actors_must_name_a_model_stage():
+    from generator.pipeline import check_inputs
+    from schemas.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"ray.stage_actors.*\['percieve'\].*\['detect', 'perceive'\]"):
+        check_inputs(PipelineConfig.model_validate({"ray": {"stage_actors": {"percieve": {"pool_size": 2}}}}))
+    with pytest.raises(ValidationError, match="whole number"):
+        PipelineConfig.model_validate({"ray": {"stage_actors": {"perceive": {"num_gpus": 1.5}}}})
 
 
 def test_consecutive_cpu_stages_are_one_ray_task():

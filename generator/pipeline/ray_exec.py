@@ -14,6 +14,8 @@ Resources (``cfg.ray``):
   ``actor_pool_size`` callable-class actors that build their model once; they ask for ``actor_num_gpus``
   GPUs each when the cluster has GPUs and for fractional CPUs (``actor_num_cpus``, default 0.5) so actor
   pools can never hold every CPU and starve the read/CPU stages (Ray Data hangs on 2 CPUs otherwise).
+  ``stage_actors.<stage>`` sizes one stage's pool apart (more actors for the slower model, fractional GPUs
+  so several share a device); ``plan_resources`` fits it all to the cluster.
   A batch is one scene: its frames (tens to hundreds) are what the model batches on the device
   (``detection.mmdet3d.batch_size``, ``segmentation.sam2.batch_images``).
 * Ray retries a task whose worker died ``max_retries`` times (actors: restarted, their calls retried as
@@ -123,50 +125,98 @@ def cluster_gpus() -> float:
 
 
 @dataclass(frozen=True)
+class ActorPool:
+    """One model stage's actor pool: how many actors, and the CPUs and GPUs each asks for (0 GPUs: a CPU actor)."""
+
+    size: int
+    cpus: float
+    gpus: float
+
+
+@dataclass(frozen=True)
 class Resources:
     """What each map worker asks for, fitted to the cluster (see ``plan_resources``)."""
 
     task_cpus: float
-    actor_cpus: float
-    actor_gpus: float  # per GPU-capable model actor (0 on a cluster without GPUs)
-    pool_size: int
-    gpu_pool_size: int
+    actors: dict[str, ActorPool]  # by model stage name
     notes: tuple[str, ...] = ()
 
 
-def plan_resources(rc, stages: list[Stage], cluster_cpus: float, cluster_gpus_: float) -> Resources:
-    """``cfg.ray`` fitted to the cluster so the pipeline can always make progress:
+def gpus_pack(shares: list[float], gpus: float) -> bool:
+    """Can actors asking for ``shares`` GPUs each be placed on ``gpus`` GPUs? Ray places a fractional request
+    on one device and a request of k >= 1 on k whole devices, so this is bin packing (first fit, largest
+    first) into ``floor(gpus)`` devices of capacity 1 (one device of capacity ``gpus`` when below 1)."""
+    bins = [1.0] * int(gpus) if gpus >= 1 else [gpus]
+    for g in sorted(shares, reverse=True):
+        if g >= 1:
+            free = [i for i, b in enumerate(bins) if b >= 1 - 1e-9]
+            if len(free) < int(g):
+                return False
+            for i in free[:int(g)]:
+                bins[i] = 0.0
+            continue
+        for i, b in enumerate(bins):
+            if b >= g - 1e-9:
+                bins[i] = b - g
+                break
+        else:
+            return False
+    return True
 
+
+def plan_resources(rc, stages: list[Stage], cluster_cpus: float, cluster_gpus_: float) -> Resources:
+    """``cfg.ray`` fitted to the cluster so the pipeline can always make progress. Each model stage's pool comes
+    from ``ray.stage_actors.<stage>`` over the defaults (``actor_pool_size``, ``actor_num_gpus``,
+    ``actor_num_cpus``); GPU shares only where the cluster has GPUs and the stage can use one. Then:
+
+    * the GPU actors must all be placeable (``gpus_pack``), or Ray Data would wait forever for an actor that
+      cannot be placed: pools shrink one actor at a time, the stage asking for the most GPUs first; if one
+      actor per stage still does not fit, the stages share the GPUs (an equal fraction each);
     * actor pools must leave room for at least one CPU task (the read and CPU stages): otherwise Ray Data
       waits forever (actors hold every CPU, the read never runs). Actor CPUs are scaled down to fit, and
-      the task CPUs too when even that is not enough (a 1-CPU machine);
-    * a fixed-size pool of GPU actors cannot be larger than the GPUs allow (it would wait for actors that
-      can never be placed).
+      the task CPUs too when even that is not enough (a 1-CPU machine).
     """
     notes = []
     actors = [st for st in stages if st.actor]
-    pool, gpu_pool = rc.actor_pool_size, rc.actor_pool_size
-    actor_gpus = rc.actor_num_gpus if cluster_gpus_ > 0 else 0.0
-    n_gpu_stages = sum(st.gpu for st in actors)
-    if actor_gpus > 0 and n_gpu_stages:
-        fit = max(1, int(cluster_gpus_ // (actor_gpus * n_gpu_stages)))
-        if fit < gpu_pool:
-            notes.append(f"GPU actor pools reduced from {gpu_pool} to {fit} actor(s): {cluster_gpus_:g} GPU(s), "
-                         f"{n_gpu_stages} model stage(s) at {actor_gpus:g} GPU per actor")
-            gpu_pool = fit
-        if gpu_pool * n_gpu_stages * actor_gpus > cluster_gpus_:
-            shared = cluster_gpus_ / (gpu_pool * n_gpu_stages)
-            notes.append(f"{gpu_pool * n_gpu_stages} GPU actor(s) share {cluster_gpus_:g} GPU(s): "
-                         f"{shared:.2f} GPU each instead of {actor_gpus:g}")
-            actor_gpus = shared
-    n_actors = sum(gpu_pool if (st.gpu and actor_gpus > 0) else pool for st in actors)
-    actor_cpus, task_cpus = rc.actor_num_cpus, rc.cpu_stage_num_cpus
-    if n_actors and cluster_cpus > 0 and cluster_cpus - n_actors * actor_cpus < task_cpus:
+    size, cpus, gpus = {}, {}, {}
+    for st in actors:
+        own = rc.stage_actors.get(st.name)
+        size[st.name] = (own and own.pool_size) or rc.actor_pool_size
+        cpus[st.name] = (own and own.num_cpus) or rc.actor_num_cpus
+        share = own.num_gpus if own is not None and own.num_gpus is not None else rc.actor_num_gpus
+        gpus[st.name] = share if (st.gpu and cluster_gpus_ > 0) else 0.0
+    on_gpu = [n for n in gpus if gpus[n] > 0]
+
+    def placeable() -> bool:
+        return gpus_pack([gpus[n] for n in on_gpu for _ in range(size[n])], cluster_gpus_)
+
+    asked = dict(size)
+    while on_gpu and not placeable() and any(size[n] > 1 for n in on_gpu):
+        n = max((n for n in on_gpu if size[n] > 1), key=lambda n: (size[n] * gpus[n], size[n]))
+        size[n] -= 1
+    for n in on_gpu:
+        if size[n] < asked[n]:
+            notes.append(f"GPU actor pool of stage '{n}' reduced from {asked[n]} to {size[n]} actor(s): "
+                         f"{cluster_gpus_:g} GPU(s) cannot hold every model stage's actors at their GPU shares")
+    if on_gpu and not placeable():
+        per_device = -(-len(on_gpu) // max(1, int(cluster_gpus_)))  # ceil: actors on the busiest device
+        share = min(1.0, cluster_gpus_) / per_device
+        for n in on_gpu:
+            if gpus[n] > share:
+                notes.append(f"stage '{n}': its actor shares a GPU ({share:.2f} GPU instead of {gpus[n]:g}): "
+                             f"{len(on_gpu)} model stage(s) on {cluster_gpus_:g} GPU(s)")
+                gpus[n] = share
+    task_cpus = rc.cpu_stage_num_cpus
+    held = sum(size[n] * cpus[n] for n in size)
+    if held and cluster_cpus > 0 and cluster_cpus - held < task_cpus:
         task_cpus = min(task_cpus, max(0.25, cluster_cpus / 2))
-        actor_cpus = max(0.01, (cluster_cpus - task_cpus) / n_actors)
-        notes.append(f"{n_actors} model actor(s) at {rc.actor_num_cpus:g} CPU would leave no CPU for the read "
-                     f"and CPU stages on {cluster_cpus:g} CPUs: actors get {actor_cpus:.2f} CPU, tasks {task_cpus:g}")
-    return Resources(task_cpus, actor_cpus, actor_gpus, pool, gpu_pool, tuple(notes))
+        scale = (cluster_cpus - task_cpus) / held
+        for n in cpus:
+            cpus[n] = max(0.01, cpus[n] * scale)
+        notes.append(f"{sum(size.values())} model actor(s) asking for {held:g} CPU would leave no CPU for the read "
+                     f"and CPU stages on {cluster_cpus:g} CPUs: actors get {scale:.2f} of what they ask, "
+                     f"tasks {task_cpus:g}")
+    return Resources(task_cpus, {n: ActorPool(size[n], cpus[n], gpus[n]) for n in size}, tuple(notes))
 
 
 def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], write: Callable,
@@ -185,9 +235,9 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
     for note in res.notes:
         log.warning(note)
     gpu_stages = [st.name for st in stages if st.actor and st.gpu]
-    if gpu_stages and res.actor_gpus == 0:
-        log.warning("the cluster has no GPUs: model stage(s) %s run as CPU actor pools of %d actor(s)",
-                    ", ".join(gpu_stages), res.pool_size)
+    if gpu_stages and not any(res.actors[n].gpus for n in gpu_stages):
+        log.warning("the cluster has no GPUs: model stage(s) %s run as CPU actor pools (%s)", ", ".join(gpu_stages),
+                    ", ".join(f"{n}: {res.actors[n].size} actor(s)" for n in gpu_stages))
     parts = segments(stages)
     if not parts or parts[0][0].actor:  # the scene starts in a task before a first model stage ...
         parts.insert(0, [])
@@ -213,12 +263,11 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
     for i, seg in enumerate(parts):
         if seg and seg[0].actor:
             st = seg[0]
-            on_gpu = st.gpu and res.actor_gpus > 0
+            pool = res.actors[st.name]
             ds = ds.map_batches(
                 _ActorStage, fn_constructor_kwargs={"stage": st, "cfg": cfg, "store": store}, batch_size=1,
-                batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=res.gpu_pool_size if on_gpu else res.pool_size),
-                num_cpus=res.actor_cpus, num_gpus=res.actor_gpus if on_gpu else 0,
+                batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=pool.size),
+                num_cpus=pool.cpus, num_gpus=pool.gpus,
                 max_restarts=-1, max_task_retries=rc.max_retries)
         else:
             ds = ds.map_batches(_task_segment, fn_kwargs={

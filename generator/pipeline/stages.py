@@ -186,6 +186,20 @@ def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ assembly
+# the stages whose backend may be a model on an actor (``ray.stage_actors`` keys)
+MODEL_STAGES = ("detect", "perceive")
+
+
+def check_stage_actors(cfg: PipelineConfig) -> None:
+    """``ray.stage_actors`` names only model stages (a typo would otherwise be ignored silently)."""
+    from schemas.errors import ConfigError
+
+    unknown = sorted(set(cfg.ray.stage_actors) - set(MODEL_STAGES))
+    if unknown:
+        raise ConfigError(f"field 'ray.stage_actors': unknown stage(s) {unknown}; model stages are "
+                          f"{list(MODEL_STAGES)}")
+
+
 def _as_actor(backend_is_model: bool, cfg: PipelineConfig) -> bool:
     mode = cfg.ray.model_stages
     return mode == "actors" or (mode == "auto" and backend_is_model)
@@ -196,9 +210,9 @@ def default_stages(cfg: PipelineConfig) -> list[Stage]:
     seg_model = cfg.segmentation.backend == "sam2"
     return [
         Stage("load", load, makes="loaded"),
-        Stage("detect", detect, needs=("loaded",), makes="detected", build=build_detector,
+        Stage(MODEL_STAGES[0], detect, needs=("loaded",), makes="detected", build=build_detector,
               actor=_as_actor(det_model, cfg), gpu=det_model),
-        Stage("perceive", perceive, needs=("loaded", "detected"), makes="perceived", build=build_segmenter,
+        Stage(MODEL_STAGES[1], perceive, needs=("loaded", "detected"), makes="perceived", build=build_segmenter,
               actor=_as_actor(seg_model, cfg), gpu=seg_model),
         Stage("attributes", attributes, needs=("loaded", "perceived"), makes="described"),
         Stage("qa", qa, needs=("loaded", "perceived", "described"), makes="questions", build=build_templates),
