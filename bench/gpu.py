@@ -1,7 +1,7 @@
 """GPU figures (issue #12 item 6): CenterPoint and SAM 2.1 alone vs inside the streaming pipeline.
 
     python bench/gpu.py [--scenes 2] [--sam t,l] [--detector centerpoint|lidar] [--perceive-actors 1,2]
-                        [--allow-cpu] [--cameras CAM_FRONT,...]
+                        [--decode-prompts 0,32] [--decoder-only] [--allow-cpu] [--cameras CAM_FRONT,...]
 
 Needs a CUDA GPU and the CUDA builds of mmcv/mmdet3d/sam2 (README, "Models"). Without one it prints why and
 exits 0 (skipped); ``--allow-cpu`` runs the same code on the CPU as a smoke check (figures meaningless).
@@ -11,6 +11,10 @@ Models: CenterPoint (mmdet3d's pillar nuScenes config) and SAM 2.1 hiera-t / hie
 does not depend on them). ``--detector lidar`` measures SAM alone, behind the CPU lidar detector (for a GPU
 machine whose mmcv has no CUDA ops yet).
 
+0. SAM's mask decoder: the box prompts (the logs' boxes projected) of ``--decoder-frames`` keyframes' images,
+   encoded in batches of ``segmentation.sam2.batch_images``, decoded one call per image
+   (``decode_prompts: 0``) and the batch's images together in calls of up to N prompts: ms per frame and,
+   on CUDA, the peak memory the decoding adds. ``--decoder-only`` stops after it.
 1. alone: drivegen's own detect and perceive stages in this process, scene after scene, the model built once:
    ``generator.perception.detect_scene`` (CenterPoint, frames in batches of ``detection.mmdet3d.batch_size``) and
    ``perceive_scene`` (tracking, SAM on every camera image with boxes, batches of ``segmentation.sam2.
@@ -39,6 +43,8 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -76,6 +82,51 @@ def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "center
     return cfg
 
 
+def sam_decoder(scenes, cfg, caps: list[int], n_frames: int) -> None:
+    """Part 0: ms per frame of SAM's mask decoding, one call per image vs the batch's images together."""
+    import torch
+
+    from actors.segment import build_segmenter
+    from generator.projection import project_boxes
+    from generator.sources import io
+
+    seg = build_segmenter(cfg.segmentation)
+    frames = [f for sc in scenes for f in sc.frames if f.labels is not None][:n_frames]
+    items = []
+    for f in frames:
+        for cam in cfg.segmentation.cameras:
+            box2d, _, ok = project_boxes(f.labels, f.cameras[cam])
+            items.append((io.load_image(f, cam), box2d[ok], [np.zeros((0, 2))] * int(ok.sum())))
+    bs = cfg.segmentation.sam2.batch_images
+    batches = []
+    for i in range(0, len(items), bs):
+        chunk = items[i:i + bs]
+        batches.append((seg.encode([im for im, _, _ in chunk]), [im.shape[:2] for im, _, _ in chunk],
+                        [(b, p) for _, b, p in chunk]))
+    n_prompts = sum(len(b) for _, b, _ in items)
+    print(f"0. SAM 2.1 mask decoder ({seg.device}): {len(frames)} frames, {len(items)} images, "
+          f"{n_prompts / len(frames):.1f} prompts per frame, encoder batches of {bs}")
+    cuda = seg.device.type == "cuda"
+    for rep in range(2):  # the first pass warms up (kernels, allocator); the second is printed
+        for cap in caps:
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+            t0 = time.perf_counter()
+            for feats, hws, prompts in batches:
+                if cap:
+                    seg.decode_many(feats, hws, prompts, cap)
+                else:
+                    [seg.decode(f, hw, *pr) for f, hw, pr in zip(feats, hws, prompts)]
+            _sync()
+            dt = time.perf_counter() - t0
+            if rep:
+                mem = f", +{(torch.cuda.max_memory_allocated() - base) / 2**20:,.0f} MiB peak" if cuda else ""
+                how = "one call per image" if not cap else f"the batch together, calls of <= {cap} prompts"
+                print(f"  decode_prompts {cap:>3d} ({how}): {1000 * dt / len(frames):7.1f} ms per frame{mem}")
+
+
 def alone(scenes, cfg) -> dict:
     """Seconds of the detect and perceive stages over ``scenes`` (warm: the first scene runs twice)."""
     from actors.detect import build_detector
@@ -84,14 +135,15 @@ def alone(scenes, cfg) -> dict:
 
     det, seg = build_detector(cfg.detection), build_segmenter(cfg.segmentation)
     perceive_scene(scenes[0], detect_scene(scenes[0], det), cfg, segmenter=seg)  # warm-up (CUDA kernels, caches)
-    out = {"detect": 0.0, "perceive": 0.0, "frames": 0, "device": str(getattr(seg, "device", getattr(det, "device", "?")))}
+    out = {"detect": 0.0, "perceive": 0.0, "frames": 0, "prompts": 0, "device": str(getattr(seg, "device", getattr(det, "device", "?")))}
     for sc in scenes:
         t0 = time.perf_counter()
         d = detect_scene(sc, det)
         _sync()
         t1 = time.perf_counter()
-        perceive_scene(sc, d, cfg, segmenter=seg)
+        per = perceive_scene(sc, d, cfg, segmenter=seg)
         _sync()
+        out["prompts"] += len(per.projections) - per.projections["mask_score"].null_count  # boxes SAM segmented
         out["detect"] += t1 - t0
         out["perceive"] += time.perf_counter() - t1
         out["frames"] += len(sc.frames)
@@ -146,6 +198,10 @@ def main(argv=None) -> int:
                     help="centerpoint (GPU, needs mmcv's CUDA ops) or lidar (the CPU detector: SAM figures only)")
     ap.add_argument("--perceive-actors", default="1",
                     help="perceive-stage actors sharing the GPU, one pipeline run per value (default 1; e.g. 1,2)")
+    ap.add_argument("--decode-prompts", default="0,32",
+                    help="part 0: SAM decoder settings compared (0 = one call per image; default 0,32)")
+    ap.add_argument("--decoder-frames", type=int, default=8, help="part 0: keyframes decoded (default 8)")
+    ap.add_argument("--decoder-only", action="store_true", help="stop after part 0")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU as a smoke check (figures meaningless)")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
     a = ap.parse_args(argv)
@@ -180,11 +236,15 @@ def main(argv=None) -> int:
         src = open_source("nuscenes", logs, cfg, version=SYNTH_VERSION)
         ids, desc = src.scene_ids(), src.describe()
         scenes = [src.load_scene(s) for s in ids]
+        sam_decoder(scenes, cfg, [int(x) for x in a.decode_prompts.split(",")], a.decoder_frames)
+        if a.decoder_only:
+            continue
         solo = alone(scenes, cfg)
         n = solo["frames"]
         detector = "CenterPoint pillar" if a.detector == "centerpoint" else "lidar detector (CPU)"
         print(f"{detector} + SAM 2.1 hiera-{sam} ({solo['device']}), {n} frames, "
-              f"{len(cfg.segmentation.cameras)} camera(s) segmented")
+              f"{len(cfg.segmentation.cameras)} camera(s) segmented, {solo['prompts'] / n:.1f} SAM prompts per "
+              "frame (the boxes that pass the geometric filter)")
         for k in (int(x) for x in a.perceive_actors.split(",")):
             cfg = pipeline_config(sam, cameras, a.detector, perceive_actors=k)
             run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}")

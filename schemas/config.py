@@ -372,6 +372,11 @@ class Sam2Config(_Model):
     checkpoint: str | None = None  # None = random weights (tests only)
     device: str = "auto"
     batch_images: int = Field(6, ge=1)
+    # 0 = one mask-decoder call per image, as SAM2ImagePredictor makes it (the measured default). N > 0 = the box
+    # prompts of an encoder batch's images decoded together, at most N per call: one kernel chain per batch
+    # instead of one per image, for a GPU where per-call latency dominates (to be measured: bench/gpu.py part
+    # 0; on this 2-core CPU it is no faster). Each prompt carries its image's features (~12 MB at fp32).
+    decode_prompts: int = Field(0, ge=0)
     # GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
     # notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32.
     precision: Literal["bf16", "fp32"] = "bf16"

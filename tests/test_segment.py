@@ -138,6 +138,71 @@ def test_sam2_random_weights_box_prompts(nuscenes_demo):
     assert m0.shape == (0, 900, 1600) and s0.shape == (0,)
 
 
+def _sam2_one_image(seg, feats, hw, boxes, pts):
+    """The oracle: one image's prompts through SAM 2's prompt encoder and mask decoder in one call, as
+    ``SAM2ImagePredictor.predict`` makes it (box corners labelled 2/3, extra points 1, padded with -1 to the
+    image's longest prompt; the image's features repeated per prompt by the decoder)."""
+    import torch
+    import torch.nn.functional as F
+
+    (H, W), m = hw, len(boxes)
+    if m == 0:
+        return np.zeros((0, H, W), bool), np.zeros(0)
+    k = max(len(p) for p in pts)
+    coords = np.zeros((m, 2 + k, 2), np.float32)
+    labels = np.full((m, 2 + k), -1, np.int32)
+    for i, (b, p) in enumerate(zip(boxes, pts)):
+        coords[i, :2], labels[i, :2] = b.reshape(2, 2), (2, 3)
+        coords[i, 2:2 + len(p)], labels[i, 2:2 + len(p)] = p, 1
+    coords *= np.array([seg.size / W, seg.size / H], np.float32)
+    with torch.inference_mode():
+        sparse, dense = seg.model.sam_prompt_encoder(points=(torch.from_numpy(coords), torch.from_numpy(labels)),
+                                                     boxes=None, masks=None)
+        low, iou, _, _ = seg.model.sam_mask_decoder(
+            image_embeddings=feats["image_embed"], image_pe=seg.model.sam_prompt_encoder.get_dense_pe(),
+            sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense, multimask_output=False,
+            repeat_image=m > 1, high_res_features=feats["high_res_feats"])
+        masks = F.interpolate(low, size=(H, W), mode="bilinear", align_corners=False)[:, 0] > 0
+    return masks.numpy(), iou[:, 0].clamp(0, 1).double().numpy()
+
+
+def test_sam2_batched_decode_equals_one_call_per_image(nuscenes_demo):
+    """``segmentation.sam2.decode_prompts``: the prompts of a batch's images decoded together (in calls of a few
+    prompts, an image's prompts split across calls, images of two sizes, prompts with extra points in a group
+    of their own, an image without prompts) give what one decoder call per image gives."""
+    try:
+        import sam2  # noqa: F401
+        from actors.segment.sam2_backend import Sam2Segmenter  # noqa: F401
+    except Exception as err:  # pragma: no cover
+        pytest.skip(f"sam2 is not importable here ({type(err).__name__}: {err})")
+    import cv2
+
+    paths = sorted(nuscenes_demo.glob("*CAM_*.jpg"))[:4]
+    imgs = [cv2.imread(str(p)) for p in paths]
+    imgs[1] = cv2.resize(imgs[1], (800, 450))  # a second image size
+    seg = build_segmenter(SegmentationConfig(backend="sam2", sam2={
+        "model_config_name": "configs/sam2.1/sam2.1_hiera_t.yaml", "checkpoint": None, "device": "cpu"}))
+    none = np.zeros((0, 2))
+    prompts = [
+        (np.array([[100.0, 100, 300, 250], [500, 400, 700, 600], [1200, 450, 1260, 520]]), [none] * 3),
+        (np.array([[50.0, 60, 200, 200], [300, 100, 420, 300]]), [none, none]),
+        (np.zeros((0, 4)), []),
+        (np.array([[400.0, 300, 900, 700], [10, 10, 80, 90]]), [np.array([[650.0, 500]]), none]),  # 1 extra point
+    ]
+    feats = seg.encode(imgs)
+    hws = [im.shape[:2] for im in imgs]
+    per_image = [_sam2_one_image(seg, f, hw, b, p) for f, hw, (b, p) in zip(feats, hws, prompts)]
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(per_image, (seg.decode(f, hw, b, p) for f, hw, (b, p)
+                                                                        in zip(feats, hws, prompts))))
+    for cap in (2, 3, None):
+        together = seg.decode_many(feats, hws, prompts, max_prompts=cap)
+        for (m1, s1), (m2, s2), (b, _), hw in zip(per_image, together, prompts, hws):
+            assert m2.shape == m1.shape == (len(b), *hw) and m2.dtype == bool
+            assert np.allclose(s1, s2, atol=1e-4), (cap, s1, s2)
+            assert not len(b) or (m1 != m2).mean() < 1e-4, (cap, (m1 != m2).mean())  # float summation order only
+            assert all(m.any() for m in m1)  # a non-trivial comparison: every mask has pixels
+
+
 def test_points_in_boxes_equals_the_every_pair_test():
     """``points_in_boxes`` tests only the points within a box's half-diagonal in x; its mask equals the plain test
     of every point against every box, for points on the boxes' corners and faces, NaN points and boxes, flat boxes

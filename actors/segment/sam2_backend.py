@@ -16,9 +16,10 @@ Then ``model.forward_image`` -> ``_prepare_backbone_features`` (+ ``no_mem_embed
 the prompt encoder (box corners as points labelled 2/3, extra positive points labelled 1, padding -1)
 -> the mask decoder (``multimask_output=False``), and the 256x256 low-resolution logits are resized to
 the image and thresholded at 0. Scores are SAM's predicted IoU clipped to [0, 1]. Images are encoded in
-batches of ``segmentation.sam2.batch_images``; GPU when ``device: auto`` finds one. On a GPU the encoder and
-decoder run under bfloat16 autocast (``segmentation.sam2.precision``), as SAM 2's own examples run them; the
-CPU always runs float32.
+batches of ``segmentation.sam2.batch_images``, and the box prompts of a batch's images share mask-decoder
+calls of up to ``segmentation.sam2.decode_prompts`` prompts (0: one call per image, as the predictor
+does). GPU when ``device: auto`` finds one. On a GPU the encoder and decoder run under bfloat16 autocast
+(``segmentation.sam2.precision``), as SAM 2's own examples run them; the CPU always runs float32.
 """
 from __future__ import annotations
 
@@ -80,16 +81,11 @@ class Sam2Segmenter(Segmenter):
             feats = [f.permute(1, 2, 0).reshape(b, -1, *hw) for f, hw in zip(vision_feats[::-1], self.feat_sizes[::-1])][::-1]
         return [{"image_embed": feats[-1][i:i + 1], "high_res_feats": [f[i:i + 1] for f in feats[:-1]]} for i in range(b)]
 
-    def decode(self, feats: dict, hw: tuple[int, int], boxes: np.ndarray, pts: list[np.ndarray]):
-        """All prompts of one encoded image -> (masks (M, H, W) bool, scores (M,))."""
-        import torch
-        import torch.nn.functional as F
-
+    def _prompt_tokens(self, boxes: np.ndarray, pts: list[np.ndarray], hw: tuple[int, int], kmax: int):
+        """One image's prompts as SAM's point tokens in model pixels: the box corners (labels 2, 3), then the
+        extra positive points (1), padded to ``kmax`` points with label -1. -> coords (M, 2 + kmax, 2), labels."""
         H, W = hw
         m = len(boxes)
-        if m == 0:
-            return np.zeros((0, H, W), dtype=bool), np.zeros(0)
-        kmax = max((len(p) for p in pts), default=0)
         coords = np.zeros((m, 2 + kmax, 2), dtype=np.float32)
         labels = np.full((m, 2 + kmax), -1, dtype=np.int32)
         coords[:, :2] = boxes.reshape(m, 2, 2)
@@ -99,18 +95,72 @@ class Sam2Segmenter(Segmenter):
             labels[i, 2:2 + len(p)] = 1
         coords[..., 0] *= self.size / W
         coords[..., 1] *= self.size / H
-        with torch.inference_mode(), torch.autocast(**self.autocast):
-            c = torch.from_numpy(coords).to(self.device)
-            lab = torch.from_numpy(labels).to(self.device)
-            sparse, dense = self.model.sam_prompt_encoder(points=(c, lab), boxes=None, masks=None)
-            low_res, iou, _, _ = self.model.sam_mask_decoder(
-                image_embeddings=feats["image_embed"], image_pe=self.model.sam_prompt_encoder.get_dense_pe(),
-                sparse_prompt_embeddings=sparse, dense_prompt_embeddings=dense, multimask_output=False,
-                repeat_image=m > 1, high_res_features=feats["high_res_feats"])
-            logits = F.interpolate(low_res.float(), size=(H, W), mode="bilinear", align_corners=False)
-            masks = (logits[:, 0] > 0.0).cpu().numpy()
-            scores = iou[:, 0].float().clamp(0, 1).cpu().numpy().astype(np.float64)
-        return masks, scores
+        return coords, labels
+
+    def decode(self, feats: dict, hw: tuple[int, int], boxes: np.ndarray, pts: list[np.ndarray]):
+        """All prompts of one encoded image -> (masks (M, H, W) bool, scores (M,))."""
+        return self.decode_many([feats], [hw], [(boxes, pts)], max_prompts=None)[0]
+
+    def decode_many(self, feats: list[dict], hws: list[tuple[int, int]], prompts: list[tuple[np.ndarray, list]],
+                    max_prompts: int | None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The prompts of several encoded images in few mask-decoder calls: images whose prompts pad to the same
+        number of points (padding tokens are part of SAM's input, so only those may share a call) go together,
+        at most ``max_prompts`` prompts a call (None: no limit), each prompt with its own image's features
+        gathered to it, which is what ``repeat_image`` does within one image. One transfer of masks to the host
+        per call. -> [(masks (M, H, W) bool, scores (M,))] per image."""
+        import torch
+        import torch.nn.functional as F
+
+        parts: list[list] = [[] for _ in feats]  # per image: (masks, scores) pieces in prompt order
+        groups: dict[int, list[int]] = {}
+        for i, (boxes, pts) in enumerate(prompts):
+            if len(boxes):
+                groups.setdefault(max((len(p) for p in pts), default=0), []).append(i)
+        dense_pe = None
+        for kmax, members in groups.items():
+            tokens = [self._prompt_tokens(*prompts[i], hws[i], kmax) for i in members]
+            coords = np.concatenate([c for c, _ in tokens])
+            labels = np.concatenate([lab for _, lab in tokens])
+            owner = np.concatenate([np.full(len(c), k) for k, (c, _) in enumerate(tokens)])
+            step = max_prompts or len(owner)
+            with torch.inference_mode(), torch.autocast(**self.autocast):
+                if dense_pe is None:
+                    dense_pe = self.model.sam_prompt_encoder.get_dense_pe()
+                if len(members) == 1:  # no copy for one image (the per-image path)
+                    embed, high = feats[members[0]]["image_embed"], feats[members[0]]["high_res_feats"]
+                else:
+                    embed = torch.cat([feats[i]["image_embed"] for i in members])
+                    high = [torch.cat([feats[i]["high_res_feats"][lvl] for i in members]) for lvl in range(2)]
+                for a in range(0, len(owner), step):
+                    sel = owner[a:a + step]
+                    one = len(members) == 1 or (sel == sel[0]).all()
+                    idx = torch.from_numpy(sel).to(self.device)
+                    c = torch.from_numpy(coords[a:a + step]).to(self.device)
+                    lab = torch.from_numpy(labels[a:a + step]).to(self.device)
+                    sparse, dense = self.model.sam_prompt_encoder(points=(c, lab), boxes=None, masks=None)
+                    if one:  # one image: SAM repeats its features itself
+                        img = embed[int(sel[0]):int(sel[0]) + 1]
+                        hr = [h[int(sel[0]):int(sel[0]) + 1] for h in high]
+                    else:
+                        img, hr = embed.index_select(0, idx), [h.index_select(0, idx) for h in high]
+                    low_res, iou, _, _ = self.model.sam_mask_decoder(
+                        image_embeddings=img, image_pe=dense_pe, sparse_prompt_embeddings=sparse,
+                        dense_prompt_embeddings=dense, multimask_output=False, repeat_image=one and len(sel) > 1,
+                        high_res_features=hr)
+                    scores = iou[:, 0].float().clamp(0, 1).cpu().numpy().astype(np.float64)
+                    for k in np.unique(sel):  # masks at each image's own size
+                        rows = np.flatnonzero(sel == k)
+                        i = members[int(k)]
+                        logits = F.interpolate(low_res[torch.from_numpy(rows).to(self.device)].float(),
+                                               size=hws[i], mode="bilinear", align_corners=False)
+                        parts[i].append(((logits[:, 0] > 0.0).cpu().numpy(), scores[rows]))
+        out = []
+        for i, (H, W) in enumerate(hws):
+            if not parts[i]:
+                out.append((np.zeros((0, H, W), dtype=bool), np.zeros(0)))
+            else:
+                out.append((np.concatenate([m for m, _ in parts[i]]), np.concatenate([sc for _, sc in parts[i]])))
+        return out
 
     def __call__(self, image, boxes_xyxy, points_uv=None):
         return self.segment_many([(image, boxes_xyxy, points_uv)])[0]
@@ -122,6 +172,9 @@ class Sam2Segmenter(Segmenter):
             chunk = items[i:i + bs]
             checked = [check_prompts(img, b, p) for img, b, p in chunk]
             feats = self.encode([img for img, _, _ in chunk])
-            for (img, _, _), (b, p), f in zip(chunk, checked, feats):
-                out.append(self.decode(f, img.shape[:2], b, p))
+            hws = [img.shape[:2] for img, _, _ in chunk]
+            if self.cfg.sam2.decode_prompts:  # the batch's images together
+                out.extend(self.decode_many(feats, hws, checked, self.cfg.sam2.decode_prompts))
+            else:  # one decoder call per image
+                out.extend(self.decode(f, hw, b, p) for f, hw, (b, p) in zip(feats, hws, checked))
         return out
