@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.errors import ConfigError
-from schemas.vocab import DEFAULT_QA_FAMILIES, DETECTION_CLASSES, NUSCENES_CAMERAS
+from schemas.vocab import DEFAULT_QA_FAMILIES, DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 
 __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
 
@@ -742,18 +742,26 @@ class RayConfig(_Model):
     actor_num_cpus: float = Field(0.5, gt=0)  # fractional: whole-CPU actors starve the read stage on 2 CPUs
     actor_num_gpus: float = Field(1.0, ge=0)  # used only when the cluster has GPUs
     actor_pool_size: int = Field(1, ge=1)
-    # per model stage ('detect', 'perceive'): its pool size and shares, over the three defaults above
+    # per model stage (schemas.vocab.MODEL_STAGES): its pool size and shares, over the three defaults above
     stage_actors: dict[str, StageActorsConfig] = Field(default_factory=dict)
-
-    @field_validator("actor_num_gpus")
-    @classmethod
-    def _whole_gpus(cls, v):
-        return StageActorsConfig._whole_above_one(v)
     max_retries: int = Field(2, ge=0)
     scenes_in_flight: int = Field(4, ge=1)
     # Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends
     # (mmdet3d, sam2) and tasks for the CPU ones; 'actors' / 'tasks' force one way for every backend.
     model_stages: Literal["auto", "actors", "tasks"] = "auto"
+
+    @field_validator("actor_num_gpus")
+    @classmethod
+    def _whole_gpus(cls, v):
+        return StageActorsConfig._whole_above_one(v)
+
+    @field_validator("stage_actors")
+    @classmethod
+    def _model_stages_only(cls, v):
+        unknown = sorted(set(v) - set(MODEL_STAGES))
+        if unknown:  # a typo would otherwise be ignored silently
+            raise ValueError(f"unknown stage(s) {unknown}; model stages are {list(MODEL_STAGES)}")
+        return v
 
 
 class FailureConfig(_Model):

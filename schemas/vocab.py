@@ -23,6 +23,10 @@ FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
 CAMERA_ONLY_SOURCES = ("jaad",)
 VIDEO_CAMERA = "front"  # the one camera of a camera-only video, as QA groundings and issues rows name it
 
+# Pipeline stages whose backend may be a model on a Ray actor (``generator.pipeline.stages.default_stages``):
+# the keys ``ray.stage_actors`` accepts.
+MODEL_STAGES = ("detect", "perceive")
+
 # Ego behaviour (Intention-Drive §3: atomic maneuvers and speed status).
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
 SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")

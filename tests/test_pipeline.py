@@ -354,11 +354,11 @@ def test_stage_actor_pools_are_sized_per_stage_and_always_placeable():
 
 
 def test_stage_actors_must_name_a_model_stage():
-    from generator.pipeline import check_inputs
+    from schemas.config import config_from_yaml
     from schemas.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"ray.stage_actors.*\['percieve'\].*\['detect', 'perceive'\]"):
-        check_inputs(PipelineConfig.model_validate({"ray": {"stage_actors": {"percieve": {"pool_size": 2}}}}))
+        config_from_yaml("ray:\n  stage_actors: {percieve: {pool_size: 2}}\n", "my.yaml")
     with pytest.raises(ValidationError, match="whole number"):
         PipelineConfig.model_validate({"ray": {"stage_actors": {"perceive": {"num_gpus": 1.5}}}})
 

@@ -106,8 +106,8 @@ class Sam2Segmenter(Segmenter):
         """The prompts of several encoded images in few mask-decoder calls: images whose prompts pad to the same
         number of points (padding tokens are part of SAM's input, so only those may share a call) go together,
         at most ``max_prompts`` prompts a call (None: no limit), each prompt with its own image's features
-        gathered to it, which is what ``repeat_image`` does within one image. One transfer of masks to the host
-        per call. -> [(masks (M, H, W) bool, scores (M,))] per image."""
+        gathered to it, which is what ``repeat_image`` does within one image; masks are resized to each image's
+        own size. -> [(masks (M, H, W) bool, scores (M,))] per image."""
         import torch
         import torch.nn.functional as F
 
@@ -134,7 +134,6 @@ class Sam2Segmenter(Segmenter):
                 for a in range(0, len(owner), step):
                     sel = owner[a:a + step]
                     one = len(members) == 1 or (sel == sel[0]).all()
-                    idx = torch.from_numpy(sel).to(self.device)
                     c = torch.from_numpy(coords[a:a + step]).to(self.device)
                     lab = torch.from_numpy(labels[a:a + step]).to(self.device)
                     sparse, dense = self.model.sam_prompt_encoder(points=(c, lab), boxes=None, masks=None)
@@ -142,6 +141,7 @@ class Sam2Segmenter(Segmenter):
                         img = embed[int(sel[0]):int(sel[0]) + 1]
                         hr = [h[int(sel[0]):int(sel[0]) + 1] for h in high]
                     else:
+                        idx = torch.from_numpy(sel).to(self.device)
                         img, hr = embed.index_select(0, idx), [h.index_select(0, idx) for h in high]
                     low_res, iou, _, _ = self.model.sam_mask_decoder(
                         image_embeddings=img, image_pe=dense_pe, sparse_prompt_embeddings=sparse,

@@ -82,12 +82,9 @@ def _warn_if_not_shared(store: RunStore, desc: dict) -> None:
 
 def check_inputs(cfg) -> None:
     """Everything about a config that can fail a run, checked before any work or any write: the templates
-    (``qa.template_dirs`` exist and parse), the QA families (registered) and the model stages named in
-    ``ray.stage_actors``. Raises an InputError."""
-    from generator.pipeline.stages import check_stage_actors
+    (``qa.template_dirs`` exist and parse) and the QA families (registered). Raises an InputError."""
     from generator.qa import check_families, load_templates
 
-    check_stage_actors(cfg)
     check_families(cfg)
     load_templates(cfg)
 

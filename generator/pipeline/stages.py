@@ -32,6 +32,7 @@ from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.errors import DrivegenError
 from schemas.tables import ISSUES, write_parquet
+from schemas.vocab import MODEL_STAGES
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -186,20 +187,6 @@ def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ assembly
-# the stages whose backend may be a model on an actor (``ray.stage_actors`` keys)
-MODEL_STAGES = ("detect", "perceive")
-
-
-def check_stage_actors(cfg: PipelineConfig) -> None:
-    """``ray.stage_actors`` names only model stages (a typo would otherwise be ignored silently)."""
-    from schemas.errors import ConfigError
-
-    unknown = sorted(set(cfg.ray.stage_actors) - set(MODEL_STAGES))
-    if unknown:
-        raise ConfigError(f"field 'ray.stage_actors': unknown stage(s) {unknown}; model stages are "
-                          f"{list(MODEL_STAGES)}")
-
-
 def _as_actor(backend_is_model: bool, cfg: PipelineConfig) -> bool:
     mode = cfg.ray.model_stages
     return mode == "actors" or (mode == "auto" and backend_is_model)
