@@ -7,6 +7,7 @@ The stages are the pipeline's own executor (``generator.pipeline.ray_exec.build_
 that report, per scene, what their worker holds; the model stage builds the real ``Sam2Segmenter``."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -94,7 +95,9 @@ def _run(address: str | None, tmp_path, n_scenes: int, pool: int, stage_actors: 
     try:
         configure_data_context(progress_bars=False)
         store = RunStore(str(tmp_path / "out"))
-        ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, STAGES, _write_counts, cfg, store)
+        # ``ray.stage_actors`` takes model stage names only: the probe then stands in for the perceive stage
+        stages = [STAGES[0], dataclasses.replace(STAGES[1], name="perceive")] if stage_actors else STAGES
+        ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, stages, _write_counts, cfg, store)
         rows = list(iter_summaries(ds))
     finally:
         ray.shutdown()
@@ -148,7 +151,7 @@ def test_actors_of_one_stage_share_one_gpu_by_fractions(tmp_path, sam2_installed
     c = LocalCluster(workers=1, gpus_per_worker=1)
     try:
         counts = _run(c.address, tmp_path, n_scenes=4, pool=1,
-                      stage_actors={"model_probe": {"pool_size": 2, "num_gpus": 0.5}})
+                      stage_actors={"perceive": {"pool_size": 2, "num_gpus": 0.5}})
     finally:
         c.shutdown()
     model = [x["model_stage"] for x in counts]
