@@ -367,16 +367,36 @@ class TrackingConfig(_Model):
     heading_from_motion_min_duration_s: float = Field(1.0, ge=0)
 
 
+# segmentation.sam2.decode_prompts 'auto' on a GPU: the cap measured fastest on an H100 (bench/gpu.py part 0).
+SAM2_GPU_DECODE_PROMPTS = 32
+
+
 class Sam2Config(_Model):
     model_config_name: str = "configs/sam2.1/sam2.1_hiera_l.yaml"
     checkpoint: str | None = None  # None = random weights (tests only)
     device: str = "auto"
     batch_images: int = Field(6, ge=1)
-    # 0 = one mask-decoder call per image, as SAM2ImagePredictor makes it (the measured default). N > 0 = the box
-    # prompts of an encoder batch's images decoded together, at most N per call: one kernel chain per batch
-    # instead of one per image, for a GPU where per-call latency dominates (to be measured: bench/gpu.py part
-    # 0; on this 2-core CPU it is no faster). Each prompt carries its image's features (~12 MB at fp32).
-    decode_prompts: int = Field(0, ge=0)
+    # 0 = one mask-decoder call per image, as SAM2ImagePredictor makes it. N > 0 = the box prompts of an encoder
+    # batch's images decoded together, at most N per call: one kernel chain per batch instead of one per image.
+    # Each prompt carries its image's features (~12 MB at fp32). 'auto' = SAM2_GPU_DECODE_PROMPTS on a GPU, 0 on
+    # the CPU, as measured by bench/gpu.py part 0 (hiera-t, 21 prompts per frame): on an H100 30.1 ms of decoding
+    # per frame with 0, 14.1 ms with 32 (+0.55 GiB peak); on the 2-core CPU 1,429 ms with 0, 2,041 ms with 32.
+    decode_prompts: int | Literal["auto"] = "auto"
+
+    @field_validator("decode_prompts", mode="before")
+    @classmethod
+    def _decode_prompts_auto_or_cap(cls, v):
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return v
+        raise ValueError("must be 'auto', 0 (one decoder call per image) or a positive prompt cap")
+
+    def decode_prompts_on(self, device_type: str) -> int:
+        """The prompt cap of one mask-decoder call on a torch device type ('cuda', 'cpu'); 0 = one call per image."""
+        if self.decode_prompts != "auto":
+            return int(self.decode_prompts)
+        return SAM2_GPU_DECODE_PROMPTS if device_type == "cuda" else 0
     # GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
     # notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32.
     precision: Literal["bf16", "fp32"] = "bf16"

@@ -62,6 +62,8 @@ def test_partial_file_keeps_other_defaults(tmp_path):
     ("visibility:\n  coverage_min: 1.5\n", "visibility.coverage_min"),
     ("detection:\n  backend: yolo\n", "detection.backend"),
     ("ray:\n  actor_pool_size: 0\n", "ray.actor_pool_size"),
+    ("segmentation:\n  sam2:\n    decode_prompts: -1\n", "segmentation.sam2.decode_prompts"),
+    ("segmentation:\n  sam2:\n    decode_prompts: many\n", "segmentation.sam2.decode_prompts"),
 ])
 def test_bad_value_is_refused_naming_file_and_field(tmp_path, text, field):
     p = write(tmp_path, text)
@@ -140,3 +142,17 @@ def test_assignment_is_validated():
 def test_saved_yaml_is_a_plain_mapping():
     data = yaml.safe_load(PipelineConfig().to_yaml())
     assert isinstance(data, dict) and data["keyframes"]["rate_hz"] == 1.0 and data["version"] == 1
+
+
+def test_sam2_decode_prompts_auto_is_per_device(tmp_path):
+    """``segmentation.sam2.decode_prompts: auto`` (the default) is the measured faster setting per device: the
+    batch's images together on a GPU, one decoder call per image on the CPU; a number is used as given."""
+    from schemas.config import SAM2_GPU_DECODE_PROMPTS
+
+    sam = PipelineConfig().segmentation.sam2
+    assert sam.decode_prompts == "auto"
+    assert sam.decode_prompts_on("cuda") == SAM2_GPU_DECODE_PROMPTS > 0
+    assert sam.decode_prompts_on("cpu") == 0
+    for given in (0, 8):
+        c = load_config(write(tmp_path, f"segmentation:\n  sam2:\n    decode_prompts: {given}\n", f"{given}.yaml"))
+        assert c.segmentation.sam2.decode_prompts_on("cuda") == c.segmentation.sam2.decode_prompts_on("cpu") == given

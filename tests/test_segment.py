@@ -189,6 +189,7 @@ def test_sam2_batched_decode_equals_one_call_per_image(nuscenes_demo):
         (np.zeros((0, 4)), []),
         (np.array([[400.0, 300, 900, 700], [10, 10, 80, 90]]), [np.array([[650.0, 500]]), none]),  # 1 extra point
     ]
+    assert seg.decode_prompts == 0  # 'auto' on the CPU: one decoder call per image
     feats = seg.encode(imgs)
     hws = [im.shape[:2] for im in imgs]
     per_image = [_sam2_one_image(seg, f, hw, b, p) for f, hw, (b, p) in zip(feats, hws, prompts)]

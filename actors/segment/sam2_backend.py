@@ -18,7 +18,8 @@ the prompt encoder (box corners as points labelled 2/3, extra positive points la
 the image and thresholded at 0. Scores are SAM's predicted IoU clipped to [0, 1]. Images are encoded in
 batches of ``segmentation.sam2.batch_images``, and the box prompts of a batch's images share mask-decoder
 calls of up to ``segmentation.sam2.decode_prompts`` prompts (0: one call per image, as the predictor
-does). GPU when ``device: auto`` finds one. On a GPU the encoder and decoder run under bfloat16 autocast
+does; ``auto``, the default: 32 on a GPU, one call per image on the CPU, each the faster where measured).
+GPU when ``device: auto`` finds one. On a GPU the encoder and decoder run under bfloat16 autocast
 (``segmentation.sam2.precision``), as SAM 2's own examples run them; the CPU always runs float32.
 """
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Sam2Segmenter(Segmenter):
         self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16,
                              enabled=self.device.type == "cuda" and sc.precision == "bf16")
         self.feat_sizes = [(self.size // 4,) * 2, (self.size // 8,) * 2, (self.size // 16,) * 2]
+        self.decode_prompts = sc.decode_prompts_on(self.device.type)  # prompts per decoder call, 0 = per image
 
     def encode(self, images_bgr: list[np.ndarray]) -> list[dict]:
         """Image features for a batch of images (one backbone pass)."""
@@ -173,8 +175,8 @@ class Sam2Segmenter(Segmenter):
             checked = [check_prompts(img, b, p) for img, b, p in chunk]
             feats = self.encode([img for img, _, _ in chunk])
             hws = [img.shape[:2] for img, _, _ in chunk]
-            if self.cfg.sam2.decode_prompts:  # the batch's images together
-                out.extend(self.decode_many(feats, hws, checked, self.cfg.sam2.decode_prompts))
+            if self.decode_prompts:  # the batch's images together
+                out.extend(self.decode_many(feats, hws, checked, self.decode_prompts))
             else:  # one decoder call per image
                 out.extend(self.decode(f, hw, b, p) for f, hw, (b, p) in zip(feats, hws, checked))
         return out
