@@ -1,6 +1,7 @@
 """GPU figures (issue #12 item 6): CenterPoint and SAM 2.1 alone vs inside the streaming pipeline.
 
-    python bench/gpu.py [--scenes 2] [--sam t,l] [--detector centerpoint|lidar] [--perceive-actors 1,2]
+    python bench/gpu.py [--scenes 2] [--sam t,l] [--detector centerpoint|labels|lidar] [--perceive-actors 1,2]
+                        [--actor-cpus 0.5,4]
                         [--decode-prompts 0,32] [--decoder-only] [--allow-cpu] [--cameras CAM_FRONT,...]
 
 Needs a CUDA GPU and the CUDA builds of mmcv/mmdet3d/sam2 (README, "Models"). Without one it prints why and
@@ -8,8 +9,8 @@ exits 0 (skipped); ``--allow-cpu`` runs the same code on the CPU as a smoke chec
 
 Inputs: generated nuScenes-format logs (``--scenes`` of 40 keyframes, 10 Hz sweeps, six 800x450 cameras).
 Models: CenterPoint (mmdet3d's pillar nuScenes config) and SAM 2.1 hiera-t / hiera-l, random weights (speed
-does not depend on them). ``--detector lidar`` measures SAM alone, behind the CPU lidar detector (for a GPU
-machine whose mmcv has no CUDA ops yet).
+does not depend on them). ``--detector labels`` (the logs' own boxes) or ``lidar`` (the CPU lidar detector,
+needs open3d) measures SAM without CenterPoint, for a GPU machine whose mmcv has no CUDA ops yet.
 
 0. SAM's mask decoder: the box prompts (the logs' boxes projected) of ``--decoder-frames`` keyframes' images,
    encoded in batches of ``segmentation.sam2.batch_images``, decoded one call per image
@@ -25,11 +26,15 @@ machine whose mmcv has no CUDA ops yet).
    the run's wall time, goal >= 80 %; and / the span from its first scene's start to its last scene's end,
    from the manifests' ``stage_spans_unix``, which leaves out the actor's start-up and the pipeline's fill
    and drain), and the run's frames/s per GPU. Each ``run_pipeline`` call starts its own actors, so the
-   timed run's wall time includes building the models once more.
+   timed run's wall time includes building the models once more. With CenterPoint on the same GPU, the
+   perceive stage's rate is also split by scene: the scenes whose perceive span overlapped CenterPoint's
+   work by half or more vs the rest, which shows what sharing the GPU costs.
    ``--perceive-actors K`` (a list: one pipeline run each) gives the perceive stage K actors
    (``ray.stage_actors``) and every model actor an equal share of one GPU, 1 / (K + 1) with the CenterPoint
    actor: the slower stage gets more actors on the same device. A stage's busy share is then its summed time
-   over K actors; its throughput, frames over its span.
+   over K actors; its throughput, frames over its span. ``--actor-cpus C`` (a list too: one run per K and C)
+   gives each model actor C CPUs (``ray.actor_num_cpus``): Ray caps an actor's OpenMP/torch threads at
+   floor(C), at least 1, while the stages alone use every core.
 """
 from __future__ import annotations
 
@@ -59,7 +64,8 @@ def centerpoint_config() -> str:
                "centerpoint_pillar02_second_secfpn_8xb4-cyclic-20e_nus-3d.py")
 
 
-def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "centerpoint", perceive_actors: int = 1):
+def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "centerpoint", perceive_actors: int = 1,
+                    actor_cpus: float | None = None):
     from schemas.config import PipelineConfig
 
     cfg = PipelineConfig()
@@ -67,12 +73,14 @@ def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "center
         cfg.detection.backend = "mmdet3d"
         cfg.detection.mmdet3d.config = centerpoint_config()
     else:
-        cfg.detection.backend = "lidar"
+        cfg.detection.backend = detector
     cfg.segmentation.backend = "sam2"
     cfg.segmentation.sam2.model_config_name = SAM_CONFIGS[sam]
     if cameras:
         cfg.segmentation.cameras = cameras
     cfg.ray.model_stages = "actors"
+    if actor_cpus is not None:
+        cfg.ray.actor_num_cpus = actor_cpus
     if perceive_actors > 1:  # the slower stage gets more actors; every actor an equal share of one GPU
         share = 1.0 / (perceive_actors + 1)
         cfg.ray.stage_actors = {"perceive": {"pool_size": perceive_actors, "num_gpus": share},
@@ -168,16 +176,18 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
     try:
         stages = default_stages(cfg)
         rows = {}
-        for name in ("warm", "timed"):  # the first pass builds the actors' models
+        for name in ("warm", "timed"):  # one scene first: Ray's workers, the files' caches and CUDA's kernels warm
             out = work / name
             shutil.rmtree(out, ignore_errors=True)
             t0, unix0 = time.perf_counter(), time.time()
-            res = run_pipeline(RunStore(out), desc, cfg, ids, stages, write_scene, executor="ray", progress=False)
+            res = run_pipeline(RunStore(out), desc, cfg, ids[:1] if name == "warm" else ids, stages, write_scene,
+                               executor="ray", progress=False)
             wall = time.perf_counter() - t0
             if res.summary["scenes"]["failed"]:
                 raise SystemExit(f"pipeline run failed: {res.summary['errors'][:2]}")
             rows = {"wall": wall, "frames": res.summary["frames"]}
             manifests = RunReader(str(out)).manifests()
+            rows["perceive_scenes"] = _overlaps(manifests)
             for stage in ("detect", "perceive"):
                 spans = [m["stage_spans_unix"][stage] for m in manifests]
                 rows[stage] = sum(m["timings_s"].get(stage, 0.0) for m in manifests)
@@ -189,13 +199,28 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
         ray.shutdown()
 
 
+def _overlaps(manifests: list[dict]) -> list[tuple[int, float, float]]:
+    """Per scene: (frames, perceive seconds, share of its perceive span during which any scene's detect ran)."""
+    det = sorted(tuple(m["stage_spans_unix"]["detect"]) for m in manifests)
+    out = []
+    for m in manifests:
+        a, b = m["stage_spans_unix"]["perceive"]
+        inter = sum(max(0.0, min(b, d1) - max(a, d0)) for d0, d1 in det)  # detect spans do not overlap (one actor)
+        out.append((int(m["counts"]["frames"]), float(m["timings_s"]["perceive"]), inter / max(b - a, 1e-9)))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenes", type=int, default=2, help="generated scenes (40 keyframes each; default 2)")
     ap.add_argument("--sam", default="t,l", help="SAM 2.1 variants: t (hiera-t), l (hiera-l); default t,l")
     ap.add_argument("--cameras", default=None, help="cameras SAM segments (default: the config's six)")
-    ap.add_argument("--detector", choices=("centerpoint", "lidar"), default="centerpoint",
-                    help="centerpoint (GPU, needs mmcv's CUDA ops) or lidar (the CPU detector: SAM figures only)")
+    ap.add_argument("--detector", choices=("centerpoint", "labels", "lidar"), default="centerpoint",
+                    help="centerpoint (GPU, needs mmcv's CUDA ops), labels (the logs' boxes) or lidar (the CPU "
+                         "detector, needs open3d): the last two give SAM figures only")
+    ap.add_argument("--actor-cpus", default=None,
+                    help="CPUs each model actor asks for, one pipeline run per value (default: the config's "
+                         "ray.actor_num_cpus; e.g. 0.5,4)")
     ap.add_argument("--perceive-actors", default="1",
                     help="perceive-stage actors sharing the GPU, one pipeline run per value (default 1; e.g. 1,2)")
     ap.add_argument("--decode-prompts", default="0,32",
@@ -205,6 +230,7 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU as a smoke check (figures meaningless)")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
     a = ap.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # each figure reaches a log or pipe as soon as it is printed
     try:
         import torch
     except ImportError:
@@ -241,14 +267,18 @@ def main(argv=None) -> int:
             continue
         solo = alone(scenes, cfg)
         n = solo["frames"]
-        detector = "CenterPoint pillar" if a.detector == "centerpoint" else "lidar detector (CPU)"
+        detector = {"centerpoint": "CenterPoint pillar", "labels": "the logs' boxes",
+                    "lidar": "lidar detector (CPU)"}[a.detector]
         print(f"{detector} + SAM 2.1 hiera-{sam} ({solo['device']}), {n} frames, "
               f"{len(cfg.segmentation.cameras)} camera(s) segmented, {solo['prompts'] / n:.1f} SAM prompts per "
               "frame (the boxes that pass the geometric filter)")
-        for k in (int(x) for x in a.perceive_actors.split(",")):
-            cfg = pipeline_config(sam, cameras, a.detector, perceive_actors=k)
-            run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}")
-            print(f" perceive actors: {k}" + (f" (each model actor {1 / (k + 1):.2f} of a GPU)" if k > 1 else ""))
+        runs = [(k, c) for k in (int(x) for x in a.perceive_actors.split(","))
+                for c in ([float(x) for x in a.actor_cpus.split(",")] if a.actor_cpus else [None])]
+        for k, c in runs:
+            cfg = pipeline_config(sam, cameras, a.detector, perceive_actors=k, actor_cpus=c)
+            run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}-{c}")
+            print(f" perceive actors: {k}" + (f" (each model actor {1 / (k + 1):.2f} of a GPU)" if k > 1 else "")
+                  + f", {cfg.ray.actor_num_cpus:g} CPU(s) asked per model actor")
             models = [("detect", "CenterPoint", 1)] if a.detector == "centerpoint" else []
             for stage, model, actors in models + [("perceive", f"SAM 2.1 hiera-{sam} (+ tracking, visibility)", k)]:
                 r_alone, r_actor = n / solo[stage], run["frames"] / run[stage]  # stage time summed over actors
@@ -259,6 +289,13 @@ def main(argv=None) -> int:
                       f"{r_stage:.2f} frames/s over its span   actor busy {busy:.0%} of the run (goal >= 80 %), "
                       f"{busy_stream:.0%} from its first scene to its last; first scene began "
                       f"{run[stage + '_first']:.1f} s into the run")
+            if models:  # what sharing the GPU with CenterPoint costs the perceive stage
+                for label, sel in (("while CenterPoint ran", lambda o: o >= 0.5), ("otherwise", lambda o: o < 0.5)):
+                    part = [(f, t) for f, t, o in run["perceive_scenes"] if sel(o)]
+                    if part:
+                        rate = sum(f for f, _ in part) / sum(t for _, t in part)
+                        print(f"    perceive, scenes {label}: {rate:.2f} frames/s per actor over {len(part)} "
+                              f"scene(s) ({rate / (n / solo['perceive']):.0%} of alone)")
             print(f"  pipeline: {run['frames'] / run['wall']:.2f} frames/s in {run['wall']:.1f} s, "
                   f"{run['frames'] / run['wall'] / max(n_gpus, 1):.2f} frames/s per GPU")
     if not a.keep:
