@@ -382,6 +382,9 @@ class Sam2Config(_Model):
     # the CPU, as measured by bench/gpu.py part 0 (hiera-t, 21 prompts per frame): on an H100 30.1 ms of decoding
     # per frame with 0, 14.1 ms with 32 (+0.55 GiB peak); on the 2-core CPU 1,429 ms with 0, 2,041 ms with 32.
     decode_prompts: int | Literal["auto"] = "auto"
+    # GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
+    # notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32.
+    precision: Literal["bf16", "fp32"] = "bf16"
 
     @field_validator("decode_prompts", mode="before")
     @classmethod
@@ -397,9 +400,6 @@ class Sam2Config(_Model):
         if self.decode_prompts != "auto":
             return int(self.decode_prompts)
         return SAM2_GPU_DECODE_PROMPTS if device_type == "cuda" else 0
-    # GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
-    # notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32.
-    precision: Literal["bf16", "fp32"] = "bf16"
 
 
 class CpuSegmenterConfig(_Model):
@@ -737,11 +737,19 @@ class ReportConfig(_Model):
     on_run: bool = True  # ``drivegen run`` ends by writing the report
 
 
+def _whole_gpus_above_one(v: float | None) -> float | None:
+    """Ray places a fractional GPU request on one device and a larger one on whole devices only."""
+    if v is not None and v > 1 and v != int(v):
+        raise ValueError("num_gpus above 1 must be a whole number of GPUs (Ray's rule)")
+    return v
+
+
 class StageActorsConfig(_Model):
     """One model stage's actor pool (``ray.stage_actors.<stage>``), over the defaults of ``ray``. A stage slower
-    than the others gets more actors; actors of one GPU share it through fractional ``num_gpus`` (Ray places
-    fractional GPU requests on one device), e.g. ``perceive: {pool_size: 3, num_gpus: 0.25}`` beside
-    ``detect: {num_gpus: 0.25}`` on a single GPU."""
+    than the others gets more actors, e.g. ``perceive: {pool_size: 2}`` beside ``detect: {pool_size: 1}``, each
+    actor on a GPU of its own. Fractional ``num_gpus`` put several actors on one device (Ray places a fractional
+    request on one GPU); on an H100, CenterPoint and SAM sharing one GPU gained nothing over running in turn
+    (README, "Models")."""
 
     pool_size: int | None = Field(None, ge=1)  # None: ray.actor_pool_size
     num_gpus: float | None = Field(None, ge=0)  # None: ray.actor_num_gpus; above 1 a whole number (Ray's rule)
@@ -749,10 +757,8 @@ class StageActorsConfig(_Model):
 
     @field_validator("num_gpus")
     @classmethod
-    def _whole_above_one(cls, v):
-        if v is not None and v > 1 and v != int(v):
-            raise ValueError(f"num_gpus above 1 must be a whole number of GPUs (Ray's rule), got {v:g}")
-        return v
+    def _whole_gpus(cls, v):
+        return _whole_gpus_above_one(v)
 
 
 class RayConfig(_Model):
@@ -773,7 +779,7 @@ class RayConfig(_Model):
     @field_validator("actor_num_gpus")
     @classmethod
     def _whole_gpus(cls, v):
-        return StageActorsConfig._whole_above_one(v)
+        return _whole_gpus_above_one(v)
 
     @field_validator("stage_actors")
     @classmethod
