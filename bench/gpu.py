@@ -90,8 +90,9 @@ def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "center
     return cfg
 
 
-def sam_decoder(scenes, cfg, caps: list[int], n_frames: int) -> None:
-    """Part 0: ms per frame of SAM's mask decoding, one call per image vs the batch's images together."""
+def sam_decoder(scenes, cfg, caps: list[int], n_frames: int):
+    """Part 0: ms per frame of SAM's mask decoding, one call per image vs the batch's images together.
+    -> the segmenter it built (part 1 reuses it)."""
     import torch
 
     from actors.segment import build_segmenter
@@ -133,15 +134,16 @@ def sam_decoder(scenes, cfg, caps: list[int], n_frames: int) -> None:
                 mem = f", +{(torch.cuda.max_memory_allocated() - base) / 2**20:,.0f} MiB peak" if cuda else ""
                 how = "one call per image" if not cap else f"the batch together, calls of <= {cap} prompts"
                 print(f"  decode_prompts {cap:>3d} ({how}): {1000 * dt / len(frames):7.1f} ms per frame{mem}")
+    return seg
 
 
-def alone(scenes, cfg) -> dict:
-    """Seconds of the detect and perceive stages over ``scenes`` (warm: the first scene runs twice)."""
+def alone(scenes, cfg, seg) -> dict:
+    """Seconds of the detect and perceive stages over ``scenes`` with segmenter ``seg`` (warm: the first scene
+    runs twice)."""
     from actors.detect import build_detector
-    from actors.segment import build_segmenter
     from generator.perception import detect_scene, perceive_scene
 
-    det, seg = build_detector(cfg.detection), build_segmenter(cfg.segmentation)
+    det = build_detector(cfg.detection)
     perceive_scene(scenes[0], detect_scene(scenes[0], det), cfg, segmenter=seg)  # warm-up (CUDA kernels, caches)
     out = {"detect": 0.0, "perceive": 0.0, "frames": 0, "prompts": 0, "device": str(getattr(seg, "device", getattr(det, "device", "?")))}
     for sc in scenes:
@@ -264,10 +266,13 @@ def main(argv=None) -> int:
         src = open_source("nuscenes", logs, cfg, version=SYNTH_VERSION)
         ids, desc = src.scene_ids(), src.describe()
         scenes = [src.load_scene(s) for s in ids]
-        sam_decoder(scenes, cfg, [int(x) for x in a.decode_prompts.split(",")], a.decoder_frames)
+        seg = sam_decoder(scenes, cfg, [int(x) for x in a.decode_prompts.split(",")], a.decoder_frames)
         if a.decoder_only:
             continue
-        solo = alone(scenes, cfg)
+        solo = alone(scenes, cfg, seg)
+        del seg  # the pipeline's actors build their own: give its GPU memory back to them
+        if n_gpus:
+            torch.cuda.empty_cache()
         n = solo["frames"]
         detector = {"centerpoint": "CenterPoint pillar", "labels": "the logs' boxes",
                     "lidar": "lidar detector (CPU)"}[a.detector]
