@@ -28,7 +28,9 @@ needs open3d) measures SAM without CenterPoint, for a GPU machine whose mmcv has
    and drain), and the run's frames/s per GPU. Each ``run_pipeline`` call starts its own actors, so the
    timed run's wall time includes building the models once more. With CenterPoint on the same GPU, the
    perceive stage's rate is also split by scene: the scenes whose perceive span overlapped CenterPoint's
-   work by half or more vs the rest, which shows what sharing the GPU costs.
+   work by half or more vs the rest, which shows what sharing the GPU costs. Each stage's rate is also given
+   over the scenes after each actor's first (``warm_rate``): ``alone`` is measured warm, while an actor's
+   first scene pays its model's first calls.
    ``--perceive-actors K`` (a list: one pipeline run each) gives the perceive stage K actors
    (``ray.stage_actors``) and every model actor an equal share of one GPU, 1 / (K + 1) with the CenterPoint
    actor: the slower stage gets more actors on the same device. A stage's busy share is then its summed time
@@ -193,12 +195,25 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
             for stage in ("detect", "perceive"):
                 spans = [m["stage_spans_unix"][stage] for m in manifests]
                 rows[stage] = sum(m["timings_s"].get(stage, 0.0) for m in manifests)
+                rows[stage + "_by_start"] = sorted((m["stage_spans_unix"][stage][0], int(m["counts"]["frames"]),
+                                                  float(m["timings_s"].get(stage, 0.0))) for m in manifests)
                 # the stream through this stage: its first scene's start to its last scene's end
                 rows[stage + "_span"] = max(b for _, b in spans) - min(a for a, _ in spans)
                 rows[stage + "_first"] = min(a for a, _ in spans) - unix0  # actor start-up + upstream work
         return rows
     finally:
         ray.shutdown()
+
+
+def warm_rate(scenes: list[tuple[float, int, float]], actors: int) -> tuple[float, int] | None:
+    """Frames/s per actor over the scenes after each actor's first, and how many scenes that is: ``scenes`` is
+    (start unix s, frames, stage seconds) sorted by start. An actor's first scene pays its model's first calls
+    (CUDA kernels loaded, cuDNN/cuBLAS handles, the allocator's pools), which ``alone`` pays in its warm-up;
+    the ``actors`` earliest starts are taken as those first scenes (every actor starts with the stream).
+    None when no scene is left."""
+    rest = scenes[actors:]
+    secs = sum(t for _, _, t in rest)
+    return (sum(f for _, f, _ in rest) / secs, len(rest)) if rest and secs > 0 else None
 
 
 def _overlaps(manifests: list[dict]) -> list[tuple[int, float, float]]:
@@ -296,6 +311,10 @@ def main(argv=None) -> int:
                       f"{r_stage:.2f} frames/s over its span   actor busy {busy:.0%} of the run (goal >= 80 %), "
                       f"{busy_stream:.0%} from its first scene to its last; first scene began "
                       f"{run[stage + '_first']:.1f} s into the run")
+                warm = warm_rate(run[stage + "_by_start"], actors)
+                if warm:
+                    print(f"    {stage}, after each actor's first scene: {warm[0]:.2f} frames/s per actor over "
+                          f"{warm[1]} scene(s) ({warm[0] / r_alone:.0%} of alone, which is measured warm)")
             if models:  # what sharing the GPU with CenterPoint costs the perceive stage
                 for label, sel in (("while CenterPoint ran", lambda o: o >= 0.5), ("otherwise", lambda o: o < 0.5)):
                     part = [(f, t) for f, t, o in run["perceive_scenes"] if sel(o)]
