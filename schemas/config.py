@@ -748,8 +748,8 @@ class StageActorsConfig(_Model):
     """One model stage's actor pool (``ray.stage_actors.<stage>``), over the defaults of ``ray``. A stage slower
     than the others gets more actors, e.g. ``perceive: {pool_size: 2}`` beside ``detect: {pool_size: 1}``, each
     actor on a GPU of its own. Fractional ``num_gpus`` put several actors on one device (Ray places a fractional
-    request on one GPU); on an H100, CenterPoint and SAM sharing one GPU gained nothing over running in turn
-    (README, "Models")."""
+    request on one GPU); on an H100, CenterPoint and SAM sharing one GPU gained nothing over running in turn,
+    while two SAM actors sharing one carried 9-20 % more than one (README, "Models")."""
 
     pool_size: int | None = Field(None, ge=1)  # None: ray.actor_pool_size
     num_gpus: float | None = Field(None, ge=0)  # None: ray.actor_num_gpus; above 1 a whole number (Ray's rule)
@@ -765,7 +765,9 @@ class RayConfig(_Model):
     address: str | None = None  # None = embedded local Ray; 'auto' or host:port joins a cluster
     num_cpus: int | None = Field(None, ge=1)
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
-    actor_num_cpus: float = Field(0.5, gt=0)  # fractional: whole-CPU actors starve the read stage on 2 CPUs
+    # fractional: whole-CPU actors starve the read stage on 2 CPUs; one thread (Ray's cap at floor(CPUs), at
+    # least 1) ran SAM on an H100 as fast as seven (README, "Models")
+    actor_num_cpus: float = Field(0.5, gt=0)
     actor_num_gpus: float = Field(1.0, ge=0)  # used only when the cluster has GPUs
     actor_pool_size: int = Field(1, ge=1)
     # per model stage (schemas.vocab.MODEL_STAGES): its pool size and shares, over the three defaults above
