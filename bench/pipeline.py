@@ -7,7 +7,9 @@
    alone bounds two workers -- 4 scenes of 4.2, 2.8, 2.5 and 2.8 s cannot split better than 6.8 + 5.6 s, a
    1.81x bound before any overhead). Also the scenes' own work (their stage timings, summed) in both runs:
    when two scenes run at once each runs slower on a machine whose cores share caches and memory, which
-   bounds the speed-up at ``T1 / (work2 / 2)`` whatever the scheduling;
+   bounds the speed-up at ``T1 / (work2 / 2)`` whatever the scheduling. Every run orders the scenes as
+   ``drivegen run`` does, the heaviest first by the source's ``work_estimates``; the two-worker run is
+   repeated with the scenes in the source's order, which shows what that ordering is worth;
 3. streaming: peak memory (RSS of the driver + every Ray worker process, sampled every 0.2 s) with N vs
    10 N scenes, two workers; goal <= 1.2x. The 10 N scenes are the N generated ones repeated under new
    scene names and tokens (tables only; the sensor files are shared), so no extra generation is needed;
@@ -162,23 +164,27 @@ def main(argv=None) -> int:
     print(f"drivegen pipeline bench: {len(ids)} generated scenes ({logs}), {psutil.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
-    def go(name, executor="ray", scene_ids=ids, source=desc):
+    estimates = src.work_estimates()
+
+    def go(name, executor="ray", scene_ids=ids, source=desc, order=None):
+        """``order``: the work estimates that order the scenes, as ``drivegen run`` passes its source's (default
+        the N scenes'); {} keeps the given order."""
         out = work / name
         shutil.rmtree(out, ignore_errors=True)
         return run_pipeline(RunStore(out), source, cfg, scene_ids, stages, write_scene, executor=executor,
-                            progress=False)
+                            progress=False, work=estimates if order is None else order)
 
     print("1. in-process vs Ray with one worker")
     cold_local, _ = timed("in-process (cold)", lambda: go("local-cold", "local"))
     warm_local, _ = timed("in-process (warm)", lambda: go("local", "local"))
     scale = open_source("nuscenes", repeated_logs(Path(logs), work / "logs-scale", args.scale_copies), cfg,
                         version=SYNTH_VERSION)
-    scale_ids, scale_desc = scale.scene_ids(), scale.describe()
+    scale_ids, scale_desc, scale_work = scale.scene_ids(), scale.describe(), scale.work_estimates()
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     cold_ray1, _ = timed("Ray, 1 worker (cold)", lambda: go("ray1-cold"))
     warm_ray1, _ = timed("Ray, 1 worker (warm)", lambda: go("ray1"))
     scale_ray1, _ = timed(f"Ray, 1 worker, {len(scale_ids)} scenes",
-                          lambda: go("scale1", scene_ids=scale_ids, source=scale_desc))
+                          lambda: go("scale1", scene_ids=scale_ids, source=scale_desc, order=scale_work))
     ray.shutdown()
     print(f"  -> Ray 1 worker / in-process: {warm_ray1 / warm_local:.2f}x warm (goal <= 1.10x), "
           f"{cold_ray1 / cold_local:.2f}x cold")
@@ -191,9 +197,12 @@ def main(argv=None) -> int:
     timed("Ray, 2 workers (warm)", lambda: go("ray2"))
     peak_n = mem_n.stop()
     scale_ray2, _ = timed(f"Ray, 2 workers, {len(scale_ids)} scenes",
-                          lambda: go("scale2", scene_ids=scale_ids, source=scale_desc))
+                          lambda: go("scale2", scene_ids=scale_ids, source=scale_desc, order=scale_work))
+    listed_ray2, _ = timed(f"Ray, 2 workers, {len(scale_ids)} scenes as listed",
+                           lambda: go("scale2-listed", scene_ids=scale_ids, source=scale_desc, order={}))
     print(f"  -> speed-up 2 workers vs 1: {scale_ray1 / scale_ray2:.2f}x (goal >= 1.85x; "
-          f"{psutil.cpu_count()} cores shared with other work, load average {os.getloadavg()[0]:.1f})")
+          f"{psutil.cpu_count()} cores shared with other work, load average {os.getloadavg()[0]:.1f}); "
+          f"{scale_ray1 / listed_ray2:.2f}x with the scenes in the source's order instead of the heaviest first")
     w1, w2 = scene_work_s(work / "scale1"), scene_work_s(work / "scale2")
     print(f"  -> the scenes' own work: {w1:.1f} s with one worker, {w2:.1f} s with two ({w2 / w1 - 1:+.0%} when two "
           f"run at once): speed-up bound {scale_ray1 / (w2 / 2):.2f}x")
@@ -207,7 +216,8 @@ def main(argv=None) -> int:
     mem_10n = PeakMemory()
     mem_10n.start()
     t_big, res_big = timed(f"Ray, 2 workers, {len(big.scene_ids())} scenes",
-                           lambda: go("ray2-big", scene_ids=big.scene_ids(), source=big.describe()))
+                           lambda: go("ray2-big", scene_ids=big.scene_ids(), source=big.describe(),
+                                      order=big.work_estimates()))
     peak_10n = mem_10n.stop()
     ray.shutdown()
     print(f"  peak RSS driver+workers: N {peak_n / 2**20:,.0f} MiB, {args.repeat} N {peak_10n / 2**20:,.0f} MiB "

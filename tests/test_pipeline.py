@@ -183,6 +183,49 @@ def ray2():
 
 
 @pytest.mark.ray
+def test_longest_first_orders_by_work_and_keeps_ties():
+    from generator.pipeline.driver import longest_first
+
+    ids = ["a", "b", "c", "d"]
+    assert longest_first(ids, None) == ids and longest_first(ids, {}) == ids
+    assert longest_first(ids, {"b": 5.0, "c": 9.0, "d": 5.0}) == ["c", "b", "d", "a"]  # a: no estimate, 0
+
+
+def test_scenes_stream_heaviest_first_by_the_sources_estimate(synth_root, tmp_path):
+    """nuScenes' estimate is keyframes + annotated boxes per scene (counted here from the JSON tables);
+    ``drivegen run`` records it in scenes.json (a resumed run reads it back) and the scenes start in its
+    order, the heaviest first, whatever order they are listed in."""
+    from generator.pipeline import SYNTH_VERSION, run
+    from generator.sources import open_source
+
+    tab = {n: json.loads((synth_root / SYNTH_VERSION / f"{n}.json").read_text())
+           for n in ("scene", "sample", "sample_annotation")}
+    scene_of = {s["token"]: s["scene_token"] for s in tab["sample"]}
+    expect = {sc["name"]: float(sc["nbr_samples"] + sum(scene_of[a["sample_token"]] == sc["token"]
+                                                        for a in tab["sample_annotation"])) for sc in tab["scene"]}
+    assert len(set(expect.values())) == len(expect) > 1  # unequal scenes: the order below is a real check
+    src = open_source("nuscenes", synth_root, PipelineConfig(), version=SYNTH_VERSION)
+    assert src.work_estimates() == expect
+    heavy_first = sorted(expect, key=lambda s: -expect[s])
+
+    def start_order(out) -> list[str]:
+        starts = {m["scene_id"]: m["stage_spans_unix"]["load"][0] for m in RunReader(str(out)).manifests()}
+        return sorted(starts, key=starts.get)
+
+    out = tmp_path / "run"
+    res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=toy_cfg(),
+              stages=toy_stages(), write=toy_write, finalize=lambda store, summary: None, executor="local",
+              progress=False)
+    assert res.exit_code == 0 and RunReader(str(out)).planned_work() == expect
+    assert start_order(out) == heavy_first
+    # listed lightest first, run heaviest first; without estimates, as listed
+    for work, order in ((expect, heavy_first), (None, heavy_first[::-1])):
+        out = tmp_path / f"direct-{work is None}"
+        run_pipeline(RunStore(out), src.describe(), toy_cfg(), heavy_first[::-1], toy_stages(), toy_write,
+                     executor="local", progress=False, work=work)
+        assert start_order(out) == order
+
+
 def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
     """A model stage as an actor pool (fractional CPUs) next to CPU tasks completes on 2 CPUs (whole-CPU
     actors would starve the read stage and hang) and gives the same rows as the in-process run."""

@@ -154,6 +154,9 @@ def test_av2_log_on_s3_loads_as_the_local_one(s3_server, av2_log, tmp_path):
     cfg = parse_config({"sources": {"cache_dir": str(tmp_path / "cache")}})
     local, remote = open_source("av2", av2_log.parent, cfg), open_source("av2", uri, cfg)
     assert remote.scene_ids() == [av2_log.name] and remote.describe()["root"] == uri
+    # the scheduling estimate (its LiDAR sweeps) from the listing, as the local folder gives it
+    n_sweeps = len(os.listdir(av2_log / "sensors" / "lidar"))
+    assert remote.work_estimates() == local.work_estimates() == {av2_log.name: float(n_sweeps)} and n_sweeps > 0
     a, b = local.load_scene(av2_log.name), remote.load_scene(av2_log.name)
     ta, tb = frames_table(a), frames_table(b)
     assert ta.drop(["cameras", "lidar_path"]).equals(tb.drop(["cameras", "lidar_path"]))

@@ -148,7 +148,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                 if not store.exists(name):
                     raise RunFolderError(f"{store.full(name)} is missing: the run cannot be resumed", file=store.full(name))
             _check_unchanged(reader, force)
-            cfg, desc, ids = reader.config(), reader.source(), reader.planned_scenes()
+            cfg, desc, ids, work = reader.config(), reader.source(), reader.planned_scenes(), reader.planned_work()
             check_inputs(cfg)
         else:
             others = [p for p in store.list("", recursive=True) if p != layout.LOCK]
@@ -160,7 +160,9 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                                      f"e.g. {others[0]}); choose a new or empty --out folder", file=store.uri)
             store.write_bytes(layout.CONFIG, cfg.to_yaml().encode())
             store.write_json(layout.SOURCE, desc)
-            store.write_json(layout.SCENES, {"scene_ids": ids})
+            est = src.work_estimates()
+            work = {s: est[s] for s in ids if s in est}
+            store.write_json(layout.SCENES, {"scene_ids": ids, "work_estimate": work})
         state = dict(reader.run_state) if resume else {"format": "drivegen-run/1", "created_unix": time.time(),
                                                         "parent": None}
         state.update(epoch=lock.epoch, config_key=config_key(cfg), source_key=source_key(desc))
@@ -183,7 +185,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             _warn_if_not_shared(store, desc)
         try:
             return run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
-                                progress=progress, finalize=finalize)
+                                progress=progress, finalize=finalize, work=work)
         finally:
             if started:
                 import ray

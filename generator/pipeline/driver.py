@@ -91,10 +91,22 @@ def _failed_row(error: StageError) -> dict:
     return {"scene_id": error.scene_id, "status": "failed", "info": json.dumps({"error": error.row()})}
 
 
+def longest_first(scene_ids: list[str], work: dict[str, float] | None) -> list[str]:
+    """``scene_ids`` with the heaviest first by ``work`` (a source's ``work_estimates``; a scene it lacks
+    counts 0), ties in their given order; unchanged when ``work`` is empty. Workers take scenes in this
+    order as they come free (longest processing time first), so the run's last scenes are its short ones
+    and no worker is left idle behind one long scene at the end."""
+    if not work:
+        return list(scene_ids)
+    return sorted(scene_ids, key=lambda s: -work.get(s, 0.0))  # sorted() is stable: ties keep their order
+
+
 def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: list[str], stages: list[Stage],
                  write: Callable, *, epoch: int | None = None, executor: str = "ray", progress: bool = True,
-                 finalize: Callable[[RunStore, dict], None] | None = None) -> RunResult:
-    """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``store``.
+                 finalize: Callable[[RunStore, dict], None] | None = None,
+                 work: dict[str, float] | None = None) -> RunResult:
+    """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``store``, the
+    heaviest first by ``work`` (``longest_first``; None keeps the order).
 
     ``source`` is the log source's JSON description (``source.json``), ``epoch`` the run epoch of the lock
     the caller holds, ``executor`` 'ray' (Ray must be initialised, see ``ensure_ray``) or 'local'
@@ -107,7 +119,7 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
         log.info("removed %d leftover(s) of an interrupted writer of this run", len(removed))
     done = set(RunReader(store, require=False).scene_ids())
     skipped = [s for s in scene_ids if s in done]
-    pending = [s for s in scene_ids if s not in done]
+    pending = longest_first([s for s in scene_ids if s not in done], work)
     log.info("%d scene(s): %d to run, %d already finished", len(scene_ids), len(pending), len(skipped))
     rows: dict[str, dict] = {}
     bar = _Progress(len(pending), progress)

@@ -157,6 +157,20 @@ class AV2Source(LogSource):
     def scene_ids(self) -> list[str]:
         return list(self._logs)
 
+    def work_estimates(self) -> dict[str, float]:
+        """LiDAR sweeps per log (its frames), from the listing: a remote root's was made when the source
+        opened, a local log's ``sensors/lidar/`` folder is listed now (no file is read). The annotations
+        would cost a read of each log's table."""
+        out = {}
+        for sid, log in self._logs.items():
+            if self.remote is not None:
+                n = sum(1 for f in self._remote_files.get(sid, []) if "sensors/lidar/" in f)
+            else:
+                lidar = log / "sensors" / "lidar"
+                n = sum(1 for _ in os.scandir(lidar)) if lidar.is_dir() else 0
+            out[sid] = float(n)
+        return out
+
     def describe(self) -> dict:
         return {"kind": self.name, "root": self.remote.uri if self.remote else str(self.root),
                 "keyframes": self.cfg.model_dump(mode="json"),

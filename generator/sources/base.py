@@ -26,6 +26,13 @@ class LogSource(ABC):
         (1 Hz keyframes) are marked according to the source's ``KeyframeConfig``.
         """
 
+    def work_estimates(self) -> dict[str, float]:
+        """Each scene's relative work, from what the source already read when it opened (no sensor file is
+        touched): the run streams the heaviest scenes first (``generator.pipeline.driver.longest_first``), so
+        that the run does not end on one long scene while the other workers sit idle. Only the order matters;
+        {} (the default) keeps ``scene_ids()``'s order."""
+        return {}
+
     def describe(self) -> dict:
         """A JSON-able description sufficient to rebuild the source on another node."""
         return {"kind": self.name}

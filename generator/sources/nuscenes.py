@@ -104,6 +104,15 @@ class NuScenesSource(LogSource):
     def scene_ids(self) -> list[str]:
         return list(self._ids)
 
+    def work_estimates(self) -> dict[str, float]:
+        """Keyframes + annotated boxes per scene, from the tables (a scene's stages scale with both: the frames
+        read and the objects tracked, segmented and asked about)."""
+        boxes: dict[str, int] = {}
+        for sample in self.nusc.sample:
+            boxes[sample["scene_token"]] = boxes.get(sample["scene_token"], 0) + len(sample["anns"])
+        return {sid: float(self._by_name[sid]["nbr_samples"] + boxes.get(self._by_name[sid]["token"], 0))
+                for sid in self._ids}
+
     def describe(self) -> dict:
         return {"kind": self.name, "dataroot": self.remote.uri if self.remote else str(self.dataroot),
                 "version": self.version,
