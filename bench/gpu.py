@@ -191,40 +191,36 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
                 raise SystemExit(f"pipeline run failed: {res.summary['errors'][:2]}")
             rows = {"wall": wall, "frames": res.summary["frames"]}
             manifests = RunReader(str(out)).manifests()
-            rows["perceive_scenes"] = _overlaps(manifests)
             for stage in ("detect", "perceive"):
-                spans = [m["stage_spans_unix"][stage] for m in manifests]
-                rows[stage] = sum(m["timings_s"].get(stage, 0.0) for m in manifests)
-                rows[stage + "_by_start"] = sorted((m["stage_spans_unix"][stage][0], int(m["counts"]["frames"]),
-                                                  float(m["timings_s"].get(stage, 0.0))) for m in manifests)
+                # per scene, by start: (start unix s, end unix s, frames, stage seconds)
+                scenes = rows[stage + "_scenes"] = sorted(
+                    (*m["stage_spans_unix"][stage], int(m["counts"]["frames"]), float(m["timings_s"].get(stage, 0.0)))
+                    for m in manifests)
+                rows[stage] = sum(t for *_, t in scenes)
                 # the stream through this stage: its first scene's start to its last scene's end
-                rows[stage + "_span"] = max(b for _, b in spans) - min(a for a, _ in spans)
-                rows[stage + "_first"] = min(a for a, _ in spans) - unix0  # actor start-up + upstream work
+                rows[stage + "_span"] = max(b for _, b, _, _ in scenes) - scenes[0][0]
+                rows[stage + "_first"] = scenes[0][0] - unix0  # actor start-up + upstream work
         return rows
     finally:
         ray.shutdown()
 
 
-def warm_rate(scenes: list[tuple[float, int, float]], actors: int) -> tuple[float, int] | None:
+def warm_rate(scenes: list[tuple[float, float, int, float]], actors: int) -> tuple[float, int] | None:
     """Frames/s per actor over the scenes after each actor's first, and how many scenes that is: ``scenes`` is
-    (start unix s, frames, stage seconds) sorted by start. An actor's first scene pays its model's first calls
+    (start unix s, end unix s, frames, stage seconds) sorted by start. An actor's first scene pays its model's first calls
     (CUDA kernels loaded, cuDNN/cuBLAS handles, the allocator's pools), which ``alone`` pays in its warm-up;
     the ``actors`` earliest starts are taken as those first scenes (every actor starts with the stream).
     None when no scene is left."""
     rest = scenes[actors:]
-    secs = sum(t for _, _, t in rest)
-    return (sum(f for _, f, _ in rest) / secs, len(rest)) if rest and secs > 0 else None
+    secs = sum(t for *_, t in rest)
+    return (sum(f for _, _, f, _ in rest) / secs, len(rest)) if rest and secs > 0 else None
 
 
-def _overlaps(manifests: list[dict]) -> list[tuple[int, float, float]]:
-    """Per scene: (frames, perceive seconds, share of its perceive span during which any scene's detect ran)."""
-    det = sorted(tuple(m["stage_spans_unix"]["detect"]) for m in manifests)
-    out = []
-    for m in manifests:
-        a, b = m["stage_spans_unix"]["perceive"]
-        inter = sum(max(0.0, min(b, d1) - max(a, d0)) for d0, d1 in det)  # detect spans do not overlap (one actor)
-        out.append((int(m["counts"]["frames"]), float(m["timings_s"]["perceive"]), inter / max(b - a, 1e-9)))
-    return out
+def detect_overlap(span: list[float], detect: list[tuple[float, float, int, float]]) -> float:
+    """The share of one scene's perceive ``span`` (start, end unix s) during which any scene's detect ran
+    (``detect``: rows as ``warm_rate``'s; their spans do not overlap: one CenterPoint actor)."""
+    a, b = span
+    return sum(max(0.0, min(b, d1) - max(a, d0)) for d0, d1, _, _ in detect) / max(b - a, 1e-9)
 
 
 def main(argv=None) -> int:
@@ -311,13 +307,14 @@ def main(argv=None) -> int:
                       f"{r_stage:.2f} frames/s over its span   actor busy {busy:.0%} of the run (goal >= 80 %), "
                       f"{busy_stream:.0%} from its first scene to its last; first scene began "
                       f"{run[stage + '_first']:.1f} s into the run")
-                warm = warm_rate(run[stage + "_by_start"], actors)
+                warm = warm_rate(run[stage + "_scenes"], actors)
                 if warm:
                     print(f"    {stage}, after each actor's first scene: {warm[0]:.2f} frames/s per actor over "
                           f"{warm[1]} scene(s) ({warm[0] / r_alone:.0%} of alone, which is measured warm)")
             if models:  # what sharing the GPU with CenterPoint costs the perceive stage
                 for label, sel in (("while CenterPoint ran", lambda o: o >= 0.5), ("otherwise", lambda o: o < 0.5)):
-                    part = [(f, t) for f, t, o in run["perceive_scenes"] if sel(o)]
+                    part = [(f, t) for *span, f, t in run["perceive_scenes"]
+                            if sel(detect_overlap(span, run["detect_scenes"]))]
                     if part:
                         rate = sum(f for f, _ in part) / sum(t for _, t in part)
                         print(f"    perceive, scenes {label}: {rate:.2f} frames/s per actor over {len(part)} "

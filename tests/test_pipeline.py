@@ -182,7 +182,6 @@ def ray2():
     ray.shutdown()
 
 
-@pytest.mark.ray
 def test_longest_first_orders_by_work_and_keeps_ties():
     from generator.pipeline.driver import longest_first
 
@@ -226,6 +225,7 @@ def test_scenes_stream_heaviest_first_by_the_sources_estimate(synth_root, tmp_pa
         assert start_order(out) == order
 
 
+@pytest.mark.ray
 def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
     """A model stage as an actor pool (fractional CPUs) next to CPU tasks completes on 2 CPUs (whole-CPU
     actors would starve the read stage and hang) and gives the same rows as the in-process run."""

@@ -98,13 +98,17 @@ class RunReader:
                              f"`drivegen export_pie --run {self.uri}`", file=self.uri)
         return self
 
+    @cached_property
+    def _plan(self) -> dict:
+        return self._json(layout.SCENES, {}) or {}
+
     def planned_scenes(self) -> list[str]:
-        return list((self._json(layout.SCENES, {}) or {}).get("scene_ids", []))
+        return list(self._plan.get("scene_ids", []))
 
     def planned_work(self) -> dict[str, float]:
         """The source's work estimates recorded when the run was planned (``LogSource.work_estimates``), which
         order a resumed run's scenes as they ordered the first; {} for a run folder without them."""
-        return dict((self._json(layout.SCENES, {}) or {}).get("work_estimate", {}))
+        return dict(self._plan.get("work_estimate", {}))
 
     def summary(self) -> dict | None:
         return self._json(layout.SUMMARY)
