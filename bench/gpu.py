@@ -87,7 +87,7 @@ def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "center
         share = 1.0 / (perceive_actors + 1)
         cfg.ray.stage_actors = {"perceive": {"pool_size": perceive_actors, "num_gpus": share},
                                 "detect": {"num_gpus": share}}
-    cfg.writers.card = cfg.writers.bench_export = cfg.writers.webdataset = False
+    cfg.writers.card = cfg.bench.export = cfg.writers.webdataset = False
     cfg.report.on_run = False
     return cfg
 

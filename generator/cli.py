@@ -13,19 +13,26 @@ import logging
 import sys
 import traceback
 
-COMMANDS = ("synth", "run", "regenerate", "validate", "export_bench", "export_intention", "export_pie", "inspect", "score",
-            "export_drama", "report", "view")
+COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "score", "report", "view")
+
+
+def command_modules() -> list[str]:
+    """The core's subcommands (``generator.commands.<name>``), then every registered paper family's
+    (``schemas.families``: ``PaperFamily.commands``)."""
+    from schemas.families import families
+
+    return [f"generator.commands.{name}" for name in COMMANDS] + [m for f in families().values() for m in f.commands()]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="drivegen",
-        description="Generate STRIDE-QA-style driving QA datasets from LiDAR/camera logs on Ray.",
+        description="Generate driving QA datasets and labels from LiDAR/camera logs on Ray.",
         epilog="Run 'drivegen COMMAND -h' for a command's options.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        mod = importlib.import_module(f"generator.commands.{name}")
+    for name in command_modules():
+        mod = importlib.import_module(name)
         p = mod.add_parser(sub)
         p.set_defaults(_main=mod.main)
     return parser

@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.errors import ConfigError
-from schemas.vocab import DEFAULT_QA_FAMILIES, DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
+from schemas.families import config_sections, qa_family_names
+from schemas.vocab import DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 
 __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
 
@@ -455,8 +456,9 @@ class RelationMargins(_Model):
 
 
 class QAConfig(_Model):
-    # the QA families to generate (registered in generator.qa.families; checked against it before a run)
-    families: list[str] = Field(default_factory=lambda: list(DEFAULT_QA_FAMILIES), min_length=1)
+    # the QA families to generate (default: every registered paper family's, ``schemas.families``; checked
+    # against the registry before a run)
+    families: list[str] = Field(default_factory=lambda: list(qa_family_names()), min_length=1)
     template_dirs: list[str] = Field(default_factory=list)  # extra/override YAML template folders
     seed: int = 42
     horizons_s: list[float] = Field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0], min_length=1)
@@ -531,84 +533,6 @@ class EgoBodyConfig(_Model):
         return self.length_m / 2 - self.center_offset_m
 
 
-class IntentionConfig(_Model):
-    """Intention-Drive planning samples and instructions (``generator.attributes.intention``; Intention-Drive
-    §3: K BEV waypoints from a history of observations and a language instruction; §3.4: ADE, collision
-    rate, ISR). The waypoints themselves are ``labels.num_waypoints`` x ``labels.waypoint_step_s`` (6 at
-    0.5 s, the paper's setting). The paper annotates instructions with a VLM; drivegen derives them from what
-    the log shows the ego does next, so every threshold below is chosen here and checked on the generated
-    logs (tests/test_intention.py: the ground truth satisfies every instruction it is given)."""
-
-    history_steps: int = Field(4, ge=0)  # past ego states given to a model, labels.waypoint_step_s apart (2 s)
-    # The instruction's maneuver is the labeller's (generator.attributes.labels.ego_labels) on the trajectory
-    # past + future, at this time after the sample (the middle of the 3 s horizon).
-    classify_at_s: float = Field(1.5, gt=0)
-    # the ego body (swept for collisions) is the config's ``ego`` section
-    collision_substeps: int = Field(5, ge=1)  # boxes checked at this many points per waypoint interval
-    lane_half_width_m: float = Field(1.75, gt=0)  # "in the ego's lane": |lateral| below this (3.5 m lanes)
-    # follow Region [X]: a vehicle ahead in the lane now and at the end, the ego ends this far behind it
-    follow_gap_m: tuple[float, float] = (2.0, 40.0)
-    # stop behind Region [X]: the ego stops (maneuver Stop) this far behind the vehicle ahead in its lane
-    stop_gap_m: tuple[float, float] = (2.0, 8.0)
-    # overtake Region [X]: a vehicle ahead now (within this distance, same direction, within this lateral
-    # offset), behind the ego (centre behind the ego's centre by at least overtake_clear_m) at the end
-    overtake_max_ahead_m: float = Field(40.0, gt=0)
-    overtake_max_lateral_m: float = Field(6.0, gt=0)
-    overtake_clear_m: float = Field(0.0, ge=0)
-    moving_speed_mps: float = Field(1.0, ge=0)  # overtake: the target's mean speed over the horizon at least this
-    same_direction_deg: float = Field(45.0, gt=0, le=180)  # |relative heading| below: same way as the ego
-    # yield to Region [X]: a VRU crossing (DRAMA-X lateral intent) ahead within these limits while the ego
-    # slows or stops, keeping at least yield_clearance_m from it over the horizon
-    yield_max_ahead_m: float = Field(30.0, gt=0)
-    yield_max_lateral_m: float = Field(8.0, gt=0)
-    yield_clearance_m: float = Field(3.0, ge=0)
-    # pull over on a side: the ego, not turning and slowing (speed status Decelerate or maneuver Stop), ends at
-    # least pull_over_min_lateral_m to that side of where it is now, at most pull_over_end_speed_ratio of its
-    # current speed (a lane change while braking lightly is not a pull-over; a pull-over ends at the kerb)
-    pull_over_min_lateral_m: float = Field(1.0, gt=0)
-    pull_over_end_speed_ratio: float = Field(0.8, gt=0, le=1)
-    # the side a vehicle pulls over to: right in right-hand traffic (the US logs of nuScenes Boston and AV2,
-    # generated logs), left in left-hand traffic (nuScenes Singapore: run those scenes with 'left')
-    kerb_side: Literal["left", "right"] = "right"
-    move_step_m: float = Field(0.2, ge=0)  # an object moving less per waypoint step keeps its last heading
-    # Road edges (Intention-Drive §3.4 counts leaving the road as a collision): where the log has a map of its
-    # paved surface (nuScenes' semantic prior mask, which generated logs carry too), a trajectory whose swept
-    # ego body puts a corner off the mask collides; the mask may be grown by this margin (devkit MapMask
-    # dilation) against map misalignment. A sample whose current body is already off the mask is not checked.
-    road_edges: bool = True
-    road_dilation_m: float = Field(0.0, ge=0)
-
-    @field_validator("follow_gap_m", "stop_gap_m")
-    @classmethod
-    def _range(cls, v):
-        if not (0 <= v[0] < v[1]):
-            raise ValueError(f"needs 0 <= min < max, got {list(v)}")
-        return v
-
-
-class ScenarioConfig(_Model):
-    """Thresholds of the STRIDE-QA-Bench scenario classifier (``generator.writers.bench_export.
-    classify_scenario``, App. C.2 names the relations, not thresholds): chosen here and checked against the
-    scripted scenarios of the generated logs (tests/test_bench_export.py)."""
-
-    same_dir_deg: float = Field(45.0, gt=0, le=180)  # |relative heading| below: same way as the ego
-    opposite_dir_deg: float = Field(135.0, gt=0, le=180)  # |relative heading| above: against the ego
-    pass_x_m: float = 0.0  # the target counts as passed once its centre is behind this x (ego frame)
-    diverge_deg: float = Field(30.0, gt=0)  # relative heading change over the window: paths diverge
-    ahead_bearing_deg: float = Field(30.0, gt=0)  # "ahead of the ego": |bearing| below this at t0
-    pull_away_m: float = Field(3.0, ge=0)  # distance gained over the future horizon: Pulling Away From Ego
-    maintain_m: float = Field(2.5, ge=0)  # |distance change| over the window allowed for Maintain State
-    maintain_rel: float = Field(0.15, ge=0)  # ... or this fraction of the t0 distance, whichever is larger
-
-
-class BenchConfig(_Model):
-    """STRIDE-QA-Bench export (§5.2, App. C)."""
-
-    # a group is dynamic (kept) when the target's mean ground speed over its window exceeds this
-    dynamic_speed_mps: float = Field(0.5, ge=0)
-    scenario: ScenarioConfig = Field(default_factory=ScenarioConfig)
-
-
 class WdsConfig(_Model):
     """WebDataset samples (``generator.writers.wds``)."""
 
@@ -624,8 +548,6 @@ class WriterConfig(_Model):
     wds_max_samples: int = Field(1000, ge=1)  # WebDataset: keyframe samples per tar shard
     wds_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024)  # and bytes per tar shard
     webdataset: bool = True
-    bench_export: bool = True
-    intention_export: bool = True  # Intention-Drive planning samples (intention/) at the end of a run
     card: bool = True
     compression: str = "zstd"  # QA shards (the dataset): a Parquet codec pyarrow has
     # the run folder's perception, attribute and label tables: caches that regenerate, export_bench and
@@ -801,130 +723,14 @@ class FailureConfig(_Model):
     max_failed_frame_share: float = Field(0.1, ge=0, le=1)
 
 
-class DramaRiskConfig(_Model):
-    """DRAMA-X risk and suggested action from hindsight (``generator.attributes.drama.risk_table``). DRAMA-X
-    keeps DRAMA's human Risk / suggestion labels (App. A.2) and gives no rule: every threshold here is chosen
-    here and checked against the generated logs' scripts (tests/test_drama.py)."""
-
-    horizon_s: float = Field(4.0, gt=0)  # look this far ahead for a conflict
-    step_s: float = Field(0.25, gt=0)  # future poses are sampled this far apart
-    lateral_margin_m: float = Field(0.5, ge=0)  # corridor = ego width + this on each side (+ object half width)
-    front_buffer_m: float = Field(5.0, ge=0)  # the corridor reaches this far beyond the front bumper
-    # object at p(tau) conflicts when the ego's buffered footprint covers p(tau) at some tau' in
-    # [tau, tau + encroachment_s]: the ego arrives where the object is within this (post-encroachment time)
-    encroachment_s: float = Field(1.0, ge=0)
-    min_track_s: float = Field(0.5, ge=0)  # objects seen for less than this of the future get no risk
-    stop_ttc_s: float = Field(1.0, ge=0)  # risk with time-to-conflict at most this: stop
-    yield_ttc_s: float = Field(3.0, ge=0)  # VRU risk within this: yield
-    slow_ttc_s: float = Field(3.0, ge=0)  # other risk within this while the ego moves: slow down
-    moving_speed_mps: float = Field(0.5, ge=0)  # the ego counts as moving above this
-
-
-class DramaImageIntentConfig(_Model):
-    """DRAMA-X §3.2 image-based intent: 2D track displacement minus the camera displacement, which is the
-    Farneback flow (OpenCV ``calcOpticalFlowFarneback``) in a ring around the object (its box excluded),
-    over several windows. DRAMA-X gives no numbers; the windows fit 2 Hz keyframes, the thresholds are
-    chosen here and measured against the 3D-track intent on generated logs (tests/test_drama.py)."""
-
-    windows_s: list[float] = Field(default_factory=lambda: [0.5, 1.0], min_length=1)  # displacement windows
-    compensate: bool = True  # subtract the camera displacement (False: raw image motion, for comparison)
-    region_scale: float = Field(2.0, gt=1)  # ring = the box grown to this many times its width/height ...
-    region_min_px: int = Field(24, ge=1)  # ... and at least this many pixels on each side
-    statistic: Literal["median", "mean"] = "median"  # §3.2 text says median, Eq. 3.2 a mean
-    lateral_rate: float = Field(0.4, gt=0)  # |dx| / box height per second at least this: left / right
-    vertical_rate: float = Field(0.15, gt=0)  # |dy of the box bottom| / box height per second: towards / away
-    # cv2.calcOpticalFlowFarneback(pyr_scale, levels, winsize, iterations, poly_n, poly_sigma)
-    flow_pyr_scale: float = Field(0.5, gt=0, lt=1)
-    flow_levels: int = Field(5, ge=1)
-    flow_winsize: int = Field(21, ge=3)
-    flow_iterations: int = Field(3, ge=1)
-    flow_poly_n: int = Field(7, ge=5)
-    flow_poly_sigma: float = Field(1.5, gt=0)
-    # camera-only videos (``drivegen run --source jaad``, 30 fps, 1920x1080): the flow runs on frames taken at
-    # this rate and scaled down to at most this width (not from the paper: DRAMA-X's own clips are 2 s at
-    # 1 Hz keyframes; these keep Farneback at about 0.1 s a frame pair on one core)
-    video_fps: float = Field(10.0, gt=0)
-    video_max_width_px: int = Field(960, ge=64)
-
-
-class DramaXConfig(_Model):
-    """DRAMA-X family (``generator.attributes.drama``, ``generator.writers.drama_export``, scorer
-    ``drama-x``)."""
-
-    match_iou: float = Field(0.3, ge=0, le=1)  # App. A.3: Hungarian on 1 - IoU, theta_iou = 0.3
-    od_iou: float = Field(0.5, ge=0, le=1)  # App. A.4.1: OD counts a GT box localized at IoU >= 0.5
-    front_position_deg: float = Field(15.0, gt=0, le=90)  # |bearing| below this: Position "Front"
-    # camera-only logs: DRAMA-X §3.2 takes the position from the box's x in the final image; a box centre in
-    # the middle image_front_share of the width is "Front" (chosen here: the middle third)
-    image_front_share: float = Field(1 / 3, gt=0, lt=1)
-    risk: DramaRiskConfig = Field(default_factory=DramaRiskConfig)
-    image_intent: DramaImageIntentConfig = Field(default_factory=DramaImageIntentConfig)
-
-
-class PieConfig(_Model):
-    """The PIE/JAAD pedestrian behaviour family (``generator.sources.jaad``, ``generator.attributes.pie``,
-    ``generator.validate.score.pie``). Defaults are the benchmark paper's (seed 001, "Pedestrian behaviour
-    prediction: intention, action, event risk", §III-A data and §III-D metrics) unless the comment says
-    otherwise."""
-
-    fps: float = Field(30.0, gt=0)  # JAAD/PIE videos are 30 fps (JAAD annotations README)
-    observation_frames: int = Field(15, ge=1)  # §III-A: observation length 0.5 s = 15 frames
-    overlap: float = Field(0.3, ge=0, lt=1)  # §III-A: samples extracted with a 30 % overlap
-    tte_min_frames: int = Field(30, ge=0)  # §III-A 2): observations end 1-3 s (30-90 frames) before the event
-    tte_max_frames: int = Field(90, ge=1)
-    risk_horizon_frames: int = Field(90, ge=1)  # §III-A 3): risk class from the box centre 3 s ahead
-    risk_region_width_px: float = Field(160.0, gt=0)  # §III-A 3): vertical regions 160 px wide ...
-    risk_reference_width_px: float = Field(1920.0, gt=0)  # ... in a 1920 px wide image (12 regions, 6 classes)
-    tte_sigma: float = Field(0.3, gt=0)  # §III-D 1): TTE weights, sigma 0.3
-    risk_sigma: float = Field(0.5, gt=0)  # §III-D 2): risk-region weights, sigma 0.5
-    # JAAD Table I counts 1872 pedestrians for action prediction: more than the 686 with behaviour tags, so
-    # the bystanders ('ped' tracks, non-crossing) are sampled too; False keeps only the behavioural ones
-    include_bystanders: bool = True
-    split_variant: Literal["default", "all_videos", "high_visibility"] = "default"  # JAAD split_ids/<variant>
-    # Not from the paper: JAAD's annotation tool rounds boxes; measured on videos 0001-0250 one box ends
-    # 1 px outside its 1280 px image (video_0069). A box further outside is a SourceError.
-    box_outside_tolerance_px: float = Field(1.0, ge=0)
-    # Not from the paper: a track with missing frames (16 tracks in JAAD 0001-0250, occlusions the annotators
-    # left out) is a SourceError for its video ('error', the issue's rule) or kept, sampling only windows
-    # without a gap ('keep'); tests/test_pie.py checks both
-    track_gap: Literal["error", "keep"] = "error"
-    # ``drivegen run --source jaad`` (not from the paper): a video without clips/<video>.mp4 is an error for
-    # that video (True) or runs from its annotations alone, without frames or image intent (False: the JAAD
-    # annotations are public, the videos often not at hand)
-    require_clips: bool = False
-    # ... and the frames its samples observe are extracted into the run folder (images/<video>/<frame>.<fmt>,
-    # the layout of JAAD's own split_clips_to_frames.sh, png) when the clip is there
-    extract_frames: bool = True
-    frame_format: Literal["png", "jpg"] = "png"
-    # The same tasks from 3D logs (generator.attributes.pie.path_entry; not from the paper, which has JAAD's
-    # crossing_point): a tracked pedestrian's crossing event is the first time it stands where the ego is
-    # going to drive: inside the ego's body widened by path_margin_m a side, at one of its logged poses of
-    # the next path_horizon_s (every path_step_s) no farther than path_ahead_m from where it is now
-    path_margin_m: float = Field(0.5, ge=0)
-    path_horizon_s: float = Field(10.0, gt=0)
-    path_step_s: float = Field(0.25, gt=0)
-    path_ahead_m: float = Field(50.0, gt=0)
-
-    @model_validator(mode="after")
-    def _check(self):
-        if self.tte_min_frames > self.tte_max_frames:
-            raise ValueError(f"tte_min_frames {self.tte_min_frames} > tte_max_frames {self.tte_max_frames}")
-        n = self.risk_reference_width_px / self.risk_region_width_px
-        if abs(n - round(n)) > 1e-6 or round(n) < 2:
-            raise ValueError(f"risk_reference_width_px / risk_region_width_px must be a whole number >= 2, got {n}")
-        return self
-
-    @property
-    def risk_regions(self) -> int:
-        return int(round(self.risk_reference_width_px / self.risk_region_width_px))
-
-    @property
-    def sample_step_frames(self) -> int:
-        """Frames between the starts of consecutive samples (PCPA's ``int((1 - overlap) * obs_length)``)."""
-        return max(1, int((1.0 - self.overlap) * self.observation_frames))
-
-
 class PipelineConfig(_Model):
+    """The root config: the core's sections below, then one section per registered paper family
+    (``schemas.families.config_sections``: ``cfg.drama_x``, ``cfg.pie``, ...), each validated by the family's
+    model and written after the core's in ``config.yaml``. An unknown top-level key is refused as any
+    misspelt field is."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, frozen=False)
+
     version: Literal[1] = 1
     keyframes: KeyframeConfig = Field(default_factory=KeyframeConfig)
     sources: SourceLimitsConfig = Field(default_factory=SourceLimitsConfig)
@@ -934,17 +740,47 @@ class PipelineConfig(_Model):
     visibility: VisibilityConfig = Field(default_factory=VisibilityConfig)
     ego: EgoBodyConfig = Field(default_factory=EgoBodyConfig)
     labels: LabelsConfig = Field(default_factory=LabelsConfig)
-    drama_x: DramaXConfig = Field(default_factory=DramaXConfig)
-    intention: IntentionConfig = Field(default_factory=IntentionConfig)
     qa: QAConfig = Field(default_factory=QAConfig)
-    bench: BenchConfig = Field(default_factory=BenchConfig)
-    pie: PieConfig = Field(default_factory=PieConfig)
     tolerances: ToleranceConfig = Field(default_factory=ToleranceConfig)
     writers: WriterConfig = Field(default_factory=WriterConfig)
     anonymize: AnonymizeConfig = Field(default_factory=AnonymizeConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
     failures: FailureConfig = Field(default_factory=FailureConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _family_sections(cls, data, handler):
+        """Validate the registered families' sections with their models (defaults where absent) beside the
+        core's fields; every error (core, family, unknown key) is reported with its full location."""
+        if not isinstance(data, dict):
+            return handler(data)
+        sections = config_sections()
+        errors, values = [], {}
+        for key in data:
+            if key not in cls.model_fields and key not in sections:
+                errors.append({"type": "extra_forbidden", "loc": (key,), "input": data[key]})
+        for name, model in sections.items():
+            raw = data.get(name)
+            if isinstance(raw, model):
+                values[name] = raw
+                continue
+            try:
+                values[name] = model.model_validate({} if raw is None else raw)
+            except ValidationError as err:
+                errors += [{k: v for k, v in {"type": e["type"], "loc": (name, *e["loc"]), "input": e.get("input"),
+                                               "ctx": e.get("ctx")}.items() if v is not None or k == "input"}
+                           for e in err.errors()]
+        out = None
+        try:
+            out = handler({k: v for k, v in data.items() if k in cls.model_fields})
+        except ValidationError as err:
+            errors = [dict(e) for e in err.errors()] + errors
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        for name, value in values.items():
+            setattr(out, name, value)
+        return out
 
     def to_yaml(self) -> str:
         # libyaml's emitter when PyYAML has it: the same text (checked by tests/test_config.py) in a quarter of

@@ -9,12 +9,12 @@
     OUT/qa/<split>-<scene>-<k:05d>.parquet  QA shards (the scene's split first: ``qa/train-*.parquet`` is the
                                         train split, the glob the dataset card's ``data_files`` use);
     OUT/wds/<scene>-<k:05d>.tar         WebDataset shards
-    OUT/images/<video>/<frame:05d>.png  camera-only runs (--source jaad): the frames PIE samples observe (their
-                                        tables: pie_samples/, video_boxes/, drama_video/)
+    OUT/images/<video>/<frame:05d>.png  camera-only runs (--source jaad): the frames the videos' samples observe
     OUT/errors/<scene>-<stage>.parquet  one row per failed scene and stage
     OUT/manifest/<scene>.json           written last for a finished scene: its files with row counts
     OUT/README.md                       the dataset card (Hugging Face front matter; its stats and plots in card/)
-    OUT/summary.json, bench/, intention/, card/, validate/, report/   run summary and by-products
+    OUT/summary.json, card/, validate/, report/   run summary and by-products; each paper family's
+                                        exports in their folders (``schemas.families``)
 
 A file belongs to the run exactly when a manifest lists it (``generator.runfolder.RunReader``). While a
 run is going: ``_pending/<scene>.json`` (files a scene is committing), ``_attempts/`` (stage attempt
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -44,8 +45,6 @@ ERRORS_DIR = "errors"
 PENDING_DIR = "_pending"
 ATTEMPTS_DIR = "_attempts"
 STAGING_DIR = ".staging"
-BENCH_DIR = "bench"
-INTENTION_DIR = "intention"  # Intention-Drive export (planning samples)
 CARD_DIR = "card"  # the card's stats.json and histogram PNGs
 CARD = "README.md"  # the dataset card itself, at the run folder's root: the dataset as published
 VALIDATE_DIR = "validate"
@@ -69,21 +68,59 @@ class TableLayout:
     by_split: bool = False
 
 
-TABLES: dict[str, TableLayout] = {t.name: t for t in (
+CORE_TABLES: tuple[TableLayout, ...] = (
     TableLayout("frames", "perception/frames", tables.FRAMES),
     TableLayout("objects", "perception/objects", tables.OBJECTS),
     TableLayout("projections", "perception/projections", tables.PROJECTIONS),
     TableLayout("attributes", "attributes", tables.ATTRIBUTES),
     TableLayout("labels", "labels", tables.LABELS),
-    TableLayout("drama_risk", "drama_risk", tables.DRAMA_RISK),
     TableLayout("issues", "issues", tables.ISSUES),
-    # camera-only runs (drivegen run --source jaad): PIE/JAAD samples and DRAMA-X image intent per video
-    TableLayout("pie_samples", "pie_samples", tables.PIE_SAMPLES),
+    # camera-only runs (drivegen run --source jaad): the videos' own 2D boxes
     TableLayout("video_boxes", "video_boxes", tables.VIDEO_BOXES),
-    TableLayout("drama_video", "drama_video", tables.DRAMA_VIDEO),
     TableLayout("qa", "qa", tables.QA, sharded=True, by_split=True),
     TableLayout("wds", "wds", None, sharded=True, ext="tar"),
-)}
+)
+
+
+class _Tables(Mapping):
+    """Every per-scene table by name: the core's (``CORE_TABLES``), then each registered paper family's
+    (``schemas.families.family_tables``), gathered on first use. A family table whose name or folder is
+    already taken is refused (ValueError naming both)."""
+
+    def __init__(self):
+        self._all: dict[str, TableLayout] | None = None
+
+    def _tables(self) -> dict[str, TableLayout]:
+        if self._all is None:
+            from schemas.families import family_tables  # the registry's families declare TableLayouts (this module)
+
+            out = {t.name: t for t in CORE_TABLES}
+            folders = {t.folder: t.name for t in CORE_TABLES}
+            for t in family_tables():
+                if t.name in out or t.folder in folders:
+                    raise ValueError(f"run-folder table {t.name!r} ({t.folder}/) of a paper family clashes with "
+                                     f"{out.get(t.name, t).name!r} ({folders.get(t.folder, t.folder)})")
+                out[t.name] = t
+                folders[t.folder] = t.name
+            self._all = out
+        return self._all
+
+    def __getitem__(self, name: str) -> TableLayout:
+        return self._tables()[name]
+
+    def __iter__(self):
+        return iter(self._tables())
+
+    def __len__(self) -> int:
+        return len(self._tables())
+
+
+TABLES: Mapping[str, TableLayout] = _Tables()
+
+
+def reset_tables() -> None:
+    """Gather the tables again (after ``schemas.families.reset``)."""
+    TABLES._all = None
 
 
 def table(name_or_folder: str) -> TableLayout:

@@ -128,13 +128,6 @@ LABELS = _schema("labels", [
     pa.field("future_xy_ego_m", pa.list_(vec2)),  # future waypoints in this frame's ego frame
 ], "behaviour labels: ego maneuvers and speed status, VRU intent, future waypoints")
 
-DRAMA_RISK = _schema("drama_risk", [
-    pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("track_id", i64, False),
-    pa.field("risk", b, False),  # the object's future path enters the ego's future corridor within the horizon
-    pa.field("time_to_conflict_s", f64),  # null without risk
-    pa.field("suggested_action", s, False),  # schemas.vocab.DRAMA_ACTIONS
-], "DRAMA-X risk and suggested ego action per tracked object and frame, from hindsight "
-   "(generator.attributes.drama.risk_table, written by the attributes stage beside the labels)")
 
 VIDEO_BOXES = _schema("video_boxes", [
     pa.field("video_id", s), pa.field("ped_id", s), pa.field("label", s), pa.field("frame", i32),
@@ -144,77 +137,19 @@ VIDEO_BOXES = _schema("video_boxes", [
     "the 2D boxes of a camera-only video (JAAD annotations: pedestrian | ped | people tracks, frames 0-based at the "
     "video's rate, pixels of its own image), read by generator.sources.jaad and kept by drivegen run --source jaad")
 
-DRAMA_VIDEO = _schema("drama_video", [
-    pa.field("scene_id", s, False), pa.field("ped_id", s, False), pa.field("track_label", s, False),
-    pa.field("frame_index", i32, False), pa.field("t_s", f64, False),
-    pa.field("box_xyxy", pa.list_(f32, 4)),  # the annotated 2D box in the video's own image
-    pa.field("position", s),  # schemas.vocab.DRAMA_POSITIONS, from the box centre's x in the image
-    pa.field("lateral_intent", s, False), pa.field("vertical_intent", s, False),  # schemas.vocab.INTENT_*
-    pa.field("lateral_rate", f64, False), pa.field("vertical_rate", f64, False),  # box heights per second
-    pa.field("compensated", b, False),  # camera displacement (Farneback) subtracted
-    pa.field("risk", b), pa.field("time_to_conflict_s", f64),  # hindsight: the pedestrian's crossing event ahead
-    pa.field("suggested_action", s),  # schemas.vocab.DRAMA_ACTIONS
-], "DRAMA-X labels of a camera-only log per 2D track and sampled frame: image intent (generator.attributes.drama."
-   "video_image_intent), position, risk and suggested action (video_risk); written by the video stage of "
-   "drivegen run --source jaad")
 
-# Intention-Drive export (``generator.writers.intention_export``): one row per instruction (a QA row of the
+# Intention-Drive export (``generator.families.intention_drive.export``): one row per instruction (a QA row of the
 # ego_intention family) and one row per object at each keyframe sample (what the collision check sweeps).
 vec4 = pa.list_(f64, 4)
 IMAGE = pa.struct([("camera", s), ("image_path", s)])
-INTENTION_SAMPLES = _schema("intention_samples", [
-    pa.field("sample_id", s, False),  # = the QA row's qa_id
-    pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("timestamp_us", i64),
-    pa.field("split", s), pa.field("level", s, False),  # 'low' (atomic) | 'high'
-    pa.field("kind", s, False),  # schemas.vocab.INSTRUCTION_KINDS
-    pa.field("instruction", s, False),  # the QA question: the instruction as a model reads it
-    pa.field("instruction_low", s),  # the same keyframe's atomic instruction, e.g. 'Turn Left, Decelerate'
-    pa.field("region_id", i32), pa.field("target_track_id", i64), pa.field("target_class", s),
-    pa.field("images", pa.list_(IMAGE)),  # every camera at the keyframe
-    pa.field("ego_speed_mps", f64),
-    pa.field("past_states", pa.list_(vec4)),  # x_m, y_m, yaw_rad, speed_mps, BEV ego frame, oldest first (NaN: none)
-    pa.field("future_xy_ego_m", pa.list_(vec2)),  # the logged K waypoints (ground truth), BEV ego frame
-    pa.field("waypoint_step_s", f64),
-    # success predicate: maneuver / speed status (null: any); slow: Decelerate or Stop; goal 'none' |
-    # 'behind' (bumper gap in [gap_min_m, gap_max_m], |lateral| <= lateral_max_m) | 'ahead' (target's centre
-    # at least -gap_max_m behind the ego's) | 'clear' (distance to the target >= clearance_m), about target |
-    # 'left' / 'right' (pull over: not turning, ends >= gap_min_m to that side, end speed (last waypoint step)
-    # <= end_speed_max_ratio x ego_speed_mps)
-    pa.field("maneuver", s), pa.field("speed_status", s), pa.field("slow", b, False), pa.field("goal", s, False),
-    pa.field("gap_min_m", f64), pa.field("gap_max_m", f64), pa.field("lateral_max_m", f64),
-    pa.field("clearance_m", f64), pa.field("end_speed_max_ratio", f64),
-    # road edges: the ego's pose in the log's map frame (x_m, y_m, yaw_rad) and the map of its paved surface
-    # (a nuScenes semantic-prior mask PNG, absolute path, and its metres per pixel); null map: no road edges
-    pa.field("ego_pose_map", vec3), pa.field("map_path", s), pa.field("map_resolution_m", f64),
-], "Intention-Drive planning samples: instruction, images, past states, waypoints and success predicate")
 
-INTENTION_OBJECTS = _schema("intention_objects", [
-    pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("track_id", i64, False),
-    pa.field("class_name", s), pa.field("xy_ego_m", vec2), pa.field("heading_ego_rad", f64),
-    pa.field("size_lw_m", vec2), pa.field("future_xy_ego_m", pa.list_(vec2)),  # NaN after the track ends
-    pa.field("future_heading_ego_rad", pa.list_(f64)), pa.field("intent_lateral", s),
-], "tracked objects at each Intention-Drive sample and their logged future (BEV ego frame of the sample)")
 
-# PIE/JAAD benchmark samples (``generator.attributes.pie``; exported per task and split by
-# ``generator.writers.pie_export``): one observation window of a pedestrian track, pixels in the video's frame.
+# PIE/JAAD benchmark samples (``generator.families.pie.attributes``; exported per task and split by
+# ``generator.families.pie.export``): one observation window of a pedestrian track, pixels in the video's frame.
 # List items are named as Parquet names them ('element'), so the files read back exactly with plain pyarrow too.
 def _plist(t: pa.DataType) -> pa.DataType:
     return pa.list_(pa.field("element", t))
 
-
-PIE_SAMPLES = _schema("pie_samples", [
-    pa.field("sample_id", s), pa.field("task", s), pa.field("split", s), pa.field("video_id", s),
-    pa.field("ped_id", s), pa.field("track_label", s),
-    pa.field("start_frame", i32), pa.field("end_frame", i32),
-    pa.field("frames", _plist(i32)), pa.field("boxes_px", _plist(_plist(f32))),
-    pa.field("occlusion", _plist(s)), pa.field("ego_action", _plist(s)),
-    pa.field("image_paths", _plist(s)), pa.field("video_path", s),
-    pa.field("image_width_px", i32), pa.field("image_height_px", i32),
-    pa.field("crossing", i8), pa.field("intention", i8),
-    pa.field("event_frame", i32), pa.field("tte_frames", i32), pa.field("tte_s", f32),
-    pa.field("risk_horizon_frame", i32), pa.field("risk_box_visible", b), pa.field("risk_x_center_px", f32),
-    pa.field("risk_region", i8), pa.field("risk_class", i8),
-], "PIE/JAAD action-prediction and event-risk samples (observation boxes, labels, time to event)")
 
 ISSUES = _schema("issues", [
     pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("stage", s, False),
@@ -229,7 +164,7 @@ ERRORS = _schema("errors", [
 
 ALL = {sch.metadata[b"drivegen.schema"].decode(): sch
        for sch in (SCENES, FRAMES, OBJECTS, PROJECTIONS, ATTRIBUTES, QA, LABELS, ISSUES, ERRORS,
-                   INTENTION_SAMPLES, INTENTION_OBJECTS, PIE_SAMPLES, DRAMA_RISK, DRAMA_VIDEO, VIDEO_BOXES)}
+                   VIDEO_BOXES)}
 
 
 # The unit and frame suffixes of column names (module docstring): the last matching part of a name decides.
@@ -323,6 +258,17 @@ def to_storage(table: pa.Table) -> pa.Table:
     return table if target.equals(table.schema, check_metadata=True) else table.cast(target)
 
 
+def _family_schemas() -> dict[str, pa.Schema]:
+    """The schemas of the registered paper families' tables (``schemas.families``), by schema name."""
+    from schemas.families import families  # the registry reads schemas.layout, which imports this module
+
+    out = {}
+    for fam in families().values():
+        for sch in fam.schemas():
+            out[sch.metadata[b"drivegen.schema"].decode()] = sch
+    return out
+
+
 def declared_schema(table_or_schema: pa.Table | pa.Schema) -> pa.Schema | None:
     """The ``ALL`` schema named by ``drivegen.schema`` metadata; None when there is no such metadata.
     Raises ValueError for a name ``ALL`` does not know."""
@@ -331,9 +277,10 @@ def declared_schema(table_or_schema: pa.Table | pa.Schema) -> pa.Schema | None:
     if name is None:
         return None
     try:
-        return ALL[name.decode()]
+        return ALL[name.decode()] if name.decode() in ALL else _family_schemas()[name.decode()]
     except KeyError:
-        raise ValueError(f"unknown drivegen.schema {name.decode()!r} in table metadata; known: {sorted(ALL)}") from None
+        raise ValueError(f"unknown drivegen.schema {name.decode()!r} in table metadata; known: "
+                         f"{sorted(ALL) + sorted(_family_schemas())}") from None
 
 
 def from_storage(table: pa.Table, schema: pa.Schema | None = None, where: str = "") -> pa.Table:

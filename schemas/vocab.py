@@ -21,6 +21,9 @@ FRONT_CAMERA_NAMES = ("CAM_FRONT", "ring_front_center")  # nuScenes, Argoverse 2
 # Log sources without LiDAR or poses (``LogSource.camera_only``): their videos run through the camera stages
 # (``generator.pipeline.video``) and their run folders hold no 3D tables.
 CAMERA_ONLY_SOURCES = ("jaad",)
+# The track labels of a camera-only video whose boxes are numbered ``Region [X]`` (JAAD's behaviour pedestrians
+# and bystanders; groups are not one person).
+VIDEO_REGION_LABELS = ("pedestrian", "ped")
 VIDEO_CAMERA = "front"  # the one camera of a camera-only video, as QA groundings and issues rows name it
 
 # Pipeline stages whose backend may be a model on a Ray actor (``generator.pipeline.stages.default_stages``):
@@ -30,18 +33,13 @@ MODEL_STAGES = ("detect", "perceive")
 # Ego behaviour (Intention-Drive §3: atomic maneuvers and speed status).
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")
 SPEED_STATUS = ("Accelerate", "Decelerate", "Maintain Speed")
-# Instruction kinds (Intention-Drive §3.2: low-level atomic, high-level intentions grounded in the scene).
-INSTRUCTION_KINDS = ("atomic", "turn", "change_lane", "stop", "stop_behind", "follow", "overtake", "yield",
-                     "pull_over")
-INSTRUCTION_LEVELS = ("low", "high")  # atomic is the low level, every other kind a high-level intention
 
 # VRU intent (DRAMA-X §3.1: lateral x vertical, as seen from the ego).
 INTENT_LATERAL = ("goes to the left", "goes to the right", "stationary")
 INTENT_VERTICAL = ("moves towards ego vehicle", "moves away from ego vehicle", "stationary")
 
-# QA: the STRIDE-QA families (§3) and kinds; grounding roles in QA_GROUNDING.role's dictionary order.
-STRIDE_FAMILIES = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
-DEFAULT_QA_FAMILIES = STRIDE_FAMILIES + ("ego_behaviour", "ego_intention", "drama_x", "pie")  # generated unless qa.families says otherwise
+# QA kinds; grounding roles in QA_GROUNDING.role's dictionary order. (The QA families are the paper families'
+# own: ``schemas.families``.)
 QA_KINDS = ("qualitative", "quantitative")
 # Dataset splits a QA row may carry (``generator.qa.scene_split`` gives 'train' and 'val'); a scene's QA
 # shards are named by its split (``schemas.layout``) and the dataset card has one split per name.
@@ -49,41 +47,11 @@ QA_SPLITS = ("train", "val", "test")
 GROUNDING_ROLES = ("context", "current", "future")
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """A STRIDE-QA-Bench scene-group relation (App. C.2, Table 8). ``key`` is the machine spelling the
-    generated logs script (``drivegen_scenarios.json``), ``name`` the readable one (the paper's), ``toolkit``
-    the spelling the public STRIDE-QA-Bench toolkit groups its results by (``turingmotors/STRIDE-QA-Dataset``,
-    ``benchmarks/STRIDE-QA-Bench/src/strideqa_bench/visualize/visualize.py``: its major relations and the
-    ``Minor_Relations`` panel of the rest), which the bench export writes."""
-
-    key: str
-    name: str
-    toolkit: str
-
-
-BENCH_SCENARIOS = (
-    Scenario("oncoming_pass", "Oncoming Pass", "Oncoming_Pass"),
-    Scenario("maintain_state", "Maintain State", "Maintain_State"),
-    Scenario("overtake", "Overtake", "Overtake"),
-    Scenario("path_divergence", "Path Divergence", "Path_Divergence_at_Intersection"),
-    Scenario("pulling_away", "Pulling Away From Ego", "Other_Pulling_Away_From_Ego"),
-    Scenario("minor_relations", "Minor Relations", "Minor_Relations"),
-)
-BENCH_SCENARIO_NAMES = tuple(s.name for s in BENCH_SCENARIOS)
-SCENARIO_NAME = {s.key: s.name for s in BENCH_SCENARIOS}
-TOOLKIT_RELATION = {s.name: s.toolkit for s in BENCH_SCENARIOS}  # readable name -> the toolkit's spelling
-
 # Agent scripts of the generated logs (``generator.synth``): the bench relations the ego takes part in,
 # plus DRAMA-X / PIE behaviours and static fillers.
 SCRIPTED_SCENARIOS = ("oncoming_pass", "overtake", "path_divergence", "pulling_away", "maintain_state",
                       "ped_crossing", "cyclist_veering", "waiting_at_curb", "parked", "static")
 
-# DRAMA-X (App. A.2): suggested ego actions, most severe last (a frame takes its objects' most severe one);
-# the object groups of a sample and the relative position of an object (§3.2: Left / Right / Front).
-DRAMA_ACTIONS = ("continue", "be aware or cautious", "slow down", "yield", "stop")
-DRAMA_POSITIONS = ("Left", "Front", "Right")
-DRAMA_GROUPS = {"pedestrian": "Pedestrians", "bicycle": "Cyclists", "motorcycle": "Cyclists"}
 
 # PIE/JAAD (JAAD 2.0 annotations; the pedestrian behaviour benchmark, seed 001 §III-A). Track labels: behaviour
 # pedestrians, bystanders, groups; ego-vehicle actions in JAAD's own order (jaad_data.py codes 0-4).
@@ -93,4 +61,3 @@ JAAD_VEHICLE_ACTIONS = ("stopped", "moving_slow", "moving_fast", "decelerating",
 JAAD_SPLITS = ("train", "val", "test")
 # the behaviour tags of a JAAD 'pedestrian' box (annotations/video_XXXX.xml), in the annotation's order
 JAAD_BEHAVIOUR_TAGS = ("action", "look", "cross", "occlusion", "hand_gesture", "reaction", "nod")
-PIE_TASKS = ("action", "risk")  # action prediction (crossing in 1-3 s) and event risk assessment (6 classes)

@@ -143,7 +143,7 @@ def test_run_outputs_are_anonymised(labelled_run, tmp_path):
     are the published images too."""
     import webdataset as wds
 
-    from generator.pipeline.exports import export_bench
+    from generator.families.stride_qa.export import export_bench
     from generator.runfolder import RunReader
     from generator.writers.wds import write_wds_shards
 

@@ -20,9 +20,9 @@ import pytest
 from pycocotools import mask as mask_utils
 
 from support.bench import AGENTS, EGO_V, NAME_OF_TRACK, SCENE, TIMES, agent_state, ego_xy, make_bench_run, recommit
-from generator.pipeline.exports import export_bench
-from generator.writers.bench_export import RELATIONS, classify_scenario, is_dynamic
-from schemas.config import ScenarioConfig
+from generator.families.stride_qa.export import export_bench
+from generator.families.stride_qa.bench_export import RELATIONS, classify_scenario, is_dynamic
+from generator.families.stride_qa.config import ScenarioConfig
 
 # --- the toolkit's expectations, restated (benchmark.py, config/tolerance.yaml, inference.py) ---------
 TIME_BUCKET = {"ego_distance_data": 0, "ego_speed_data": 0, "target_speed_data": 0, "target_bearing_angle_data": 0,

@@ -148,7 +148,7 @@ def card_run(synth_root, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("card") / "run"
     cfg = parse_config({"qa": {"val_fraction": 0.5}, "segmentation": {"cameras": ["CAM_FRONT"]},
-                        "writers": {"webdataset": False, "bench_export": False, "intention_export": False,
+                        "bench": {"export": False}, "intention": {"export": False}, "writers": {"webdataset": False,
                                     "card": True}})
     res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
               progress=False)

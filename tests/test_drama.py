@@ -17,10 +17,12 @@ import pytest
 from support.attributes import make_frames, make_objects, pose
 from support.data import SYNTH_VERSION
 from generator.attributes import compute_labels
-from generator.attributes.drama import (STOP, YIELD, SLOW, AWARE, CONTINUE, frame_risk, image_intent, farneback,
+from generator.families.drama_x.attributes import (STOP, YIELD, SLOW, AWARE, CONTINUE, frame_risk, image_intent, farneback,
                                         match_boxes, risk_table, suggested_actions)
-from schemas.config import DramaImageIntentConfig, DramaRiskConfig, EgoBodyConfig
-from schemas.vocab import DRAMA_ACTIONS, INTENT_LATERAL, INTENT_VERTICAL
+from generator.families.drama_x.config import DramaImageIntentConfig, DramaRiskConfig
+from schemas.config import EgoBodyConfig
+from generator.families.drama_x.vocab import DRAMA_ACTIONS
+from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL
 
 SCRIPTED_SCENES = 12
 

@@ -9,18 +9,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from generator.attributes.intention import (boxes_overlap, check, classify, collisions, instructions,
+from generator.families.intention_drive.attributes import (boxes_overlap, check, classify, collisions, instructions,
                                             planning_samples)
 from generator.cli import main as cli
 from generator.runfolder import RunReader
-from generator.validate.score import intention as scorer
+from generator.families.intention_drive import score as scorer
 from schemas.config import PipelineConfig, parse_config
 from schemas.vocab import MANEUVERS
 
 @pytest.fixture(scope="module")
 def run_dir(labelled_run):
     """The two generated scenes through the whole pipeline, in-process, with the intention export."""
-    assert json.loads((labelled_run / "summary.json").read_text())["intention_export"]["samples"] > 0
+    assert json.loads((labelled_run / "summary.json").read_text())["families"]["intention_drive"]["samples"] > 0
     return labelled_run
 
 
@@ -41,7 +41,7 @@ def test_ground_truth_satisfies_every_instruction_without_collision(run_dir, sam
     s, ins, cfg = samples
     kinds = Counter(ins.kind.tolist())
     # the generated scenes exercise the low level and several high-level kinds
-    from schemas.vocab import INSTRUCTION_KINDS
+    from generator.families.intention_drive.vocab import INSTRUCTION_KINDS
     present = {INSTRUCTION_KINDS[k] for k in kinds}
     assert {"atomic", "follow", "yield", "turn"} <= present, present
     assert kinds[0] == s.n  # one atomic instruction per labelled sample
@@ -198,7 +198,7 @@ def test_leaving_the_paved_surface_is_a_collision(run_dir):
     """Road edges (Intention-Drive §3.4): the export carries each sample's pose in the map frame and the logs'
     paved-surface map (generated logs write nuScenes' semantic prior); a trajectory sliding 40 m sideways
     leaves it and collides, the logged one never does; with ``intention.road_edges`` off nothing is checked."""
-    from generator.attributes.intention import road_exits
+    from generator.families.intention_drive.attributes import road_exits
 
     summary = json.loads((run_dir / "intention" / "export_summary.json").read_text())
     assert summary["road_edges"]["samples_with_map"] == summary["samples"] > 0
@@ -232,7 +232,7 @@ def pull_over_run(tmp_path_factory):
     make_dataset(root, num_scenes=1, seed=0, first_scene_index=2, version=SYNTH_VERSION, sweep_hz=0,
                  image_width_px=320, image_height_px=180)
     out = tmp_path_factory.mktemp("pull_over") / "run"
-    cfg = parse_config({"writers": {"webdataset": False, "bench_export": False, "card": False}})
+    cfg = parse_config({"bench": {"export": False}, "writers": {"webdataset": False, "card": False}})
     res = run(str(out), source="nuscenes", data=str(root), version=SYNTH_VERSION, cfg=cfg, executor="local",
               progress=False)
     assert res.exit_code == 0, res.summary
@@ -246,7 +246,7 @@ def test_a_pull_over_scene_gives_a_pull_over_instruction_its_ground_truth_satisf
     becomes a ``pull_over`` instruction with goal 'right' that the logged future satisfies without collision
     or leaving the paved surface, while the mirrored trajectory (pulling over left) and driving on at the
     current speed both fail it; the QA row names the side."""
-    from generator.attributes.intention import GOALS, KIND
+    from generator.families.intention_drive.attributes import GOALS, KIND
 
     out, plan = pull_over_run
     assert plan["pull_over"]["side"] == "right", plan
@@ -284,7 +284,7 @@ def test_pull_over_side_is_measured_across_the_final_heading():
     does not; a turning or non-slowing trajectory has no side."""
     from types import SimpleNamespace
 
-    from generator.attributes.intention import MAN, SPD, pull_over_side
+    from generator.families.intention_drive.attributes import MAN, SPD, pull_over_side
 
     cfg = PipelineConfig()
     k, step, v = 6, 0.5, 10.0

@@ -15,12 +15,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from generator.attributes.drama import video_intent_frames
-from generator.attributes.pie import build_samples
+from generator.families.drama_x.attributes import video_intent_frames
+from generator.families.pie.attributes import build_samples
 from generator.cli import main as cli
 from generator.runfolder import RunReader
 from generator.sources.jaad import read_frames, read_jaad, read_video
-from schemas.config import DramaImageIntentConfig, PieConfig
+from generator.families.drama_x.config import DramaImageIntentConfig
+from generator.families.pie.config import PieConfig
 from test_pie import JAAD, needs_jaad, write_video
 
 cv2 = pytest.importorskip("cv2")
@@ -265,10 +266,10 @@ def test_real_jaad_annotations_run_like_the_export(tmp_path):
     want, _ = build_samples(tables.videos, tables.boxes, tables.pedestrians, tables.vehicle, PieConfig())
     assert cli(["export_pie", "--run", str(out), "--out", str(exp)]) == 0
     got = json.loads((exp / "export_summary.json").read_text())["counts"]
-    from generator.attributes.pie import sample_counts
+    from generator.families.pie.attributes import sample_counts
 
     assert got == json.loads(json.dumps(sample_counts(want)))
-    assert summary["camera_only"]["pie_action_samples"] == got["action"]["samples"]
+    assert summary["families"]["pie"]["action_samples"] == got["action"]["samples"]
     # Region [X]: the pedestrians of the keyframe numbered from the lowest box bottom up (nearest first), by hand
     qa = pq.read_table(out / "qa").to_pandas()
     boxes = tables.boxes.to_pandas()
@@ -300,7 +301,7 @@ def test_3d_commands_refuse_a_camera_only_run_by_name(ray_run, tmp_path, capsys,
     args = [a if a != "X" else str(tmp_path / "x") for a in command]
     assert cli([args[0], str(out), *args[1:]]) == 2
     err = capsys.readouterr().err
-    assert "camera-only run (source jaad)" in err and f"drivegen {args[0]}" in err and "export_pie --run" in err
+    assert "camera-only run (source jaad)" in err and f"drivegen {args[0]}" in err and "drivegen -h" in err
     assert not (tmp_path / "x").exists()
 
 

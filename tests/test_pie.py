@@ -14,14 +14,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from generator.attributes.pie import (build_samples, region_distance, risk_class, risk_region, risk_weight,
+from generator.families.pie.attributes import (build_samples, region_distance, risk_class, risk_region, risk_weight,
                                       sample_counts, tte_weight)
 from generator.cli import main as cli
 from generator.runfolder import RunStore
 from generator.sources.jaad import read_frames, read_jaad
-from generator.validate.score import pie as scorer
-from generator.writers.pie_export import EXPORT_FORMAT, write_pie_export
-from schemas.config import PieConfig, parse_config
+from generator.families.pie import score as scorer
+from generator.families.pie.export import EXPORT_FORMAT, write_pie_export
+from generator.families.pie.config import PieConfig
+from schemas.config import parse_config
 from schemas.errors import ConfigError, RunFolderError, SourceError
 
 JAAD = Path(__file__).parents[1].parent / "shared" / "data" / "jaad"
@@ -565,7 +566,7 @@ def test_3d_logs_give_pie_samples_with_the_scripted_crossing_time(labelled_run, 
     the front camera's images."""
     import pandas as pd
 
-    from generator.attributes.pie import log_config, path_entry
+    from generator.families.pie.attributes import log_config, path_entry
     from generator.runfolder import RunReader
     from generator.synth.world import script_scene
     from generator.synth.writer import token
@@ -628,8 +629,8 @@ def test_pie_qa_family_answers_are_the_path_rule_and_the_risk_regions(labelled_r
     class of its last visible front-camera box up to 3 s later, recomputed here from the projections table."""
     import pandas as pd
 
-    from generator.attributes.pie import path_entry, risk_class
-    from generator.qa.families.pie import WHERE
+    from generator.families.pie.attributes import path_entry, risk_class
+    from generator.families.pie.qa import WHERE
     from generator.runfolder import RunReader
 
     r = RunReader(str(labelled_run))
@@ -716,7 +717,7 @@ def test_real_av2_pedestrians_by_the_path_rule(av2_log, av2_perceived):
     own tracks) against the path rule written out over the feather files. At the config's margin (0.5 m) none of
     the 17 steps into the ego's path: they keep 8 m or more to the side of it. Widened to 12 m (a check of the
     machinery on real poses, not a setting) one does, and for every pedestrian both agree on whether and when."""
-    from generator.attributes.pie import path_entry, pedestrian_rows
+    from generator.families.pie.attributes import path_entry, pedestrian_rows
     from schemas.config import PipelineConfig
 
     cfg = PipelineConfig()

@@ -301,10 +301,10 @@ def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tm
     # the STRIDE-QA-Bench export ran at the end: its groups and questions are the summary's
     ann = a / "bench" / "annotation_files"
     bench_t0 = json.loads((ann / "strideqa_bench_t0.json").read_text())
-    assert summary["bench_export"]["groups"] > 0
-    assert summary["bench_export"]["questions"] == sum(len(json.loads((ann / f"strideqa_bench_t{t}.json").read_text()))
+    assert summary["families"]["stride_qa"]["groups"] > 0
+    assert summary["families"]["stride_qa"]["questions"] == sum(len(json.loads((ann / f"strideqa_bench_t{t}.json").read_text()))
                                                        for t in range(4))
-    assert len({r["question_id"].split("_g")[1] for r in bench_t0}) == summary["bench_export"]["groups"]
+    assert len({r["question_id"].split("_g")[1] for r in bench_t0}) == summary["families"]["stride_qa"]["groups"]
     assert check_run(a) == []
 
     b = tmp_path / "cluster"

@@ -22,7 +22,7 @@ def generated_run(synth_root, tmp_path_factory):
     from generator.pipeline import run
 
     cfg = PipelineConfig()
-    cfg.writers.webdataset = cfg.writers.card = cfg.writers.bench_export = False
+    cfg.writers.webdataset = cfg.writers.card = cfg.bench.export = False
     out = tmp_path_factory.mktemp("qa-generated") / "run"
     res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
               progress=False)

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from generator.qa import QUESTION_TYPES, TemplateError, load_template_file, load_templates
+from generator.qa import TemplateError, load_template_file, load_templates, question_types
 from generator.qa.render import FieldColumns, format_fixed, render
 from schemas.config import PipelineConfig
 
@@ -30,7 +30,7 @@ templates:
 
 def test_builtin_templates_cover_every_question_type_with_several_phrasings():
     ts = load_templates(PipelineConfig())
-    for key in QUESTION_TYPES:
+    for key in question_types():
         assert len(ts.variants(*key)) >= 2, key
 
 
@@ -100,7 +100,7 @@ def test_escaped_braces_render_literally_and_nothing_is_evaluated(tmp_path):
     p = _write(tmp_path, GOOD.replace("How far away is {region}?",
                                       "{{__import__('os').getcwd()}} How far away is {region}?"))
     _fam, _rep, (tpl,) = load_template_file(p)
-    qt = QUESTION_TYPES[("ego_spatial", "distance")]
+    qt = question_types()[("ego_spatial", "distance")]
     cols = FieldColumns(qt, {"region": pa.array(["Region [0]", "Region [1]"]), "class_name": pa.array(["car"] * 2)},
                         {"distance_m": np.array([12.345, 3.96])}, 2)
     q, a = render(tpl, cols, 2)

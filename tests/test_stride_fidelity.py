@@ -70,7 +70,7 @@ def test_item1_relation_names_are_the_public_toolkits(default_run):
     `Pulling Away From Ego`, `Maintain State`; the toolkit's per-relation plots hard-code names such as
     `Path_Divergence_at_Intersection`, `Other_Pulling_Away_From_Ego`, `Maintain_State` [...]. Use the
     toolkit's names in the export, keep readable names in the main QA."""
-    from schemas.vocab import BENCH_SCENARIOS
+    from generator.families.stride_qa.vocab import BENCH_SCENARIOS
 
     _, _, _, bench, sheet = default_run
     assert set(sheet["relation"]) == TOOLKIT_RELATIONS  # the default run has groups of every relation
@@ -318,7 +318,7 @@ def test_item10_empty_bench_export_says_why_without_images(tmp_path):
     """10. Silent empties: a run on logs without images ends with "bench export: 0 groups" and no reason;
     say why."""
     from generator.pipeline.driver import format_summary
-    from generator.pipeline.exports import export_bench
+    from generator.families.stride_qa.export import export_bench
 
     br = make_bench_run(tmp_path)
     frames = br.tables["frames"].to_pylist()
@@ -336,7 +336,7 @@ def test_item10_empty_bench_export_says_why_without_images(tmp_path):
     line = format_summary({"scenes": {"ok": 1, "failed": 0, "skipped": 0, "total": 1}, "frames": 1, "objects": 1,
                            "qa": {"total": 0, "by_family": {}}, "objects_dropped": {}, "wall_s": 1.0,
                            "throughput": {"qa_per_s": 0.0, "frames_per_s": 0.0}, "errors": [],
-                           "bench_export": {"groups": 0, "questions": 0, "why_empty": why}})
+                           "families": {"stride_qa": {"groups": 0, "questions": 0, "why_empty": why}}})
     assert f"0 groups, 0 questions (bench/): {why}" in line
 
 

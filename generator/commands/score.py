@@ -12,42 +12,36 @@ import json
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from generator.validate.score import SCORERS
+    from schemas.families import scorers
 
     p = subparsers.add_parser("score", help="score a model's predictions on a generated label family",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("family", choices=sorted(SCORERS), help="which family's metrics")
+    p.add_argument("family", choices=sorted(scorers()), help="which family's metrics")
     p.add_argument("target", help="run folder or the family's export (path or URI)")
     p.add_argument("--pred", required=True, help="the model's predictions (format: README, the family's section)")
     p.add_argument("--out", default=None, help="folder to write score.json into")
     p.add_argument("--split", action="append", default=None, help="score only samples of this split (repeatable)")
-    p.add_argument("--bertscore-model", default=None,
-                   help="drama-x: a local BERT-style model folder for the paper's action metric (BERTScore F1 through "
-                        "bert-score, extra 'bertscore'); without it the action score is exact-vocabulary accuracy "
-                        "and token F1")
-    p.add_argument("--bertscore-layers", type=int, default=None,
-                   help="drama-x: the model layer BERTScore reads (default: bert-score's choice for the model)")
+    for fam in scorers().values():  # the options a family's scorer adds (e.g. drama-x's --bertscore-model)
+        fam.score_arguments(p)
     return p
 
 
 def main(args) -> int:
     from generator.runfolder import RunStore
     from generator.validate.score import scorer
+    from schemas.errors import InputError
+    from schemas.families import scorers
 
-    import sys
-
+    fam = scorers()[args.family]
     mod = scorer(args.family)
     extra = {}
-    if args.bertscore_model or args.bertscore_layers is not None:
-        if args.family != "drama-x":
-            print(f"drivegen score: error: --bertscore-model/--bertscore-layers apply to drama-x, not {args.family}",
-                  file=sys.stderr)
-            return 2
-        if not args.bertscore_model:
-            print("drivegen score: error: --bertscore-layers needs --bertscore-model", file=sys.stderr)
-            return 2
-        extra = {"bertscore_model": args.bertscore_model, "bertscore_num_layers": args.bertscore_layers}
+    for name, other in scorers().items():  # every family's options: given to the family they belong to, or refused
+        opts = other.score_options(args)
+        if opts and other is not fam:
+            raise InputError(f"the options {sorted(opts)} apply to {name}, not {args.family}")
+        if other is fam:
+            extra = opts
     result = mod.score(args.pred, args.target, splits=args.split, **extra)
     print(mod.to_text(result))
     if args.out:

@@ -28,6 +28,7 @@ from generator.runfolder.commit import count_attempts
 from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.errors import RunFolderError
+from schemas.families import families
 from schemas.tables import ERRORS
 
 log = logging.getLogger("drivegen.pipeline")
@@ -265,21 +266,14 @@ def format_summary(summary: dict, max_errors: int = 20) -> str:
                  f"{summary['throughput']['frames_per_s']:.1f} frames/s")
     if summary.get("camera_only"):
         co = summary["camera_only"]
-        lines.append(f"videos with a clip: {co['clips']} of {sc['ok'] + sc['skipped']}  PIE samples: "
-                     f"{co['pie_action_samples']} action ({co['pie_crossing_samples']} crossing), "
-                     f"{co['pie_risk_samples']} risk  image intent rows: {co['image_intent']}  frames extracted: "
-                     f"{co['images']}")
+        lines.append(f"videos with a clip: {co['clips']} of {sc['ok'] + sc['skipped']}  frames extracted: {co['images']}")
     if summary.get("card"):
         lines.append(f"dataset card: {summary['card']['path']} (QA per split: "
                      + ", ".join(f"{k}={v}" for k, v in summary["card"]["splits"].items()) + ")")
-    if summary.get("bench_export"):
-        be = summary["bench_export"]
-        lines.append(f"STRIDE-QA-Bench export: {be['groups']} groups, {be['questions']} questions (bench/)"
-                     + (f": {be['why_empty']}" if be.get("why_empty") else ""))
-    if summary.get("intention_export"):
-        ie = summary["intention_export"]
-        lines.append(f"Intention-Drive export: {ie['samples']} planning samples at {ie['keyframes']} keyframes "
-                     "(intention/)" + (f": {ie['why_empty']}" if ie.get("why_empty") else ""))
+    registered = families()
+    for name, entry in (summary.get("families") or {}).items():
+        fam = registered.get(name)
+        lines += fam.summary_lines(entry) if fam is not None else [f"{name}: {entry}"]
     if summary.get("finalize_error"):
         lines.append(f"error: finalize (card, exports) failed: {summary['finalize_error']}")
     for e in summary["errors"][:max_errors]:

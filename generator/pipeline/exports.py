@@ -50,14 +50,14 @@ def replace_owned_folder(store: RunStore, rel_dir: str, built: Path, marker: str
     return new_files
 
 
-def _release(store: RunStore, built: Path) -> None:
+def release_staging(store: RunStore, built: Path) -> None:
     if store.is_local:
         store.release_staging(built)
     else:
         shutil.rmtree(built, ignore_errors=True)
 
 
-def _staging(store: RunStore, name: str, beside: bool = False) -> Path:
+def staging(store: RunStore, name: str, beside: bool = False) -> Path:
     """A local folder to build ``name`` in on the target's filesystem: the run folder's ``.staging/``, or
     (``beside``: a folder that is not a run folder, where nothing but the export may appear) a temporary
     folder next to it; the temp dir for object stores."""
@@ -71,146 +71,6 @@ def _staging(store: RunStore, name: str, beside: bool = False) -> Path:
     d = root.parent / f".{root.name}.{uuid.uuid4().hex}.tmp"
     d.mkdir(parents=True)
     return d
-
-
-# ------------------------------------------------------------------------------------------ bench
-def scene_inputs(reader: RunReader, splits: list[str] | None = None):
-    """Yield ``SceneInputs`` (bench export) for every finished scene with attributes."""
-    import pyarrow.compute as pc
-
-    from generator.writers.bench_export import SceneInputs
-
-    for sid in reader.scene_ids():
-        attributes = reader.read_scene("attributes", sid)
-        if attributes is None or attributes.num_rows == 0:
-            continue
-        frames = reader.read_scene("frames", sid)
-        projections = reader.read_scene("projections", sid)
-        if frames is None or projections is None:
-            log.warning("bench export: scene %s lacks perception frames/projections; skipped", sid)
-            continue
-        qa = reader.read_scene("qa", sid, columns=["scene_id", "keyframe_index", "family", "track_ids",
-                                                   "region_ids", "split"])
-        if qa is not None:
-            keep = pc.equal(qa.column("family"), "ego_spatiotemporal")
-            if splits:
-                keep = pc.and_(keep, pc.is_in(qa.column("split"), value_set=__import__("pyarrow").array(splits)))
-            qa = qa.filter(keep)
-            if qa.num_rows == 0:
-                continue
-        yield SceneInputs(sid, frames, attributes, projections, qa, reader.read_scene("objects", sid))
-
-
-def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
-                 splits: list[str] | None = None, image_root: str | None = None) -> dict:
-    """Export a run folder's ego-spatiotemporal groups as STRIDE-QA-Bench files into ``out`` (any
-    filesystem; default ``RUN/bench``). ``cfg`` defaults to the run's config; ``splits`` restricts the QA rows
-    used as candidates (e.g. ["val"] for a held-out bench). Returns the summary (``export_summary.json``)."""
-    from generator.writers.anonymize import ScenePublisher
-    from generator.writers.bench_export import EXPORT_FORMAT, EXPORT_SUMMARY, scene_groups, write_bench
-
-    reader = run if isinstance(run, RunReader) else RunReader(run)
-    cfg = cfg or reader.config()
-    drops: Counter = Counter()
-    groups = []
-    publishers = {}
-    for inp in scene_inputs(reader, splits):
-        new = scene_groups(inp, cfg, drops)
-        if new:
-            publishers[inp.scene_id] = ScenePublisher.from_tables(inp.scene_id, inp.frames, inp.objects, cfg.anonymize)
-        groups.extend(new)
-    target = RunStore(out) if out is not None else reader.store
-    rel_dir = "" if out is not None else layout.BENCH_DIR
-    check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
-    built = _staging(target, "bench", beside=out is not None)
-    try:
-        summary = write_bench(groups, built, cfg.qa.decimals, image_root, drops, publishers)
-        if not groups:
-            summary["why_empty"] = _why_no_groups(reader, drops)
-            (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
-        replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
-    finally:
-        _release(target, built)
-    return summary
-
-
-def _why_no_groups(reader: RunReader, drops: Counter) -> str:
-    """Why an export holds no group, in words: the reason most candidates were dropped for (with its
-    count and what it means, ``bench_export.DROP_REASONS``), then the other reasons' counts."""
-    from generator.writers.bench_export import DROP_REASONS
-
-    if not reader.scene_ids():
-        return "the run has no finished scene"
-    drops = Counter({k: v for k, v in drops.items() if v})
-    if drops:
-        (top, n), *rest = drops.most_common()
-        others = "; also " + ", ".join(f"{k}={v}" for k, v in rest) if rest else ""
-        return (f"every candidate group was dropped, most for {top}={n}: {DROP_REASONS.get(top, top)}{others} "
-                "(see 'dropped' in export_summary.json)")
-    return "no ego_spatiotemporal QA rows (targets visible in the front camera) to build groups from"
-
-
-# ------------------------------------------------------------------------------------------ intention
-def intention_tables(reader: RunReader, cfg: PipelineConfig | None = None, splits: list[str] | None = None,
-                     maps: dict | None = None):
-    """Yield each finished scene's Intention-Drive export tables (``generator.writers.intention_export``);
-    ``maps``: each scene's drivable map (``road_maps``)."""
-    from generator.writers.intention_export import read_run_scene
-
-    cfg = cfg or reader.config()
-    for sid in reader.scene_ids():
-        out = read_run_scene(reader, sid, cfg, splits, maps)
-        if out is not None:
-            yield out
-
-
-def export_intention(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
-                     splits: list[str] | None = None, source=None) -> dict:
-    """Write a run folder's Intention-Drive export (``generator.writers.intention_export``) into ``out`` (any
-    filesystem; default ``RUN/intention``); a folder is replaced only when it is an earlier such export.
-    Returns the summary (``export_summary.json``). ``source``: the run's logs, already opened (default: opened
-    again from ``source.json`` for their maps)."""
-    import pyarrow as pa
-
-    from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
-                                                    road_maps)
-    from schemas.tables import INTENTION_OBJECTS, INTENTION_SAMPLES, write_parquet
-
-    reader = run if isinstance(run, RunReader) else RunReader(run)
-    cfg = cfg or reader.config()
-    maps, road_note = road_maps(source or reader.source(), reader.scene_ids()) if cfg.intention.road_edges else \
-        ({}, "intention.road_edges is off")
-    parts = list(intention_tables(reader, cfg, splits, maps))
-    samples = pa.concat_tables([p[0] for p in parts]) if parts else INTENTION_SAMPLES.empty_table()
-    objects = pa.concat_tables([p[1] for p in parts]) if parts else INTENTION_OBJECTS.empty_table()
-    target = RunStore(out) if out is not None else reader.store
-    rel_dir = "" if out is not None else layout.INTENTION_DIR
-    check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT)
-    built = _staging(target, "intention", beside=out is not None)
-    try:
-        write_parquet(built / SAMPLES_FILE, samples)
-        write_parquet(built / OBJECTS_FILE, objects)
-        kinds = Counter(samples.column("kind").to_pylist())
-        summary = {"format": EXPORT_FORMAT, "run": reader.uri, "samples": samples.num_rows,
-                   "keyframes": samples.group_by(["scene_id", "frame_index"]).aggregate([]).num_rows,
-                   "objects": objects.num_rows, "by_kind": dict(sorted(kinds.items())),
-                   "splits": dict(sorted(Counter(samples.column("split").to_pylist()).items())),
-                   "road_edges": {"samples_with_map": samples.num_rows - samples.column("map_path").null_count,
-                                  "maps": sorted({m["kind"] for m in maps.values()}),
-                                  **({"note": road_note} if road_note else {})},
-                   "files": [SAMPLES_FILE, OBJECTS_FILE],
-                   # what the samples were made with: the scorer classifies and checks with the same
-                   "config": {"labels": cfg.labels.model_dump(mode="json"),
-                              "intention": cfg.intention.model_dump(mode="json"),
-                              "ego": cfg.ego.model_dump(mode="json")}}
-        if not samples.num_rows:
-            summary["why_empty"] = ("the run has no ego_intention QA rows (is 'ego_intention' in qa.families, and "
-                                    "do keyframes have 3 s of log after them?)")
-        (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
-        replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT)
-    finally:
-        _release(target, built)
-    return summary
 
 
 # ------------------------------------------------------------------------------------------ card
@@ -319,7 +179,11 @@ def card_info(reader: RunReader, summary: dict | None = None) -> dict:
     cfg = reader.config() if reader.store.exists(layout.CONFIG) else None
     src = reader.source()
     raw = yaml.safe_load(reader.config_text() or b"") or {}
+    from schemas.families import families
+
+    sections = [sec for sec in (f.card_section(reader, cfg) for f in families().values()) if sec] if cfg else []
     info: dict = {"configs": card_configs(reader, cfg), "licence": source_licence(src) if src else None,
+                  "family_sections": sections,
                   "validation": validation_summary(reader),
                   "anonymize": raw.get("anonymize", (summary or reader.summary() or {}).get("anonymize", "absent"))}
     if cfg is not None and reader.camera_only:
@@ -357,7 +221,7 @@ def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | Non
     owner = reader.table_owner("qa")
     dataset = pads.dataset([owner.store.full(p) for p in files], format="parquet", filesystem=owner.store.fs)
     store = reader.store
-    built = _staging(store, "card")
+    built = staging(store, "card")
     try:
         stats = write_card(dataset, built, extra=card_extra(reader, summary), info=card_info(reader, summary))
         store.commit_tree(built)
@@ -365,7 +229,7 @@ def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | Non
         if store.exists(old):
             store.delete(old)
     finally:
-        _release(store, built)
+        release_staging(store, built)
     return stats
 
 
@@ -380,16 +244,33 @@ def add_run_card(reader: RunReader, summary: dict) -> None:
             sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]}}
 
 
-def finalize_run(store: RunStore, summary: dict, source=None) -> None:
-    """End of ``drivegen run``: the dataset card, the STRIDE-QA-Bench and Intention-Drive exports, when the
-    config asks; ``source``: the run's opened logs when the caller holds them (their maps are read from it
-    instead of opening the logs again)."""
-    reader = RunReader(store)
+def finalize_run(store: RunStore, summary: dict, source=None, camera_only: bool = False) -> None:
+    """End of ``drivegen run``: the dataset card, then every registered paper family's exports the config asks
+    for (``schemas.families``), and each family's typed entry of the summary (``summary["families"]``).
+    ``source``: the run's opened logs when the caller holds them (an export that needs them reads them
+    from it instead of opening the logs again)."""
+    from schemas.families import families
+
+    reader = RunReader(store, require=False)
     cfg = reader.config()
     add_run_card(reader, summary)
-    if cfg.writers.bench_export:
-        result = export_bench(reader, cfg=cfg)
-        summary["bench_export"] = {k: result[k] for k in ("groups", "questions", "why_empty") if k in result}
-    if cfg.writers.intention_export and "ego_intention" in cfg.qa.families:
-        result = export_intention(reader, cfg=cfg, source=source)
-        summary["intention_export"] = {k: result[k] for k in ("samples", "keyframes", "why_empty") if k in result}
+    results: dict[str, dict[str, dict]] = {}
+    for fam in families().values():
+        for exp in fam.exports():
+            if not camera_only and exp.enabled(cfg):
+                opts = {"source": source} if "source" in exp.options else {}
+                results.setdefault(fam.name, {})[exp.name] = exp.run(reader, cfg, **opts)
+    counts: dict = {}
+    for m in reader.manifests():
+        for k, v in (m.get("counts") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                counts[k] = counts.get(k, 0) + v
+    if camera_only:
+        summary["camera_only"] = {k: int(counts.get(k, 0)) for k in ("clips", "images")}
+    entries = {}
+    for fam in families().values():
+        entry = fam.summary(counts, results.get(fam.name, {}), camera_only)
+        if entry is not None:
+            entries[fam.name] = entry.to_json()
+    if entries:
+        summary["families"] = entries

@@ -150,8 +150,7 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
     c0 = time.process_time()
     t, c = time.perf_counter(), time.process_time()
     if reader.camera_only:
-        videos = {s: (reader.read_scene("pie_samples", s), reader.read_scene("video_boxes", s),
-                      reader.read_scene("drama_video", s)) for s in scene_ids}
+        videos = {s: _video_tables(reader, s) for s in scene_ids}
     else:
         frames, attributes, projections, others = load_scenes(reader, scene_ids, reads(selected(cfg.qa.families)))
     res["read_s"], res["read_cpu_s"] = time.perf_counter() - t, time.process_time() - c
@@ -176,18 +175,43 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
     return res
 
 
+def _video_tables(reader: RunReader, vid: str) -> dict:
+    """What a video's QA is built from, read back from the run folder: its 2D boxes, every registered family's
+    tables (``schemas.families``), its split (its QA shards' names) and its extracted frames (its manifest)."""
+    from schemas.families import families
+
+    derived = {}
+    for fam in families().values():
+        for t in fam.tables():
+            table = reader.read_scene(t.name, vid)
+            if table is not None:
+                derived[t.name] = table
+    split = None
+    for f in reader.files("qa", [vid]):
+        split = f.rsplit("/", 1)[-1].split("-", 1)[0]
+    images = {}
+    prefix = f"{layout.IMAGES_DIR}/{layout.safe_name(vid)}/"
+    for f in (reader.manifest(vid) or {}).get("files", []):
+        if f["path"].startswith(prefix):
+            images[int(f["path"][len(prefix):].split(".", 1)[0])] = reader.store.uri_of(f["path"])
+    return {"boxes": reader.read_scene("video_boxes", vid), "derived": derived, "split": split, "images": images}
+
+
 def _video_qa(videos: dict, cfg, templates: TemplateSet, reader: RunReader) -> pa.Table:
-    """The QA of a camera-only run's videos (``generator.qa.video``) from their stored samples and 2D boxes."""
+    """The QA of a camera-only run's videos (``generator.qa.video``) from their stored tables and 2D boxes."""
+    from generator.pipeline.video import video_settings
     from generator.qa.video import video_qa
     from schemas.tables import QA
 
+    fps = float(video_settings(cfg).fps)
     parts = []
-    for vid, (samples, boxes, drama) in videos.items():
-        if samples is None or boxes is None:
-            raise RunFolderError(f"video {vid}: its manifest lists no pie_samples/ or video_boxes/ file in {reader.uri} "
+    for vid, v in videos.items():
+        if v["boxes"] is None:
+            raise RunFolderError(f"video {vid}: its manifest lists no video_boxes/ file in {reader.uri} "
                                  "(a camera-only run written before drivegen kept its boxes: run it again)",
                                  file=reader.uri)
-        parts.append(video_qa(vid, samples, boxes, cfg, templates, drama=drama))
+        parts.append(video_qa(vid, v["derived"], v["boxes"], cfg, templates, split=v["split"],
+                              images=v["images"] or None, fps=fps))
     return pa.concat_tables(parts) if parts else QA.empty_table()
 
 

@@ -5,7 +5,8 @@
     detect      loaded -> detected                    generator.perception.detect_scene (actors.detect)       actor pool for mmdet3d
     perceive    loaded, detected -> perceived         generator.perception.perceive_scene: tracking,          actor pool for sam2
                                                       segmentation (actors.segment), visibility filter
-    attributes  loaded, perceived -> described        generator.attributes.compute_attributes / compute_labels task
+    attributes  loaded, perceived -> described        generator.attributes.compute_attributes / compute_labels, task
+                                                      then each paper family's derive (schemas.families)
     qa          loaded, perceived, described          generator.qa.generate_qa with the templates loaded       task
                 -> questions                          once per process
     write       (all)                                 per-scene files into a staging folder, committed by     task
@@ -31,6 +32,7 @@ from generator.pipeline.core import Described, Loaded, Questions, SceneWork, Sta
 from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.errors import DrivegenError
+from schemas.families import families
 from schemas.tables import ISSUES, write_parquet
 from schemas.vocab import MODEL_STAGES
 
@@ -119,13 +121,19 @@ def check_failed_frames(work: SceneWork, cfg: PipelineConfig) -> None:
 
 # ------------------------------------------------------------------------------------------ attributes, QA
 def attributes(work: SceneWork, env: StageEnv) -> None:
+    """Attributes and behaviour labels, then every registered paper family's ``derive`` over them (its
+    tables, ``schemas.families``)."""
     from generator.attributes import compute_attributes, compute_labels
-    from generator.attributes.drama import risk_table
 
     objects, frames = work.perceived.objects, work.loaded.frames
     attrs = compute_attributes(objects, frames)
-    work.described = Described(attrs, compute_labels(objects, frames, attrs, env.cfg.labels),
-                               {"drama_risk": risk_table(frames, objects, env.cfg.drama_x, env.cfg.ego)})
+    labels = compute_labels(objects, frames, attrs, env.cfg.labels)
+    scene = {"frames": frames, "objects": objects, "attributes": attrs, "labels": labels,
+             "projections": work.perceived.projections}
+    derived: dict = {}
+    for fam in families().values():
+        derived.update(fam.derive(scene, env.cfg))
+    work.described = Described(attrs, labels, derived)
 
 
 def build_templates(cfg: PipelineConfig):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from generator.qa.families import FAMILIES, QUESTION_TYPES, reads, selected
+from generator.qa.families import question_types, reads, registered, selected
 from generator.qa.fields import Family, QuestionType
 from generator.qa.generate import generate, make_plan, scene_split
 from generator.qa.templates import Template, TemplateError, TemplateSet, load_template_file, load_templates
@@ -29,5 +29,5 @@ def generate_qa(frames: pa.Table, attributes: pa.Table, projections: pa.Table, c
     return generate(plan, selected(cfg.qa.families), templates)
 
 
-__all__ = ["FAMILIES", "QUESTION_TYPES", "Family", "QuestionType", "check_families", "generate_qa", "reads",
+__all__ = ["registered", "question_types", "Family", "QuestionType", "check_families", "generate_qa", "reads",
            "scene_split", "Template", "TemplateError", "TemplateSet", "load_template_file", "load_templates"]

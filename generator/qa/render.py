@@ -68,7 +68,7 @@ def format_quantity(values: np.ndarray, unit: str, decimals: int) -> pa.Array:
     """The one way drivegen prints a quantity: ``format_fixed`` with ``decimals`` (``cfg.qa.decimals`` unless a
     template asks for another) and the unit's text (``UNIT_TEXT``): ``[-0.004, 15.0]``, 'deg', 2 ->
     ``['0.00 degrees', '15.00 degrees']``. The STRIDE-QA-Bench export prints its numbers with the same
-    ``format_fixed`` and decimals (``generator.writers.bench_export``)."""
+    ``format_fixed`` and decimals (``generator.families.stride_qa.bench_export``)."""
     return format_fixed(values, decimals, " " + UNIT_TEXT[unit])
 
 

@@ -32,7 +32,9 @@ from pathlib import Path
 
 import yaml
 
+from generator.qa.families import question_types
 from generator.qa.fields import QuestionType
+from schemas.families import families
 from schemas.errors import InputError
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "templates"
@@ -187,17 +189,11 @@ def _string(node, path, what, key) -> str:
     return node.value
 
 
-def _registered_types() -> dict[tuple[str, str], QuestionType]:
-    from generator.qa.families import QUESTION_TYPES  # the registry imports the plan, which imports this module
-
-    return QUESTION_TYPES
-
-
 def load_template_file(path: str | Path, types: dict[tuple[str, str], QuestionType] | None = None
                        ) -> tuple[str, bool, list[Template]]:
     """Parse one template file -> (family, replace, templates) against the question types ``types``
     (default: the registered families'). Raises TemplateError naming file/line/field."""
-    QUESTION_TYPES = types if types is not None else _registered_types()
+    QUESTION_TYPES = types if types is not None else question_types()
     FAMILIES = list(dict.fromkeys(f for f, _ in QUESTION_TYPES))
     path = Path(path)
     root = _compose(path)
@@ -289,12 +285,13 @@ def template_files(dirs) -> list[Path]:
 
 
 def load_templates(cfg=None, extra_dirs=()) -> TemplateSet:
-    """The built-in templates, then ``cfg.qa.template_dirs`` and ``extra_dirs`` in order (files or folders).
+    """The built-in templates (each registered paper family's ``template_dirs``, in family order), then
+    ``cfg.qa.template_dirs`` and ``extra_dirs`` in order (files or folders).
 
     A template whose id was seen before replaces it; a file with ``replace: true`` first drops every
     template of its family loaded so far. Raises TemplateError (file, line, field) on the first bad file.
     """
-    dirs = [BUILTIN_DIR]
+    dirs = [BUILTIN_DIR] + [Path(d) for fam in families().values() for d in fam.template_dirs()]
     if cfg is not None:
         dirs += [Path(d) for d in cfg.qa.template_dirs]
     dirs += [Path(d) for d in extra_dirs]

@@ -1,21 +1,14 @@
-"""QA of camera-only videos (``drivegen run --source jaad``): the ``pie`` and ``drama_x`` families' questions asked
-of a video's own labels, rendered with the same templates (``generator/qa/templates/{pie,drama_x}.yaml``) into
-the same QA schema as 3D runs.
+"""QA of camera-only videos (``drivegen run --source jaad``): the registered families' questions asked of a
+video's own labels (each family's ``video_qa`` hook gives ``VideoBatch`` es from the tables its
+``derive_video`` made), rendered with the same templates into the same QA schema as 3D runs.
 
-* ``pie``, from the benchmark's samples (``schemas.tables.PIE_SAMPLES``), at each sample's last observed frame:
-  ``crossing`` per action sample (JAAD's ``crossing``: the pedestrian crosses in front 1-3 s later; value 1/0)
-  and ``risk_region`` per risk sample (the event-risk class and side ``pie.risk_horizon_frames`` later; value =
-  the class).
-* ``drama_x``, from ``schemas.tables.DRAMA_VIDEO`` at its sampled frames: ``intent`` and ``risk`` per labelled
-  pedestrian, and ``action`` per frame about the ego (the most severe of its pedestrians' actions).
-
-Keyframes are those frames. ``Region [X]`` numbers every pedestrian and bystander box of a keyframe
-(``generator.attributes.drama.VIDEO_INTENT_LABELS``) from the bottom of the image up (the nearest first, as
-3D runs number by distance), then by id, the same numbering for both families. A row about a pedestrian is
-grounded in its annotated box on that frame, a row about the ego in the frame alone: camera ``front``, the
-frame the run extracted (null when it extracted none), track id = the pedestrian's index among the video's
-sorted ids, ``instance_tokens`` = its JAAD id. Template choice per row is ``hash(seed, video, frame,
-family/type, track)`` as for 3D runs; the split is the samples' (JAAD's), else ``scene_split``'s.
+Keyframes are the batches' frames. ``Region [X]`` numbers every pedestrian and bystander box of a keyframe
+(``schemas.vocab.VIDEO_REGION_LABELS``) from the bottom of the image up (the nearest first, as 3D runs number
+by distance), then by id, one numbering for every family. A row about a pedestrian is grounded in its
+annotated box on that frame, a row about the ego in the frame alone: camera ``front``, the frame the run
+extracted (null when it extracted none), track id = the pedestrian's index among the video's sorted ids,
+``instance_tokens`` = its JAAD id. Template choice per row is ``hash(seed, video, frame, family/type, track)``
+as for 3D runs; the split is the video's own (JAAD's), else ``scene_split``'s.
 """
 from __future__ import annotations
 
@@ -26,21 +19,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes
-from generator.attributes.drama import VIDEO_INTENT_LABELS, frame_risk
-from generator.qa.families import drama_x as dx
-from generator.qa.families import pie
 from generator.qa.fields import UNIT_TEXT, QuestionType
 from generator.qa.generate import hash_fields, scene_split, stable_hash, vocabulary
 from generator.qa.render import FieldColumns, render
 from generator.qa.templates import TemplateSet
 from schemas.tables import QA
-from schemas.vocab import DRAMA_ACTIONS, INTENT_LATERAL, INTENT_VERTICAL, VIDEO_CAMERA
+from schemas.families import families
+from schemas.vocab import VIDEO_CAMERA, VIDEO_REGION_LABELS
 
 CAMERA = VIDEO_CAMERA
 
 
 @dataclass
-class _Batch:
+class VideoBatch:
+    """Questions of one type about a camera-only video, from a family's ``video_qa`` hook: per row its
+    keyframe, its target's JAAD id ('' = about the ego), its value and its text fields (field -> (vocabulary,
+    codes), as ``generator.qa.generate.vocabulary`` makes them)."""
+
     qt: QuestionType
     frame: np.ndarray  # keyframe per row
     ped: np.ndarray  # target's JAAD id per row ('' = about the ego)
@@ -50,7 +45,7 @@ class _Batch:
 
 def _regions(boxes: pa.Table, frames: np.ndarray) -> dict:
     """Per pedestrian box on ``frames``: frame, ped id, region number, xyxy (arrays; sorted by frame, region)."""
-    b = boxes.filter(pc.and_(pc.is_in(boxes.column("label"), pa.array(VIDEO_INTENT_LABELS)),
+    b = boxes.filter(pc.and_(pc.is_in(boxes.column("label"), pa.array(VIDEO_REGION_LABELS)),
                              pc.is_in(boxes.column("frame"), pa.array(frames.astype(np.int32)))))
     fr = b.column("frame").to_numpy().astype(np.int64)
     pid = b.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
@@ -62,83 +57,28 @@ def _regions(boxes: pa.Table, frames: np.ndarray) -> dict:
     return {"frame": fr, "ped": pid, "region": np.arange(len(fr)) - start, "xyxy": xyxy}
 
 
-def _frame_images(samples: pa.Table) -> tuple[np.ndarray, pa.Array]:
-    """(frames, image paths) of the frames the samples name an image for, sorted by frame."""
-    paths = samples.column("image_paths").combine_chunks()
-    if samples.num_rows == 0 or paths.null_count == len(paths):
-        return np.empty(0, np.int64), pa.array([], pa.string())
-    frames = pc.list_flatten(samples.column("frames").combine_chunks().filter(paths.is_valid())).to_numpy()
-    flat = pc.list_flatten(paths.filter(paths.is_valid()))
-    uniq, first = np.unique(frames.astype(np.int64), return_index=True)
-    return uniq, flat.take(pa.array(first))
-
-
-def _pie_batches(samples: pa.Table, cfg) -> list[_Batch]:
-    p = cfg.pie
-    task = samples.column("task").to_numpy(zero_copy_only=False)
-    end = samples.column("end_frame").to_numpy().astype(np.int64)
-    ped = samples.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
-    out = []
-    sel = np.flatnonzero(task == "action")
-    if len(sel):
-        yes = samples.column("crossing").to_numpy(zero_copy_only=False)[sel] == 1
-        code = np.where(yes, 0, 1)
-        out.append(_Batch(pie.TYPES["crossing"], end[sel], ped[sel], yes.astype(float), {
-            "horizon": vocabulary((pie.seconds_text(p.tte_max_frames / p.fps),), np.zeros(len(sel), np.int64)),
-            "yes_no": vocabulary(pie.YES_NO, code), "crossing_phrase": vocabulary(pie.CROSSING_PHRASES, code)}))
-    sel = np.flatnonzero(task == "risk")
-    if len(sel):
-        rc = samples.column("risk_class").to_numpy(zero_copy_only=False)[sel].astype(np.int64)
-        right = samples.column("risk_region").to_numpy(zero_copy_only=False)[sel] >= p.risk_regions // 2
-        out.append(_Batch(pie.TYPES["risk_region"], end[sel], ped[sel], rc.astype(float), {
-            "horizon": vocabulary((pie.seconds_text(p.risk_horizon_frames / p.fps),), np.zeros(len(sel), np.int64)),
-            "where_phrase": vocabulary(pie.WHERE, pie.where_code(rc, right))}))
-    return out
-
-
-def _drama_batches(drama: pa.Table) -> list[_Batch]:
-    fr = drama.column("frame_index").to_numpy().astype(np.int64)
-    ped = drama.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
-    lat = pc.index_in(drama.column("lateral_intent"), pa.array(INTENT_LATERAL)).to_numpy(zero_copy_only=False)
-    ver = pc.index_in(drama.column("vertical_intent"), pa.array(INTENT_VERTICAL)).to_numpy(zero_copy_only=False)
-    pair = lat.astype(np.int64) * len(INTENT_VERTICAL) + ver.astype(np.int64)
-    yes = drama.column("risk").to_numpy(zero_copy_only=False).astype(bool)
-    code = np.where(yes, 0, 1)
-    fa = frame_risk(drama.select(["scene_id", "frame_index", "risk", "suggested_action"]))
-    act = pc.index_in(fa.column("suggested_action"), pa.array(DRAMA_ACTIONS)).to_numpy(zero_copy_only=False)
-    return [
-        _Batch(dx.TYPES["intent"], fr, ped, pair.astype(float), {
-            "lateral": vocabulary(INTENT_LATERAL, lat), "vertical": vocabulary(INTENT_VERTICAL, ver),
-            "intent_phrase": vocabulary(dx.intent_phrases(), pair)}),
-        _Batch(dx.TYPES["risk"], fr, ped, yes.astype(float), {
-            "yes_no": vocabulary(dx.YES_NO, code), "risk_phrase": vocabulary(dx.RISK_PHRASES, code)}),
-        _Batch(dx.TYPES["action"], fa.column("frame_index").to_numpy().astype(np.int64),
-               np.full(fa.num_rows, ""), act.astype(float), {"action": vocabulary(DRAMA_ACTIONS, act)}),
-    ]
-
-
-def video_qa(video_id: str, samples: pa.Table, boxes: pa.Table, cfg, templates: TemplateSet,
-             drama: pa.Table | None = None) -> pa.Table:
-    """The QA rows (``schemas.tables.QA``) of one video: ``pie`` from its PIE samples (``PIE_SAMPLES``) and
-    ``drama_x`` from its ``DRAMA_VIDEO`` rows (None or empty: none), each when ``cfg.qa.families`` selects it;
-    ``boxes`` (``VIDEO_BOXES``) number the regions."""
-    batches = []
-    if "pie" in cfg.qa.families and samples.num_rows:
-        batches += _pie_batches(samples, cfg)
-    if "drama_x" in cfg.qa.families and drama is not None and drama.num_rows:
-        batches += _drama_batches(drama)
+def video_qa(video_id: str, derived: dict[str, pa.Table], boxes: pa.Table, cfg, templates: TemplateSet,
+             split: str | None = None, images: dict[int, str] | None = None, fps: float = 30.0) -> pa.Table:
+    """The QA rows (``schemas.tables.QA``) of one video from its families' tables (``derived``): every
+    registered family's ``video_qa`` batches (``VideoBatch``) of the QA families ``cfg.qa.families`` selects,
+    in family order. ``boxes`` (``VIDEO_BOXES``) number the regions; ``split``: the video's own (else
+    ``scene_split``'s); ``images``: frame -> URI of the frames the run extracted (a row shows its keyframe's).
+    """
+    wanted = set(cfg.qa.families)
+    batches = [b for fam in families().values() if wanted & set(fam.qa_names)
+               for b in fam.video_qa(derived, cfg) if b.qt.family in wanted]
     batches = [b for b in batches if len(b.frame)]
     if not batches:
         return QA.empty_table()
-    split = next((s for s in samples.column("split").to_pylist() if s), None) or \
-        scene_split([video_id], cfg.qa.val_fraction)[0]
+    split = split or scene_split([video_id], cfg.qa.val_fraction)[0]
     keyframes = np.unique(np.concatenate([b.frame for b in batches]))
     reg = _regions(boxes, keyframes)
     peds = pa.array(np.unique(reg["ped"]), pa.string())  # a track id is the index among these
     span = int(keyframes.max()) + 1
     box_of = KeyIndex(codes(pa.array(reg["ped"], pa.string()), peds) * span + reg["frame"])
     regions_text = pa.array([f"Region [{k}]" for k in range(int(reg["region"].max(initial=0)) + 1)], pa.string())
-    img_frames, img_paths = _frame_images(samples)
+    img_frames = np.array(sorted(images or {}), np.int64)
+    img_paths = pa.array([images[f] for f in img_frames.tolist()], pa.string())
     img_of = KeyIndex(img_frames)
     scene_hash = np.uint64(stable_hash(video_id))
     parts = []
@@ -189,7 +129,7 @@ def video_qa(video_id: str, samples: pa.Table, boxes: pa.Table, cfg, templates: 
                       "image": pc.if_else(pa.array(has_img), img_paths.take(pa.array(np.where(has_img, ip, 0)))
                                           if len(img_paths) else pa.nulls(n, pa.string()),
                                           pa.scalar(None, pa.string()))})
-    return _table(video_id, split, parts, cfg.pie.fps) if parts else QA.empty_table()
+    return _table(video_id, split, parts, fps) if parts else QA.empty_table()
 
 
 def _table(video_id: str, split: str, parts: list[dict], fps: float) -> pa.Table:

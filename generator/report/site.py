@@ -29,6 +29,7 @@ from generator.report.images import ReportImages
 from generator.runfolder import RunReader, RunStore
 from generator.writers.owned import owned_files
 from schemas import layout
+from schemas.families import families
 from schemas.config import ReportConfig
 
 log = logging.getLogger("drivegen.report")
@@ -193,17 +194,18 @@ class _Site:
 
     # ---- scenes.html of a camera-only run: no poses for a bird's-eye view; a table per video instead
     def _videos(self, stats: RunStats) -> None:
-        rows = []
+        """Per video: the core's figures, then each registered family's cells (``PaperFamily.report_video_cells``)."""
+        rows, columns = [], []
         for sid in stats.scenes[: self.cfg.max_scenes]:
             c = (self.reader.manifest(sid) or {}).get("counts", {})
-            d = self.reader.read_scene("drama_video", sid, columns=["risk"])
+            cells: dict[str, str] = {}
+            for fam in families().values():
+                cells.update(fam.report_video_cells(self.reader, sid, c))
+            columns += [k for k in cells if k not in columns]
             rows.append({"id": sid, "frames": c.get("frames", 0), "pedestrians": c.get("pedestrians", 0),
-                         "clip": bool(c.get("clips")), "action": c.get("pie_action_samples", 0),
-                         "crossing": c.get("pie_crossing_samples", 0), "risk_samples": c.get("pie_risk_samples", 0),
-                         "intent": 0 if d is None else d.num_rows,
-                         "at_risk": 0 if d is None else int(pc.sum(d.column("risk")).as_py() or 0),
+                         "clip": bool(c.get("clips")), "cells": cells,
                          "images": c.get("images", 0), "qa": c.get("qa", 0)})
-        self._page("scenes.html", "videos.html", title="Videos", videos=rows,
+        self._page("scenes.html", "videos.html", title="Videos", videos=rows, columns=columns,
                    more=max(0, len(stats.scenes) - self.cfg.max_scenes))
 
     # ---- samples-<family>-<k>.html
@@ -402,14 +404,14 @@ regions {{ c.qa.region_ids }}; tracks {{ c.qa.track_ids }} ({{ (c.qa.class_names
 {% endblock %}"""
 
 _VIDEOS = """{% extends "base.html" %}{% block page %}scenes{% endblock %}{% block main %}
-<h1>Videos</h1><p>A camera-only run: per video, its PIE/JAAD samples (action samples, of them crossing; risk
-samples), its DRAMA-X rows (pedestrian x sampled frame with an image intent; of them at risk), the frames extracted
-for the samples and its QA rows. A video without its clip has samples and QA from its annotations only.</p>
-<table><tr><th>video</th><th>frames</th><th>pedestrians</th><th>clip</th><th>action (crossing)</th><th>risk samples</th>
-<th>DRAMA-X rows (at risk)</th><th>frames extracted</th><th>QA</th></tr>
+<h1>Videos</h1><p>A camera-only run: per video, its frames, pedestrians and clip, what each paper family derived
+from it, the frames extracted and its QA rows. A video without its clip has samples and QA from its annotations
+only.</p>
+<table><tr><th>video</th><th>frames</th><th>pedestrians</th><th>clip</th>{% for c in columns %}<th>{{ c }}</th>{% endfor %}
+<th>frames extracted</th><th>QA</th></tr>
 {% for v in videos %}<tr data-scene="{{ v.id }}"><td>{{ v.id }}</td><td>{{ v.frames }}</td><td>{{ v.pedestrians }}</td>
-<td>{{ "yes" if v.clip else "no" }}</td><td>{{ v.action }} ({{ v.crossing }})</td><td>{{ v.risk_samples }}</td>
-<td>{{ v.intent }} ({{ v.at_risk }})</td><td>{{ v.images }}</td><td>{{ v.qa }}</td></tr>{% endfor %}</table>
+<td>{{ "yes" if v.clip else "no" }}</td>{% for c in columns %}<td>{{ v.cells.get(c, "") }}</td>{% endfor %}
+<td>{{ v.images }}</td><td>{{ v.qa }}</td></tr>{% endfor %}</table>
 {% if more %}<p>... and {{ more }} more videos (max_scenes).</p>{% endif %}
 {% endblock %}"""
 

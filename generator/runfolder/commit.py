@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from generator.runfolder.store import RunStore
 from schemas import layout
+from schemas.families import exports as family_exports
 from schemas.tables import ERRORS, write_parquet
 
 # -------------------------------------------------------------------------------------------- keys
@@ -254,8 +255,9 @@ def remove_leftovers(store: RunStore) -> list[str]:
             rollback_pending(store, scene)
         else:
             store.delete(rel)
-    folders = ["", layout.MANIFEST_DIR, layout.ERRORS_DIR, layout.PENDING_DIR, layout.BENCH_DIR, layout.CARD_DIR,
-               layout.VALIDATE_DIR, *{t.folder for t in layout.TABLES.values()}, "perception"]
+    folders = ["", layout.MANIFEST_DIR, layout.ERRORS_DIR, layout.PENDING_DIR, layout.CARD_DIR, layout.VALIDATE_DIR,
+               *sorted({e.folder for _, e in family_exports()}), *{t.folder for t in layout.TABLES.values()},
+               "perception"]
     for folder in folders:
         for rel in store.list(folder, recursive=bool(folder)):
             if layout.is_leftover_tmp_name(rel):

@@ -87,15 +87,15 @@ class RunReader:
     @property
     def camera_only(self) -> bool:
         """True for a run over camera-only logs (``schemas.vocab.CAMERA_ONLY_SOURCES``: JAAD videos): no 3D
-        tables, its outputs are ``pie_samples/``, ``drama_video/`` and extracted frames."""
+        tables, its outputs are its families' tables and extracted frames."""
         return (self.source() or {}).get("kind") in CAMERA_ONLY_SOURCES
 
     def require_3d(self, command: str) -> "RunReader":
         """``self`` when the run holds 3D tables; an InputError naming ``command`` for a camera-only run."""
         if self.camera_only:
             raise InputError(f"{self.uri} is a camera-only run (source {self.source().get('kind')}): {command} needs "
-                             "the 3D tables of a nuScenes-format or AV2 run; its PIE samples export with "
-                             f"`drivegen export_pie --run {self.uri}`", file=self.uri)
+                             "the 3D tables of a nuScenes-format or AV2 run (a camera-only run's families export "
+                             "with their own commands: drivegen -h)", file=self.uri)
         return self
 
     @cached_property

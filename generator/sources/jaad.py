@@ -31,7 +31,6 @@ import numpy as np
 import pyarrow as pa
 
 from generator.sources.base import LogSource
-from schemas.config import PieConfig
 from schemas.errors import SourceError
 from schemas.tables import VIDEO_BOXES
 from schemas.vocab import JAAD_BEHAVIOUR_TAGS, JAAD_SPLITS, JAAD_TRACK_LABELS, JAAD_VEHICLE_ACTIONS
@@ -40,6 +39,37 @@ BEHAVIOUR_TAGS = JAAD_BEHAVIOUR_TAGS
 PED_ATTRIBUTES_INT = ("crossing", "crossing_point", "decision_point", "group_size", "num_lanes")
 PED_ATTRIBUTES_STR = ("intersection", "designated", "signalized", "motion_direction", "traffic_direction",
                       "age", "gender")
+
+@dataclass(frozen=True)
+class JaadReading:
+    """How the JAAD reader reads a video (any object with these attributes will do: the settings of the
+    family that declares how camera-only videos are read, ``generator.pipeline.video.video_settings``).
+    Defaults: the PIE/JAAD family's."""
+
+    box_outside_tolerance_px: float = 1.0
+    track_gap: str = "error"
+    split_variant: str = "default"
+    require_clips: bool = False
+
+
+def pedestrian_event(label: str, frames: np.ndarray, cross_tags: list, attrs: dict | None
+                     ) -> tuple[int, int, int, str]:
+    """(event frame, crossing label, intention, how) of one JAAD pedestrian (``label`` its track label,
+    ``frames`` and ``cross_tags`` its boxes', ``attrs`` its attributes row): the pedestrian behaviour
+    benchmark's crossing event (JAAD's ``crossing_point``; the first frame tagged crossing for a pedestrian
+    crossing before its track starts; else its last visible frame), which more than one family labels by."""
+    if label != "pedestrian":
+        return int(frames[-1]), 0, 0, "bystander: last visible frame"
+    crossing = attrs.get("crossing") if attrs else None
+    cp = attrs.get("crossing_point") if attrs else None
+    y = 1 if crossing == 1 else 0
+    if cp is not None and cp >= 0:
+        return int(cp), y, 1, "crossing_point"
+    if y == 1:  # crossing began before the track: the first frame tagged crossing (else the first frame)
+        first = next((int(f) for f, t in zip(frames, cross_tags) if t == "crossing"), int(frames[0]))
+        return first, 1, 1, "crossing before the track"
+    return int(frames[-1]), 0, 1, "last visible frame"
+
 
 VIDEOS_SCHEMA = pa.schema([
     ("video_id", pa.string()), ("width_px", pa.int32()), ("height_px", pa.int32()), ("num_frames", pa.int32()),
@@ -121,7 +151,7 @@ def _int(text, what: str, video_id: str, path: Path) -> int:
                           file=str(path)) from None
 
 
-def _read_annotations(root, video_id: str, cfg: PieConfig) -> tuple[dict, dict[str, list]]:
+def _read_annotations(root, video_id: str, cfg: JaadReading) -> tuple[dict, dict[str, list]]:
     path = annotation_path(root, video_id)
     xml = _parse(path, video_id)
     task = xml.find("meta/task")
@@ -245,11 +275,11 @@ def _read_traffic(root, video_id: str) -> tuple[str | None, dict[str, list]]:
     return xml.findtext("road_type"), cols
 
 
-def read_video(root: str | os.PathLike, video_id: str, cfg: PieConfig | None = None,
+def read_video(root: str | os.PathLike, video_id: str, cfg: JaadReading | None = None,
                splits: dict[str, str] | None = None, require_clip: bool = False) -> dict[str, pa.Table]:
     """One video's tables ({videos, boxes, pedestrians, vehicle, traffic}); raises ``SourceError`` naming the
     file and the video. ``require_clip``: its ``clips/<video>.mp4`` must exist too."""
-    cfg = cfg or PieConfig()
+    cfg = cfg or JaadReading()
     meta, boxes = _read_annotations(root, video_id, cfg)
     peds = _read_attributes(root, video_id)
     vehicle = _read_vehicle(root, video_id, meta["num_frames"])
@@ -269,11 +299,11 @@ _SCHEMAS = {"videos": VIDEOS_SCHEMA, "boxes": BOXES_SCHEMA, "pedestrians": PEDES
             "vehicle": VEHICLE_SCHEMA, "traffic": TRAFFIC_SCHEMA}
 
 
-def read_jaad(root: str | os.PathLike, cfg: PieConfig | None = None, video_ids: Sequence[str] | None = None,
+def read_jaad(root: str | os.PathLike, cfg: JaadReading | None = None, video_ids: Sequence[str] | None = None,
               require_clips: bool = False) -> JaadTables:
     """Every video of a JAAD folder (or ``video_ids``). A video that cannot be used is left out and its
     ``SourceError`` listed in ``errors``; the others continue."""
-    cfg = cfg or PieConfig()
+    cfg = cfg or JaadReading()
     ids = list(video_ids) if video_ids is not None else list_videos(root)
     splits = read_splits(root, cfg.split_variant)
     parts: dict[str, list[pa.Table]] = {k: [] for k in _SCHEMAS}
@@ -380,7 +410,7 @@ class JaadSource(LogSource):
                           "camera stages (generator.pipeline.video)", scene=scene_id, file=self.shown(self.root),
                           stage="load")
 
-    def load_video(self, video_id: str, cfg: PieConfig) -> dict[str, pa.Table]:
+    def load_video(self, video_id: str, cfg: JaadReading) -> dict[str, pa.Table]:
         """``read_video``'s tables of one video, its split from ``split_ids/<cfg.split_variant>``; raises
         ``SourceError`` naming the file and the video (``cfg.require_clips``: a missing clip too)."""
         try:

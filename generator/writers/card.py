@@ -43,11 +43,20 @@ import yaml
 
 from schemas import tables as T
 from schemas.layout import CARD, CARD_DIR, TABLES, split_glob
-from generator.qa.families import FAMILIES as REGISTERED
+from generator.qa.families import registered
 from schemas.vocab import QA_KINDS
 
-FAMILIES = tuple(REGISTERED)
-FAMILY_TITLES = {name: f.title for name, f in REGISTERED.items()}
+
+def qa_families() -> tuple[str, ...]:
+    """The registered QA families' names, in canonical order."""
+    return tuple(registered())
+
+
+def family_title(name: str) -> str:
+    fam = registered().get(name)
+    return fam.title if fam is not None else name
+
+
 KINDS = QA_KINDS
 # quantity -> (accepted units, bin edges); values outside the edges are counted as under/overflow
 HISTOGRAMS = {
@@ -144,12 +153,12 @@ def compute_stats(source, batch_size: int = 65_536) -> dict:
             outside[name][1] += int((v > edges[-1]).sum())
     obj = _distinct(pa.concat_tables(objects)) if objects else None
     thr = _distinct(pa.concat_tables(threads)) if threads else None
-    object_classes: dict[str, dict[str, int]] = {f: {} for f in FAMILIES}
+    object_classes: dict[str, dict[str, int]] = {f: {} for f in qa_families()}
     if obj is not None and obj.num_rows:
         for r in obj.group_by(["family", "class_name"]).aggregate([([], "count_all")]).to_pylist():
             object_classes.setdefault(r["family"], {})[r["class_name"] or "unknown"] = r["count_all"]
     splits = sorted({k[2] for k in counts})
-    fams = list(FAMILIES) + sorted({k[0] for k in counts} - set(FAMILIES))
+    fams = list(qa_families()) + sorted({k[0] for k in counts} - set(qa_families()))
     qa_counts = {f: {k: {s: counts.get((f, k, s), 0) for s in splits} for k in KINDS} for f in fams}
     per_split = {sp: {"scenes": 0, "threads": 0} for sp in splits}
     if thr is not None:
@@ -320,11 +329,11 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         vals = [stats["qa_counts"][f][k].get(s, 0) for k in KINDS for s in splits]
         vals.append(sum(vals))
         col_tot += np.asarray(vals)
-        rows.append([FAMILY_TITLES.get(f, f)] + vals)
+        rows.append([family_title(f)] + vals)
     rows.append(["Total"] + col_tot.tolist())
     classes = sorted({c for f in stats["object_classes"].values() for c in f},
                      key=lambda c: -sum(stats["object_classes"][f].get(c, 0) for f in stats["object_classes"]))
-    cls_rows = [[c] + [stats["object_classes"].get(f, {}).get(c, 0) for f in FAMILIES] for c in classes]
+    cls_rows = [[c] + [stats["object_classes"].get(f, {}).get(c, 0) for f in qa_families()] for c in classes]
     parts = [
         front_matter(configs, licence, title),
         f"# {title}",
@@ -362,7 +371,7 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         "",
         "## Splits",
         "",
-        ("A video is in its dataset's own split (JAAD: `split_ids/<pie.split_variant>`); one outside those lists "
+        ("A video is in its dataset's own split (JAAD: `split_ids/<variant>`); one outside those lists "
          "is 'val' when a hash of its id falls below `qa.val_fraction`, else 'train'. No video is in two splits."
          if (info.get("provenance") or {}).get("camera_only") else
          "A scene is in one split: 'val' when a hash of its id falls below `qa.val_fraction` of the run's "
@@ -382,10 +391,12 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
               ""]
     parts += schema_section([c["table"] for c in configs])
     parts += ["## Example rows", "", "The rows with the smallest `qa_id` of each family.", ""]
-    ex_rows = [[FAMILY_TITLES.get(f, f)] + [_cell(r.get(c)) for c in EXAMPLE_COLUMNS if c != "family"]
+    ex_rows = [[family_title(f)] + [_cell(r.get(c)) for c in EXAMPLE_COLUMNS if c != "family"]
                for f, rs in stats.get("examples", {}).items() for r in rs]
     parts += [_md_table(["family"] + [c for c in EXAMPLE_COLUMNS if c != "family"], ex_rows) if ex_rows
               else "(no QA rows)", ""]
+    for section in info.get("family_sections") or []:  # each paper family's own part (schemas.families)
+        parts += [section.rstrip(), ""]
     parts += _validation(info.get("validation"))
     parts += _anonymisation(info.get("anonymize", "absent"))
     parts += _limitations(info)
@@ -399,7 +410,7 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         "Unique objects per conversation thread (keyframe): an object counts once per keyframe however many "
         "questions ask about it, so one physical object seen at several keyframes counts several times.",
         "",
-        _md_table(["class"] + [FAMILY_TITLES[f] for f in FAMILIES], cls_rows) if cls_rows else "(no objects)",
+        _md_table(["class"] + [family_title(f) for f in qa_families()], cls_rows) if cls_rows else "(no objects)",
         "",
         "## Distributions of the quantitative answers",
         "",

@@ -54,7 +54,7 @@ def labelled_run(synth_root, tmp_path_factory) -> Path:
     from schemas.config import parse_config
 
     out = tmp_path_factory.mktemp("labelled") / "run"
-    cfg = parse_config({"writers": {"webdataset": False, "bench_export": False, "card": False}})
+    cfg = parse_config({"bench": {"export": False}, "writers": {"webdataset": False, "card": False}})
     res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
               progress=False)
     assert res.exit_code == 0, res.summary

@@ -1,46 +1,63 @@
-"""The registered QA families. Adding one is: a module here (its question types and ``build``), its
-templates in ``generator/qa/templates/<name>.yaml``, and one line below (see README "Adding a label
-family"). The order below is the canonical order of families in the QA rows."""
+"""The QA families: every registered paper family's (``schemas.families``: ``PaperFamily.qa_families``), in
+family order, which is the canonical order of families in the QA rows. A QA family is a module of its paper
+family's package (question types and ``build``) with its templates in the package's ``templates/``."""
 from __future__ import annotations
 
+import functools
+
 from generator.qa.fields import Family, QuestionType
-from generator.qa.families.drama_x import DRAMA_X
-from generator.qa.families.ego_behaviour import EGO_BEHAVIOUR
-from generator.qa.families.ego_intention import EGO_INTENTION
-from generator.qa.families.pie import PIE
-from generator.qa.families.stride import EGO_SPATIAL, EGO_SPATIOTEMPORAL, OBJECT_SPATIAL
+from schemas.families import families
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (
-    OBJECT_SPATIAL,
-    EGO_SPATIAL,
-    EGO_SPATIOTEMPORAL,
-    EGO_BEHAVIOUR,
-    EGO_INTENTION,
-    DRAMA_X,
-    PIE,
-)}
 
-QUESTION_TYPES: dict[tuple[str, str], QuestionType] = {qt.key: qt for f in FAMILIES.values() for qt in f.question_types}
+@functools.lru_cache(maxsize=1)
+def _registered() -> dict[str, Family]:
+    out: dict[str, Family] = {}
+    for fam in families().values():
+        declared = list(fam.qa_names)
+        got = fam.qa_families()
+        if [f.name for f in got] != declared:
+            raise ValueError(f"paper family {fam.name!r} declares QA families {declared} but builds "
+                             f"{[f.name for f in got]}")
+        for f in got:
+            if f.name in out:
+                raise ValueError(f"QA family {f.name!r} of paper family {fam.name!r} is registered twice")
+            out[f.name] = f
+    return out
+
+
+def registered() -> dict[str, Family]:
+    """Every registered QA family by name, in canonical order."""
+    return _registered()
+
+
+def question_types() -> dict[tuple[str, str], QuestionType]:
+    return {qt.key: qt for f in registered().values() for qt in f.question_types}
+
+
+def reset() -> None:
+    """Forget the QA families (after ``schemas.families.reset``)."""
+    _registered.cache_clear()
 
 
 def selected(names) -> list[Family]:
     """The registered families named in ``names`` (``cfg.qa.families``), in canonical order."""
-    unknown = [n for n in names if n not in FAMILIES]
+    fams = registered()
+    unknown = [n for n in names if n not in fams]
     if unknown:
-        from schemas.config import ConfigError
+        from schemas.errors import ConfigError
 
-        raise ConfigError(f"field 'qa.families': unknown families {unknown}; registered: {list(FAMILIES)}")
+        raise ConfigError(f"field 'qa.families': unknown families {unknown}; registered: {list(fams)}")
     wanted = set(names)
-    return [f for f in FAMILIES.values() if f.name in wanted]
+    return [f for f in fams.values() if f.name in wanted]
 
 
-def reads(families) -> dict[str, list[str]]:
+def reads(families_) -> dict[str, list[str]]:
     """The run tables (and columns) the families read beyond frames, attributes and projections."""
     out: dict[str, list[str]] = {}
-    for f in families:
+    for f in families_:
         for table, cols in f.reads.items():
             out[table] = list(dict.fromkeys(out.get(table, []) + list(cols)))
     return out
 
 
-__all__ = ["FAMILIES", "QUESTION_TYPES", "Family", "selected", "reads"]
+__all__ = ["Family", "registered", "question_types", "selected", "reads", "reset"]

@@ -1,6 +1,6 @@
 """Scorers of models on what drivegen generates: ``drivegen score FAMILY --pred PRED TARGET``.
 
-Each family's scorer is one module here exposing
+Each paper family's scorer is one module of its package (``schemas.families``: ``PaperFamily.scorer``) exposing
 
 - ``NAME``: the family name on the command line (``drivegen score NAME``);
 - ``HELP``: one line for ``drivegen score -h``;
@@ -10,27 +10,21 @@ Each family's scorer is one module here exposing
   ``schemas.errors.InputError``;
 - ``to_text(result: dict) -> str``: the human summary the command prints.
 
-Registering a scorer is one line in ``SCORERS`` below (module path, imported on use so a broken or heavy
-module costs nothing to the other scorers' users).
+The module is imported on use, so a broken or heavy scorer costs nothing to the other scorers' users.
 """
 from __future__ import annotations
 
 import importlib
 
-SCORERS: dict[str, str] = {
-    "intention": "generator.validate.score.intention",
-    "pie": "generator.validate.score.pie",
-    "drama-x": "generator.validate.score.drama_x",
-}
-
-
 def scorer(name: str):
-    """The scorer module registered as ``name``."""
+    """The scorer module of the paper family registered for ``drivegen score <name>`` (imported now)."""
     from schemas.errors import InputError
+    from schemas.families import scorers
 
-    if name not in SCORERS:
-        raise InputError(f"unknown scorer {name!r}; available: {sorted(SCORERS)}")
-    return importlib.import_module(SCORERS[name])
+    known = scorers()
+    if name not in known:
+        raise InputError(f"unknown scorer {name!r}; available: {sorted(known)}")
+    return importlib.import_module(known[name].scorer())
 
 
 def read_predictions(path: str):

@@ -51,9 +51,12 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, column, fixed_list_to_numpy, to_numpy
 from generator.attributes.ego import ego_states, track_rows
-from schemas.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig, EgoBodyConfig
-from schemas.tables import DRAMA_RISK, DRAMA_VIDEO
-from schemas.vocab import DRAMA_ACTIONS, DRAMA_POSITIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
+from generator.families.drama_x.config import DramaImageIntentConfig, DramaRiskConfig, DramaXConfig
+from generator.families.drama_x.tables import DRAMA_RISK, DRAMA_VIDEO
+from generator.families.drama_x.vocab import DRAMA_ACTIONS, DRAMA_POSITIONS
+from generator.sources.jaad import pedestrian_event
+from schemas.config import EgoBodyConfig
+from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL, VIDEO_REGION_LABELS, VRU_CLASSES
 
 CONTINUE, AWARE, SLOW, YIELD, STOP = range(5)  # indices into DRAMA_ACTIONS (severity order)
 
@@ -259,7 +262,7 @@ def image_intent(gray: list[np.ndarray], t_s: np.ndarray, boxes_xyxy: np.ndarray
 
 # 2D tracks of a camera-only log whose intent is estimated: JAAD's behavioural pedestrians and bystanders
 # (its 'people' tracks are groups, with no single motion)
-VIDEO_INTENT_LABELS = ("pedestrian", "ped")
+VIDEO_INTENT_LABELS = VIDEO_REGION_LABELS
 
 
 def video_intent_frames(boxes: pa.Table, fps: float, th: DramaImageIntentConfig) -> np.ndarray:
@@ -324,13 +327,11 @@ def video_risk(intent: pa.Table, tables: dict[str, pa.Table], fps: float, cfg: D
 
     * position: ``image_position`` of the box centre (``cfg.image_front_share``);
     * risk: a behavioural pedestrian that crosses in front of the ego (JAAD's ``crossing`` = 1; its event frame
-      is the benchmark's, ``generator.attributes.pie``) at most ``cfg.risk.horizon_s`` after the frame
+      is the benchmark's, ``generator.sources.jaad.pedestrian_event``) at most ``cfg.risk.horizon_s`` after the frame
       (time to conflict: the wait for it), or is tagged ``crossing`` at the frame (time to conflict 0);
       bystanders never;
     * action: ``suggested_actions`` over those, the ego moving unless JAAD's vehicle action at the frame is
       ``stopped``."""
-    from generator.attributes.pie import pedestrian_event
-
     n = intent.num_rows
     if n == 0:
         return intent
@@ -371,6 +372,20 @@ def video_risk(intent: pa.Table, tables: dict[str, pa.Table], fps: float, cfg: D
                       ("suggested_action", pc.take(pa.array(DRAMA_ACTIONS), pa.array(act)))):
         out = out.set_column(out.schema.get_field_index(name), name, arr)
     return out.cast(DRAMA_VIDEO)
+
+
+def video_intent(video, cfg) -> pa.Table | None:
+    """The ``drama_video`` rows of one camera-only video (``generator.pipeline.video.Video``): image intent at
+    the frames ``video_intent_frames`` picks, decoded from its clip, with position, risk and action
+    (``video_risk``); None without a clip."""
+    if video.clip is None:
+        return None
+    th = cfg.drama_x.image_intent
+    boxes = video.tables["boxes"]
+    frames = video_intent_frames(boxes, video.fps, th)
+    gray, scale = video.gray_frames(frames, th.video_max_width_px)
+    intent = video_image_intent(video.video_id, boxes, frames, gray, scale, video.fps, th)
+    return video_risk(intent, video.tables, video.fps, cfg.drama_x)
 
 
 def intent_names(codes_: np.ndarray, vocab: tuple[str, ...]) -> list[str | None]:

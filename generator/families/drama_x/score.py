@@ -13,7 +13,7 @@
   F1, SQuAD-style). ``score(..., bertscore_model=PATH, bertscore_num_layers=N)`` adds ``action_bertscore_f1``
   through ``bert-score`` with a local model (skipped, with a note, when ``bert-score`` is not installed).
 
-Predictions: a JSON object ``{sample_id: sample}`` in the export's format (``generator.writers.drama_export``)
+Predictions: a JSON object ``{sample_id: sample}`` in the export's format (``generator.families.drama_x.export``)
 with at least ``Risk``, ``suggested_action`` and ``Pedestrians`` / ``Cyclists`` objects each with ``Box`` and
 ``Intent`` ([lateral, vertical]). ``TARGET`` is a DRAMA-X export folder or a run folder (its samples are
 built the way the export builds them). Malformed predictions (missing sample, unknown label, bad box) are
@@ -28,7 +28,8 @@ from collections import Counter
 import numpy as np
 
 from schemas.errors import InputError
-from schemas.vocab import DRAMA_ACTIONS, INTENT_LATERAL, INTENT_VERTICAL
+from generator.families.drama_x.vocab import DRAMA_ACTIONS
+from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL
 
 NAME = "drama-x"
 HELP = "DRAMA-X: object detection, lateral/vertical intent, risk, suggested action"
@@ -37,7 +38,7 @@ MAX_PROBLEMS = 200  # listed in full up to this many; the count is always comple
 
 def _target_samples(target: str):
     from generator.runfolder import RunReader, RunStore
-    from generator.writers.drama_export import read_export, records_from_run
+    from generator.families.drama_x.export import read_export, records_from_run
 
     store = RunStore(target)
     try:
@@ -104,8 +105,8 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
     without one are kept: the export does not split frames of one scene)."""
     from sklearn.metrics import balanced_accuracy_score, f1_score
 
-    from generator.attributes.drama import iou_matrix, match_boxes
-    from schemas.config import DramaXConfig
+    from generator.families.drama_x.attributes import iou_matrix, match_boxes
+    from generator.families.drama_x.config import DramaXConfig
 
     cfg = cfg or DramaXConfig()
     gt, kind = _target_samples(target)

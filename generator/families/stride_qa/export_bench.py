@@ -28,7 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.pipeline.exports import export_bench
+    from generator.families.stride_qa.export import export_bench
     from generator.runfolder import RunReader
     from schemas.config import load_config
 

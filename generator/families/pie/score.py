@@ -45,8 +45,8 @@ import pyarrow.compute as pc
 from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score, f1_score,
                              precision_score, roc_auc_score)
 
-from generator.attributes.pie import risk_classes, risk_weight, tte_weight
-from schemas.config import PieConfig
+from generator.families.pie.attributes import risk_classes, risk_weight, tte_weight
+from generator.families.pie.config import PieConfig
 from schemas.errors import InputError
 
 NAME = "pie"
@@ -186,7 +186,7 @@ def task_metrics(task: str, y: np.ndarray, conf: np.ndarray, tte_frames: np.ndar
 # ------------------------------------------------------------------------------------------ inputs
 def read_target(target: str, splits: list[str] | None = None) -> tuple[pa.Table, dict]:
     from generator.runfolder import RunStore
-    from generator.writers.pie_export import EXPORT_FORMAT, EXPORT_SUMMARY
+    from generator.families.pie.export import EXPORT_FORMAT, EXPORT_SUMMARY
 
     store = RunStore(target)
     if not store.exists(EXPORT_SUMMARY):

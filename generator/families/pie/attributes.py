@@ -31,8 +31,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.config import PieConfig
-from schemas.tables import PIE_SAMPLES
+from generator.families.pie.config import PieConfig
+from generator.sources.jaad import pedestrian_event
+from generator.families.pie.tables import PIE_SAMPLES
 
 SAMPLES_SCHEMA = PIE_SAMPLES  # declared with every other table in schemas.tables
 
@@ -115,24 +116,6 @@ def horizon_boxes(frames: np.ndarray, ends: np.ndarray, horizon: int) -> np.ndar
 
 
 # ------------------------------------------------------------------------------------------ samples
-def pedestrian_event(label: str, frames: np.ndarray, cross_tags: list, attrs: dict | None
-                     ) -> tuple[int, int, int, str]:
-    """(event frame, crossing label, intention, how) of one JAAD pedestrian (``label`` its track label,
-    ``frames`` and ``cross_tags`` its boxes', ``attrs`` its attributes row): the benchmark's crossing event, used
-    by the samples here and by DRAMA-X's hindsight risk of videos."""
-    if label != "pedestrian":
-        return int(frames[-1]), 0, 0, "bystander: last visible frame"
-    crossing = attrs.get("crossing") if attrs else None
-    cp = attrs.get("crossing_point") if attrs else None
-    y = 1 if crossing == 1 else 0
-    if cp is not None and cp >= 0:
-        return int(cp), y, 1, "crossing_point"
-    if y == 1:  # crossing began before the track: the first frame tagged crossing (else the first frame)
-        first = next((int(f) for f, t in zip(frames, cross_tags) if t == "crossing"), int(frames[0]))
-        return first, 1, 1, "crossing before the track"
-    return int(frames[-1]), 0, 1, "last visible frame"
-
-
 def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehicle: pa.Table,
                   cfg: PieConfig | None = None, tasks: tuple[str, ...] = ("action", "risk")) -> tuple[pa.Table, dict]:
     """The action and risk samples of JAAD tables (``generator.sources.jaad``); also a dict of counts (why
@@ -241,6 +224,49 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
                 rows["risk_region"].append(int(reg[k]))
                 rows["risk_class"].append(int(rcls[k]))
     return pa.Table.from_pydict(rows, schema=SAMPLES_SCHEMA), dict(sorted(stats.items()))
+
+
+def video_samples(video, cfg) -> pa.Table:
+    """The samples of one camera-only video (``generator.pipeline.video.Video``, ``build_samples``) with their
+    ``image_paths`` (the URIs of the frames the run extracts; null when it extracts none) and ``video_path``
+    (the clip read; null without one)."""
+    t = video.tables
+    samples, _ = build_samples(t["videos"], t["boxes"], t["pedestrians"], t["vehicle"], cfg.pie)
+    n = samples.num_rows
+    if video.image_uri is not None and n:
+        frames = samples.column("frames").combine_chunks()
+        flat = pc.list_flatten(frames).to_numpy().astype(np.int64)
+        uniq, inv = np.unique(flat, return_inverse=True)
+        names = pa.array([video.image_uri(f) for f in uniq.tolist()], pa.string())
+        paths = pa.ListArray.from_arrays(frames.offsets, names.take(pa.array(inv)))
+    else:
+        paths = pa.nulls(n, samples.schema.field("image_paths").type)
+    samples = samples.set_column(samples.schema.get_field_index("image_paths"), "image_paths", paths)
+    clip = video.location if video.clip is not None else None
+    return samples.set_column(samples.schema.get_field_index("video_path"), "video_path",
+                              pa.array([clip] * n, pa.string()))
+
+
+def sample_frames(samples: pa.Table | None) -> np.ndarray | None:
+    """The frames the samples name an image for (extracted by the video stage)."""
+    if samples is None or samples.num_rows == 0:
+        return None
+    paths = samples.column("image_paths").combine_chunks()
+    if paths.null_count == len(paths):
+        return None
+    return np.unique(pc.list_flatten(samples.column("frames").combine_chunks().filter(paths.is_valid()))
+                     .to_numpy().astype(np.int64))
+
+
+def video_sample_counts(samples: pa.Table | None) -> dict[str, int]:
+    """A video's sample counts for its manifest: action and risk samples, crossing action samples."""
+    if samples is None:
+        return {}
+    task = samples.column("task")
+    out = {f"pie_{k}_samples": int(pc.sum(pc.equal(task, k)).as_py() or 0) for k in ("action", "risk")}
+    out["pie_crossing_samples"] = int(pc.sum(pc.and_(pc.equal(task, "action"),
+                                                     pc.equal(samples.column("crossing"), 1))).as_py() or 0)
+    return out
 
 
 def sample_counts(samples: pa.Table) -> dict:

@@ -25,7 +25,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     from generator.runfolder import RunReader, RunStore
-    from generator.writers.drama_export import check_export_folder, records_from_run, write_export
+    from generator.families.drama_x.export import check_export_folder, records_from_run, write_export
     from schemas.config import load_config
 
     reader = RunReader(args.run)

@@ -1,4 +1,4 @@
-"""The PIE/JAAD benchmark export: the samples of ``generator.attributes.pie`` as one Parquet file per task and
+"""The PIE/JAAD benchmark export: the samples of ``generator.families.pie.attributes`` as one Parquet file per task and
 split, which a PIE/JAAD model's data loader can be pointed at, plus ``export_summary.json``::
 
     OUT/action/{train,val,test,unsplit}.parquet    action prediction samples (crossing in 1-3 s)
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.writers.owned import owned_files
-from schemas.tables import PIE_SAMPLES as SAMPLES
+from generator.families.pie.tables import PIE_SAMPLES as SAMPLES
 
 EXPORT_FORMAT = "drivegen-pie/1"  # marks a folder as a drivegen PIE export (replaced only if it is one)
 EXPORT_SUMMARY = "export_summary.json"
@@ -69,14 +69,14 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
     """The PIE tasks of a 3D-log run folder (``reader``: a ``generator.runfolder.RunReader``; this layer sits
     below it): every scene is a video seen through its front camera (``types.front_camera``), every tracked
     pedestrian a behavioural one whose crossing event is the first frame it stands in the ego's path
-    (``generator.attributes.pie.path_entry``), the benchmark's windows at the log's frame rate
+    (``generator.families.pie.attributes.path_entry``), the benchmark's windows at the log's frame rate
     (``log_config``). ``image_paths`` are the front camera's images of the window's frames, ``split`` the QA
     split of the scene. Returns (samples, info for the summary); ``cfg``: a PieConfig (default: the run's)."""
     import numpy as np
 
     from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
     from generator.attributes.ego import ego_states
-    from generator.attributes.pie import build_samples, jaad_tables_from_log, log_config, path_entry, sample_counts
+    from generator.families.pie.attributes import build_samples, jaad_tables_from_log, log_config, path_entry, sample_counts
     from generator.qa.generate import scene_split
     from generator.sources import front_camera_images
 
@@ -125,7 +125,7 @@ def _samples_from_video_run(reader, cfg, run_pie) -> tuple[pa.Table, dict]:
     """The samples a camera-only run (``drivegen run --source jaad``) stored per video, as they are: their
     ``image_paths`` name the frames the run extracted. A ``pie:`` config other than the run's is refused (the
     samples were cut with the run's)."""
-    from generator.attributes.pie import sample_counts
+    from generator.families.pie.attributes import sample_counts
     from schemas.errors import InputError
 
     if cfg.model_dump() != run_pie.model_dump():

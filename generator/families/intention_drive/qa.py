@@ -1,13 +1,13 @@
 """Ego intention (Intention-Drive §3): an instruction at a keyframe and the trajectory that carries it out.
 
-The instructions are ``generator.attributes.intention.instructions`` over the keyframe's planning sample:
+The instructions are ``generator.families.intention_drive.attributes.instructions`` over the keyframe's planning sample:
 the low level (``atomic``: "Turn Left, Decelerate") and high-level intentions derived from what the log
 shows the ego does next (turn, change lanes, stop, stop behind / follow / overtake a vehicle, yield to a
 crossing VRU, pull over on a side). Objects are named ``Region [X]`` like every other family, so only candidates of the
 keyframe (visible, numbered) can be targets. The question is the instruction; the answer is the logged
 trajectory in the paper's format, "[PT, (x1, y1), ..., (xK, yK)]" (K waypoints in the keyframe's BEV ego
 frame, metres, x forward, y left). ``value`` is null (``unit`` 'trajectory'): the waypoints, past states,
-images and success predicate of each row are in the intention export (``generator.writers.intention_export``,
+images and success predicate of each row are in the intention export (``generator.families.intention_drive.export``,
 keyed by ``qa_id``). Without the labels table (the objects' logged future) the family asks nothing, like
 ego_behaviour. Rows about the ego are grounded in the keyframe's context images (its history); rows
 about a target in the target's box at the keyframe.
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex
-from generator.attributes.intention import GOALS, KIND, instructions, planning_samples
+from generator.families.intention_drive.attributes import GOALS, KIND, instructions, planning_samples
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import Batch, Plan, keyframe_batch, single, vocabulary
 from generator.qa.render import format_fixed

@@ -19,7 +19,7 @@ A sample (the paper's fields, plus the keys that tie it to the run)::
 
 A frame is exported when at least one VRU (pedestrian, bicycle, motorcycle) with an intent label is visible
 in the front camera (DRAMA-X keeps only frames with valid VRU detections). ``Risk`` / ``suggested_action``
-are the frame's (``generator.attributes.drama.frame_risk``: any object, vehicles included; the most severe
+are the frame's (``generator.families.drama_x.attributes.frame_risk``: any object, vehicles included; the most severe
 action); ``Box`` is the projected 3D box (``projections.box2d_proj_xyxy``) in pixels; ``Intent`` is the
 3D-track intent of the labels table; ``Position`` Left / Front / Right from the bearing.
 
@@ -38,14 +38,16 @@ import numpy as np
 import pyarrow as pa
 
 from generator.attributes.arrays import fixed_list_to_numpy
-from generator.attributes.drama import frame_risk, relative_position, risk_table
+from generator.families.drama_x.attributes import frame_risk, relative_position, risk_table
 from generator.qa.fields import Field, QuestionType
 from generator.qa.render import FieldColumns, render_parts
 from generator.qa.templates import parse_template_text
 from generator.sources import front_camera_images
 from generator.writers.owned import owned_files
-from schemas.config import DramaXConfig, EgoBodyConfig
-from schemas.vocab import DRAMA_ACTIONS, DRAMA_GROUPS, DRAMA_POSITIONS, VIDEO_CAMERA, VRU_CLASSES
+from generator.families.drama_x.config import DramaXConfig
+from schemas.config import EgoBodyConfig
+from generator.families.drama_x.vocab import DRAMA_ACTIONS, DRAMA_GROUPS, DRAMA_POSITIONS
+from schemas.vocab import VIDEO_CAMERA, VRU_CLASSES
 
 EXPORT_FORMAT = "drivegen-drama-x/1"
 EXPORT_MARKER = "drama_x_export.json"
@@ -77,7 +79,7 @@ _VER_TEXT = {"moves towards ego vehicle": "moving towards the ego vehicle",
 
 def _parsed_templates(video: bool = False) -> list[tuple]:
     templates = VIDEO_DESCRIPTION_TEMPLATES if video else DESCRIPTION_TEMPLATES
-    return [parse_template_text(text, DESCRIPTION_TYPE, file="generator/writers/drama_export.py",
+    return [parse_template_text(text, DESCRIPTION_TYPE, file="generator/families/drama_x/export.py",
                                 line_of=lambda pos: 1, tid=tid, role="answer")
             for tid, text in sorted(templates.items())]
 

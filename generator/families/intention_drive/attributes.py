@@ -61,8 +61,10 @@ from generator.attributes.arrays import (KeyIndex, codes, column, fixed_list_to_
                                          to_numpy, unique_strings)
 from generator.attributes.ego import EgoStates, ego_states
 from generator.attributes.labels import ego_labels
-from schemas.config import EgoBodyConfig, IntentionConfig, LabelsConfig
-from schemas.vocab import INSTRUCTION_KINDS, INTENT_LATERAL, MANEUVERS, SPEED_STATUS, VEHICLE_CLASSES, VRU_CLASSES
+from generator.families.intention_drive.config import IntentionConfig
+from schemas.config import EgoBodyConfig, LabelsConfig
+from generator.families.intention_drive.vocab import INSTRUCTION_KINDS
+from schemas.vocab import INTENT_LATERAL, MANEUVERS, SPEED_STATUS, VEHICLE_CLASSES, VRU_CLASSES
 
 KIND = {k: i for i, k in enumerate(INSTRUCTION_KINDS)}
 MAN = {m: i for i, m in enumerate(MANEUVERS)}
@@ -101,7 +103,7 @@ class PlanningSamples:
     # the ego's pose in the map frame (N, 3): x_m, y_m, yaw_rad (the log's global frame); NaN where unknown
     map_pose: np.ndarray | None = None
     # road(sample (P,), xy (P, 2) map frame) -> (P,) bool: on the paved surface of that sample's map (True where
-    # the sample has no map); None: no road edges anywhere (``road_lookup`` in generator.writers.intention_export)
+    # the sample has no map); None: no road edges anywhere (``road_lookup`` in generator.families.intention_drive.export)
     road: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     road_checked: np.ndarray | None = None  # (N,) bool: the sample's map was read (its road edges are checked)
     road_problems: tuple[str, ...] = ()  # maps that could not be read (their samples get no road edges)

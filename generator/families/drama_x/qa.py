@@ -4,7 +4,7 @@
   lateral x vertical as seen from the ego (``schemas.vocab.INTENT_LATERAL`` / ``INTENT_VERTICAL``); ``value`` =
   3 x lateral index + vertical index (unit ``intent``).
 * ``risk`` (per VRU candidate): whether its future path enters the ego's future corridor within
-  ``drama_x.risk.horizon_s`` (``generator.attributes.drama.risk_table`` on the run's frames and objects, the rule
+  ``drama_x.risk.horizon_s`` (``generator.families.drama_x.attributes.risk_table`` on the run's frames and objects, the rule
   the DRAMA-X export and scorer use); ``value`` 1/0 (unit ``bool``).
 * ``action`` (per keyframe, about the ego): the frame's suggested action, the most severe of its objects'
   (``frame_risk``; ``continue`` without tracked objects); ``value`` = index in ``schemas.vocab.DRAMA_ACTIONS``
@@ -14,15 +14,19 @@ Reads the labels table (intent) and the objects table (risk); without either, th
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
-from generator.attributes.drama import frame_risk, risk_table
+from generator.families.drama_x.attributes import frame_risk, risk_table
 from generator.qa.fields import Family, Field, QuestionType
+from generator.qa.video import VideoBatch
 from generator.qa.generate import Batch, Plan, keyframe_batch, single, vocabulary
-from schemas.vocab import DRAMA_ACTIONS, INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
+from generator.families.drama_x.vocab import DRAMA_ACTIONS
+from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
 
 NAME = "drama_x"
 _ONE = (Field("region", "text", doc="'Region [X]' of the VRU"), Field("class_name", "text"))
@@ -125,3 +129,40 @@ DRAMA_X = Family(NAME, "DRAMA-X QA (VRU intent, risk and suggested action)", tup
                                     "size_lwh_m"],
                         "drama_risk": ["scene_id", "frame_index", "track_id", "risk", "time_to_conflict_s",
                                        "suggested_action"]})
+
+
+def video_batches(drama: pa.Table) -> list:
+    """The ``drama_x`` questions of one camera-only video (``generator.qa.video.VideoBatch``) from its
+    ``drama_video`` rows at their sampled frames: ``intent`` and ``risk`` per labelled pedestrian, and ``action``
+    per frame about the ego (the most severe of its pedestrians' actions)."""
+    fr = drama.column("frame_index").to_numpy().astype(np.int64)
+    ped = drama.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
+    lat = pc.index_in(drama.column("lateral_intent"), pa.array(INTENT_LATERAL)).to_numpy(zero_copy_only=False)
+    ver = pc.index_in(drama.column("vertical_intent"), pa.array(INTENT_VERTICAL)).to_numpy(zero_copy_only=False)
+    pair = lat.astype(np.int64) * len(INTENT_VERTICAL) + ver.astype(np.int64)
+    yes = drama.column("risk").to_numpy(zero_copy_only=False).astype(bool)
+    code = np.where(yes, 0, 1)
+    fa = frame_risk(drama.select(["scene_id", "frame_index", "risk", "suggested_action"]))
+    act = pc.index_in(fa.column("suggested_action"), pa.array(DRAMA_ACTIONS)).to_numpy(zero_copy_only=False)
+    return [
+        VideoBatch(TYPES["intent"], fr, ped, pair.astype(float), {
+            "lateral": vocabulary(INTENT_LATERAL, lat), "vertical": vocabulary(INTENT_VERTICAL, ver),
+            "intent_phrase": vocabulary(intent_phrases(), pair)}),
+        VideoBatch(TYPES["risk"], fr, ped, yes.astype(float), {
+            "yes_no": vocabulary(YES_NO, code), "risk_phrase": vocabulary(RISK_PHRASES, code)}),
+        VideoBatch(TYPES["action"], fa.column("frame_index").to_numpy().astype(np.int64),
+                   np.full(fa.num_rows, ""), act.astype(float), {"action": vocabulary(DRAMA_ACTIONS, act)}),
+    ]
+
+
+@dataclass(frozen=True)
+class DramaSummary:
+    """The run summary's DRAMA-X entry of a camera-only run: image-intent rows over every finished video."""
+
+    image_intent: int
+
+    def to_json(self) -> dict:
+        return {"image_intent": self.image_intent}
+
+    def lines(self) -> list[str]:
+        return [f"DRAMA-X image intent rows: {self.image_intent}"]

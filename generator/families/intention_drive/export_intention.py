@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.pipeline.exports import export_intention
+    from generator.families.intention_drive.export_run import export_intention
     from generator.runfolder import RunReader
 
     summary = export_intention(RunReader(args.run).require_3d("drivegen export_intention"), args.out, splits=args.split)

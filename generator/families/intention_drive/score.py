@@ -10,7 +10,7 @@ folder (its export is built in memory). PRED holds one trajectory per sample:
   ``stop`` (stay where it is), ``mirror`` (the logged trajectory mirrored left <-> right).
 
 Metrics: ADE and FDE (m, over the samples with a valid prediction); CR, the share of those whose swept ego
-body hits a logged object (``generator.attributes.intention.collisions``); ISR, the share of ALL samples
+body hits a logged object (``generator.families.intention_drive.attributes.collisions``); ISR, the share of ALL samples
 whose prediction is collision-free and satisfies the instruction's success predicate (a missing or
 malformed prediction counts as a failure); ISR per instruction kind and level. Malformed predictions (unknown
 or duplicate sample id, wrong K, NaN, unparseable text) are listed per item in ``problems``.
@@ -35,7 +35,7 @@ def load_target(target: str, splits: list[str] | None = None):
     """(PlanningSamples, Instructions, sample ids, kinds, levels, config) of an export folder or a run folder;
     the config's ``labels``, ``intention`` and ``ego`` sections are the ones the samples were made with."""
     from generator.runfolder import RunReader, RunStore
-    from generator.writers.intention_export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
+    from generator.families.intention_drive.export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
                                                     read_samples)
     from schemas.tables import read_parquet
 
@@ -57,8 +57,8 @@ def load_target(target: str, splits: list[str] | None = None):
         if not reader.is_run_folder():
             raise InputError(f"{target} is neither an Intention-Drive export ({EXPORT_SUMMARY} with format "
                              f"{EXPORT_FORMAT!r}) nor a drivegen run folder", file=target)
-        from generator.writers.intention_export import read_run_scene, road_maps
-        from schemas.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
+        from generator.families.intention_drive.export import read_run_scene, road_maps
+        from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
 
         cfg = reader.config()
         maps, _ = road_maps(reader.source(), reader.scene_ids()) if cfg.intention.road_edges else ({}, None)
@@ -152,7 +152,7 @@ def load_predictions(pred: str, s, ins, ids: pa.Array) -> tuple[np.ndarray, list
 
 
 def score(pred_path: str, target: str, splits: list[str] | None = None, **_) -> dict:
-    from generator.attributes.intention import check
+    from generator.families.intention_drive.attributes import check
 
     s, ins, ids, kinds, levels, cfg = load_target(target, splits)
     traj, problems = load_predictions(pred_path, s, ins, ids)

@@ -5,7 +5,7 @@ Two Parquet files (schemas in ``schemas.tables``) plus ``export_summary.json``:
 - ``planning_samples.parquet`` (INTENTION_SAMPLES): one row per instruction, i.e. per QA row of the
   ``ego_intention`` family (``sample_id`` = its ``qa_id``): the instruction text a model reads, the keyframe's
   atomic instruction, the target's ``Region [X]``, every camera image at the keyframe, the past ego states,
-  the logged K waypoints and the success predicate (``generator.attributes.intention``);
+  the logged K waypoints and the success predicate (``generator.families.intention_drive.attributes``);
 - ``objects.parquet`` (INTENTION_OBJECTS): the tracked objects at each keyframe with their logged future,
   what ``drivegen score intention`` sweeps the ego's box against for the collision rate.
 
@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, numpy_to_fixed_list, to_numpy
-from generator.attributes.intention import GOALS, Instructions, PlanningSamples
-from schemas.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
-from schemas.vocab import INSTRUCTION_KINDS, INTENT_LATERAL, MANEUVERS, SPEED_STATUS
+from generator.families.intention_drive.attributes import GOALS, Instructions, PlanningSamples
+from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
+from generator.families.intention_drive.vocab import INSTRUCTION_KINDS
+from schemas.vocab import INTENT_LATERAL, MANEUVERS, SPEED_STATUS
 
 EXPORT_FORMAT = "drivegen-intention-drive"
 EXPORT_SUMMARY = "export_summary.json"
@@ -153,9 +154,9 @@ def tables(s: PlanningSamples, ins: Instructions, qa: pa.Table, frames: pa.Table
 def scene_tables(frames: pa.Table, attributes: pa.Table, labels: pa.Table | None, qa: pa.Table, cfg,
                  maps: dict[str, dict] | None = None) -> tuple[pa.Table, pa.Table]:
     """One scene's (or several scenes') export tables from its run tables, with the run's config ``cfg``:
-    the planning samples and instructions (``generator.attributes.intention``, the rule the QA family used)
+    the planning samples and instructions (``generator.families.intention_drive.attributes``, the rule the QA family used)
     of its ego_intention QA rows ``qa``."""
-    from generator.attributes.intention import instructions, planning_samples
+    from generator.families.intention_drive.attributes import instructions, planning_samples
 
     s = planning_samples(frames, attributes, labels, cfg.labels, cfg.intention, cfg.ego)
     return tables(s, instructions(s, cfg.intention), qa, frames, maps)

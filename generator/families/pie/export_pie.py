@@ -35,10 +35,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.attributes.pie import build_samples, sample_counts
+    from generator.families.pie.attributes import build_samples, sample_counts
     from generator.runfolder import RunStore
     from generator.sources.jaad import read_jaad
-    from generator.writers.pie_export import previous_export, write_pie_export
+    from generator.families.pie.export import previous_export, write_pie_export
     from schemas.config import load_config
     from schemas.errors import SourceError
 
@@ -69,7 +69,7 @@ def main(args) -> int:
 
 def _from_run(args, store, cfg) -> int:
     from generator.runfolder import RunReader
-    from generator.writers.pie_export import samples_from_run, write_pie_export
+    from generator.families.pie.export import samples_from_run, write_pie_export
 
     samples, info = samples_from_run(RunReader(args.run), cfg)
     summary = write_pie_export(store, samples, info)

@@ -2,25 +2,28 @@
 
 * ``crossing`` (per pedestrian candidate of a keyframe): whether it steps into the ego's path within the action
   horizon (``pie.tte_max_frames`` / ``pie.fps`` = 3 s) after the keyframe, by the rule ``drivegen export_pie
-  --run`` uses (``generator.attributes.pie.path_entry``); value 1/0 (unit ``bool``). A pedestrian already in the
+  --run`` uses (``generator.families.pie.attributes.path_entry``); value 1/0 (unit ``bool``). A pedestrian already in the
   path at the keyframe, or entering it only later than the horizon, gets no question (neither answer is right).
 * ``risk_region`` (per pedestrian candidate): where its box centre will be in the front camera
   ``pie.risk_horizon_frames`` / ``pie.fps`` (3 s) later, or at its last visible front-camera box before then
-  (the benchmark's rule, §III-A 3): the event-risk class (``generator.attributes.pie.risk_class``: 0 = the centre
+  (the benchmark's rule, §III-A 3): the event-risk class (``generator.families.pie.attributes.risk_class``: 0 = the centre
   of the view ... 5 = its edges) and the side; value = the class (unit ``risk_class``).
 
 Reads no table beyond the shared ones: the tracked pedestrians' positions are the attributes' (one row per
-object and frame, ``generator.attributes.pie.pedestrian_rows``), the ego's path the frames' poses.
+object and frame, ``generator.families.pie.attributes.pedestrian_rows``), the ego's path the frames' poses.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, to_numpy
-from generator.attributes.pie import path_entry, pedestrian_rows, risk_class, risk_region
+from generator.families.pie.attributes import path_entry, pedestrian_rows, risk_class, risk_region
 from generator.qa.fields import Family, Field, QuestionType
+from generator.qa.video import VideoBatch
 from generator.qa.generate import Batch, Plan, single, vocabulary
 
 NAME = "pie"
@@ -126,3 +129,52 @@ def build(plan: Plan) -> list[Batch]:
 
 PIE = Family(NAME, "PIE/JAAD QA (pedestrian crossing in front of the ego, event-risk region)", tuple(TYPES.values()),
              build)
+
+
+def video_batches(samples: pa.Table, cfg) -> list:
+    """The ``pie`` questions of one camera-only video (``generator.qa.video.VideoBatch``), at each sample's last
+    observed frame: ``crossing`` per action sample (JAAD's ``crossing``: the pedestrian crosses in front 1-3 s
+    later; value 1/0) and ``risk_region`` per risk sample (the event-risk class and side
+    ``pie.risk_horizon_frames`` later; value = the class)."""
+    p = cfg.pie
+    task = samples.column("task").to_numpy(zero_copy_only=False)
+    end = samples.column("end_frame").to_numpy().astype(np.int64)
+    ped = samples.column("ped_id").to_numpy(zero_copy_only=False).astype(str)
+    out = []
+    sel = np.flatnonzero(task == "action")
+    if len(sel):
+        yes = samples.column("crossing").to_numpy(zero_copy_only=False)[sel] == 1
+        code = np.where(yes, 0, 1)
+        out.append(VideoBatch(TYPES["crossing"], end[sel], ped[sel], yes.astype(float), {
+            "horizon": vocabulary((seconds_text(p.tte_max_frames / p.fps),), np.zeros(len(sel), np.int64)),
+            "yes_no": vocabulary(YES_NO, code), "crossing_phrase": vocabulary(CROSSING_PHRASES, code)}))
+    sel = np.flatnonzero(task == "risk")
+    if len(sel):
+        rc = samples.column("risk_class").to_numpy(zero_copy_only=False)[sel].astype(np.int64)
+        right = samples.column("risk_region").to_numpy(zero_copy_only=False)[sel] >= p.risk_regions // 2
+        out.append(VideoBatch(TYPES["risk_region"], end[sel], ped[sel], rc.astype(float), {
+            "horizon": vocabulary((seconds_text(p.risk_horizon_frames / p.fps),), np.zeros(len(sel), np.int64)),
+            "where_phrase": vocabulary(WHERE, where_code(rc, right))}))
+    return out
+
+
+@dataclass(frozen=True)
+class PieSummary:
+    """The run summary's PIE/JAAD entry of a camera-only run: samples over every finished video."""
+
+    action_samples: int
+    crossing_samples: int
+    risk_samples: int
+
+    @classmethod
+    def of(cls, counts: dict) -> "PieSummary":
+        return cls(int(counts.get("pie_action_samples", 0)), int(counts.get("pie_crossing_samples", 0)),
+                   int(counts.get("pie_risk_samples", 0)))
+
+    def to_json(self) -> dict:
+        return {"action_samples": self.action_samples, "crossing_samples": self.crossing_samples,
+                "risk_samples": self.risk_samples}
+
+    def lines(self) -> list[str]:
+        return [f"PIE samples: {self.action_samples} action ({self.crossing_samples} crossing), "
+                f"{self.risk_samples} risk"]

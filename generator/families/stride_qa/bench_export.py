@@ -62,9 +62,10 @@ from generator.sources.keyframes import nearest_frame_rows
 from generator.sources.remote import is_remote
 from generator.types import Boxes3D, CameraCalib
 from generator.writers.wds import read_jpeg
-from schemas.config import PipelineConfig, ScenarioConfig
+from generator.families.stride_qa.config import ScenarioConfig
+from schemas.config import PipelineConfig
 from schemas.layout import safe_name
-from schemas.vocab import BENCH_SCENARIO_NAMES, SCENARIO_NAME, TOOLKIT_RELATION
+from generator.families.stride_qa.vocab import BENCH_SCENARIO_NAMES, SCENARIO_NAME, TOOLKIT_RELATION
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,105 @@
+"""DRAMA-X (seed 003): VRU intent, risk and suggested ego action. On 3D logs the attributes stage derives
+``drama_risk`` (``attributes.risk_table``); on camera-only videos the video stage derives ``drama_video``
+(image intent from optical flow, ``attributes.video_image_intent`` and ``video_risk``). QA family
+``drama_x`` (``qa``, templates in ``templates/``), the A.2 export (``drivegen export_drama``, ``export``) and
+the scorer (``drivegen score drama-x``, ``score``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from schemas.families import PaperFamily
+
+HERE = Path(__file__).parent
+
+
+class DramaX(PaperFamily):
+    name = "drama_x"
+    title = "DRAMA-X"
+    order = 30
+    config_section = "drama_x"
+    qa_names = ("drama_x",)
+
+    def config_model(self):
+        from generator.families.drama_x.config import DramaXConfig
+
+        return DramaXConfig
+
+    def tables(self):
+        from generator.families.drama_x.tables import DRAMA_RISK, DRAMA_VIDEO
+        from schemas.layout import TableLayout
+
+        return [TableLayout("drama_risk", "drama_risk", DRAMA_RISK), TableLayout("drama_video", "drama_video", DRAMA_VIDEO)]
+
+    def derive(self, scene, cfg):
+        from generator.families.drama_x.attributes import risk_table
+
+        return {"drama_risk": risk_table(scene["frames"], scene["objects"], cfg.drama_x, cfg.ego)}
+
+    def derive_video(self, video, cfg):
+        from generator.families.drama_x.attributes import video_intent
+
+        table = video_intent(video, cfg)
+        return {} if table is None else {"drama_video": table}
+
+    def video_counts(self, tables):
+        t = tables.get("drama_video")
+        return {} if t is None else {"image_intent": t.num_rows}
+
+    def qa_families(self):
+        from generator.families.drama_x.qa import DRAMA_X
+
+        return [DRAMA_X]
+
+    def template_dirs(self):
+        return [HERE / "templates"]
+
+    def video_qa(self, tables, cfg):
+        from generator.families.drama_x.qa import video_batches
+
+        t = tables.get("drama_video")
+        return video_batches(t) if t is not None and t.num_rows else []
+
+    def summary_lines(self, entry):
+        from generator.families.drama_x.qa import DramaSummary
+
+        return DramaSummary(**entry).lines()
+
+    def summary(self, counts, exports, camera_only):
+        from generator.families.drama_x.qa import DramaSummary
+
+        return DramaSummary(counts.get("image_intent", 0)) if camera_only else None
+
+    def report_video_cells(self, reader, video_id, counts):
+        import pyarrow.compute as pc
+
+        d = reader.read_scene("drama_video", video_id, columns=["risk"])
+        n, at_risk = (0, 0) if d is None else (d.num_rows, int(pc.sum(d.column("risk")).as_py() or 0))
+        return {"DRAMA-X rows (at risk)": f"{n} ({at_risk})"}
+
+    def scorer(self):
+        return "generator.families.drama_x.score"
+
+    def score_arguments(self, parser):
+        parser.add_argument("--bertscore-model", default=None,
+                            help="drama-x: a local BERT-style model folder for the paper's action metric (BERTScore F1 "
+                                 "through bert-score, extra 'bertscore'); without it the action score is "
+                                 "exact-vocabulary accuracy and token F1")
+        parser.add_argument("--bertscore-layers", type=int, default=None,
+                            help="drama-x: the model layer BERTScore reads (default: bert-score's choice for the model)")
+
+    def score_options(self, args):
+        from schemas.errors import InputError
+
+        model, layers = getattr(args, "bertscore_model", None), getattr(args, "bertscore_layers", None)
+        if model is None and layers is None:
+            return {}
+        if not model:
+            raise InputError("--bertscore-layers needs --bertscore-model")
+        return {"bertscore_model": model, "bertscore_num_layers": layers}
+
+    def commands(self):
+        return ["generator.families.drama_x.export_drama"]
+
+
+FAMILY = DramaX()

@@ -1,0 +1,15 @@
+"""This family's vocabularies (the strings are part of the dataset: they follow the paper's spelling)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# DRAMA-X (App. A.2): suggested ego actions, most severe last (a frame takes its objects' most severe one);
+# the object groups of a sample and the relative position of an object (§3.2: Left / Right / Front).
+DRAMA_ACTIONS = ("continue", "be aware or cautious", "slow down", "yield", "stop")
+
+
+DRAMA_POSITIONS = ("Left", "Front", "Right")
+
+
+DRAMA_GROUPS = {"pedestrian": "Pedestrians", "bicycle": "Cyclists", "motorcycle": "Cyclists"}
+

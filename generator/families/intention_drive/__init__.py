@@ -1,0 +1,67 @@
+"""Intention-Drive (seed 004): ego behaviour (atomic maneuvers, speed status) and ego intention QA
+(instructions, waypoints), the planning-sample export (``intention/``, ``drivegen export_intention``) and
+its scorer (``drivegen score intention``).
+
+    config section  intention      (``config.IntentionConfig``, ``export``)
+    QA families     ego_behaviour (``behaviour_qa``), ego_intention (``qa``); templates in ``templates/``
+    export          intention/     (``export_run.export_intention``) when ``intention.export``
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from schemas.families import Export, PaperFamily
+
+HERE = Path(__file__).parent
+
+
+class IntentionDrive(PaperFamily):
+    name = "intention_drive"
+    title = "Intention-Drive"
+    order = 20
+    config_section = "intention"
+    qa_names = ("ego_behaviour", "ego_intention")
+    score_name = "intention"
+
+    def config_model(self):
+        from generator.families.intention_drive.config import IntentionConfig
+
+        return IntentionConfig
+
+    def schemas(self):
+        from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
+
+        return [INTENTION_SAMPLES, INTENTION_OBJECTS]
+
+    def qa_families(self):
+        from generator.families.intention_drive.behaviour_qa import EGO_BEHAVIOUR
+        from generator.families.intention_drive.qa import EGO_INTENTION
+
+        return [EGO_BEHAVIOUR, EGO_INTENTION]
+
+    def template_dirs(self):
+        return [HERE / "templates"]
+
+    def exports(self):
+        return [Export("intention", "intention", "generator.families.intention_drive.export_run:export_intention",
+                       enabled=lambda cfg: cfg.intention.export and "ego_intention" in cfg.qa.families,
+                       summary_keys=("samples", "keyframes", "why_empty"), options=("source",))]
+
+    def summary_lines(self, entry):
+        from generator.families.intention_drive.export_run import IntentionSummary
+
+        return IntentionSummary(**entry).lines()
+
+    def summary(self, counts, exports, camera_only):
+        from generator.families.intention_drive.export_run import IntentionSummary
+
+        return IntentionSummary.of(exports.get("intention"))
+
+    def scorer(self):
+        return "generator.families.intention_drive.score"
+
+    def commands(self):
+        return ["generator.families.intention_drive.export_intention"]
+
+
+FAMILY = IntentionDrive()

@@ -1,0 +1,55 @@
+"""STRIDE-QA (seed 000): object-centric, ego-centric and ego-centric spatiotemporal QA with ``Region [X]``
+grounding, and the STRIDE-QA-Bench export (``bench/``, ``drivegen export_bench``).
+
+    config section  bench          (``config.BenchConfig``: the bench's scene-group rules, ``export``)
+    QA families     object_spatial, ego_spatial, ego_spatiotemporal (``qa``; templates in ``templates/``)
+    export          bench/         (``export.export_bench``), at the end of a run when ``bench.export``
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from schemas.families import Export, PaperFamily
+
+HERE = Path(__file__).parent
+
+
+class StrideQA(PaperFamily):
+    name = "stride_qa"
+    title = "STRIDE-QA"
+    order = 10
+    config_section = "bench"
+    qa_names = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
+
+    def config_model(self):
+        from generator.families.stride_qa.config import BenchConfig
+
+        return BenchConfig
+
+    def qa_families(self):
+        from generator.families.stride_qa.qa import EGO_SPATIAL, EGO_SPATIOTEMPORAL, OBJECT_SPATIAL
+
+        return [OBJECT_SPATIAL, EGO_SPATIAL, EGO_SPATIOTEMPORAL]
+
+    def template_dirs(self):
+        return [HERE / "templates"]
+
+    def exports(self):
+        return [Export("bench", "bench", "generator.families.stride_qa.export:export_bench",
+                       enabled=lambda cfg: cfg.bench.export, summary_keys=("groups", "questions", "why_empty"))]
+
+    def summary_lines(self, entry):
+        from generator.families.stride_qa.export import BenchSummary
+
+        return BenchSummary(**entry).lines()
+
+    def summary(self, counts, exports, camera_only):
+        from generator.families.stride_qa.export import BenchSummary
+
+        return BenchSummary.of(exports.get("bench"))
+
+    def commands(self):
+        return ["generator.families.stride_qa.export_bench"]
+
+
+FAMILY = StrideQA()

@@ -1,0 +1,117 @@
+"""The STRIDE-QA-Bench export of a run folder (``RUN/bench`` at the end of a run when ``bench.export``, or
+``drivegen export_bench``): the ego-spatiotemporal groups (``bench_export``), built in a staging folder and
+committed file by file into a folder drivegen owns (``generator.pipeline.exports``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+from generator.pipeline.exports import check_owned_folder, release_staging, replace_owned_folder, staging
+from generator.runfolder import RunReader, RunStore
+from schemas.config import PipelineConfig
+
+log = logging.getLogger("drivegen.pipeline")
+
+from generator.families.stride_qa.bench_export import (DROP_REASONS, EXPORT_FORMAT, EXPORT_SUMMARY, SceneInputs,
+                                                       scene_groups, write_bench)
+
+BENCH_DIR = "bench"
+
+
+def scene_inputs(reader: RunReader, splits: list[str] | None = None):
+    """Yield ``SceneInputs`` (bench export) for every finished scene with attributes."""
+    import pyarrow.compute as pc
+
+    for sid in reader.scene_ids():
+        attributes = reader.read_scene("attributes", sid)
+        if attributes is None or attributes.num_rows == 0:
+            continue
+        frames = reader.read_scene("frames", sid)
+        projections = reader.read_scene("projections", sid)
+        if frames is None or projections is None:
+            log.warning("bench export: scene %s lacks perception frames/projections; skipped", sid)
+            continue
+        qa = reader.read_scene("qa", sid, columns=["scene_id", "keyframe_index", "family", "track_ids",
+                                                   "region_ids", "split"])
+        if qa is not None:
+            keep = pc.equal(qa.column("family"), "ego_spatiotemporal")
+            if splits:
+                keep = pc.and_(keep, pc.is_in(qa.column("split"), value_set=__import__("pyarrow").array(splits)))
+            qa = qa.filter(keep)
+            if qa.num_rows == 0:
+                continue
+        yield SceneInputs(sid, frames, attributes, projections, qa, reader.read_scene("objects", sid))
+
+
+def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
+                 splits: list[str] | None = None, image_root: str | None = None) -> dict:
+    """Export a run folder's ego-spatiotemporal groups as STRIDE-QA-Bench files into ``out`` (any
+    filesystem; default ``RUN/bench``). ``cfg`` defaults to the run's config; ``splits`` restricts the QA rows
+    used as candidates (e.g. ["val"] for a held-out bench). Returns the summary (``export_summary.json``)."""
+    from generator.writers.anonymize import ScenePublisher
+
+    reader = run if isinstance(run, RunReader) else RunReader(run)
+    cfg = cfg or reader.config()
+    drops: Counter = Counter()
+    groups = []
+    publishers = {}
+    for inp in scene_inputs(reader, splits):
+        new = scene_groups(inp, cfg, drops)
+        if new:
+            publishers[inp.scene_id] = ScenePublisher.from_tables(inp.scene_id, inp.frames, inp.objects, cfg.anonymize)
+        groups.extend(new)
+    target = RunStore(out) if out is not None else reader.store
+    rel_dir = "" if out is not None else BENCH_DIR
+    check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
+    built = staging(target, "bench", beside=out is not None)
+    try:
+        summary = write_bench(groups, built, cfg.qa.decimals, image_root, drops, publishers)
+        if not groups:
+            summary["why_empty"] = _why_no_groups(reader, drops)
+            (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
+        replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
+    finally:
+        release_staging(target, built)
+    return summary
+
+
+def _why_no_groups(reader: RunReader, drops: Counter) -> str:
+    """Why an export holds no group, in words: the reason most candidates were dropped for (with its
+    count and what it means, ``bench_export.DROP_REASONS``), then the other reasons' counts."""
+    if not reader.scene_ids():
+        return "the run has no finished scene"
+    drops = Counter({k: v for k, v in drops.items() if v})
+    if drops:
+        (top, n), *rest = drops.most_common()
+        others = "; also " + ", ".join(f"{k}={v}" for k, v in rest) if rest else ""
+        return (f"every candidate group was dropped, most for {top}={n}: {DROP_REASONS.get(top, top)}{others} "
+                "(see 'dropped' in export_summary.json)")
+    return "no ego_spatiotemporal QA rows (targets visible in the front camera) to build groups from"
+
+
+
+
+@dataclass(frozen=True)
+class BenchSummary:
+    """The run summary's STRIDE-QA entry: what the end of the run exported to ``bench/``."""
+
+    groups: int
+    questions: int
+    why_empty: str | None = None
+
+    @classmethod
+    def of(cls, export: dict | None) -> "BenchSummary | None":
+        if not export:
+            return None
+        return cls(int(export.get("groups", 0)), int(export.get("questions", 0)), export.get("why_empty"))
+
+    def to_json(self) -> dict:
+        return {"groups": self.groups, "questions": self.questions,
+                **({"why_empty": self.why_empty} if self.why_empty else {})}
+
+    def lines(self) -> list[str]:
+        return [f"STRIDE-QA-Bench export: {self.groups} groups, {self.questions} questions ({BENCH_DIR}/)"
+                + (f": {self.why_empty}" if self.why_empty else "")]
