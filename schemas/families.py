@@ -128,8 +128,9 @@ class PaperFamily:
         """Folders of its YAML templates (read after the core's, before ``qa.template_dirs``)."""
         return []
 
-    def video_qa(self, video, cfg, regions) -> list:
-        """Its QA batches of a camera-only video (``generator.qa.video``); [] for none."""
+    def video_qa(self, tables: dict[str, pa.Table], cfg) -> list:
+        """Its QA batches (``generator.qa.video.VideoBatch``) of a camera-only video from the tables its
+        ``derive_video`` made (``tables``: every family's); [] for none."""
         return []
 
     def exports(self) -> list[Export]:
