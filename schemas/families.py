@@ -13,7 +13,7 @@ declares a ``PaperFamily`` object. Everything drivegen does for a family it find
     exports()                       its exports (``Export``): written by ``drivegen run`` and by a command
     scorer()                        ``drivegen score <name>``: a module path (score(pred, target, **kw), to_text)
     summary(counts, ...)            its typed entry of the run summary (``summary.json``'s ``families``)
-    card_section(...) / report_page(...)   its part of the dataset card and of the HTML report
+    card_section(...) / report_video_cells(...)   its part of the dataset card and of the HTML report
     commands()                      extra ``drivegen`` subcommands (module paths)
 
 Every hook is optional; the defaults do nothing. The registry is the families built into drivegen
@@ -62,13 +62,12 @@ class Export:
     ``folder``: its folder inside a run folder (``RUN/<folder>``) when written at the end of ``drivegen run``;
     ``enabled(cfg) -> bool``: whether the end of a run writes it; ``write(reader, cfg, out=None, **options)
     -> dict``: writes it (into ``out`` or ``RUN/<folder>``) and returns its summary (``export_summary.json``);
-    ``summary_keys``: the keys of that summary the run summary keeps."""
+    ``options``: what else the end of a run hands ``write``."""
 
     name: str
     folder: str
     write: str  # "module:function", imported when the export is written (start-up cost)
     enabled: Callable[[Any], bool] = lambda cfg: True
-    summary_keys: tuple[str, ...] = ()
     options: tuple[str, ...] = ()  # what else the end of a run hands ``write`` ("source": the opened logs)
 
     def run(self, reader, cfg, **options) -> dict:
@@ -164,10 +163,6 @@ class PaperFamily:
         """Markdown for the dataset card (a ``## `` section); None for none."""
         return None
 
-    def report_page(self, reader, cfg) -> tuple[str, str] | None:
-        """(page title, HTML body) of its page in ``drivegen report``; None for none."""
-        return None
-
     def report_video_cells(self, reader, video_id: str, counts: dict) -> dict[str, str]:
         """Its columns of the report's table of a camera-only run's videos: {header: cell} for one video
         (``counts``: the video's manifest counts)."""
@@ -249,13 +244,5 @@ def exports() -> list[tuple[PaperFamily, Export]]:
     return [(f, e) for f in families().values() for e in f.exports()]
 
 
-def reset() -> None:
-    """Forget the loaded registry (tests that install a family's entry point at run time)."""
-    families.cache_clear()
-    from schemas import layout
-
-    layout.reset_tables()
-
-
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "Export", "PaperFamily", "families", "config_sections", "qa_family_names", "family_tables",
-           "scorers", "exports", "resolve", "reset"]
+           "scorers", "exports", "resolve"]

@@ -118,11 +118,6 @@ class _Tables(Mapping):
 TABLES: Mapping[str, TableLayout] = _Tables()
 
 
-def reset_tables() -> None:
-    """Gather the tables again (after ``schemas.families.reset``)."""
-    TABLES._all = None
-
-
 def table(name_or_folder: str) -> TableLayout:
     """A table's layout by name ('objects') or folder ('perception/objects')."""
     if name_or_folder in TABLES:

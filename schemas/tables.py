@@ -258,6 +258,7 @@ def to_storage(table: pa.Table) -> pa.Table:
     return table if target.equals(table.schema, check_metadata=True) else table.cast(target)
 
 
+@functools.lru_cache(maxsize=1)
 def _family_schemas() -> dict[str, pa.Schema]:
     """The schemas of the registered paper families' tables (``schemas.families``), by schema name."""
     from schemas.families import families  # the registry reads schemas.layout, which imports this module

@@ -54,6 +54,7 @@ class Video:
     fps: float
     image_uri: object = None  # frame -> URI of the extracted frame, or None
     derived: dict = None
+    extract: np.ndarray | None = None  # the frames the families' rows show (``frames_to_extract``)
     issues: pa.Table | None = None
     qa: pa.Table | None = None
 
@@ -153,7 +154,8 @@ def video(work: SceneWork, env: StageEnv) -> None:
         work.counts["issues"] = 1
     images = None
     if v.image_uri is not None:
-        images = {int(f): v.image_uri(int(f)) for f in frames_to_extract(v)}
+        v.extract = frames_to_extract(v)
+        images = {int(f): v.image_uri(int(f)) for f in v.extract}
     v.qa = video_qa(vid, v.derived, v.tables["boxes"], cfg, env.model, split=v.meta.get("split"), images=images,
                     fps=v.fps)
     work.counts.update(qa_counts(v.qa))
@@ -184,10 +186,8 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
 
         write_qa_shards(v.qa, staging, vid, cfg.writers, fsync=False)  # fsynced as they are committed
     work.counts["images"] = 0
-    if v.image_uri is None:
-        return
-    wanted = frames_to_extract(v)
-    if not len(wanted):
+    wanted = v.extract
+    if wanted is None or not len(wanted):
         return
     import cv2
 

@@ -45,7 +45,7 @@ class IntentionDrive(PaperFamily):
     def exports(self):
         return [Export("intention", "intention", "generator.families.intention_drive.export_run:export_intention",
                        enabled=lambda cfg: cfg.intention.export and "ego_intention" in cfg.qa.families,
-                       summary_keys=("samples", "keyframes", "why_empty"), options=("source",))]
+                       options=("source",))]
 
     def summary_lines(self, entry):
         from generator.families.intention_drive.export_run import IntentionSummary

@@ -36,7 +36,7 @@ class StrideQA(PaperFamily):
 
     def exports(self):
         return [Export("bench", "bench", "generator.families.stride_qa.export:export_bench",
-                       enabled=lambda cfg: cfg.bench.export, summary_keys=("groups", "questions", "why_empty"))]
+                       enabled=lambda cfg: cfg.bench.export)]
 
     def summary_lines(self, entry):
         from generator.families.stride_qa.export import BenchSummary
