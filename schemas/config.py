@@ -7,6 +7,7 @@ Intention-Drive §3) or, where no paper gives one, the value chosen here with th
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Literal
 
@@ -15,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.errors import ConfigError
-from schemas.families import config_sections, qa_family_names
+from schemas.families import config_sections, moved_settings, qa_family_names
 from schemas.vocab import DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 
 __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
@@ -755,6 +756,7 @@ class PipelineConfig(_Model):
         core's fields; every error (core, family, unknown key) is reported with its full location."""
         if not isinstance(data, dict):
             return handler(data)
+        data = _move_settings(data, moved_settings())
         sections = config_sections()
         errors, values = [], {}
         for key in data:
@@ -786,6 +788,39 @@ class PipelineConfig(_Model):
         # libyaml's emitter when PyYAML has it: the same text (checked by tests/test_config.py) in a quarter of
         # the time (30 ms of a regeneration's fixed cost otherwise)
         return yaml.dump(self.model_dump(mode="json"), Dumper=_YAML_DUMPER, sort_keys=False)
+
+
+def _move_settings(data: dict, moved: dict[str, str]) -> dict:
+    """``data`` with each setting an earlier drivegen kept at an old dotted key moved to its new key (the
+    new key wins when both are given; nothing is copied when no old key is there)."""
+    found = []
+    for old, new in moved.items():
+        *head, last = old.split(".")
+        node = data
+        for part in head:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node:
+            found.append((old, new))
+    if not found:
+        return data
+    data = copy.deepcopy(data)
+    for old, new in found:
+        *head, last = old.split(".")
+        node = data
+        for part in head:
+            node = node[part]
+        value = node.pop(last)
+        *head, last = new.split(".")
+        node = data
+        for part in head:
+            if not isinstance(node.get(part), dict):
+                node[part] = {} if node.get(part) is None else node[part]
+            if not isinstance(node[part], dict):
+                break  # a malformed section: its own validation reports it
+            node = node[part]
+        else:
+            node.setdefault(last, value)
+    return data
 
 
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -89,6 +89,12 @@ class PaperFamily:
         """The pydantic model of ``cfg.<config_section>`` (defaults = the paper's values)."""
         return None
 
+    def moved_settings(self) -> dict[str, str]:
+        """Settings an earlier drivegen kept elsewhere: {old dotted key: new dotted key in its section}
+        (e.g. ``{"writers.bench_export": "bench.export"}``), so run folders written before the move still
+        load; the old key's value is taken where the new key is not given."""
+        return {}
+
     def tables(self) -> list[TableLayout]:
         """The per-scene run tables this family writes (their names are global: unique across families)."""
         return []
@@ -224,6 +230,11 @@ def config_sections() -> dict[str, type]:
     return {f.config_section: f.config_model() for f in families().values() if f.config_section}
 
 
+def moved_settings() -> dict[str, str]:
+    """Every family's moved settings ({old dotted key: new dotted key}), in family order."""
+    return {old: new for f in families().values() for old, new in f.moved_settings().items()}
+
+
 def qa_family_names() -> list[str]:
     """The QA families of every registered paper family, in order: ``qa.families``'s default."""
     return [q for f in families().values() for q in f.qa_names]
@@ -244,5 +255,5 @@ def exports() -> list[tuple[PaperFamily, Export]]:
     return [(f, e) for f in families().values() for e in f.exports()]
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "Export", "PaperFamily", "families", "config_sections", "qa_family_names", "family_tables",
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "Export", "PaperFamily", "families", "config_sections", "moved_settings", "qa_family_names", "family_tables",
            "scorers", "exports", "resolve"]

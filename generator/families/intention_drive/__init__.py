@@ -42,6 +42,9 @@ class IntentionDrive(PaperFamily):
     def template_dirs(self):
         return [HERE / "templates"]
 
+    def moved_settings(self):
+        return {"writers.intention_export": "intention.export"}  # before the family had its own section
+
     def exports(self):
         return [Export("intention", "intention", "generator.families.intention_drive.export_run:export_intention",
                        enabled=lambda cfg: cfg.intention.export and "ego_intention" in cfg.qa.families,

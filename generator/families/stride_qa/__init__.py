@@ -34,6 +34,9 @@ class StrideQA(PaperFamily):
     def template_dirs(self):
         return [HERE / "templates"]
 
+    def moved_settings(self):
+        return {"writers.bench_export": "bench.export"}  # before the family had its own section
+
     def exports(self):
         return [Export("bench", "bench", "generator.families.stride_qa.export:export_bench",
                        enabled=lambda cfg: cfg.bench.export)]
