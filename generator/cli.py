@@ -13,7 +13,7 @@ import logging
 import sys
 import traceback
 
-COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "score", "report", "view")
+COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "score", "report", "view")
 
 
 def command_modules() -> list[str]:

@@ -5,7 +5,6 @@ follow the papers' spelling (sources beside each).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 # nuScenes detection classes (nuscenes-devkit ``eval.detection`` / ``category_to_detection_name``).
 DETECTION_CLASSES = ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle",

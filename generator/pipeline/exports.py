@@ -5,7 +5,6 @@ one drivegen made, and then only the files it lists.
 """
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import tempfile

@@ -132,7 +132,9 @@ def attributes(work: SceneWork, env: StageEnv) -> None:
              "projections": work.perceived.projections}
     derived: dict = {}
     for fam in families().values():
-        derived.update(fam.derive(scene, env.cfg))
+        tables = fam.derive(scene, env.cfg)
+        derived.update(tables)
+        work.counts.update(fam.scene_counts(tables, env.cfg))
     work.described = Described(attrs, labels, derived)
 
 

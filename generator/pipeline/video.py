@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from generator.pipeline.core import SceneWork, Stage, StageEnv
 from schemas import layout

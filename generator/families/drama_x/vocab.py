@@ -1,7 +1,6 @@
 """This family's vocabularies (the strings are part of the dataset: they follow the paper's spelling)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 # DRAMA-X (App. A.2): suggested ego actions, most severe last (a frame takes its objects' most severe one);
 # the object groups of a sample and the relative position of an object (§3.2: Left / Right / Front).

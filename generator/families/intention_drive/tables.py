@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from schemas.tables import IMAGE, _plist, _schema, b, box2d, dstr, f32, f64, i8, i32, i64, s, vec2, vec3, vec4
+from schemas.tables import IMAGE, _schema, b, f64, i32, i64, s, vec2, vec3, vec4
 
 
 INTENTION_SAMPLES = _schema("intention_samples", [

@@ -1,7 +1,6 @@
 """This family's vocabularies (the strings are part of the dataset: they follow the paper's spelling)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 # Instruction kinds (Intention-Drive §3.2: low-level atomic, high-level intentions grounded in the scene).
 INSTRUCTION_KINDS = ("atomic", "turn", "change_lane", "stop", "stop_behind", "follow", "overtake", "yield",

@@ -1,9 +1,8 @@
 """This family's section of the config (``schemas.families``: the root config picks it up from the registry)."""
 from __future__ import annotations
 
-from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field
 
 from schemas.config import _Model
 

@@ -1,0 +1,111 @@
+"""Ego lane keeping: an example paper family that lives outside drivegen (registered by the entry point in
+``pyproject.toml``). Per keyframe it derives the ego's lateral offset ``horizon_s`` later from the line of
+its heading at the keyframe (the logged path; positive = left), asks one quantitative question about it,
+exports the offsets as one Parquet file and scores a model's predicted offsets (mean absolute error).
+
+    config section  lane_keeping   (``LaneKeepingConfig``: horizon_s, keep_within_m, export)
+    run table       lane_offsets   (``derive.LANE_OFFSETS``, one row per keyframe)
+    QA family       ego_lane_keeping (``qa``; templates in ``templates/``)
+    export          lane_keeping/  (``export.write``) when ``lane_keeping.export``
+    scorer          drivegen score lane-keeping (``score``)
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.families import Export, PaperFamily
+
+HERE = Path(__file__).parent
+
+
+class LaneKeepingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    horizon_s: float = Field(2.0, gt=0, description="seconds after the keyframe the offset is taken at")
+    keep_within_m: float = Field(0.5, gt=0, description="an offset within this keeps the lane (summary, card)")
+    export: bool = True
+
+
+@dataclass
+class LaneKeepingSummary:
+    keyframes: int  # keyframes with an offset (the log continues horizon_s past them)
+    kept: int  # of which |offset| <= keep_within_m
+    folder: str | None = None  # the export's folder, when written
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        where = f" ({self.folder}/)" if self.folder else ""
+        return [f"Ego lane keeping: {self.keyframes} keyframes, {self.kept} within the lane{where}"]
+
+
+class LaneKeeping(PaperFamily):
+    name = "lane_keeping"
+    title = "Ego lane keeping"
+    order = 90
+    config_section = "lane_keeping"
+    qa_names = ("ego_lane_keeping",)
+
+    def config_model(self):
+        return LaneKeepingConfig
+
+    def tables(self):
+        from drivegen_lane_keeping.derive import LANE_OFFSETS
+        from schemas.layout import TableLayout
+
+        return [TableLayout("lane_offsets", "lane_offsets", LANE_OFFSETS)]
+
+    def derive(self, scene, cfg):
+        from drivegen_lane_keeping.derive import lane_offsets
+
+        return {"lane_offsets": lane_offsets(scene["frames"], cfg.lane_keeping.horizon_s)}
+
+    def qa_families(self):
+        from drivegen_lane_keeping.qa import EGO_LANE_KEEPING
+
+        return [EGO_LANE_KEEPING]
+
+    def template_dirs(self):
+        return [HERE / "templates"]
+
+    def exports(self):
+        return [Export("lane_keeping", "lane_keeping", "drivegen_lane_keeping.export:write",
+                       enabled=lambda cfg: cfg.lane_keeping.export)]
+
+    def scorer(self):
+        return "drivegen_lane_keeping.score"
+
+    def summary(self, counts, exports, camera_only):
+        if camera_only:
+            return None
+        exp = exports.get("lane_keeping")
+        return LaneKeepingSummary(int(counts.get("lane_keyframes", 0)), int(counts.get("lane_kept", 0)),
+                                  exp["folder"] if exp else None)
+
+    def scene_counts(self, tables, cfg):
+        import numpy as np
+
+        t = tables.get("lane_offsets")
+        if t is None:
+            return {}
+        off = t.column("lateral_offset_m").to_numpy(zero_copy_only=False)
+        return {"lane_keyframes": int(len(off)), "lane_kept": int(np.sum(np.abs(off) <= cfg.lane_keeping.keep_within_m))}
+
+    def summary_lines(self, entry):
+        return LaneKeepingSummary(**entry).lines()
+
+    def card_section(self, reader, cfg):
+        n = kept = 0
+        for m in reader.manifests():
+            c = m.get("counts") or {}
+            n, kept = n + c.get("lane_keyframes", 0), kept + c.get("lane_kept", 0)
+        return (f"## Ego lane keeping\n\nThe ego's lateral offset {cfg.lane_keeping.horizon_s:g} s after each keyframe, "
+                f"from the line of its heading at the keyframe (positive: left): {n} keyframes, {kept} within "
+                f"{cfg.lane_keeping.keep_within_m:g} m (table `lane_offsets/`, QA family `ego_lane_keeping`).\n")
+
+
+FAMILY = LaneKeeping()
