@@ -187,9 +187,9 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
             res = run_pipeline(RunStore(out), desc, cfg, ids[:1] if name == "warm" else ids, stages, write_scene,
                                executor="ray", progress=False)
             wall = time.perf_counter() - t0
-            if res.summary["scenes"]["failed"]:
-                raise SystemExit(f"pipeline run failed: {res.summary['errors'][:2]}")
-            rows = {"wall": wall, "frames": res.summary["frames"]}
+            if res.summary.scenes.failed:
+                raise SystemExit(f"pipeline run failed: {res.summary.errors[:2]}")
+            rows = {"wall": wall, "frames": res.summary.frames}
             manifests = RunReader(str(out)).manifests()
             for stage in ("detect", "perceive"):
                 # per scene, by start: (start unix s, end unix s, frames, stage seconds)

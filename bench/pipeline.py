@@ -222,8 +222,8 @@ def main(argv=None) -> int:
     ray.shutdown()
     print(f"  peak RSS driver+workers: N {peak_n / 2**20:,.0f} MiB, {args.repeat} N {peak_10n / 2**20:,.0f} MiB "
           f"-> {peak_10n / peak_n:.2f}x (goal <= 1.2x)")
-    print(f"  throughput at {args.repeat} N: {res_big.summary['qa']['total'] / t_big:,.0f} QA/s, "
-          f"{res_big.summary['frames'] / t_big:.1f} frames/s")
+    print(f"  throughput at {args.repeat} N: {res_big.summary.qa.total / t_big:,.0f} QA/s, "
+          f"{res_big.summary.frames / t_big:.1f} frames/s")
     print("4. hand-off between stages (first scene, in one process)")
     handoff(ids[0], desc, cfg, stages, work / "handoff")
     print("5. Ray Data's per-operator reservation, 8 tasks of 2 s on 2 CPUs (ideal 8.0 s)")

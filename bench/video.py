@@ -86,7 +86,7 @@ def run_once(data: Path, out: Path, extract: bool) -> dict:
     t0 = time.perf_counter()
     res = run(str(out), source="jaad", data=str(data), cfg=cfg, executor="local", progress=False)
     wall = time.perf_counter() - t0
-    assert res.exit_code == 0, res.summary["errors"]
+    assert res.exit_code == 0, res.summary.errors
     m = RunReader(str(out)).manifests()[0]
     return {"wall": wall, **m["timings_s"], "counts": m["counts"]}
 

@@ -13,7 +13,8 @@ declares a ``PaperFamily`` object. Everything drivegen does for a family it find
     video_qa(...)                   its QA batches of a camera-only video
     exports()                       its exports (``Export``): written by ``drivegen run`` and by a command
     scorer()                        ``drivegen score <name>``: a module path (score(pred, target, **kw), to_text)
-    summary(counts, ...)            its typed entry of the run summary (``summary.json``'s ``families``)
+    summary(counts, ...)            its typed entry of the run summary (``schemas.summary.RunSummary.families``)
+    summary_entry(data)             that entry read back from ``summary.json``
     card_section(...) / report_video_cells(...)   its part of the dataset card and of the HTML report
     commands()                      extra ``drivegen`` subcommands (module paths)
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # annotations only: the contract names the core's types witho
     from pydantic import BaseModel
 
     from schemas.layout import TableLayout
+    from schemas.summary import SummaryEntry
 
 ENTRY_POINT_GROUP = "drivegen.families"
 
@@ -162,14 +164,17 @@ class PaperFamily:
         for an unusable combination."""
         return {}
 
-    def summary(self, counts: dict, exports: dict[str, dict], camera_only: bool):
-        """Its typed entry of the run summary (a dataclass with ``lines() -> list[str]`` and ``to_json()``),
-        from the run's summed manifest counts and its exports' summaries; None for none."""
+    def summary(self, counts: dict, exports: dict[str, dict], camera_only: bool) -> SummaryEntry | None:
+        """Its typed entry of the run summary (``schemas.summary.SummaryEntry``: ``to_json()`` and ``lines()``,
+        the lines ``drivegen run`` prints), from the run's summed manifest counts and its exports' summaries;
+        None for none."""
         return None
 
-    def summary_lines(self, entry: dict) -> list[str]:
-        """The lines ``drivegen run`` prints for its summary entry (``entry``: the entry's ``to_json()``)."""
-        return [f"{self.title}: " + ", ".join(f"{k}={v}" for k, v in entry.items())]
+    def summary_entry(self, data: dict) -> SummaryEntry:
+        """Its entry read back from ``summary.json`` (``data``: the entry's ``to_json()``)."""
+        from schemas.summary import FamilyEntry
+
+        return FamilyEntry(self.title, dict(data))
 
     def card_section(self, reader, cfg) -> str | None:
         """Markdown for the dataset card (a ``## `` section); None for none."""

@@ -48,7 +48,7 @@ def light_cfg():
 def clean(cluster, synth_root, light_cfg, tmp_path_factory):
     out = tmp_path_factory.mktemp("faults") / "clean"
     res = run_drivegen(str(out), source="nuscenes", data=str(synth_root), cfg=light_cfg, progress=False)
-    assert res.exit_code == 0, res.summary["errors"]
+    assert res.exit_code == 0, res.summary.errors
     keys = qa_keys(out)
     assert len(keys) > 100 and {s for s, _ in keys} == {"scene-0000", "scene-0001"}
     return keys
@@ -93,7 +93,7 @@ def test_worker_sigkilled_mid_run(cluster, clean, synth_root, light_cfg, tmp_pat
     sab.join(5)
     assert sab.error is None and sab.victim is not None, "no busy worker was found to kill"
     assert sab.finished_before < SCENES  # it died mid-run
-    assert res.exit_code == 0 and res.summary["scenes"]["ok"] == SCENES, res.summary["errors"]
+    assert res.exit_code == 0 and res.summary.scenes.ok == SCENES, res.summary.errors
     assert_exactly_once(out, clean)
 
 
@@ -167,5 +167,5 @@ def test_worker_node_removed_mid_run(cluster, clean, synth_root, light_cfg, tmp_
             cluster.add_worker()  # leave the cluster as the other tests expect it
     assert sab.error is None and removed, "no busy worker node was found to remove"
     assert sab.finished_before < SCENES
-    assert res.exit_code == 0 and res.summary["scenes"]["ok"] == SCENES, res.summary["errors"]
+    assert res.exit_code == 0 and res.summary.scenes.ok == SCENES, res.summary.errors
     assert_exactly_once(out, clean)

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 import ray
 from ray import cloudpickle
 
+from schemas.summary import QACounts, SceneCounts
 from support.pipeline import LocalCluster, assert_same_rows, drivegen, link_synth_cache, write_config
 from generator.pipeline import RunStore, run_pipeline
 from generator.pipeline.core import Stage
@@ -120,9 +121,9 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     res = run_pipeline(RunStore(out), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write, executor="local",
                        progress=False)
     assert res.exit_code == 1
-    assert res.summary["scenes"] == {"total": 3, "ok": 2, "failed": 1, "skipped": 0}
-    assert res.summary["qa"] == {"total": 3 + 4, "by_family": {"ego_spatial": 7}}
-    [err] = res.summary["errors"]
+    assert res.summary.scenes == SceneCounts(total=3, ok=2, failed=1, skipped=0)
+    assert res.summary.qa == QACounts(total=3 + 4, by_family={"ego_spatial": 7})
+    [err] = res.summary.errors
     assert (err["scene_id"], err["stage"], err["file"]) == ("bad-2", "load", "/logs/bad-2.bin")
     assert pq.read_table(out / "errors" / "bad-2-load.parquet").num_rows == 1
     m = json.loads((out / "manifest" / "s-1.json").read_text())
@@ -139,8 +140,8 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     # resume: finished scenes are skipped, the failed one is tried again (and fails again)
     res2 = run_pipeline(RunStore(out), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write, executor="local",
                         progress=False)
-    assert res2.summary["scenes"] == {"total": 3, "ok": 0, "failed": 1, "skipped": 2}
-    assert qa_keys(out) == before and res2.summary["qa"]["total"] == 7
+    assert res2.summary.scenes == SceneCounts(total=3, ok=0, failed=1, skipped=2)
+    assert qa_keys(out) == before and res2.summary.qa.total == 7
     # drivegen inspect: consistent now; a lost shard is reported
     from generator.cli import main as cli
 
@@ -234,10 +235,10 @@ def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
                        toy_stages(actor=True), toy_write, progress=False)
     local = run_pipeline(RunStore(tmp_path / "local"), {"kind": "toy"}, toy_cfg(), ids, toy_stages(), toy_write,
                          executor="local", progress=False)
-    assert res.summary["scenes"] == local.summary["scenes"] == {"total": 5, "ok": 4, "failed": 1, "skipped": 0}
+    assert res.summary.scenes == local.summary.scenes == SceneCounts(total=5, ok=4, failed=1, skipped=0)
     assert qa_keys(tmp_path / "ray") == qa_keys(tmp_path / "local")
     assert check_run(tmp_path / "ray") == []
-    assert res.summary["errors"][0]["stage"] == "load"
+    assert res.summary.errors[0]["stage"] == "load"
 
 
 @pytest.mark.ray

@@ -142,7 +142,7 @@ def test_4b_a_failed_card_or_export_is_not_ok(finished, tmp_path):
     res = run(str(tmp_path / "run"), cfg=RunReader(finished).config(), data=str(RunReader(finished).source()["dataroot"]),
               source="nuscenes", version=SYNTH_VERSION, executor="local", progress=False, scenes=1,
               stages=[Stage("load", lambda w, e: None)], write=lambda *a: None, finalize=boom)
-    assert res.exit_code == 1 and "disk full" in res.summary["finalize_error"]
+    assert res.exit_code == 1 and "disk full" in res.summary.finalize_error
 
 
 # ------------------------------------------------------------------------------------------ 5
@@ -166,7 +166,7 @@ def test_5_scene_names_starting_with_dot_or_underscore_stay_visible(tmp_path):
     out = tmp_path / "run"
     res = run_pipeline(RunStore(out), {"kind": "toy"}, PipelineConfig(), ids, [Stage("load", load)], write,
                        executor="local", progress=False)
-    assert res.summary["scenes"]["ok"] == 4
+    assert res.summary.scenes.ok == 4
     assert not [p for p in (out / "qa").iterdir() if p.name.startswith((".", "_"))]
     assert len(pd.read_parquet(out / "qa")) == 12
     assert pads.dataset(out / "qa", format="parquet").count_rows() == 12

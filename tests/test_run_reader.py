@@ -108,3 +108,26 @@ def test_resume_reruns_the_uncommitted_scene_only(polluted):
     assert not (polluted.run / layout.scene_file("objects", GHOST)).exists()
     assert (polluted.run / layout.scene_file("objects", STRAY)).exists()
     assert json.loads((polluted.run / "summary.json").read_text())["scenes"]["skipped"] == 1
+
+
+def test_run_summary_round_trips_through_summary_json():
+    """``RunSummary`` (summary.json typed): to_json -> from_json gives the same object back; a family's entry
+    comes back typed by its family (its printed lines), an entry of a family not installed here and keys this
+    version does not know are kept as they are; entries print in family order whatever the file's key order."""
+    import json
+
+    from generator.families.stride_qa.export import BenchSummary
+    from schemas.summary import CardEntry, FamilyEntry, QACounts, RunSummary, SceneCounts
+
+    s = RunSummary(out="file:///x", executor="ray", scenes=SceneCounts(3, 2, 1, 0), frames=40, objects=7,
+                   qa=QACounts(9, {"ego_spatial": 9}), card=CardEntry("/x/README.md", {"train": 9}),
+                   families={"stride_qa": BenchSummary(2, 5), "someone_elses": FamilyEntry("someone_elses", {"n": 1})},
+                   extra={"anonymize": {"faces": "blur"}})
+    data = json.loads(json.dumps(s.to_json(), sort_keys=True))
+    back = RunSummary.from_json(data)
+    assert back == s and back.to_json() == s.to_json()
+    assert isinstance(back.families["stride_qa"], BenchSummary) and back.exit_code == 1
+    lines = back.lines()
+    assert "STRIDE-QA-Bench export: 2 groups, 5 questions (bench/)" in lines and "someone_elses: n=1" in lines
+    assert lines.index("STRIDE-QA-Bench export: 2 groups, 5 questions (bench/)") < lines.index("someone_elses: n=1")
+    assert data["anonymize"] == {"faces": "blur"} and "extra" not in data

@@ -138,7 +138,7 @@ def test_pipeline_run_folder_validates(synth_root, tmp_path):
     out = tmp_path / "run"
     res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
               progress=False)
-    assert res.summary["scenes"]["ok"] == 2
+    assert res.summary.scenes.ok == 2
     r = validate_run(str(out), ValidateOptions(tracking_thresholds=THRESHOLDS))
     assert r["scenes"]["evaluated"] == ["scene-0000", "scene-0001"]
     assert r["detection"]["mAP"] == pytest.approx(1.0, abs=1e-9)

@@ -29,7 +29,7 @@ def main(args) -> int:
     summary = reader.summary()
     lock = read_lock(reader.store)
     if args.json:
-        print(json.dumps({"summary": summary, "finished": done, "errors": errors, "problems": problems,
+        print(json.dumps({"summary": summary.to_json() if summary else None, "finished": done, "errors": errors, "problems": problems,
                           "lock": lock.__dict__ if lock else None}, indent=1, default=str))
     else:
         print(f"run folder: {reader.uri}")

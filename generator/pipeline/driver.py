@@ -28,7 +28,7 @@ from generator.runfolder.commit import count_attempts
 from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.errors import RunFolderError
-from schemas.families import families
+from schemas.summary import QACounts, RunSummary, SceneCounts, Throughput
 from schemas.tables import ERRORS
 
 log = logging.getLogger("drivegen.pipeline")
@@ -36,12 +36,12 @@ log = logging.getLogger("drivegen.pipeline")
 
 @dataclass
 class RunResult:
-    summary: dict
+    summary: RunSummary
     rows: dict[str, dict] = field(default_factory=dict)  # scene_id -> summary row of this run
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.summary["scenes"]["failed"] or self.summary.get("finalize_error") else 0
+        return self.summary.exit_code
 
 
 # ------------------------------------------------------------------------------------------ ray setup
@@ -104,7 +104,7 @@ def longest_first(scene_ids: list[str], work: dict[str, float] | None) -> list[s
 
 def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: list[str], stages: list[Stage],
                  write: Callable, *, epoch: int | None = None, executor: str = "ray", progress: bool = True,
-                 finalize: Callable[[RunStore, dict], None] | None = None,
+                 finalize: Callable[[RunStore, RunSummary], None] | None = None,
                  work: dict[str, float] | None = None) -> RunResult:
     """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``store``, the
     heaviest first by ``work`` (``longest_first``; None keeps the order).
@@ -144,8 +144,8 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
             finalize(store, summary)
         except Exception as err:  # noqa: BLE001 - the rows are committed; the by-product's failure is reported
             log.error("finalize (dataset card, exports) failed: %s: %s", type(err).__name__, err)
-            summary["finalize_error"] = f"{type(err).__name__}: {err}"
-    store.write_json(layout.SUMMARY, summary)
+            summary.finalize_error = f"{type(err).__name__}: {err}"
+    store.write_json(layout.SUMMARY, summary.to_json())
     return RunResult(summary, rows)
 
 
@@ -214,7 +214,7 @@ def _add(total: dict, part: dict) -> None:
 
 
 def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skipped: list[str],
-              wall_s: float, executor: str) -> dict:
+              wall_s: float, executor: str) -> RunSummary:
     """Figures of this run (``this_run``: scenes streamed now) and of the run folder (``dataset``: every
     finished scene, skipped ones included)."""
     this_run: dict = {}
@@ -232,52 +232,24 @@ def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skip
     qa_now = sum(this_run.get("qa_by_family", {}).values())
     frames_now = this_run.get("frames", 0)
     errors = [e for e in reader.errors() if e.get("scene_id") in wanted or e.get("scene_id") is None]
-    return {
-        "out": store.uri, "executor": executor,
-        "scenes": {"total": len(scene_ids), "ok": ok, "failed": failed, "skipped": len(skipped)},
-        "frames": dataset.get("frames", 0), "objects": dataset.get("objects", 0),
-        "qa": {"total": sum(dataset.get("qa_by_family", {}).values()), "by_family": dataset.get("qa_by_family", {})},
-        "objects_dropped": dataset.get("dropped_by_reason", {}),
-        "failed_frames": dataset.get("failed_frames", {}),
-        "this_run": this_run,
-        "errors": [{k: e.get(k) for k in ERRORS.names} for e in errors],
-        "wall_s": round(wall_s, 3),
-        "throughput": {"qa_per_s": round(qa_now / wall_s, 3) if wall_s else 0.0,
-                       "frames_per_s": round(frames_now / wall_s, 3) if wall_s else 0.0,
-                       "scenes_per_s": round(ok / wall_s, 4) if wall_s else 0.0},
-    }
+    return RunSummary(
+        out=store.uri, executor=executor,
+        scenes=SceneCounts(total=len(scene_ids), ok=ok, failed=failed, skipped=len(skipped)),
+        frames=dataset.get("frames", 0), objects=dataset.get("objects", 0),
+        qa=QACounts(total=sum(dataset.get("qa_by_family", {}).values()), by_family=dataset.get("qa_by_family", {})),
+        objects_dropped=dataset.get("dropped_by_reason", {}),
+        failed_frames=dataset.get("failed_frames", {}),
+        this_run=this_run,
+        errors=[{k: e.get(k) for k in ERRORS.names} for e in errors],
+        wall_s=round(wall_s, 3),
+        throughput=Throughput(qa_per_s=round(qa_now / wall_s, 3) if wall_s else 0.0,
+                              frames_per_s=round(frames_now / wall_s, 3) if wall_s else 0.0,
+                              scenes_per_s=round(ok / wall_s, 4) if wall_s else 0.0),
+    )
 
 
-def format_summary(summary: dict, max_errors: int = 20) -> str:
-    sc = summary["scenes"]
-    lines = [f"scenes: {sc['ok']} ok, {sc['failed']} failed, {sc['skipped']} skipped (of {sc['total']})"]
-    if "camera_only" in summary:  # videos: no objects, QA or projections
-        lines.append(f"video frames: {summary['frames']}  QA: {summary['qa']['total']} "
-                     + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())))
-    else:
-        dropped = ", ".join(f"{k}={v}" for k, v in sorted(summary["objects_dropped"].items()))
-        lines += [f"frames: {summary['frames']}  objects: {summary['objects']}  QA: {summary['qa']['total']} "
-                  + " ".join(f"{k}={v}" for k, v in sorted(summary["qa"]["by_family"].items())),
-                  "projections dropped (object x camera): " + (dropped or "none")]
-    if summary.get("failed_frames"):
-        lines.append("frames skipped by stage (finished scenes): "
-                     + ", ".join(f"{k}={v}" for k, v in sorted(summary["failed_frames"].items())))
-    lines.append(f"wall time: {summary['wall_s']:.1f} s  throughput: {summary['throughput']['qa_per_s']:.1f} QA/s, "
-                 f"{summary['throughput']['frames_per_s']:.1f} frames/s")
-    if summary.get("camera_only"):
-        co = summary["camera_only"]
-        lines.append(f"videos with a clip: {co['clips']} of {sc['ok'] + sc['skipped']}  frames extracted: {co['images']}")
-    if summary.get("card"):
-        lines.append(f"dataset card: {summary['card']['path']} (QA per split: "
-                     + ", ".join(f"{k}={v}" for k, v in summary["card"]["splits"].items()) + ")")
-    registered = families()
-    for name, entry in (summary.get("families") or {}).items():
-        fam = registered.get(name)
-        lines += fam.summary_lines(entry) if fam is not None else [f"{name}: {entry}"]
-    if summary.get("finalize_error"):
-        lines.append(f"error: finalize (card, exports) failed: {summary['finalize_error']}")
-    for e in summary["errors"][:max_errors]:
-        lines.append(f"error: scene={e['scene_id']} stage={e['stage']} file={e['file']}: {e['message']}")
-    if len(summary["errors"]) > max_errors:
-        lines.append(f"... and {len(summary['errors']) - max_errors} more errors (OUT/errors/, summary.json)")
-    return "\n".join(lines)
+def format_summary(summary: RunSummary | dict, max_errors: int = 20) -> str:
+    """What ``drivegen run`` prints at the end (``RunSummary.lines``); a dict is read as ``summary.json``."""
+    if isinstance(summary, dict):
+        summary = RunSummary.from_json(summary)
+    return "\n".join(summary.lines(max_errors))

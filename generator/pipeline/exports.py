@@ -14,6 +14,7 @@ from pathlib import Path
 from generator.runfolder import RunReader, RunStore
 from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.summary import CameraOnly, CardEntry, RunSummary
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -73,7 +74,7 @@ def staging(store: RunStore, name: str, beside: bool = False) -> Path:
 
 
 # ------------------------------------------------------------------------------------------ card
-def card_extra(reader: RunReader, summary: dict | None = None) -> dict:
+def card_extra(reader: RunReader, summary: RunSummary | None = None) -> dict:
     """Visibility drops per reason and failed scene/stage counts per stage of a run folder, from its
     manifests and errors table."""
     drops: Counter = Counter()
@@ -82,7 +83,7 @@ def card_extra(reader: RunReader, summary: dict | None = None) -> dict:
     extra = {"visibility_drops": dict(sorted(drops.items())),
              "errors": dict(sorted(Counter(e["stage"] for e in reader.errors()).items()))}
     if summary is not None:
-        extra.update({k: summary[k] for k in ("scenes", "frames", "objects") if k in summary})
+        extra.update(scenes=vars(summary.scenes), frames=summary.frames, objects=summary.objects)
     return extra
 
 
@@ -167,7 +168,7 @@ def validation_summary(reader: RunReader) -> dict | None:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def card_info(reader: RunReader, summary: dict | None = None) -> dict:
+def card_info(reader: RunReader, summary: RunSummary | None = None) -> dict:
     """What the dataset card says about a run beyond its QA rows (``generator.writers.card.render_readme``):
     configs and splits, licence and provenance from ``source.json`` and the config, validation figures, the
     config's anonymisation section."""
@@ -184,7 +185,7 @@ def card_info(reader: RunReader, summary: dict | None = None) -> dict:
     info: dict = {"configs": card_configs(reader, cfg), "licence": source_licence(src) if src else None,
                   "family_sections": sections,
                   "validation": validation_summary(reader),
-                  "anonymize": raw.get("anonymize", (summary or reader.summary() or {}).get("anonymize", "absent"))}
+                  "anonymize": raw.get("anonymize", _summary_extra(summary or reader.summary()).get("anonymize", "absent"))}
     if cfg is not None and reader.camera_only:
         info["provenance"] = {"source": src or {}, "camera_only": True}
         info["limitations"] = [
@@ -207,7 +208,11 @@ def card_info(reader: RunReader, summary: dict | None = None) -> dict:
     return info
 
 
-def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | None:
+def _summary_extra(summary: RunSummary | None) -> dict:
+    return summary.extra if summary is not None else {}
+
+
+def write_run_card(reader: RunReader, summary: RunSummary | None = None) -> dict | None:
     """The dataset card (``README.md`` at the run folder's root, its stats and plots in ``card/``) over the
     committed QA shards; None when there are none."""
     import pyarrow.dataset as pads
@@ -232,20 +237,20 @@ def write_run_card(reader: RunReader, summary: dict | None = None) -> dict | Non
     return stats
 
 
-def add_run_card(reader: RunReader, summary: dict) -> None:
+def add_run_card(reader: RunReader, summary: RunSummary) -> None:
     """The dataset card, when the run's config asks for one (``writers.card``), and its path and QA per split in
     ``summary`` (the end of every ``drivegen run``, 3D or camera-only)."""
     if not reader.config().writers.card:
         return
     stats = write_run_card(reader, summary)
     if stats is not None:
-        summary["card"] = {"path": reader.store.full(layout.CARD), "splits": {
-            sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]}}
+        summary.card = CardEntry(reader.store.full(layout.CARD), {
+            sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]})
 
 
-def finalize_run(store: RunStore, summary: dict, source=None, camera_only: bool = False) -> None:
+def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only: bool = False) -> None:
     """End of ``drivegen run``: the dataset card, then every registered paper family's exports the config asks
-    for (``schemas.families``), and each family's typed entry of the summary (``summary["families"]``).
+    for (``schemas.families``), and each family's typed entry of the summary (``summary.families``).
     ``source``: the run's opened logs when the caller holds them (an export that needs them reads them
     from it instead of opening the logs again)."""
     from schemas.families import families
@@ -265,11 +270,8 @@ def finalize_run(store: RunStore, summary: dict, source=None, camera_only: bool 
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 counts[k] = counts.get(k, 0) + v
     if camera_only:
-        summary["camera_only"] = {k: int(counts.get(k, 0)) for k in ("clips", "images")}
-    entries = {}
+        summary.camera_only = CameraOnly(int(counts.get("clips", 0)), int(counts.get("images", 0)))
     for fam in families().values():
         entry = fam.summary(counts, results.get(fam.name, {}), camera_only)
         if entry is not None:
-            entries[fam.name] = entry.to_json()
-    if entries:
-        summary["families"] = entries
+            summary.families[fam.name] = entry

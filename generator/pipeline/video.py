@@ -208,7 +208,7 @@ def stages(cfg: PipelineConfig) -> list[Stage]:
     return [Stage("load", load, makes="video"), Stage("video", video, needs=("video",), build=build_templates)]
 
 
-def finalize(store, summary: dict, source=None) -> None:
+def finalize(store, summary, source=None) -> None:
     """End of a camera-only run: the families' figures over every finished video and the dataset card when
     ``writers.card`` (as 3D runs; the card says what camera-only logs can and cannot answer)."""
     from generator.pipeline.exports import finalize_run

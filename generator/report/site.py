@@ -165,7 +165,7 @@ class _Site:
         types = sorted(stats.by_type.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))
         errors = r.errors()
         validation = r.store.read_json(layout.VALIDATE_REPORT) if r.store.exists(layout.VALIDATE_REPORT) else None
-        summary = r.summary() or {}
+        summary = r.summary()
         self._page("index.html", "index.html", title="drivegen report", run=r.uri, stats=stats,
                    planned=len(r.planned_scenes()) or len(stats.scenes), summary=summary,
                    failed=sorted({e["scene_id"] or "(run)" for e in errors}),
@@ -314,14 +314,14 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 <tr><th>scenes finished</th><td class="num" id="scenes-finished">{{ stats.scenes|length }}</td></tr>
 <tr><th>scenes failed</th><td class="num" id="scenes-failed">{{ failed|length }}</td></tr>
 <tr><th>scenes planned</th><td class="num">{{ planned }}</td></tr>
-{% if camera_only %}<tr><th>video frames</th><td class="num" id="frames">{{ summary.get("frames", 0) }}</td></tr>
+{% if camera_only %}<tr><th>video frames</th><td class="num" id="frames">{{ summary.frames if summary else 0 }}</td></tr>
 <tr><th>source</th><td>camera-only (no 3D: see Videos)</td></tr>
 <tr><th>QA rows</th><td class="num" id="qa-total">{{ stats.qa_total }}</td></tr>
 {% else %}<tr><th>frames</th><td class="num" id="frames">{{ stats.frames }}</td></tr>
 <tr><th>objects (tracked detections)</th><td class="num" id="objects">{{ stats.objects }}</td></tr>
 <tr><th>QA rows</th><td class="num" id="qa-total">{{ stats.qa_total }}</td></tr>
 <tr><th>projections visible / dropped</th><td class="num">{{ stats.visible }} / {{ stats.drops.values()|sum }}</td></tr>{% endif %}
-{% if summary.get("wall_s") %}<tr><th>run wall time (s)</th><td class="num">{{ "%.1f"|format(summary.wall_s) }}</td></tr>{% endif %}
+{% if summary and summary.wall_s %}<tr><th>run wall time (s)</th><td class="num">{{ "%.1f"|format(summary.wall_s) }}</td></tr>{% endif %}
 </table>
 <h2>QA per family</h2>
 <table id="qa-by-family"><tr><th>family</th><th>rows</th><th>samples</th></tr>

@@ -22,6 +22,7 @@ from generator.runfolder.store import RunStore
 from schemas import layout
 from schemas.config import PipelineConfig, config_from_yaml
 from schemas.errors import InputError, RunFolderError
+from schemas.summary import RunSummary
 from schemas.tables import ERRORS
 from schemas.vocab import CAMERA_ONLY_SOURCES
 
@@ -110,8 +111,10 @@ class RunReader:
         order a resumed run's scenes as they ordered the first; {} for a run folder without them."""
         return dict(self._plan.get("work_estimate", {}))
 
-    def summary(self) -> dict | None:
-        return self._json(layout.SUMMARY)
+    def summary(self) -> RunSummary | None:
+        """The run's ``summary.json`` (``schemas.summary.RunSummary``); None before a run has finished."""
+        data = self._json(layout.SUMMARY)
+        return RunSummary.from_json(data) if isinstance(data, dict) else None
 
     @cached_property
     def parent(self) -> "RunReader | None":

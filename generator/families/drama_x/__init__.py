@@ -60,10 +60,10 @@ class DramaX(PaperFamily):
         t = tables.get("drama_video")
         return video_batches(t) if t is not None and t.num_rows else []
 
-    def summary_lines(self, entry):
+    def summary_entry(self, data):
         from generator.families.drama_x.qa import DramaSummary
 
-        return DramaSummary(**entry).lines()
+        return DramaSummary(**data)
 
     def summary(self, counts, exports, camera_only):
         from generator.families.drama_x.qa import DramaSummary

@@ -50,10 +50,10 @@ class IntentionDrive(PaperFamily):
                        enabled=lambda cfg: cfg.intention.export and "ego_intention" in cfg.qa.families,
                        options=("source",))]
 
-    def summary_lines(self, entry):
+    def summary_entry(self, data):
         from generator.families.intention_drive.export_run import IntentionSummary
 
-        return IntentionSummary(**entry).lines()
+        return IntentionSummary(**data)
 
     def summary(self, counts, exports, camera_only):
         from generator.families.intention_drive.export_run import IntentionSummary

@@ -64,10 +64,10 @@ class Pie(PaperFamily):
         t = tables.get("pie_samples")
         return video_batches(t, cfg) if t is not None and t.num_rows else []
 
-    def summary_lines(self, entry):
+    def summary_entry(self, data):
         from generator.families.pie.qa import PieSummary
 
-        return PieSummary(**entry).lines()
+        return PieSummary(**data)
 
     def summary(self, counts, exports, camera_only):
         from generator.families.pie.qa import PieSummary

@@ -41,10 +41,10 @@ class StrideQA(PaperFamily):
         return [Export("bench", "bench", "generator.families.stride_qa.export:export_bench",
                        enabled=lambda cfg: cfg.bench.export)]
 
-    def summary_lines(self, entry):
+    def summary_entry(self, data):
         from generator.families.stride_qa.export import BenchSummary
 
-        return BenchSummary(**entry).lines()
+        return BenchSummary(**data)
 
     def summary(self, counts, exports, camera_only):
         from generator.families.stride_qa.export import BenchSummary

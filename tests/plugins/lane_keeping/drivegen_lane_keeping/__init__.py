@@ -95,8 +95,8 @@ class LaneKeeping(PaperFamily):
         off = t.column("lateral_offset_m").to_numpy(zero_copy_only=False)
         return {"lane_keyframes": int(len(off)), "lane_kept": int(np.sum(np.abs(off) <= cfg.lane_keeping.keep_within_m))}
 
-    def summary_lines(self, entry):
-        return LaneKeepingSummary(**entry).lines()
+    def summary_entry(self, data):
+        return LaneKeepingSummary(**data)
 
     def card_section(self, reader, cfg):
         n = kept = 0
