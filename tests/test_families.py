@@ -27,13 +27,8 @@ def family_keys(fam) -> set[str]:
     return {fam.name, *fam.qa_names, *(t.name for t in fam.tables())}
 
 
-# What the check still finds, each with the work it waits for (the families issue): the test fails when one
-# is fixed (remove it here) or a new one appears.
-KNOWN = {
-    "stride_qa": ["generator/validate/agreement.py:42: \"ego_spatiotemporal\"",  # label agreement of the STRIDE
-                  "generator/validate/agreement.py:182: \"object_spatial\""],  # QA types: a family hook to come
-    "pie": ["generator/families/drama_x/export.py:212: \"pie_samples\""],  # DRAMA-X's video export finds its
-}  # image paths in PIE's samples: to read the run's extracted frames instead
+# Places the check may still find, each with the work it waits for: none is left (a new one fails the test).
+KNOWN: dict[str, list[str]] = {}
 
 
 def _code_tokens(src: str):

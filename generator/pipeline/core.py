@@ -111,6 +111,7 @@ class SceneWork:
     # [first start, last end] of each stage in wall-clock seconds (Unix time): when a model actor worked on
     # this scene, for busy shares across processes (bench/gpu.py); written to the manifest
     spans_unix: dict[str, list[float]] = field(default_factory=dict)
+    manifest_info: dict[str, Any] = field(default_factory=dict)  # more for the manifest (a video's clip)
     error: StageError | None = None
 
     def need(self, name: str, stage: str):
@@ -220,7 +221,7 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
             spans = {k: [round(a, 4), round(b, 4)] for k, (a, b) in work.spans_unix.items()}
             manifest = commit_scene(env.store, work.scene_id, staging, counts=work.counts, timings_s=work.timings_s,
                                     config=config_key(env.cfg), epoch=work.epoch, fence=fence,
-                                    extra={"stage_spans_unix": spans})
+                                    extra={**work.manifest_info, "stage_spans_unix": spans})
             return {"scene_id": work.scene_id, "status": "ok",
                     "info": json.dumps({"counts": manifest["counts"], "timings_s": manifest["timings_s"],
                                         "files": len(manifest["files"])}, default=_jsonable)}

@@ -178,6 +178,7 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
 def _video_tables(reader: RunReader, vid: str) -> dict:
     """What a video's QA is built from, read back from the run folder: its 2D boxes, every registered family's
     tables (``schemas.families``), its split (its QA shards' names) and its extracted frames (its manifest)."""
+    from generator.pipeline.video import video_media
     from schemas.families import families
 
     derived = {}
@@ -189,11 +190,7 @@ def _video_tables(reader: RunReader, vid: str) -> dict:
     split = None
     for f in reader.files("qa", [vid]):
         split = f.rsplit("/", 1)[-1].split("-", 1)[0]
-    images = {}
-    prefix = f"{layout.IMAGES_DIR}/{layout.safe_name(vid)}/"
-    for f in (reader.manifest(vid) or {}).get("files", []):
-        if f["path"].startswith(prefix):
-            images[int(f["path"][len(prefix):].split(".", 1)[0])] = reader.store.uri_of(f["path"])
+    images, _ = video_media(reader, vid)
     return {"boxes": reader.read_scene("video_boxes", vid), "derived": derived, "split": split, "images": images}
 
 

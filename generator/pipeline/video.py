@@ -96,6 +96,26 @@ def load(work: SceneWork, env: StageEnv) -> None:
     work.counts["boxes"] = tables["boxes"].num_rows
     work.counts["pedestrians"] = len(set(tables["boxes"].column("ped_id").to_pylist()))
     work.counts["clips"] = int(work.video.clip is not None)
+    work.manifest_info["clip"] = work.video.location if work.video.clip is not None else None
+
+
+def video_media(reader, video_id: str) -> tuple[dict[int, str], str | None]:
+    """What a camera-only run kept of a video's pixels, read back from its manifest: {frame: URI} of the
+    frames it extracted (``images/<video>/``) and where the clip it read is (None: it had none). A manifest
+    written before drivegen recorded the clip names it through the run's source (``clip_location``)."""
+    manifest = reader.manifest(video_id) or {}
+    prefix = f"{layout.IMAGES_DIR}/{layout.safe_name(video_id)}/"
+    images = {int(f["path"][len(prefix):].split(".", 1)[0]): reader.store.uri_of(f["path"])
+              for f in manifest.get("files", []) if f["path"].startswith(prefix)}
+    if "clip" in manifest:
+        clip = manifest["clip"]
+    elif (manifest.get("counts") or {}).get("clips"):
+        from generator.pipeline.stages import cached_source
+
+        clip = cached_source(json.dumps(reader.source(), sort_keys=True)).clip_location(video_id)
+    else:
+        clip = None
+    return images, clip
 
 
 def image_rel(video_id: str, frame: int, fmt: str) -> str:

@@ -40,6 +40,10 @@ class QuestionType:
     value_field: str | None  # quantitative: the quantity the answer must print
     unit: str  # stored in the QA row's unit column
     doc: str = ""
+    pose_only: bool = False  # the answer depends on the ego's poses only (no detected object): validation
+    # compares it with the label run's but leaves it out of the agreement share (identical by construction)
+    pair_reversed: str = "same"  # the value of the pair (B, A) from (A, B)'s: 'same' or 'opposite' (a bearing
+    # turned by 180 degrees)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -12,15 +12,15 @@
    runs ask about the same visible objects; the per-keyframe caps (``max_objects_per_keyframe``,
    ``max_pairs_per_keyframe``) are lifted for the label run so every matched target has its questions.
 4. A perception answer is compared with the label answer of the same (scene, keyframe, family, question
-   type, horizon, target(s)); for an object pair asked in the other order the label distance is the same and
-   the label direction is turned by 180 degrees. Tolerances (``schemas.config.ToleranceConfig``, STRIDE-QA
+   type, horizon, target(s)); for an object pair asked in the other order the label value is the same, or
+   turned by 180 degrees for a type that says so (``QuestionType.pair_reversed``: the direction). Tolerances (``schemas.config.ToleranceConfig``, STRIDE-QA
    App. C.3) by unit: metres (distance, and the box sizes) within ``distance_rel`` of the label value,
    degrees within ``bearing_deg`` (wrapped), m/s within ``speed_rel`` or ``speed_abs_mps`` when the label
    speed is below ``speed_abs_below_mps``.
 
-``agreement`` is the share of compared answers within tolerance, over object-dependent types (the
-ego-speed answers depend on poses only and are identical by construction: they are reported per type but
-left out of the share). Answers whose target matches no label, or whose label answer does not exist, are
+``agreement`` is the share of compared answers within tolerance, over object-dependent types (types that
+declare ``QuestionType.pose_only``, the ego-speed answers, depend on poses only and are identical by
+construction: they are reported per type but left out of the share). Answers whose target matches no label, or whose label answer does not exist, are
 counted separately (``unmatched_target``, ``no_label_answer``).
 """
 from __future__ import annotations
@@ -33,13 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy.optimize import linear_sum_assignment
 
+from generator.qa import question_types
 from generator.types import Boxes3D, Scene
 from generator.validate.groundtruth import ValidateInputError
 from schemas.tables import OBJECTS, PROJECTIONS, check_schema
 
 log = logging.getLogger(__name__)
 
-POSE_ONLY_TYPES = {("ego_spatiotemporal", "ego_speed")}
 UNCAPPED = 1_000_000
 
 
@@ -179,7 +179,10 @@ def compare_answers(perception_qa: pa.Table, label_qa: pa.Table, matches: pd.Dat
     # pairs asked in the other order by the label run
     swap = Gk.rename(columns={"ga": "gb", "gb": "ga", "label_value": "label_value_swapped"})
     Pm = Pm.merge(swap[swap.gb >= 0], on=key + ["ga", "gb"], how="left")
-    turn = Pm.question_type.eq("direction") & Pm.family.eq("object_spatial")
+    types = question_types()  # what each question type declares (generator.qa.fields.QuestionType)
+    opposite = {k for k, qt in types.items() if qt.pair_reversed == "opposite"}
+    pose_only_types = {k for k, qt in types.items() if qt.pose_only}
+    turn = pd.Series([(f, q) in opposite for f, q in zip(Pm.family, Pm.question_type)], index=Pm.index, dtype=bool)
     sw = Pm.label_value.isna() & Pm.label_value_swapped.notna()
     Pm.loc[sw, "label_value"] = np.where(turn[sw], (Pm.loc[sw, "label_value_swapped"] + 360.0) % 360.0 - 180.0,
                                          Pm.loc[sw, "label_value_swapped"])
@@ -187,7 +190,7 @@ def compare_answers(perception_qa: pa.Table, label_qa: pa.Table, matches: pd.Dat
     C = Pm[has].copy()
     C["within"] = within_tolerance(C.unit.to_numpy(), C.value.to_numpy(), C.label_value.to_numpy(), tol)
     C["abs_err"] = np.abs(C.value - C.label_value)
-    pose_only = np.array([(f, q) in POSE_ONLY_TYPES for f, q in zip(C.family, C.question_type)], dtype=bool)
+    pose_only = np.array([(f, q) in pose_only_types for f, q in zip(C.family, C.question_type)], dtype=bool)
     scored = C[~pose_only]
     by_type = {}
     for (fam, qt), grp in C.groupby(["family", "question_type"]):
@@ -196,7 +199,7 @@ def compare_answers(perception_qa: pa.Table, label_qa: pa.Table, matches: pd.Dat
                                   "agreement": float(grp.within.mean()), "perception_answers": total,
                                   "median_abs_err": float(grp.abs_err.median()),
                                   "unit": str(grp.unit.iloc[0]),
-                                  "pose_only": (fam, qt) in POSE_ONLY_TYPES}
+                                  "pose_only": (fam, qt) in pose_only_types}
     return {
         "agreement": float(scored.within.mean()) if len(scored) else None,
         "compared": int(len(scored)), "within": int(scored.within.sum()),

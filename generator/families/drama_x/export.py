@@ -209,7 +209,10 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
     written before that table existed)."""
     run_cfg = reader.config()
     if getattr(reader, "camera_only", False):
-        return build_video_records(reader.read_table("drama_video"), reader.read_table("pie_samples"))
+        from generator.pipeline.video import video_media
+
+        return build_video_records(reader.read_table("drama_video"),
+                                   {vid: video_media(reader, vid) for vid in reader.scene_ids()})
     frames = reader.read_table("frames")
     objects = reader.read_table("objects")
     if frames is None or objects is None:
@@ -220,23 +223,18 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
                          risk=reader.read_table("drama_risk") if own else None, body=run_cfg.ego)
 
 
-def build_video_records(drama: pa.Table | None, samples: pa.Table | None) -> dict[str, dict[str, dict]]:
+def build_video_records(drama: pa.Table | None, media: dict[str, tuple[dict[int, str], str | None]]
+                        ) -> dict[str, dict[str, dict]]:
     """{video: {sample_id: sample}} of a camera-only run (pure): one sample per sampled frame with a labelled
     pedestrian (``schemas.tables.DRAMA_VIDEO``: image intent, position, risk, action, all from the video
-    stage); ``image_path`` is the frame the run extracted for its PIE samples, if it did ("" otherwise),
-    ``video_path`` the clip; objects are keyed by their JAAD ids; descriptions have no distance."""
+    stage); ``media``: per video, the frames the run extracted ({frame: URI}) and its clip
+    (``generator.pipeline.video.video_media``). ``image_path`` is the frame's extracted image, if the run
+    extracted it ("" otherwise), ``video_path`` the clip; objects are keyed by their JAAD ids; descriptions
+    have no distance."""
     if drama is None or drama.num_rows == 0:
         return {}
-    images: dict[tuple[str, int], str] = {}
-    clips: dict[str, str] = {}
-    if samples is not None and samples.num_rows:
-        for vid, frs, paths, clip in zip(*(samples.column(c).to_pylist() for c in
-                                           ("video_id", "frames", "image_paths", "video_path"))):
-            if clip:
-                clips[vid] = clip
-            for f, p in zip(frs, paths or []):
-                if p:
-                    images[(vid, f)] = p
+    images = {(vid, f): uri for vid, (frames, _) in media.items() for f, uri in frames.items()}
+    clips = {vid: clip for vid, (_, clip) in media.items() if clip}
     d = drama.sort_by([("scene_id", "ascending"), ("frame_index", "ascending"), ("ped_id", "ascending")])
     cols = {c: d.column(c).to_pylist() for c in ("scene_id", "frame_index", "t_s", "ped_id", "box_xyxy", "position",
                                                  "lateral_intent", "vertical_intent", "risk", "time_to_conflict_s",

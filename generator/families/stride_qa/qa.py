@@ -46,8 +46,8 @@ _ST = _ONE + _TIME
 YES_NO = Field("yes_no", "text", answer=True, doc="'Yes' | 'No' for the type's predicate")
 
 
-def _q(family, name, kind, fields, value_field=None, unit="bool", doc=""):
-    return QuestionType(family, name, kind, tuple(fields), value_field, unit, doc)
+def _q(family, name, kind, fields, value_field=None, unit="bool", doc="", **more):
+    return QuestionType(family, name, kind, tuple(fields), value_field, unit, doc, **more)
 
 
 _TYPES = [
@@ -76,7 +76,7 @@ _TYPES = [
        doc="height difference of the box centres"),
     _q("object_spatial", "direction", "quantitative", _PAIR + (
         Field("direction_deg", "quantity", "deg", answer=True, doc="bearing of B seen from A, ego axes"),
-        Field("clock", "text", answer=True, doc="e.g. '2 o'clock'")), "direction_deg", "deg"),
+        Field("clock", "text", answer=True, doc="e.g. '2 o'clock'")), "direction_deg", "deg", pair_reversed="opposite"),
     # ego-centric spatial: the ego and one agent
     _q("ego_spatial", "left_right", "qualitative", _ONE + (Field("side", "text", answer=True, doc="'left' | 'right'"),),
        doc="value 1 = left"),
@@ -101,7 +101,7 @@ _TYPES = [
        "bearing_deg", "deg", doc="heading angle from the ego to the target: 0 = forward, CCW positive"),
     _q("ego_spatiotemporal", "ego_speed", "quantitative",
        _TIME + (Field("ego_speed_mps", "quantity", "mps", answer=True),), "ego_speed_mps", "mps",
-       doc="about the ego: one per keyframe and horizon, no region"),
+       doc="about the ego: one per keyframe and horizon, no region", pose_only=True),
     _q("ego_spatiotemporal", "target_speed", "quantitative",
        _ST + (Field("speed_mps", "quantity", "mps", answer=True),), "speed_mps", "mps"),
 ]
