@@ -133,9 +133,8 @@ def timed(label, fn):
     res = fn()
     dt = time.perf_counter() - t0
     s = res.summary
-    print(f"  {label:<34s} {dt:7.1f} s  scenes ok {s['scenes']['ok']}/{s['scenes']['total']}  "
-          f"QA {s['qa']['total']}", flush=True)
-    assert s["scenes"]["failed"] == 0, s["errors"]
+    print(f"  {label:<34s} {dt:7.1f} s  scenes ok {s.scenes.ok}/{s.scenes.total}  QA {s.qa.total}", flush=True)
+    assert s.scenes.failed == 0, s.errors
     return dt, res
 
 

@@ -83,9 +83,9 @@ def main(argv=None) -> int:
         peaks.stop()
         s = res.summary
         if res.exit_code != 0:
-            print(f"run of {n} scenes ended with exit code {res.exit_code}: {s.get('errors')}")
+            print(f"run of {n} scenes ended with exit code {res.exit_code}: {s.errors}")
             return 1
-        qa, frames = s["qa"]["total"], s["frames"]
+        qa, frames = s.qa.total, s.frames
         k, total, largest = shard_sizes(out)
         rows.append((n, wall, qa))
         print(f"{n:>6} {wall:>8.1f} {qa:>10,} {qa / wall:>7,.0f} {frames / wall:>8.1f} {peaks.driver / 2**20:>10,.0f} "

@@ -80,6 +80,12 @@ def class_table(values: dict[str, float]) -> np.ndarray:
     return np.array([values.get(c, 0.0) for c in DETECTION_CLASSES] + [max(values.values(), default=0.0)])
 
 
+def gate_speeds(cfg: TrackingConfig, table: str = "gates_mps") -> np.ndarray:
+    """(len(DETECTION_CLASSES) + 1,) gate speed per class index from ``cfg.<table>``; the last entry
+    (index -1) is for unknown classes (the largest gate)."""
+    return class_table(getattr(cfg, table))
+
+
 def _wrap_half_pi(a: np.ndarray) -> np.ndarray:
     """Angles modulo pi, into [-pi/2, pi/2)."""
     return np.mod(a + np.pi / 2, np.pi) - np.pi / 2

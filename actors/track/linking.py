@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from actors.track.kalman import gate_speeds
 from schemas.config import TrackingConfig
 
 
@@ -55,7 +56,6 @@ def link_fragments(track_id: np.ndarray, t_s: np.ndarray, xy: np.ndarray, vel: n
     """Merge fragmented tracks. Per box: track_id (N,) (>= 0), t_s (N,), global xy (N,2), velocity (N,2)
     (NaN allowed), size (N,3), class index (N,). Returns (N,) track ids where linked fragments carry the
     id of the chain's first fragment."""
-    from actors.track.pubtracker import gate_speeds
 
     tid = np.asarray(track_id, dtype=np.int64)
     if len(tid) == 0:

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.track.kalman import class_table
+from actors.track.kalman import gate_speeds
+from actors.track.linking import link_fragments
 from generator.geometry import SE3
 from generator.types import Boxes3D
 from schemas.config import DETECTION_CLASSES, TrackingConfig
@@ -42,12 +43,6 @@ def class_indices(class_name: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     names, inv = np.unique(np.asarray(class_name, dtype=object).astype(str), return_inverse=True)
     return np.array([_CLASS_INDEX.get(c, -1) for c in names], dtype=np.int64)[inv.reshape(-1)]
-
-
-def gate_speeds(cfg: TrackingConfig, table: str = "gates_mps") -> np.ndarray:
-    """(len(DETECTION_CLASSES) + 1,) gate speed per class index from ``cfg.<table>``; the last entry
-    (index -1) is for unknown classes (the largest gate)."""
-    return class_table(getattr(cfg, table))
 
 
 def greedy_match(dist: np.ndarray) -> np.ndarray:
@@ -260,7 +255,6 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
     may be turned by pi (``actors.track.heading``); all other yaws of input boxes are returned unchanged.
     """
     from actors.track.heading import apply_flips, heading_flips
-    from actors.track.linking import link_fragments
 
     ts = np.asarray(timestamps_us, dtype=np.int64).reshape(-1)
     f = len(ts)

@@ -8,7 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
-from generator.commands.run import positive_int
+from generator.commands.args import positive_int
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

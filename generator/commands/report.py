@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from generator.commands.args import positive_int
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="static HTML report of a run folder (summary, plots, sample browser)",
@@ -12,7 +14,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("run", help="run folder (local path or URI)")
     p.add_argument("--out", default=None, help="report folder (default: RUN/report; ./<name>-report for a remote RUN)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sample browser (default: the run's report.seed)")
-    from generator.commands.run import positive_int
 
     p.add_argument("--samples-per-family", type=positive_int, default=None,
                    help="QA rows shown per family (default: the run's report.samples_per_family)")
@@ -30,11 +31,7 @@ def main(args) -> int:
     if args.samples_per_family is not None:
         cfg.samples_per_family = args.samples_per_family
     res = build_report(reader, args.out, cfg)
-    print(summary_line(res))
+    print(res.line())
     return 0
 
 
-def summary_line(res) -> str:
-    missing = f", {len(res.missing_images)} source image(s) unreadable" if res.missing_images else ""
-    return (f"report: {res.pages} pages, {res.images} images, {res.samples} sampled QA rows, "
-            f"built in {res.seconds:.1f} s{missing}: {res.index}")

@@ -19,6 +19,8 @@ import argparse
 import logging
 import sys
 
+from generator.commands.args import positive_int
+
 log = logging.getLogger("drivegen.run")
 
 
@@ -49,15 +51,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (``--scenes 0`` would mean every scene, ``-1`` all but the last)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
 
 
 def _fail(msg: str) -> int:
@@ -99,7 +92,6 @@ def write_report(out: str) -> int:
     """End of a run: the HTML report (``drivegen report``) in the run folder (``OUT/report``, on whatever
     filesystem OUT is; ``drivegen report OUT`` makes a local copy of a remote run's) when ``report.on_run`` and
     a scene finished; prints where it is. 1 when it could not be written (the run's data stay as they are)."""
-    from generator.commands.report import summary_line
     from generator.report import build_report
     from generator.runfolder import RunReader
     from schemas import layout
@@ -109,7 +101,7 @@ def write_report(out: str) -> int:
     if not reader.config().report.on_run or not reader.scene_ids():
         return 0
     try:
-        print(summary_line(build_report(reader, reader.store.uri_of(layout.REPORT_DIR))))
+        print(build_report(reader, reader.store.uri_of(layout.REPORT_DIR)).line())
     except DrivegenError as err:
         print(f"drivegen run: the report could not be written: {err} (write it with `drivegen report {out} "
               "--out DIR`)", file=sys.stderr)

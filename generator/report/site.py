@@ -48,6 +48,12 @@ class ReportResult:
     seconds: float
     missing_images: list[str]
 
+    def line(self) -> str:
+        """The line ``drivegen report`` and ``drivegen run`` print."""
+        missing = f", {len(self.missing_images)} source image(s) unreadable" if self.missing_images else ""
+        return (f"report: {self.pages} pages, {self.images} images, {self.samples} sampled QA rows, "
+                f"built in {self.seconds:.1f} s{missing}: {self.index}")
+
 
 def default_out(reader: RunReader) -> str:
     """``RUN/report`` for a local run folder; ``./<run name>-report`` (local) for a remote one, so the report
