@@ -1,5 +1,6 @@
 # The two commands a new user needs (see README):
-#   make run    set up (idempotent) and run the main job on the embedded default into ./out
+#   make run    set up (idempotent) and run the main job on the embedded default into ./out (a second
+#               make run replaces the finished run there; make clean removes it)
 #   make test   set up (idempotent) and run the test suite (the whole of it: what CI runs)
 #   make quick  the edit loop: the suite without the tests marked slow
 HOME ?= $(shell getent passwd $$(id -u) | cut -d: -f6)
@@ -8,12 +9,17 @@ export DRIVEGEN_VENV := $(VENV)
 OUT ?= out
 PYTEST_ARGS ?=
 
-.PHONY: setup run test quick bench
+.PHONY: setup run test quick bench clean
 setup:
 	@bash scripts/setup.sh
 
 run: setup
-	$(VENV)/bin/drivegen run --out $(OUT)
+	$(VENV)/bin/drivegen run --out $(OUT) --overwrite
+
+# the default run folder, when it is one drivegen made (run.json), and nothing else
+clean:
+	@if [ -f $(OUT)/run.json ]; then rm -rf $(OUT) && echo "removed $(OUT)"; \
+	elif [ -e $(OUT) ]; then echo "$(OUT) is not a drivegen run folder: left as it is"; exit 1; fi
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -226,6 +226,49 @@ def test_scenes_stream_heaviest_first_by_the_sources_estimate(synth_root, tmp_pa
         assert start_order(out) == order
 
 
+def test_overwrite_replaces_a_finished_run_and_nothing_else(synth_root, tmp_path):
+    """``drivegen run --overwrite`` (what ``make run`` passes): a finished run drivegen made is deleted, its
+    exports, report and validation included, and run again; a folder that also holds a file drivegen did not
+    write, or an unfinished run, is refused with the choices named and nothing deleted. Without the flag a
+    finished run is refused naming ``--overwrite``."""
+    from generator.cli import main as cli
+    from generator.pipeline import SYNTH_VERSION, run
+    from schemas.errors import RunFolderError
+
+    out = tmp_path / "run"
+
+    def go(**kw):
+        return run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=toy_cfg(),
+                   stages=toy_stages(), write=toy_write, finalize=lambda store, summary: None, executor="local",
+                   progress=False, **kw)
+
+    assert go().exit_code == 0
+    keys, created = qa_keys(out), json.loads((out / "run.json").read_text())["created_unix"]
+    with pytest.raises(RunFolderError, match="already holds a finished run: replace it with drivegen run --overwrite"):
+        go()
+    for rel in ("report/index.html", "bench/export_summary.json", "validate/report.json", "card/stats.json"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("{}")
+    assert go(overwrite=True).exit_code == 0
+    assert qa_keys(out) == keys and check_run(out) == []
+    assert json.loads((out / "run.json").read_text())["created_unix"] > created
+    for rel in ("report", "bench", "validate", "card"):
+        assert not (out / rel).exists(), rel
+    # a file drivegen did not write: refused, nothing deleted
+    (out / "qa" / "notes.txt").write_text("mine")
+    files = sorted(p for p in out.rglob("*") if p.is_file())
+    with pytest.raises(RunFolderError, match=r"1 file\(s\) drivegen did not write \(e.g. qa/notes.txt\)"):
+        go(overwrite=True)
+    assert sorted(p for p in out.rglob("*") if p.is_file() and p.name != "_lock.json") == \
+        [p for p in files if p.name != "_lock.json"]
+    (out / "qa" / "notes.txt").unlink()
+    # an unfinished run (a scene without its manifest): refused, naming --resume
+    next(out.glob("manifest/*.json")).unlink()
+    with pytest.raises(RunFolderError, match="unfinished run \\(1 scene\\(s\\) not done\\): finish it with drivegen run --resume"):
+        go(overwrite=True)
+    assert cli(["run", "--resume", str(out), "--overwrite"]) == 2
+
+
 @pytest.mark.ray
 def test_ray_actor_pool_on_two_cpus_matches_in_process(ray2, tmp_path):
     """A model stage as an actor pool (fractional CPUs) next to CPU tasks completes on 2 CPUs (whole-CPU

@@ -6,6 +6,7 @@ writers, as one streaming Ray Dataset (see ``generator.pipeline``).
     drivegen run --out OUT --source jaad --data JAAD          # camera-only JAAD videos (PIE samples, intent)
     drivegen run --out s3://bucket/run --address auto ...     # join a Ray cluster (or set RAY_ADDRESS)
     drivegen run --resume OUT                                 # finish an interrupted run
+    drivegen run --out OUT --overwrite                        # replace a finished run drivegen made in OUT
 
 Ends by writing the HTML report (``drivegen report``) into OUT/report/ (``report.on_run: false`` skips it) and
 printing its path.
@@ -41,6 +42,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--resume", nargs="?", const=True, default=None, metavar="OUT",
                    help="finish an interrupted run: reads OUT/config.yaml, OUT/source.json, OUT/scenes.json "
                         "and skips scenes that have a manifest")
+    p.add_argument("--overwrite", action="store_true",
+                   help="OUT holds a finished run: delete its files and run again (a folder holding files drivegen "
+                        "did not write, or an unfinished run, is refused)")
     p.add_argument("--force", action="store_true",
                    help="with --resume: continue although config.yaml or source.json changed since the run started")
     p.add_argument("--scenes", type=positive_int, default=None, metavar="N",
@@ -73,12 +77,15 @@ def main(args) -> int:
         return _fail("--resume reuses the run's own config.yaml and source.json; drop --config/--source/--data/--version")
     if args.force and not resume:
         return _fail("--force goes with --resume")
+    if args.overwrite and resume:
+        return _fail("--overwrite starts the run again; --resume finishes it: choose one")
     if args.data and not args.source:
         return _fail("--data needs --source nuscenes|av2|jaad")
     if args.source and not args.data:
         return _fail(f"--source {args.source} needs --data PATH (the logs)")
     result = run(out, source=args.source, data=args.data, version=args.version, config=args.config,
-                 address=args.address, resume=resume, force=args.force, scenes=args.scenes, seed=args.seed,
+                 address=args.address, resume=resume, force=args.force, overwrite=args.overwrite,
+                 scenes=args.scenes, seed=args.seed,
                  executor="local" if args.local else "ray", progress=not args.no_progress,
                  verbose=getattr(args, "verbose", False))
     from generator.pipeline.driver import format_summary

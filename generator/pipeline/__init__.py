@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from generator.pipeline.driver import RunResult, ensure_ray, format_summary, run_pipeline
-from generator.runfolder import RunLock, RunReader, RunStore, config_key, source_key
+from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
 from schemas import layout
 from schemas.errors import InputError, RunFolderError
 
@@ -110,13 +110,15 @@ def _check_unchanged(reader: RunReader, force: bool) -> None:
 
 def run(out: str, *, source: str | None = None, data: str | None = None, version: str | None = None,
         config: str | None = None, cfg=None, address: str | None = None, resume: bool = False, force: bool = False,
+        overwrite: bool = False,
         scenes: int | None = None, seed: int = 0, executor: str = "ray", progress: bool = True,
         verbose: bool = False, stages=None, write=None, finalize=None, command: str = "drivegen run") -> RunResult:
     """``drivegen run`` as a function (see ``generator.commands.run``). ``cfg`` (a PipelineConfig) overrides
     ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks).
 
     Order: inputs are checked (config, templates, logs) -> the lock is taken (before anything is written) ->
-    a new run refuses a folder that holds anything; a resumed one refuses a changed config or source ->
+    a new run refuses a folder that holds anything (``overwrite``: but a finished run drivegen made, whose files
+    it deletes first); a resumed one refuses a changed config or source ->
     the run is described -> Ray -> the scenes stream -> summary, card, bench export -> the lock is released.
     """
     from generator.sources import CAMERA_ONLY_KINDS, open_source
@@ -152,10 +154,17 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             check_inputs(cfg)
         else:
             others = [p for p in store.list("", recursive=True) if p != layout.LOCK]
+            if others and reader.is_run_folder():
+                unfinished = _unfinished(reader)
+                if unfinished or not overwrite:
+                    state = (f"an unfinished run ({unfinished} scene(s) not done): finish it with drivegen run --resume "
+                             f"{out}" if unfinished else f"a finished run: replace it with drivegen run --overwrite --out {out}")
+                    raise RunFolderError(f"{store.uri} already holds {state}, or choose a new --out", file=store.uri)
+                n = clear_run(store)
+                log.warning("--overwrite: deleted the %d file(s) of the finished run in %s", n, store.uri)
+                reader = RunReader(store, require=False)
+                others = []
             if others:
-                if reader.is_run_folder():
-                    raise RunFolderError(f"{store.uri} already holds a run: finish it with drivegen run --resume {out}, "
-                                         "or choose a new --out", file=store.uri)
                 raise RunFolderError(f"{store.uri} is not empty and not a drivegen run folder ({len(others)} file(s), "
                                      f"e.g. {others[0]}); choose a new or empty --out folder", file=store.uri)
             store.write_bytes(layout.CONFIG, cfg.to_yaml().encode())
@@ -191,6 +200,15 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                 import ray
 
                 ray.shutdown()
+
+
+def _unfinished(reader: RunReader) -> int:
+    """How many of a run folder's planned scenes have neither a manifest nor an error row (0: it ended), or 1
+    when it never wrote its summary (it was killed before its end)."""
+    planned = reader.planned_scenes()
+    done = set(reader.scene_ids()) | {e.get("scene_id") for e in reader.errors()}
+    missing = sum(s not in done for s in planned)
+    return missing or int(reader.summary() is None)
 
 
 def _check_names(ids: list[str]) -> None:

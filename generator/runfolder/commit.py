@@ -272,3 +272,48 @@ def remove_leftovers(store: RunStore) -> list[str]:
     if not store.list(layout.PENDING_DIR):
         store.delete_dir(layout.PENDING_DIR)
     return removed
+
+
+# Folders a run folder holds that drivegen made as a whole (each of its files is drivegen's): the
+# bookkeeping, the card's figures, the report and the validation report. A family's export folder is one too
+# (``schemas.families``: ``Export.folder``).
+_RUN_FOLDERS = (layout.MANIFEST_DIR, layout.ERRORS_DIR, layout.PENDING_DIR, layout.ATTEMPTS_DIR,
+                layout.STAGING_DIR, layout.CARD_DIR, layout.REPORT_DIR, layout.VALIDATE_DIR)
+
+
+def run_files(store: RunStore) -> tuple[list[str], list[str]]:
+    """(drivegen's files, other files) of a run folder: drivegen's are the run's own files at its root
+    (``layout.RUN_FILES``), every file a manifest lists, the files of its own folders (``_RUN_FOLDERS``, the
+    families' export folders) and drivegen's temporary names; anything else (a file a user put beside
+    the tables, a stray file in a table folder) is not."""
+    from generator.runfolder.reader import RunReader
+
+    listed = {f["path"] for m in RunReader(store, require=False).manifests() for f in m.get("files", [])}
+    folders = tuple(f"{d}/" for d in (*_RUN_FOLDERS, *sorted({e.folder for _, e in family_exports()})))
+    ours, other = [], []
+    for rel in store.list("", recursive=True):
+        if rel in layout.RUN_FILES or rel in listed or rel.startswith(folders) or layout.is_tmp_name(rel):
+            ours.append(rel)
+        else:
+            other.append(rel)
+    return ours, other
+
+
+def clear_run(store: RunStore) -> int:
+    """Delete a finished run's files (``run_files``; the caller holds its lock, which stays), for
+    ``drivegen run --overwrite``. RunFolderError naming one when the folder holds files drivegen did not
+    write: nothing is deleted then. Returns how many files were deleted."""
+    from schemas.errors import RunFolderError
+
+    ours, other = run_files(store)
+    if other:
+        raise RunFolderError(f"{store.uri} holds {len(other)} file(s) drivegen did not write (e.g. {other[0]}): "
+                             "--overwrite deletes only a run's own files, and a new run needs an empty folder; "
+                             "move them or choose a new --out", file=store.full(other[0]))
+    gone = [rel for rel in ours if rel != layout.LOCK]
+    for rel in gone:
+        store.delete(rel)
+    for d in (*_RUN_FOLDERS, *{t.folder for t in layout.TABLES.values()}, "perception", layout.IMAGES_DIR,
+              *sorted({e.folder for _, e in family_exports()})):
+        store.delete_dir(d)
+    return len(gone)
