@@ -292,3 +292,38 @@ def test_each_scene_front_camera_comes_from_its_first_frame_with_cameras():
     got = front_camera_images(frames, "CAM_FRONT")
     assert list(zip(*(got.column(c).to_pylist() for c in ("scene_id", "frame_index", "name")))) == [
         ("s0", 1, "b"), ("s0", 2, "b"), ("s1", 0, "a")]
+
+
+@pytest.mark.parametrize("case", ["objects_end_before_the_first_keyframe", "no_objects"])
+def test_a_scene_without_objects_at_its_keyframes_gets_its_ego_questions(labelled_run, case):
+    """A scene whose objects all lie before its first keyframe crashed the QA stage (IndexError in the ego
+    intention family), and a scene with no object at all got no QA, not even about the ego. Both get every
+    question about the ego that does not depend on objects (ego behaviour, ego speed) exactly as the full
+    scene does, ego intention rows without a target, and no row about an object."""
+    from generator.runfolder import RunReader
+
+    reader = RunReader(str(labelled_run))
+    cfg, sid = reader.config(), reader.scene_ids()[0]
+    t = {n: reader.read_scene(n, sid) for n in ("frames", "attributes", "projections", "labels", "objects")}
+    tpl = load_templates(cfg)
+    full = generate_qa(t["frames"], t["attributes"], t["projections"], cfg, tpl, labels=t["labels"], objects=t["objects"])
+    anchors = t["frames"].filter(t["frames"].column("is_anchor")).column("frame_index").to_pylist()
+    cut = min(anchors) if case != "no_objects" else -1
+    part = {n: t[n].filter(pc.less(t[n].column("frame_index"), cut)) for n in ("attributes", "projections", "objects")}
+    labels = t["labels"].filter(pc.or_(pc.equal(t["labels"].column("subject"), "ego"),
+                                       pc.less(t["labels"].column("frame_index"), cut)))
+    assert part["objects"].num_rows == (0 if case == "no_objects" else part["objects"].num_rows) and \
+        (case == "no_objects" or part["objects"].num_rows > 0)
+    q = generate_qa(t["frames"], part["attributes"], part["projections"], cfg, tpl, labels=labels,
+                    objects=part["objects"])
+
+    def rows(table, keep):
+        return sorted((r["qa_id"], r["answer"]) for r in table.select(["qa_id", "family", "question_type", "answer"])
+                      .to_pylist() if keep(r))
+
+    ego_only = lambda r: r["family"] == "ego_behaviour" or (r["family"], r["question_type"]) == (  # noqa: E731
+        "ego_spatiotemporal", "ego_speed")
+    assert rows(q, ego_only) == rows(full, ego_only) and len(rows(q, ego_only)) >= 2 * len(anchors)
+    assert pc.sum(pc.list_value_length(q.column("track_ids"))).as_py() in (0, None)
+    intent = q.filter(pc.equal(q.column("family"), "ego_intention"))
+    assert intent.num_rows > 0 and all(i.endswith(":ego") for i in intent.column("qa_id").to_pylist())

@@ -197,10 +197,11 @@ class Plan:
 def make_plan(frames: pa.Table, attributes: pa.Table, projections: pa.Table, cfg,
               tables: dict | None = None) -> Plan | None:
     """The shared part of QA generation for every anchor frame in ``frames`` (see the module docstring,
-    steps 1 and 4); None when there is nothing to ask about."""
+    steps 1 and 4); None without frames. A scene without objects still has its keyframes: the questions
+    about the ego are asked there."""
     qa_cfg = cfg.qa
     scenes = unique_strings(frames.column("scene_id"))
-    if frames.num_rows == 0 or attributes.num_rows == 0:
+    if frames.num_rows == 0:
         return None
     f_sc = codes(column(frames, "scene_id"), scenes)
     f_fi = to_numpy(column(frames, "frame_index"), np.int64)
@@ -424,7 +425,7 @@ def _concat_pool(parts: list[dict], src: GroundingSource) -> pa.StructArray:
     proj = cat["proj"]
     no_obj = proj < 0
     pr = pa.array(np.maximum(proj, 0), pa.int64(), mask=no_obj if no_obj.any() else None)
-    no_mask = no_obj | src.mask_null[np.maximum(proj, 0)]
+    no_mask = no_obj | (src.mask_null[np.maximum(proj, 0)] if len(src.mask_null) else True)  # (no projection at all)
     mask = pa.StructArray.from_arrays(
         [pc.take(src.mask_size, pr), _dictionary(np.where(no_mask, -1, proj), src.mask_counts)],
         fields=list(QA_GROUNDING.field("mask_rle").type), mask=pa.array(no_mask) if no_mask.any() else None)

@@ -80,8 +80,10 @@ def build(plan: Plan) -> list[Batch]:
     c = plan.cand
     cand_of = KeyIndex(c["frame_row"] * (1 << 32) + (c["track"] & 0xFFFFFFFF))
     has_t = ins.target >= 0
-    t = np.maximum(ins.target, 0)
-    cand = np.where(has_t, cand_of.find(s.frame_row[ins.sample] * (1 << 32) + (s.obj_track[t] & 0xFFFFFFFF)), -1)
+    cand = np.full(len(ins.target), -1, np.int64)  # the instruction's target as a candidate (-1: none)
+    if has_t.any():  # (a keyframe without objects has no target to look up)
+        k = np.flatnonzero(has_t)
+        cand[k] = cand_of.find(s.frame_row[ins.sample[k]] * (1 << 32) + (s.obj_track[ins.target[k]] & 0xFFFFFFFF))
     traj = trajectory_text(s.future_xy[ins.sample], cfg.qa.decimals)
     out = []
     context = plan.context_pool()
