@@ -311,3 +311,26 @@ def test_pull_over_side_is_measured_across_the_final_heading():
     assert ok(traj(2.0, 0.79)) and not ok(traj(2.0, 0.85))
     assert pull_over_side(s, t, np.array([MAN["Turn Right"]]), slow)[0][0] == 0
     assert pull_over_side(s, t, man, np.array([SPD["Maintain Speed"]]))[0][0] == 0
+
+
+def test_overtake_targets_start_wholly_ahead_and_say_where_they_are(samples):
+    """A vehicle beside the ego (its centre 0.03 m ahead of the rear axle, 3.17 m to the right: the AV2 case)
+    is no vehicle to get past: "ahead" was tested at the rear axle but "past" at the body centre. An overtake
+    target starts wholly ahead of the ego's front bumper; the same target moved there keeps its instruction,
+    moved beside the ego it loses it. (The position text of any target says "beside us" there.)"""
+    import dataclasses
+
+    s, ins, cfg = samples
+    sel = np.flatnonzero(ins.kind == 6)  # overtake
+    assert len(sel), "the generated logs have an overtake to move"
+    t = ins.target[sel[0]]
+
+    def moved_to(x, y):
+        xy = s.obj_xy.copy()
+        xy[t] = (x, y)
+        new = instructions(dataclasses.replace(s, obj_xy=xy), cfg.intention)
+        return bool(((new.kind == 6) & (new.target == t)).any())
+
+    length = s.obj_size_lw[t, 0]
+    assert moved_to(cfg.ego.front_m + length / 2 + 0.5, -3.17)
+    assert not moved_to(0.03, -3.17) and not moved_to(cfg.ego.front_m, -3.17)

@@ -25,8 +25,8 @@ each carries a predicate that can be checked on any trajectory (``check``), in t
 4. ``follow`` target: a vehicle ahead in the lane now, the ego not stopping, ending behind it with a bumper
    gap in ``follow_gap_m`` and in its lane;
 5. ``overtake`` target: a moving vehicle (>= ``moving_speed_mps``) going the ego's way (``same_direction_deg``)
-   ahead now within ``overtake_max_ahead_m`` / ``overtake_max_lateral_m``; the ego ends with the target's
-   centre at least ``overtake_clear_m`` behind its own;
+   wholly ahead of the ego's front bumper now, within ``overtake_max_ahead_m`` / ``overtake_max_lateral_m``;
+   the ego ends with the target's centre at least ``overtake_clear_m`` behind its own;
 6. ``yield`` target: a VRU crossing (DRAMA-X lateral intent) ahead within ``yield_max_ahead_m`` /
    ``yield_max_lateral_m``; the ego slows (speed status Decelerate, or maneuver Stop) and keeps at least
    ``yield_clearance_m`` between its body and the VRU's centre at every checked time;
@@ -358,7 +358,10 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
     sel = np.flatnonzero(vehicle & has_future & in_lane_now & ~stop & (man[smp] >= 0) & in_lane_end
                          & within(bumper, cfg.follow_gap_m))
     add(smp[sel], "follow", target=sel, goal="behind", gap=cfg.follow_gap_m, lateral=cfg.lane_half_width_m)
-    sel = np.flatnonzero(vehicle & has_future & same_dir & (x > 0) & (x <= cfg.overtake_max_ahead_m)
+    # ahead now: wholly ahead of the ego's front bumper (a vehicle beside the ego is not one to get past); past
+    # at the end: measured from the ego's body centre, as target_gaps does
+    ahead_now = x - s.obj_size_lw[:, 0] / 2 >= s.ego.front_m if len(o) else np.zeros(0, bool)
+    sel = np.flatnonzero(vehicle & has_future & same_dir & ahead_now & (x <= cfg.overtake_max_ahead_m)
                          & (np.abs(y) <= cfg.overtake_max_lateral_m) & (moved >= cfg.moving_speed_mps)
                          & (along <= -cfg.overtake_clear_m))
     add(smp[sel], "overtake", target=sel, goal="ahead", gap=(-np.inf, -cfg.overtake_clear_m))

@@ -51,7 +51,8 @@ TYPES = {qt.name: qt for qt in (
     _t("pull_over", (_DIRECTION,), "pull over on one side and slow to a stop"),
 )}
 _OBJECT_KINDS = ("stop_behind", "follow", "overtake", "yield")
-_POSITIONS = ("ahead in our lane", "ahead on the left", "ahead on the right")
+_POSITIONS = ("ahead in our lane", "ahead on the left", "ahead on the right", "beside us on the left",
+              "beside us on the right")
 
 
 def trajectory_text(xy: np.ndarray, decimals: int = 2) -> pa.Array:
@@ -108,6 +109,8 @@ def build(plan: Plan) -> list[Batch]:
             o = ins.target[sel]
             y = s.obj_xy[o, 1]
             pos = np.where(np.abs(y) <= cfg.intention.lane_half_width_m, 0, np.where(y > 0, 1, 2))
+            beside = (pos > 0) & (s.obj_xy[o, 0] <= cfg.ego.front_m)  # not ahead of the ego's front bumper
+            pos = np.where(beside, pos + 2, pos)
             text["position"] = vocabulary(_POSITIONS, pos)
             out.append(single(plan, qt, cand[sel], value, text=text,
                               quantities={"distance_m": np.hypot(s.obj_xy[o, 0], s.obj_xy[o, 1])}))
