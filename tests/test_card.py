@@ -302,3 +302,37 @@ def test_card_of_a_run_folder_from_before_split_names(card_run, tmp_path, monkey
     qa = RunReader(run).read_table("qa", columns=["split"]).to_pandas()
     dd = datasets.load_dataset(str(run), cache_dir=str(tmp_path / "hf_cache"))
     assert {sp: d.num_rows for sp, d in dd.items()} == qa.groupby("split").size().to_dict()
+
+
+def test_card_quotes_the_data_as_text_never_as_markup(tmp_path):
+    """A scene name or template text holding HTML or Markdown (``<img src=x onerror=...>``, a link, emphasis, a
+    table pipe, a backtick) is shown literally in the card's example rows: rendered by a CommonMark viewer
+    with raw HTML on (as the Hub and GitHub render cards), it makes no element and no link."""
+    markdown_it = pytest.importorskip("markdown_it")
+    evil_scene = '<img src=x onerror="alert(1)">'
+    evil_text = "[click](javascript:alert(2)) **bold** _bold_ `tick` | pipe <script>alert(3)</script> & more"
+    t = make_qa_table("scene-0", n=20, seed=1)
+    t = t.set_column(t.schema.get_field_index("scene_id"), "scene_id", pa.array([evil_scene] * t.num_rows))
+    t = t.set_column(t.schema.get_field_index("question"), "question", pa.array([evil_text] * t.num_rows))
+    t = t.set_column(t.schema.get_field_index("qa_id"), "qa_id",  # the scene's name leads a row's qa_id
+                     pa.array([evil_scene + q.split(":", 1)[-1] for q in t.column("qa_id").to_pylist()]))
+    write_card(t, tmp_path)
+    html = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(
+        (tmp_path / "README.md").read_text())
+    assert '<img src="x"' not in html and 'onerror="' not in html and "<script" not in html
+    assert 'href="javascript' not in html
+    assert "<strong>bold</strong>" not in html and "<code>tick</code>" not in html
+    assert "onerror=&quot;alert(1)&quot;&gt;" in html and "[click](javascript:alert(2))" in html
+    # one table cell per value: the pipe did not split the question's cell
+    row = next(line for line in html.splitlines() if "alert(2)" in line)
+    assert "pipe" in row and "| pipe" in row
+    assert "<em>bold</em>" not in html and "**bold** _bold_" in html
+
+
+def test_card_code_spans_hold_any_backticks():
+    """A value the card shows as code (a source path, a backend) cannot close its code span early."""
+    markdown_it = pytest.importorskip("markdown_it")
+    from generator.writers.card import _code
+
+    assert "<code>a`b``c</code>" in markdown_it.MarkdownIt("commonmark").render(_code("a`b``c"))
+    assert "<code>/logs/x</code>" in markdown_it.MarkdownIt("commonmark").render(_code("/logs/x"))

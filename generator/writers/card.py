@@ -306,9 +306,26 @@ def schema_section(names: list[str]) -> list[str]:
     return out
 
 
+# what Markdown reads as syntax inside a line; '_' only at a word's edge (inside a word, as in 'object_spatial',
+# it is never emphasis and stays readable in the raw file)
+_MARKDOWN = re.compile(r"([\\`*\[\]|#~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
 def _cell(v, limit: int = 160) -> str:
-    text = "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    """A value quoted from the data (a question, a scene name, a class) as literal text in a Markdown table
+    cell: cut to ``limit`` characters, Markdown's syntax characters backslash-escaped and ``& < >`` as HTML
+    entities, so no link, image, emphasis or raw HTML (``<img onerror=...>``) of the data reaches a viewer."""
+    text = "" if v is None else " ".join(str(v).split())
+    text = text if len(text) <= limit else text[:limit - 3] + "..."
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def _code(v) -> str:
+    """A value as an inline code span that no backtick in it can close (CommonMark: a longer fence)."""
+    text = " ".join(str(v).split())
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if "`" in text else f"`{text}`"
 
 
 def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | None = None) -> str:
@@ -333,7 +350,7 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
     rows.append(["Total"] + col_tot.tolist())
     classes = sorted({c for f in stats["object_classes"].values() for c in f},
                      key=lambda c: -sum(stats["object_classes"][f].get(c, 0) for f in stats["object_classes"]))
-    cls_rows = [[c] + [stats["object_classes"].get(f, {}).get(c, 0) for f in qa_families()] for c in classes]
+    cls_rows = [[_cell(c)] + [stats["object_classes"].get(f, {}).get(c, 0) for f in qa_families()] for c in classes]
     parts = [
         front_matter(configs, licence, title),
         f"# {title}",
@@ -449,9 +466,9 @@ def _provenance(info: dict, licence: dict | None) -> list[str]:
     if prov.get("source"):
         src = prov["source"]
         out += ["Source description (`source.json`): " + ", ".join(
-            f"{k} `{v}`" for k, v in src.items() if k in ("kind", "version", "dataroot", "root")) + ".", ""]
+            f"{k} {_code(v)}" for k, v in src.items() if k in ("kind", "version", "dataroot", "root")) + ".", ""]
     if prov.get("backends"):
-        out += [_md_table(["stage", "backend"], [[k, f"`{v}`"] for k, v in prov["backends"].items()]), ""]
+        out += [_md_table(["stage", "backend"], [[k, _code(v)] for k, v in prov["backends"].items()]), ""]
     if prov.get("camera_only"):
         out += ["**Camera-only logs**: the answers come from the videos' own 2D annotations and, for DRAMA-X "
                 "intent, from their frames (Farneback optical flow), not from a 3D detector.", ""]
