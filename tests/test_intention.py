@@ -121,6 +121,24 @@ def test_malformed_predictions_are_reported_and_count_as_failures(run_dir, tmp_p
     assert cli(["score", "intention", "--pred", str(tmp_path / "missing.json"), str(run_dir / "intention")]) == 2
 
 
+def test_score_json_is_strict_json_and_never_replaces_a_users_file(run_dir, tmp_path):
+    """Waypoints of 1e300 m gave ``"ADE_m": Infinity`` in score.json, which is not JSON; ``--out`` overwrote any
+    existing score.json. Non-finite metrics are null; a score.json drivegen did not write is refused (exit 2,
+    left as it is) before any work, one it wrote is replaced."""
+    exp = pd.read_parquet(run_dir / "intention" / "planning_samples.parquet")
+    path = tmp_path / "pred.json"
+    path.write_text(json.dumps([{"sample_id": i, "waypoints": [[1e300, 0.0]] * 6} for i in exp.sample_id]))
+    target, out = str(run_dir / "intention"), tmp_path / "s"
+    assert cli(["score", "intention", "--pred", str(path), target, "--out", str(out)]) == 0
+    doc = json.loads((out / "score.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in score.json"))
+    assert doc["format"] == "drivegen-score/1" and doc["family"] == "intention" and doc["ADE_m"] is None
+    assert cli(["score", "intention", "--pred", "baseline:ground_truth", target, "--out", str(out)]) == 0
+    assert json.loads((out / "score.json").read_text())["ADE_m"] == 0.0  # its own file: replaced
+    (out / "score.json").write_text('{"mine": true}')
+    assert cli(["score", "intention", "--pred", "baseline:ground_truth", target, "--out", str(out)]) == 2
+    assert (out / "score.json").read_text() == '{"mine": true}'
+
+
 def test_classifier_is_the_labellers_on_any_trajectory():
     """Straight at constant speed, a left turn, a lane change right, a stop: classified from waypoints alone."""
     cfg = PipelineConfig()

@@ -1,7 +1,8 @@
 """``drivegen score FAMILY --pred PRED TARGET``: score a model's predictions on a label family that drivegen
 generated (TARGET: a run folder or the family's export, local path or URI).
 
-Prints the family's metrics and writes them as ``score.json`` into ``--out`` (default: do not write).
+Prints the family's metrics and writes them as ``score.json`` into ``--out`` (default: do not write): strict
+JSON (a non-finite metric is null), replacing only a ``score.json`` drivegen wrote there.
 Malformed predictions (a missing sample, a wrong shape, an unknown label) are listed per item, never a
 crash. Exit codes: 0 = scored, 2 = unusable input (the message names the file).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -42,10 +44,46 @@ def main(args) -> int:
             raise InputError(f"the options {sorted(opts)} apply to {name}, not {args.family}")
         if other is fam:
             extra = opts
+    out = RunStore(args.out) if args.out else None
+    if out is not None:
+        _check_score_file(out)  # before the work: a user's file is never overwritten
     result = mod.score(args.pred, args.target, splits=args.split, **extra)
     print(mod.to_text(result))
-    if args.out:
-        out = RunStore(args.out)
-        out.write_bytes("score.json", (json.dumps(result, indent=2, default=float) + "\n").encode())
-        print(f"scores: {out.uri_of('score.json')}")
+    if out is not None:
+        doc = {"format": SCORE_FORMAT, "family": args.family, **_finite(result)}
+        out.write_bytes(SCORE_FILE, (json.dumps(doc, indent=2, default=float, allow_nan=False) + "\n").encode())
+        print(f"scores: {out.uri_of(SCORE_FILE)}")
     return 0
+
+
+SCORE_FILE = "score.json"
+SCORE_FORMAT = "drivegen-score/1"  # marks a score.json drivegen wrote (the only one it replaces)
+
+
+def _check_score_file(out) -> None:
+    """InputError when ``out`` holds a ``score.json`` that drivegen did not write."""
+    from schemas.errors import InputError
+
+    if not out.exists(SCORE_FILE):
+        return
+    try:
+        ours = out.read_json(SCORE_FILE).get("format") == SCORE_FORMAT
+    except (ValueError, AttributeError, OSError):
+        ours = False
+    if not ours:
+        raise InputError(f"{out.uri_of(SCORE_FILE)} exists and is not a score drivegen wrote: it is left as it is; "
+                         "choose another --out", file=out.uri_of(SCORE_FILE))
+
+
+def _finite(value):
+    """``value`` with every non-finite float (a metric over a prediction of 1e300 m) as None: score.json is
+    strict JSON, which has no Infinity or NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        return _finite(value.item())
+    return value
