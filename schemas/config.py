@@ -15,7 +15,7 @@ import pyarrow as pa
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, InputError
 from schemas.families import config_sections, moved_settings, qa_family_names
 from schemas.vocab import DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 
@@ -883,6 +883,13 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
         return parse_config(_merge({}, overrides or {}), "<defaults>")
     p = Path(path)
     where = str(p)
+    if p.exists() or p.is_symlink():  # a FIFO would block the read, a symlink loop is not a missing file
+        from schemas.files import check_regular_file
+
+        try:
+            check_regular_file(p, "config file")
+        except InputError as err:
+            raise ConfigError(err.message, file=where) from None
     try:
         if p.stat().st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{where}: {p.stat().st_size} bytes, larger than any config "

@@ -172,3 +172,42 @@ def test_settings_a_family_moved_still_load_from_older_run_folders():
         parse_config({"writers": {"bench_exports": False}})
     # the round trip writes the new place only
     assert "bench_export" not in cfg.to_yaml() and parse_config(yaml.safe_load(cfg.to_yaml())) == cfg
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink_loop", "folder"])
+def test_an_input_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
+    """A FIFO as --config or --pred blocked the command forever; a symlink loop was called "does not exist".
+    Each is refused at once with what it is, for the config and for a prediction file."""
+    import os
+    import threading
+
+    from generator.validate.score import read_predictions
+    from schemas.errors import InputError
+
+    p = tmp_path / "input.json"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "symlink_loop":
+        os.symlink(tmp_path / "other", p)
+        os.symlink(p, tmp_path / "other")
+    else:
+        p.mkdir()
+    want = {"fifo": "is a FIFO", "symlink_loop": "is a symlink loop", "folder": "is a folder"}[kind]
+    for read, error in ((load_config, ConfigError), (read_predictions, InputError)):
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(_raised(read, str(p))), daemon=True)
+        t.start()
+        t.join(10)
+        if t.is_alive():  # unblock the reader so the test process can end, then fail
+            with open(p, "w") if kind == "fifo" else open(os.devnull, "w"):
+                pass
+            pytest.fail(f"{read.__name__} blocked on a {kind}")
+        assert isinstance(got[0], error) and want in str(got[0]) and str(p) in str(got[0]), got
+
+
+def _raised(fn, arg):
+    try:
+        fn(arg)
+    except Exception as err:  # noqa: BLE001 - the test inspects it
+        return err
+    return None

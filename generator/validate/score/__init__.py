@@ -43,6 +43,10 @@ def read_predictions(path: str):
 
     path = str(path)
     folder, name = path.rstrip("/").rsplit("/", 1) if "://" in path else os.path.split(os.path.abspath(path))
+    if "://" not in path:  # a FIFO would block, a symlink loop is not a missing file
+        from schemas.files import check_regular_file
+
+        check_regular_file(path, "prediction file")
     store = RunStore(folder)
     if not store.exists(name):
         raise InputError(f"prediction file {path} does not exist", file=path)
