@@ -110,6 +110,39 @@ def test_coasting_is_per_second(hz):
     assert len({int(o.track_id[0]) for o in out if len(o)}) == 1
 
 
+@pytest.mark.parametrize("apart_m, same_track", [(3.3, False), (0.2, True)])
+def test_a_static_object_vanishing_as_another_appears_nearby_is_not_one_track(apart_m, same_track):
+    """Two static traffic cones 3.3 m apart (the AV2 case): the first seen until frame 129, the second from frame
+    144 at 10 Hz. The coasting track's Mahalanobis gate had grown to metres: one track carried both cones'
+    identities and 14 invented boxes bridged them. Now two tracks, one identity each, no box without one; the
+    same cone seen again 0.2 m from where it was (centre noise) still continues its track. (In a frame that
+    moves with the ego, identity poses, no class speed bounds the gap: ``kalman_tracking(ground_frame=...)``.)"""
+    frames, hz = 160, 10
+    ts = (np.arange(frames) / hz * 1e6).astype(np.int64)
+    ego_x = 0.2 * np.arange(frames) / hz  # the ego creeps forward: its poses move, the tracking frame is the ground
+    dets = []
+    for k in range(frames):
+        c, tok = [], []
+        if k <= 129:
+            c, tok = c + [[30.0 - ego_x[k], 0.0, 0.5]], tok + ["cone-a"]
+        if k >= 144:
+            c, tok = c + [[30.0 - ego_x[k], -apart_m, 0.5]], tok + ["cone-b"]
+        n = len(c)
+        dets.append(Boxes3D(np.array(c, float).reshape(n, 3), np.tile([0.4, 0.4, 1.0], (n, 1)), np.zeros(n),
+                            np.full(n, "traffic_cone", dtype=object), score=np.ones(n),
+                            instance_token=np.array(tok, dtype=object)))
+    out = track_scene(ts, dets, TrackingConfig(), [SE3(np.eye(3), np.array([x, 0.0, 0.0])) for x in ego_x])
+    tokens: dict[int, set] = {}
+    for o in out:
+        for t, tok in zip(o.track_id, o.instance_token):
+            tokens.setdefault(int(t), set()).add(tok)
+    if same_track:
+        assert list(tokens.values()) == [{"cone-a", "cone-b", ""}]  # bridged across the gap: one object
+    else:
+        assert sorted(map(sorted, tokens.values())) == [["cone-a"], ["cone-b"]]
+        assert sum(len(o) for o in out) == 130 + 16  # the detections, nothing invented
+
+
 def test_low_score_detections_extend_tracks_but_never_start_them():
     cfg = TrackingConfig()
     low = cfg.kalman.high_score / 2

@@ -82,6 +82,8 @@ def test_labels_backend_scores_one_on_generated_logs(sweep_reports):
     assert t["AMOTP"] == pytest.approx(0.0, abs=1e-6)
     assert t["num_gt_tracks"] > 10
     assert a["agreement"] == 1.0 and a["compared"] > 1000 and a["unmatched_target"] == 0
+    ident = r["track_identity"]["all"]  # noise-free labels: one identity per track, every class
+    assert ident["merged_tracks"] == ident["bridge_boxes"] == 0 and ident["tracks"] >= t["num_gt_tracks"]
 
 
 def test_noise_sweep_moves_every_metric_the_expected_way(sweep_reports):
@@ -302,6 +304,27 @@ def test_cli_writes_reports_and_applies_gates(cli, synth_runs, sweep_reports, tm
                        "--min-nds", 0.9, "--min-amota", 0.999, "--max-idsw", 0, "--min-label-agreement", 0.999)
     assert code == 0, err
     assert json.loads((out / "report.json").read_text())["passed"] is True
+
+
+def test_track_identity_counts_merges_bridges_and_splits():
+    """Hand-built tracks: track 0 takes identity a then b with two boxes without identity between them (a merge,
+    2 bridge boxes), tracks 1 and 2 share identity c (a split), track 3 coasts inside identity d (no bridge),
+    an untracked box and another scene's identity a (a different object) count for nothing; a run whose boxes
+    carry no identity gets no figure."""
+    from generator.validate.identity import track_identity
+
+    rows = [("s0", 0, 0, "car", "a"), ("s0", 1, 0, "car", "a"), ("s0", 2, 0, "car", ""), ("s0", 3, 0, "car", ""),
+            ("s0", 4, 0, "car", "b"), ("s0", 5, 0, "car", "b"), ("s0", 0, 1, "traffic_cone", "c"),
+            ("s0", 5, 2, "traffic_cone", "c"), ("s0", 0, 3, "car", "d"), ("s0", 1, 3, "car", ""),
+            ("s0", 2, 3, "car", "d"), ("s0", 3, -1, "car", "e"), ("s1", 0, 0, "car", "a"), ("s1", 1, 0, "car", "")]
+    t = pa.table({"scene_id": [r[0] for r in rows], "frame_index": pa.array([r[1] for r in rows], pa.int32()),
+                  "track_id": pa.array([r[2] for r in rows], pa.int64()), "class_name": [r[3] for r in rows],
+                  "instance_token": [r[4] for r in rows]})
+    got = track_identity(t.take(np.random.default_rng(0).permutation(t.num_rows)))  # any row order
+    assert got["all"] == {"tracks": 5, "identities": 5, "merged_tracks": 1, "bridge_boxes": 2, "split_identities": 1}
+    assert got["per_class"]["traffic_cone"] == {"tracks": 2, "identities": 1, "merged_tracks": 0, "bridge_boxes": 0,
+                                                "split_identities": 1}
+    assert track_identity(t.set_column(4, "instance_token", pa.array([""] * t.num_rows))) is None
 
 
 def test_gate_without_its_figure_fails():

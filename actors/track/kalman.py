@@ -22,7 +22,11 @@ Each frame (time order): every live track is predicted to the frame's time. Dete
 left to the tracks that are coasting (so a track that keeps missing never takes the detection of one that
 does not, DeepSORT's cascade in two levels). The cost of a pair is the negative log-likelihood of the centre
 innovation ``d^2 / S + 2 ln S`` with ``S = Ppp + r`` (track + detection variance: a distance normalised by
-box size and state uncertainty), allowed only where ``d^2 / S <= gate_chi2``. Then the lower-scored
+box size and state uncertainty), allowed only where ``d^2 / S <= gate_chi2``. The state's uncertainty grows
+with every miss (after 1.5 s a static cone's gate spans metres), so where the frame is the ground (the
+log's poses move) a coasting track also needs the detection within ``clip(gates_mps[class] x gap,
+min_gate_m, linking.d_max_m)`` of its prediction (the limit of fragment linking) plus what the detection's
+noise allows: two static cones 3 m apart, one vanishing as the other appears, stay two tracks. Then the lower-scored
 detections are assigned the same way to the confirmed tracks left unmatched (ByteTrack's second stage).
 Matched tracks are updated; unmatched high-score detections start tentative tracks; unmatched low-score
 detections are dropped. A tentative track becomes confirmed at ``confirm_hits`` matches (all its boxes are
@@ -105,10 +109,12 @@ def _transition(dt: float, size_q: float, yaw_q: float) -> np.ndarray:
 
 
 def _assign(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarray, state: np.ndarray,
-            gate: float) -> tuple[np.ndarray, np.ndarray]:
+            gate: float, reach_m: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Detections ``dets`` (D,) (indices into meas (N, 10) and cls (N,)) against live tracks ``tracks`` (T,) (rows
     of state (L, NCOL)). Returns (detection indices (K,), track rows (K,)) of the minimum-cost assignment among
-    allowed pairs (same class, squared Mahalanobis distance within ``gate``)."""
+    allowed pairs (same class, squared Mahalanobis distance within ``gate``, and, where ``reach_m`` (T,) is given,
+    the centre within that reach of the track's prediction plus what the detection's own noise allows,
+    ``sqrt(gate r)``)."""
     if len(dets) == 0 or len(tracks) == 0:
         return dets[:0], tracks[:0]
     st = state[tracks][:, [X, Y, PPP, CLS]].T  # (4, T)
@@ -118,6 +124,8 @@ def _assign(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndar
     s = st[2] + m_d[2, :, None]
     m = (dx * dx + dy * dy) / s
     ok = (m <= gate) & (cls[dets][:, None] == st[3])
+    if reach_m is not None:
+        ok &= dx * dx + dy * dy <= (reach_m[None, :] + np.sqrt(gate * m_d[2, :, None])) ** 2
     rows_n, cols_n = ok.sum(axis=1), ok.sum(axis=0)
     if not rows_n.any():
         return dets[:0], tracks[:0]
@@ -210,14 +218,17 @@ def _update(g: np.ndarray, m: np.ndarray, mz: np.ndarray, mscore: np.ndarray, t:
 
 def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z: np.ndarray, vel: np.ndarray,
                     size: np.ndarray, yaw: np.ndarray, score: np.ndarray, cls: np.ndarray,
-                    cfg: TrackingConfig) -> KalmanTracks:
+                    cfg: TrackingConfig, ground_frame: bool = True) -> KalmanTracks:
     """Track one scene. Frames: t_s (F,) seconds, increasing; frame_start (F + 1,) offsets of each frame's boxes.
     Boxes (N, sorted by frame), all in one common frame (global): centre xy (N, 2) and z (N,), velocity (N, 2)
     (NaN = the detector gives none), size (N, 3) lwh, yaw (N,), score (N,), class index (N,) (-1 = unknown).
-    See the module docstring."""
+    ``ground_frame``: the common frame is the ground (the log's poses move), so a class's plausible speed
+    bounds how far a coasting track may stray; False for a frame that moves with the ego. See the module
+    docstring."""
     k = cfg.kalman
     n = len(xy)
     f = len(t_s)
+    stray_mps = gate_speeds(cfg)  # per class index (-1: unknown, the largest): how far a coasting track may stray
     t_box = np.repeat(t_s, np.diff(frame_start))
     # Boxes without a finite centre, size and yaw cannot be filtered: each is a track of its own, always output
     # (the pipeline records why it drops them), and never matched.
@@ -261,7 +272,13 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
             taken = np.zeros(e - s, dtype=bool)
             taken[di - s] = True
             if len(di) < len(hi) and len(di) < len(rows):
-                d1, t1 = _assign(hi[~taken[hi - s]], rows[~fresh], meas, cls, state, k.gate_chi2)
+                # coasting tracks: the Mahalanobis gate widens with every miss (a static cone's after 1.5 s
+                # spans 11 m); the detection must also lie where the class can stray from the prediction in
+                # the gap (as fragment linking's limit: clip(gates_mps x gap, min_gate_m, linking.d_max_m))
+                old = rows[~fresh]
+                reach = np.clip(stray_mps[state[old, CLS].astype(np.int64)] * (tk - state[old, T_MATCH]),
+                                cfg.min_gate_m, cfg.linking.d_max_m) if ground_frame else None
+                d1, t1 = _assign(hi[~taken[hi - s]], old, meas, cls, state, k.gate_chi2, reach)
                 taken[d1 - s] = True
                 di, ti = np.concatenate([di, d1]), np.concatenate([ti, t1])
             if len(lo) and len(ti) < len(rows):

@@ -218,7 +218,8 @@ def _kalman_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, c
     # tracked state then, so the filter uses centres only.
     static_ego = bool(np.all(R == R[:1]) and np.all(tr == tr[:1]))
     v_meas = np.full_like(vg, np.nan) if static_ego else vg
-    res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, allb.score, cls, cfg)
+    res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, allb.score, cls, cfg,
+                          ground_frame=not static_ego)
     keep = np.nonzero(res.track_of_box >= 0)[0]
     m = len(res.coast_frame)
     c_glob = np.column_stack([res.coast_xy, res.coast_z])

@@ -126,6 +126,16 @@ def to_markdown(r: dict) -> str:
         L.append(f"| {c} | {m['num_gt_tracks']} | {_fmt(m['amota'])} | {_fmt(m['amotp'])} | {_fmt(m['recall'])} | "
                  f"{_fmt(m['mota'])} | {_fmt(m['motp'])} | {_fmt(_count(m['ids']))} | {_fmt(_count(m['frag']))} | "
                  f"{_fmt(_count(m['fp']))} | {_fmt(_count(m['fn']))} |")
+    ident = r.get("track_identity")
+    if ident is not None:
+        L += ["", "## Track identities (every class, any range)", "",
+              "The logs' own identity of each box (`instance_token`) against its track: a merged track carries "
+              "two or more identities, a bridge box (no identity) lies in a track between two different ones, a "
+              "split identity spans two or more tracks.", "",
+              "| Class | Tracks | Identities | Merged tracks | Bridge boxes | Split identities |", "|---|---|---|---|---|---|"]
+        for c, m in [*ident["per_class"].items(), ("all", ident["all"])]:
+            L.append(f"| {c} | {m['tracks']} | {m['identities']} | {m['merged_tracks']} | {m['bridge_boxes']} | "
+                     f"{m['split_identities']} |")
     if a is not None:
         L += ["", "## Label noise (QA re-run on the labels)", "", a.get("note", ""), ""]
         if a.get("by_question_type"):

@@ -328,6 +328,9 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
 
         agreement = label_agreement(rd, es, open_source_of(rd, opts), run_config(rd))
         timings["label_agreement_s"] = time.perf_counter() - t1
+    from generator.validate.identity import track_identity
+
+    identity = track_identity(rd.objects)  # every class, any range: what the devkit's tracking classes leave out
     timings["total_s"] = time.perf_counter() - t0
 
     report = {
@@ -341,6 +344,7 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
                    "objects_off_samples": es.objects_off_samples, "objects_over_cap": p.boxes_over_cap},
         "detection": detection,
         "tracking": tracking,
+        "track_identity": identity,
         "label_agreement": agreement,
         "options": {k: v for k, v in asdict(opts).items() if k != "gates"},
         "timings": timings,
