@@ -35,7 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
         mod = importlib.import_module(name)
         p = mod.add_parser(sub)
         p.set_defaults(_main=mod.main)
+        _plain_help(p)
     return parser
+
+
+def _plain_help(p: argparse.ArgumentParser) -> None:
+    """The commands' help is written from their docstrings, which mark code with reST's double backticks; a
+    terminal shows plain text."""
+    p.description = p.description and p.description.replace("``", "")
+    p.epilog = p.epilog and p.epilog.replace("``", "")
+    for action in p._actions:
+        if isinstance(action.help, str):
+            action.help = action.help.replace("``", "")
 
 
 def main(argv: list[str] | None = None) -> int:

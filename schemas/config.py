@@ -833,12 +833,36 @@ def _shown(value) -> str:
     return text if len(text) <= _SHOWN_INPUT_CHARS else f"{text[:_SHOWN_INPUT_CHARS]}... ({len(text)} chars)"
 
 
+def _known_keys(loc: tuple) -> list[str]:
+    """The keys the config accepts beside the one at ``loc`` (its parent section's fields)."""
+    model = PipelineConfig
+    fields = {**model.model_fields, **config_sections()}
+    for part in loc[:-1]:
+        sub = fields.get(part)
+        ann = sub if isinstance(sub, type) else getattr(sub, "annotation", None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        fields = dict(ann.model_fields)
+    return list(fields)
+
+
+def _did_you_mean(loc: tuple) -> str:
+    """' (did you mean 'x'?)' for a misspelt key with a close known one, else ''."""
+    import difflib
+
+    if not loc or not isinstance(loc[-1], str):
+        return ""
+    close = difflib.get_close_matches(loc[-1], _known_keys(loc), n=1, cutoff=0.75)
+    return f"; did you mean '{'.'.join(map(str, (*loc[:-1], close[0])))}'?" if close else ""
+
+
 def _format_errors(err: ValidationError, where: str) -> str:
     lines = []
     for e in err.errors()[:20]:
         loc = ".".join(str(p) for p in e["loc"]) or "<root>"
         got = "" if e["type"] == "missing" or isinstance(e.get("input"), dict) else f" (got {_shown(e.get('input'))})"
-        lines.append(f"{where}: field '{loc}': {e['msg']}{got}")
+        hint = _did_you_mean(tuple(e["loc"])) if e["type"] == "extra_forbidden" else ""
+        lines.append(f"{where}: field '{loc}': {e['msg']}{got}{hint}")
     more = err.error_count() - 20
     return "invalid config\n  " + "\n  ".join(lines) + (f"\n  ... and {more} more" if more > 0 else "")
 

@@ -270,3 +270,23 @@ def test_av2_nan_annotation(av2_copy):
     set_column(d / "annotations.feather", "tx_m", poison)
     with pytest.raises(SourceError, match="non-finite"):
         AV2Source(d).load_scene(AV2_LOG)
+
+
+def test_the_wrong_source_kind_names_the_right_one(av2_log, tmp_path):
+    """``--source nuscenes`` on a folder of AV2 logs (or a JAAD folder) said "pass version=": it now says which
+    source the folder looks like; several nuScenes versions name the --version flag."""
+    from generator.sources import SourceError, open_source
+
+    with pytest.raises(SourceError, match=r"looks like Argoverse 2 logs .*use --source av2"):
+        open_source("nuscenes", av2_log.parent)
+    jaad = tmp_path / "jaad"
+    (jaad / "annotations").mkdir(parents=True)
+    (jaad / "annotations" / "video_0001.xml").write_text("<annotations/>")
+    with pytest.raises(SourceError, match=r"looks like a JAAD folder .*use --source jaad"):
+        open_source("nuscenes", jaad)
+    for v in ("v1.0-mini", "v1.0-trainval"):
+        (tmp_path / "ns" / v).mkdir(parents=True)
+        (tmp_path / "ns" / v / "scene.json").write_text("[]")
+    with pytest.raises(SourceError, match=r"several nuScenes versions \(v1.0-mini, v1.0-trainval\): choose one with "
+                                          r"--version v1.0-mini"):
+        open_source("nuscenes", tmp_path / "ns")

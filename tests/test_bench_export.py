@@ -314,7 +314,9 @@ def test_cli(tmp_path, capsys):
     assert main(["export_bench", str(tmp_path / "nothing")]) == 2
     assert "not a drivegen run folder" in capsys.readouterr().err
     assert main(["export_bench", str(br.run), "--split", "train", "--out", str(tmp_path / "o2")]) == 0
-    assert json.loads((tmp_path / "o2" / "export_summary.json").read_text())["groups"] == 0
+    empty = json.loads((tmp_path / "o2" / "export_summary.json").read_text())
+    assert empty["groups"] == 0  # the run's scenes are all in val: it says so, not "no rows"
+    assert empty["why_empty"].startswith("no scene of the run is in split train (its QA rows are in val;"), empty
 
 
 # --- the scenario classifier against scripted scenes -----------------------------------------------

@@ -211,3 +211,16 @@ def _raised(fn, arg):
     except Exception as err:  # noqa: BLE001 - the test inspects it
         return err
     return None
+
+
+@pytest.mark.parametrize("data, hint", [
+    ({"qa": {"familes": ["ego_spatial"]}}, "did you mean 'qa.families'?"),
+    ({"detetion": {}}, "did you mean 'detection'?"),
+    ({"tracking": {"kalman": {"gate_chi": 3}}}, "did you mean 'tracking.kalman.gate_chi2'?"),
+    ({"bench": {"exprt": False}}, "did you mean 'bench.export'?"),  # a family's section
+    ({"zzz": 1}, None),
+])
+def test_a_misspelt_key_is_refused_with_the_closest_known_one(data, hint):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert (hint in str(err.value)) if hint else ("did you mean" not in str(err.value))

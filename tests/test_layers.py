@@ -59,3 +59,4 @@ def test_the_core_importing_a_family_breaks_it(tmp_path):
     r = _copy_with(tmp_path / "b", "generator/commands/run.py", "from generator.families.pie import FAMILY")
     assert r.returncode != 0
     assert "the core never imports a paper family BROKEN" in r.stdout, r.stdout[-3000:]
+

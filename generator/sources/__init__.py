@@ -83,10 +83,20 @@ def _labels_required(cfg) -> bool:
 def _detect_version(dataroot: Path) -> str:
     """The single table folder (``<dataroot>/<version>/scene.json``) under a nuScenes dataroot."""
     found = sorted(p.parent.name for p in dataroot.glob("*/scene.json"))
-    if len(found) != 1:
-        raise SourceError(f"cannot tell the nuScenes version: table folders with scene.json: {found or 'none'}; "
-                          f"pass version=", file=str(dataroot), stage="open")
-    return found[0]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise SourceError(f"{dataroot} holds several nuScenes versions ({', '.join(found)}): choose one with "
+                          f"--version {found[0]}", file=str(dataroot), stage="open")
+    from generator.sources.av2 import POSES_FILE
+
+    hint = ""
+    if (dataroot / POSES_FILE).is_file() or any(dataroot.glob(f"*/{POSES_FILE}")):
+        hint = f"; it looks like Argoverse 2 logs ({POSES_FILE}): use --source av2"
+    elif any((dataroot / "annotations").glob("video_*.xml")):
+        hint = "; it looks like a JAAD folder (annotations/video_*.xml): use --source jaad"
+    raise SourceError(f"{dataroot} is not a nuScenes dataroot: no <version>/scene.json table folder{hint}",
+                      file=str(dataroot), stage="open")
 
 
 def open_source(kind: str, path, cfg=None, **kw) -> LogSource:

@@ -70,7 +70,7 @@ def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConf
     try:
         summary = write_bench(groups, built, cfg.qa.decimals, image_root, drops, publishers)
         if not groups:
-            summary["why_empty"] = _why_no_groups(reader, drops)
+            summary["why_empty"] = _why_no_groups(reader, drops, splits)
             (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
         replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
     finally:
@@ -78,11 +78,17 @@ def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConf
     return summary
 
 
-def _why_no_groups(reader: RunReader, drops: Counter) -> str:
-    """Why an export holds no group, in words: the reason most candidates were dropped for (with its
-    count and what it means, ``bench_export.DROP_REASONS``), then the other reasons' counts."""
+def _why_no_groups(reader: RunReader, drops: Counter, splits: list[str] | None = None) -> str:
+    """Why an export holds no group, in words: no scene in the splits asked for; else the reason most
+    candidates were dropped for (with its count and what it means, ``bench_export.DROP_REASONS``), then the
+    other reasons' counts."""
     if not reader.scene_ids():
         return "the run has no finished scene"
+    if splits:
+        held = sorted({p.rsplit("/", 1)[-1].split("-", 1)[0] for p in reader.files("qa")})
+        if not set(held) & set(splits):
+            return (f"no scene of the run is in split {', '.join(splits)} (its QA rows are in "
+                    f"{', '.join(held) or 'no split'}; qa.val_fraction decides a scene's split)")
     drops = Counter({k: v for k, v in drops.items() if v})
     if drops:
         (top, n), *rest = drops.most_common()
