@@ -175,9 +175,12 @@ def test_camera_images_are_matched_and_motion_compensated(av2_log, tmp_path, sce
     f10 = scene.frames[10]
     t_img = int(f10.token) + 30_000_000  # 30 ms after sweep 10
     cv2.imwrite(str(cam_dir / f"{t_img}.jpg"), np.zeros((2048, 1550, 3), np.uint8))
+    t_img2 = int(scene.frames[30].token) - 20_000_000  # 20 ms before sweep 30: each sweep finds its own image
+    cv2.imwrite(str(cam_dir / f"{t_img2}.jpg"), np.zeros((2048, 1550, 3), np.uint8))
     got = AV2Source(d).load_scene(LOG)
     paths = [f.image_paths["ring_front_center"] for f in got.frames]
-    assert paths[10].endswith(f"{t_img}.jpg") and sum(bool(p) for p in paths) == 1  # 70 ms from sweep 11
+    assert paths[10].endswith(f"{t_img}.jpg") and paths[30].endswith(f"{t_img2}.jpg")
+    assert sum(bool(p) for p in paths) == 2  # 70 ms from sweep 11, 80 ms from sweep 29
     assert load_image(got.frames[10], "ring_front_center").shape == (2048, 1550, 3)
 
     poses = feather.read_table(d / "city_SE3_egovehicle.feather")

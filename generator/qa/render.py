@@ -38,7 +38,8 @@ def format_fixed(values: np.ndarray, decimals: int, suffix: str = "") -> pa.Arra
     v = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(v)
     scale = 10 ** decimals
-    scaled = np.rint(np.where(finite, np.abs(v), 0.0) * scale)
+    with np.errstate(over="ignore"):  # |v| * scale beyond float64 is inf: one of the 'huge' rows below
+        scaled = np.rint(np.where(finite, np.abs(v), 0.0) * scale)
     huge = scaled >= _EXACT_INTEGERS  # also |v| * scale = inf
     any_huge = bool(huge.any())
     if any_huge:

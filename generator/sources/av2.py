@@ -25,7 +25,7 @@ from generator.geometry import SE3, quat_wxyz_to_matrix, yaw_of_matrix
 from generator.sources.av2_classes import AV2_TO_NUSCENES
 from generator.sources.base import LogSource
 from generator.sources.io import check_lidar
-from generator.sources.keyframes import nearest_indices, select_anchors
+from generator.sources.keyframes import nearest_frame_rows, select_anchors
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
 from generator.sources.remote import RemoteRoot, is_remote
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
@@ -336,8 +336,8 @@ class AV2Source(LogSource):
     def _nearest_image(index, ts: int) -> tuple[str, int]:
         if index is None:
             return "", 0
-        stamps, files = index
-        j = int(nearest_indices(stamps, np.array([ts]))[0])
+        stamps, files = index  # nanoseconds: matched as integers (in seconds they would not fit an int64 in us)
+        j = int(nearest_frame_rows(np.zeros(len(stamps)), stamps, np.zeros(1), np.array([ts], np.int64))[0])
         if abs(int(stamps[j]) - int(ts)) > IMAGE_MATCH_TOL_NS:
             return "", 0
         return str(files[j]), int(stamps[j])
