@@ -33,8 +33,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--source", choices=("nuscenes", "av2", "jaad"), default=None,
                    help="log format of --data (default without --data: generated nuScenes-format logs; jaad: "
                         "camera-only videos: each paper family's video labels, see generator.pipeline.video)")
-    p.add_argument("--data", default=None, help="nuScenes dataroot or AV2 folder (of logs, or one log), local or a "
-                   "URI such as s3://bucket/nuscenes (read through each node's cache: sources.cache_dir)")
+    p.add_argument("--data", default=None, help="the logs: a nuScenes dataroot, an AV2 folder (of logs, or one log) or "
+                   "a JAAD folder (annotations/, clips/), local or a URI such as s3://bucket/nuscenes (read through "
+                   "each node's cache: sources.cache_dir)")
     p.add_argument("--version", default=None, help="nuScenes table version (default: the only one present)")
     p.add_argument("--config", default=None, help="pipeline config YAML (default: built-in paper defaults)")
     p.add_argument("--address", default=None,
