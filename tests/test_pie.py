@@ -216,6 +216,59 @@ def test_named_errors_and_other_videos_continue(jaad_dir):
     assert t3.errors[0].file.endswith("clips/video_0001.mp4")
 
 
+def _edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, count))
+
+
+@pytest.mark.parametrize("case, file, words", [
+    ("pedestrian listed twice", "annotations_attributes/{v}_attributes.xml", ["0_1_1b", "listed twice"]),
+    ("crossing 7", "annotations_attributes/{v}_attributes.xml", ["'0_1_1b' crossing", "is 7, not one of"]),
+    ("crossing_point beyond the video", "annotations_attributes/{v}_attributes.xml",
+     ["crossing_point", "'5000'", "outside [-1, 199]"]),
+    ("vehicle frame twice", "annotations_vehicle/{v}_vehicle.xml", ["vehicle frame 5 is listed twice"]),
+    ("video in train and val", "split_ids", ["listed in two splits", "train.txt and val.txt"]),
+    ("box frame 0.7", "annotations/{v}.xml", ["frame of 0_1_1b", "not a whole number", "'0.7'"]),
+    ("width inf", "annotations/{v}.xml", ["image width", "not a whole number", "'inf'"]),
+    ("size 2e9", "annotations/{v}.xml", ["number of frames", "outside [1, 1000000]"]),
+    ("100,000-character id", "annotations/{v}.xml", ["100000 characters long"]),
+])
+def test_hostile_or_inconsistent_annotations_are_refused_naming_file_and_field(jaad_dir, case, file, words):
+    """Each was read silently (the last duplicate won, '7' read as 0, a crossing point past the video's end,
+    0.7 truncated to 0) or failed with a bare Python error and no file; now the video is refused with its file
+    and field named (a quoted id cut short), and the other videos are read."""
+    v = "video_0002"
+    good_video(jaad_dir, v)
+    ann, attrs = jaad_dir / "annotations" / f"{v}.xml", jaad_dir / "annotations_attributes" / f"{v}_attributes.xml"
+    if case == "pedestrian listed twice":
+        text = attrs.read_text()
+        dup = text[text.index("<pedestrian"):text.index("/>") + 2].replace('crossing="1"', 'crossing="0"')
+        attrs.write_text(text.replace("</ped_attributes>", dup + "</ped_attributes>"))
+    elif case == "crossing 7":
+        _edit(attrs, 'crossing="1"', 'crossing="7"')
+    elif case == "crossing_point beyond the video":
+        _edit(attrs, 'crossing_point="150"', 'crossing_point="5000"')
+    elif case == "vehicle frame twice":
+        _edit(jaad_dir / "annotations_vehicle" / f"{v}_vehicle.xml", 'id="6" />', 'id="5" />')
+    elif case == "video in train and val":
+        (jaad_dir / "split_ids" / "default" / "val.txt").write_text(v + "\n")
+    elif case == "box frame 0.7":
+        _edit(ann, '<box frame="0"', '<box frame="0.7"')
+    elif case == "width inf":
+        _edit(ann, "<width>1920</width>", "<width>inf</width>")
+    elif case == "size 2e9":
+        _edit(ann, "<size>200</size>", "<size>2000000000</size>")
+    else:
+        _edit(ann, ">0_1_1b<", ">" + "x" * 100_000 + "<", count=-1)
+    t = read_jaad(jaad_dir)
+    assert t.video_ids == ["video_0001"], [e.message for e in t.errors]
+    [err] = t.errors
+    assert err.scene == v and err.file.endswith(file.format(v=v)), err.file
+    assert all(w in err.message for w in words), err.message
+    assert len(err.message) < 400
+
+
 def _make_mp4(path: Path, n: int = 40, w: int = 64, h: int = 48):
     cv2 = pytest.importorskip("cv2")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -120,15 +120,23 @@ def list_videos(root: str | os.PathLike) -> list[str]:
     return sorted(p.stem for p in d.glob("video_*.xml"))
 
 
+SPLIT_CONFLICT = "conflict"  # read_splits' value for a video listed in two split files (read_video refuses it)
+
+
 def read_splits(root: str | os.PathLike, variant: str = "default") -> dict[str, str]:
-    """video_id -> 'train' | 'val' | 'test' from ``split_ids/<variant>/``; {} when the folder is absent."""
+    """video_id -> 'train' | 'val' | 'test' from ``split_ids/<variant>/``; {} when the folder is absent. A video
+    listed in two of the files maps to ``SPLIT_CONFLICT:<files>`` (that video is refused, the others go on)."""
     out: dict[str, str] = {}
     d = Path(root) / "split_ids" / variant
     for split in JAAD_SPLITS:
         p = d / f"{split}.txt"
         if p.is_file():
             for line in p.read_text().split():
-                out[line.strip()] = split
+                vid = line.strip()
+                if vid in out and out[vid] != split:
+                    out[vid] = f"{SPLIT_CONFLICT}:{out[vid]}.txt and {split}.txt"
+                else:
+                    out[vid] = split
     return out
 
 
@@ -143,12 +151,31 @@ def _parse(path: Path, video_id: str) -> ET.Element:
         raise SourceError(f"{video_id}: cannot read ({err.strerror or err})", scene=video_id, file=str(path)) from None
 
 
-def _int(text, what: str, video_id: str, path: Path) -> int:
+MAX_IMAGE_SIDE_PX = 16_384  # larger than any camera image: a bigger size is an error, not an allocation
+MAX_VIDEO_FRAMES = 1_000_000  # 9 hours at 30 fps (JAAD's clips: 60-600 frames)
+_INT32 = 2 ** 31
+
+
+def _shown(text, limit: int = 40) -> str:
+    """A value from the file as a message quotes it: at most ``limit`` characters."""
+    t = str(text)
+    return repr(t) if len(t) <= limit else repr(t[:limit]) + f"... ({len(t)} characters)"
+
+
+def _int(text, what: str, video_id: str, path: Path, lo: int = -_INT32, hi: int = _INT32 - 1) -> int:
+    """A whole number in [lo, hi] from the file: '0.7', 'inf', 'nan', '1e12' for a frame index, or text, are
+    refused naming the field (never truncated, never a bare Python error)."""
     try:
-        return int(float(text))
+        v = float(text)
     except (TypeError, ValueError):
-        raise SourceError(f"{video_id}: {what} is not a number ({str(text)[:40]!r})", scene=video_id,
+        raise SourceError(f"{video_id}: {what} is not a number ({_shown(text)})", scene=video_id,
                           file=str(path)) from None
+    if not math.isfinite(v) or v != int(v):
+        raise SourceError(f"{video_id}: {what} is not a whole number ({_shown(text)})", scene=video_id,
+                          file=str(path))
+    if not lo <= v <= hi:
+        raise SourceError(f"{video_id}: {what} {_shown(text)} is outside [{lo}, {hi}]", scene=video_id, file=str(path))
+    return int(v)
 
 
 def _read_annotations(root, video_id: str, cfg: JaadReading) -> tuple[dict, dict[str, list]]:
@@ -157,9 +184,9 @@ def _read_annotations(root, video_id: str, cfg: JaadReading) -> tuple[dict, dict
     task = xml.find("meta/task")
     if task is None or task.find("original_size/width") is None:
         raise SourceError(f"{video_id}: no meta/task/original_size in the annotation", scene=video_id, file=str(path))
-    width = _int(task.findtext("original_size/width"), "image width", video_id, path)
-    height = _int(task.findtext("original_size/height"), "image height", video_id, path)
-    num_frames = _int(task.findtext("size"), "number of frames", video_id, path)
+    width = _int(task.findtext("original_size/width"), "image width", video_id, path, 1, MAX_IMAGE_SIDE_PX)
+    height = _int(task.findtext("original_size/height"), "image height", video_id, path, 1, MAX_IMAGE_SIDE_PX)
+    num_frames = _int(task.findtext("size"), "number of frames", video_id, path, 1, MAX_VIDEO_FRAMES)
     if width <= 0 or height <= 0 or num_frames <= 0:
         raise SourceError(f"{video_id}: image size {width}x{height}, {num_frames} frames", scene=video_id,
                           file=str(path))
@@ -184,6 +211,9 @@ def _read_annotations(root, video_id: str, cfg: JaadReading) -> tuple[dict, dict
             pid = pid or attrs.get("id")
             if not pid:
                 raise SourceError(f"{video_id}: a {label} track without an id", scene=video_id, file=str(path))
+            if len(pid) > 200:
+                raise SourceError(f"{video_id}: a {label} track's id is {len(pid)} characters long "
+                                  f"({_shown(pid)})", scene=video_id, file=str(path))
             frame = _int(box.get("frame"), f"frame of {pid}", video_id, path)
             try:
                 x1, y1, x2, y2 = (float(box.get(k)) for k in ("xtl", "ytl", "xbr", "ybr"))
@@ -225,17 +255,40 @@ def _read_annotations(root, video_id: str, cfg: JaadReading) -> tuple[dict, dict
     return meta, cols
 
 
-def _read_attributes(root, video_id: str) -> dict[str, list]:
+# JAAD's coding of the attributes (its data interface, jaad_data.py): crossing 1 crossing, 0 not, -1 irrelevant;
+# crossing_point / decision_point a frame of the video, -1 for none
+_CROSSING_CODES = (-1, 0, 1)
+
+
+def _read_attributes(root, video_id: str, num_frames: int) -> dict[str, list]:
     path = annotation_path(root, video_id, "annotations_attributes")
     xml = _parse(path, video_id)
     cols: dict[str, list] = {n: [] for n in PEDESTRIANS_SCHEMA.names}
+    seen: set = set()
     for p in xml.iter("pedestrian"):
+        pid = p.get("id")
+        if pid in seen:
+            raise SourceError(f"{video_id}: pedestrian {_shown(pid)} is listed twice", scene=video_id, file=str(path))
+        seen.add(pid)
         cols["video_id"].append(video_id)
-        cols["ped_id"].append(p.get("id"))
+        cols["ped_id"].append(pid)
         cols["old_id"].append(p.get("old_id"))
         for a in PED_ATTRIBUTES_INT:
             v = p.get(a)
-            cols[a].append(None if v is None else _int(v, f"{p.get('id')} {a}", video_id, path))
+            what = f"{_shown(pid)} {a}"
+            if v is None:
+                cols[a].append(None)
+            elif a == "crossing":
+                c = _int(v, what, video_id, path)
+                if c not in _CROSSING_CODES:
+                    raise SourceError(f"{video_id}: {what} is {c}, not one of {_CROSSING_CODES} (irrelevant, not "
+                                      "crossing, crossing)", scene=video_id, file=str(path))
+                cols[a].append(c)
+            elif a in ("crossing_point", "decision_point"):
+                cols[a].append(_int(v, f"{what} (a frame of the video's {num_frames}, or -1)", video_id, path, -1,
+                                    num_frames - 1))
+            else:
+                cols[a].append(_int(v, what, video_id, path, 0))
         for a in PED_ATTRIBUTES_STR:
             cols[a].append(p.get(a))
     return cols
@@ -244,7 +297,7 @@ def _read_attributes(root, video_id: str) -> dict[str, list]:
 def _read_vehicle(root, video_id: str, num_frames: int) -> dict[str, list]:
     path = annotation_path(root, video_id, "annotations_vehicle")
     xml = _parse(path, video_id)
-    frames, actions = [], []
+    frames, actions, seen = [], [], set()
     for f in xml.iter("frame"):
         a = f.get("action")
         if a not in JAAD_VEHICLE_ACTIONS:
@@ -254,6 +307,9 @@ def _read_vehicle(root, video_id: str, num_frames: int) -> dict[str, list]:
         if not 0 <= frame < num_frames:
             raise SourceError(f"{video_id}: vehicle frame {frame} outside the video's {num_frames} frames",
                               scene=video_id, file=str(path))
+        if frames and frame in seen:
+            raise SourceError(f"{video_id}: vehicle frame {frame} is listed twice", scene=video_id, file=str(path))
+        seen.add(frame)
         frames.append(frame)
         actions.append(a)
     return {"video_id": [video_id] * len(frames), "frame": frames, "action": actions}
@@ -281,13 +337,17 @@ def read_video(root: str | os.PathLike, video_id: str, cfg: JaadReading | None =
     file and the video. ``require_clip``: its ``clips/<video>.mp4`` must exist too."""
     cfg = cfg or JaadReading()
     meta, boxes = _read_annotations(root, video_id, cfg)
-    peds = _read_attributes(root, video_id)
+    peds = _read_attributes(root, video_id, meta["num_frames"])
     vehicle = _read_vehicle(root, video_id, meta["num_frames"])
     road_type, traffic = _read_traffic(root, video_id)
     if require_clip and not clip_path(root, video_id).is_file():
         raise SourceError(f"{video_id}: missing video", scene=video_id, file=str(clip_path(root, video_id)))
     meta["road_type"] = road_type
     meta["split"] = (splits or {}).get(video_id)
+    if (meta["split"] or "").startswith(SPLIT_CONFLICT):
+        files = meta["split"].split(":", 1)[1]
+        raise SourceError(f"{video_id}: listed in two splits ({files} of split_ids/)", scene=video_id,
+                          file=str(Path(root) / "split_ids"))
     return {"videos": pa.Table.from_pylist([meta], schema=VIDEOS_SCHEMA),
             "boxes": pa.Table.from_pydict(boxes, schema=BOXES_SCHEMA),
             "pedestrians": pa.Table.from_pydict(peds, schema=PEDESTRIANS_SCHEMA),
