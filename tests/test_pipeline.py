@@ -362,7 +362,7 @@ def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tm
 
     # the run folder refuses a second run; --resume of a finished run does nothing and succeeds
     r = drivegen("run", "--out", a, "--scenes", 2, env={"DRIVEGEN_SYNTH_DIR": str(cache)})
-    assert r.returncode == 2 and "already holds a run" in r.stderr
+    assert r.returncode == 2 and "already holds a finished run: replace it with drivegen run --overwrite" in r.stderr
     r = drivegen("run", "--resume", a, "--local")
     assert r.returncode == 0 and "0 ok, 0 failed, 2 skipped" in r.stdout
     r = drivegen("run", "--resume", tmp_path / "nothing")
