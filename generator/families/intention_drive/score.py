@@ -13,7 +13,8 @@ Metrics: ADE and FDE (m, over the samples with a valid prediction); CR, the shar
 body hits a logged object (``generator.families.intention_drive.attributes.collisions``); ISR, the share of ALL samples
 whose prediction is collision-free and satisfies the instruction's success predicate (a missing or
 malformed prediction counts as a failure); ISR per instruction kind and level. Malformed predictions (unknown
-or duplicate sample id, wrong K, NaN, unparseable text) are listed per item in ``problems``.
+or duplicate sample id, wrong K, NaN, a waypoint beyond 10 km, unparseable text) are listed per item in
+``problems``.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from schemas.errors import InputError
 NAME = "intention"
 HELP = "Intention-Drive: ADE, FDE, collision rate, intent success rate"
 BASELINES = ("ground_truth", "constant_velocity", "stop", "mirror")
+MAX_WAYPOINT_M = 10_000.0  # a waypoint farther from the ego (within seconds) is no trajectory: a malformed prediction
 _PAIR = re.compile(r"\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)")
 
 
@@ -142,6 +144,10 @@ def load_predictions(pred: str, s, ins, ids: pa.Array) -> tuple[np.ndarray, list
             continue
         if not np.isfinite(wp).all():
             problems.append({"item": n, "sample_id": sid, "problem": "non-finite waypoint"})
+            continue
+        if np.abs(wp).max(initial=0.0) > MAX_WAYPOINT_M:
+            problems.append({"item": n, "sample_id": sid, "problem": f"waypoint beyond {MAX_WAYPOINT_M:g} m of the ego "
+                                                                      f"({np.abs(wp).max():.3g} m)"})
             continue
         out[where[sid]] = wp
     missing = [sid for sid in where if sid not in seen]
