@@ -52,6 +52,9 @@ def _plain_help(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     from schemas.errors import DrivegenError, InputError
 
+    for stream in (sys.stdout, sys.stderr):  # a value from the user's files that cannot be encoded (a lone
+        if hasattr(stream, "reconfigure"):  # surrogate in an id) is printed escaped, never a crash
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")

@@ -357,3 +357,27 @@ def test_overtake_targets_start_wholly_ahead_and_say_where_they_are(samples):
     length = s.obj_size_lw[t, 0]
     assert moved_to(cfg.ego.front_m + length / 2 + 0.5, -3.17)
     assert not moved_to(0.03, -3.17) and not moved_to(cfg.ego.front_m, -3.17)
+
+
+@pytest.mark.parametrize("case", ["deep_nesting", "huge_integer", "infinity_literal", "lone_surrogate_id",
+                                  "list_as_sample_id"])
+def test_hostile_prediction_files_never_crash_the_scorer(run_dir, tmp_path, capsys, case):
+    """Each was a traceback labelled "a bug in drivegen" (RecursionError, OverflowError, a UnicodeEncodeError on
+    print, TypeError): now unusable input (exit 2, the file named) or per-item problems (exit 0)."""
+    exp = pd.read_parquet(run_dir / "intention" / "planning_samples.parquet")
+    sid = exp.sample_id.iloc[0]
+    text = {"deep_nesting": "[" * 200_000 + "]" * 200_000,
+            "huge_integer": json.dumps([{"sample_id": sid, "waypoints": [[0, 0]] * 6}]).replace(
+                "[[0, 0]", "[[" + "9" * 400 + ", 0]", 1),
+            "infinity_literal": json.dumps([{"sample_id": sid, "waypoints": [[float("-inf"), 0.0]] * 6}]),
+            "lone_surrogate_id": '[{"sample_id": "x\\ud800", "waypoints": [[0, 0]]}]',
+            "list_as_sample_id": '[{"sample_id": [1], "waypoints": [[0, 0]]}]'}[case]
+    path = tmp_path / "pred.json"
+    path.write_text(text)
+    rc = cli(["score", "intention", "--pred", str(path), str(run_dir / "intention")])
+    out = capsys.readouterr()
+    assert "internal error" not in out.err and "Traceback" not in out.err
+    if case == "deep_nesting":
+        assert rc == 2 and "nested too deeply" in out.err and str(path) in out.err
+    else:
+        assert rc == 0 and "problems (" in out.out, out.out[-500:]

@@ -127,6 +127,9 @@ def load_predictions(pred: str, s, ins, ids: pa.Array) -> tuple[np.ndarray, list
     seen: set = set()
     for n, rec in enumerate(_records(pred)):
         sid = rec.get("sample_id") if isinstance(rec, dict) else None
+        if sid is not None and not isinstance(sid, str):
+            problems.append({"item": n, "sample_id": repr(sid)[:60], "problem": "sample_id is not a string"})
+            continue
         if sid not in where:
             problems.append({"item": n, "sample_id": sid, "problem": "unknown sample_id" if sid else "no sample_id"})
             continue
@@ -136,7 +139,7 @@ def load_predictions(pred: str, s, ins, ids: pa.Array) -> tuple[np.ndarray, list
         seen.add(sid)
         try:
             wp = np.asarray(_waypoints(rec), dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # (an integer of 400 digits is no coordinate either)
             wp = np.zeros((0,))
         if wp.ndim != 2 or wp.shape != (k, 2):
             problems.append({"item": n, "sample_id": sid, "problem": f"expected {k} [x, y] waypoints, got shape "

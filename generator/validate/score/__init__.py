@@ -27,12 +27,19 @@ def scorer(name: str):
     return importlib.import_module(known[name].scorer())
 
 
+def _json(text: str):
+    """JSON as predictions read it: an integer too long for any float becomes infinity (a non-finite value each
+    scorer reports per item) instead of overflowing later."""
+    import json
+
+    return json.loads(text, parse_int=lambda s: int(s) if len(s) <= 18 else float(s))
+
+
 def read_predictions(path: str):
     """The content of a prediction file, a local path or a URI: Parquet (recognised by its magic bytes) as a
     list of row dicts, JSON Lines (``.jsonl``) as a list, JSON as the parsed value; each scorer checks the shape
     it expects. ``InputError`` naming the file when it is missing or unreadable."""
     import io
-    import json
     import os
 
     import pyarrow as pa
@@ -62,7 +69,9 @@ def read_predictions(path: str):
     try:
         text = data.decode("utf-8")
         if name.endswith(".jsonl"):
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        return json.loads(text)
+            return [_json(line) for line in text.splitlines() if line.strip()]
+        return _json(text)
     except (ValueError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: predictions are neither Parquet nor JSON ({err})", file=path) from None
+        raise InputError(f"{path}: predictions are neither Parquet nor JSON ({str(err)[:200]})", file=path) from None
+    except RecursionError:
+        raise InputError(f"{path}: the JSON is nested too deeply to be predictions", file=path) from None
