@@ -6,7 +6,7 @@ declares a ``PaperFamily`` object. Everything drivegen does for a family it find
     config_section / config_model   its section of the root config (``cfg.<section>``, a pydantic model)
     tables()                        the per-scene run tables it writes (``schemas.layout.TableLayout``)
     derive(scene, cfg)              per 3D scene, in the attributes stage: {table name: Arrow table}
-    scene_counts(tables, cfg)       its counts of a scene for the manifest (summed into the run summary)
+    counts(tables, cfg)             its counts of a scene's or video's derived tables (manifest, summary)
     derive_video(video, cfg)        per camera-only video, in the video stage: {table name: Arrow table}
     video_settings / frames_to_extract   how camera-only videos are read; which frames a video's rows show
     qa_families() / template_dirs() its QA families (``generator.qa.fields.Family``) and YAML templates
@@ -111,11 +111,6 @@ class PaperFamily:
         ``labels``; returns tables named in ``tables()``. A pure function of its inputs."""
         return {}
 
-    def scene_counts(self, tables: dict[str, pa.Table], cfg) -> dict[str, int]:
-        """Counts of a 3D scene's derived ``tables`` (its ``derive``'s) for the scene's manifest; the run
-        summary sums them and hands the sums to ``summary``."""
-        return {}
-
     def derive_video(self, video, cfg) -> dict[str, pa.Table]:
         """Per camera-only video (``generator.pipeline.video.VideoInputs``), in the video stage."""
         return {}
@@ -129,8 +124,9 @@ class PaperFamily:
         """The frames of a video its derived ``tables`` name an extracted image for (an int array); None."""
         return None
 
-    def video_counts(self, tables: dict[str, pa.Table]) -> dict[str, int]:
-        """Counts of a video's derived tables for its manifest (summed into the run summary)."""
+    def counts(self, tables: dict[str, pa.Table], cfg) -> dict[str, int]:
+        """Counts of the tables its ``derive`` (a 3D scene) or ``derive_video`` (a video) just made, for the
+        scene's manifest; the run summary sums them and hands the sums to ``summary``."""
         return {}
 
     def qa_families(self) -> list:

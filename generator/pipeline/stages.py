@@ -134,7 +134,7 @@ def attributes(work: SceneWork, env: StageEnv) -> None:
     for fam in families().values():
         tables = fam.derive(scene, env.cfg)
         derived.update(tables)
-        work.counts.update(fam.scene_counts(tables, env.cfg))
+        work.counts.update(fam.counts(tables, env.cfg))
     work.described = Described(attrs, labels, derived)
 
 

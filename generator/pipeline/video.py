@@ -163,7 +163,7 @@ def video(work: SceneWork, env: StageEnv) -> None:
         for fam in families().values():
             tables = fam.derive_video(v, cfg)
             v.derived.update(tables)
-            work.counts.update(fam.video_counts(tables))
+            work.counts.update(fam.counts(tables, cfg))
     if v.clip is None:
         v.issues = pa.Table.from_pylist([{
             "scene_id": vid, "frame_index": -1, "stage": "video", "reason": "no_clip", "camera": VIDEO_CAMERA,

@@ -42,7 +42,7 @@ class DramaX(PaperFamily):
         table = video_intent(video, cfg)
         return {} if table is None else {"drama_video": table}
 
-    def video_counts(self, tables):
+    def counts(self, tables, cfg):
         t = tables.get("drama_video")
         return {} if t is None else {"image_intent": t.num_rows}
 

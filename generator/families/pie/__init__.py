@@ -45,7 +45,7 @@ class Pie(PaperFamily):
 
         return sample_frames(tables.get("pie_samples"))
 
-    def video_counts(self, tables):
+    def counts(self, tables, cfg):
         from generator.families.pie.attributes import video_sample_counts
 
         return video_sample_counts(tables.get("pie_samples"))

@@ -86,7 +86,7 @@ class LaneKeeping(PaperFamily):
         return LaneKeepingSummary(int(counts.get("lane_keyframes", 0)), int(counts.get("lane_kept", 0)),
                                   exp["folder"] if exp else None)
 
-    def scene_counts(self, tables, cfg):
+    def counts(self, tables, cfg):
         import numpy as np
 
         t = tables.get("lane_offsets")
