@@ -287,6 +287,12 @@ def _final_ego(xy: np.ndarray, body: EgoBodyConfig) -> tuple[np.ndarray, np.ndar
     return _ego_centre(xy[:, -1], yaw, body), yaw
 
 
+def wholly_ahead(s: PlanningSamples, obj: np.ndarray) -> np.ndarray:
+    """Objects ``obj`` (indices) whose box lies wholly ahead of the ego's front bumper now: a vehicle to get
+    past, or a target the instructions call "ahead" (one partly beside the ego is "beside us")."""
+    return s.obj_xy[obj, 0] - s.obj_size_lw[obj, 0] / 2 >= s.ego.front_m
+
+
 def target_gaps(s: PlanningSamples, target: np.ndarray, traj: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For trajectories (R, K, 2) and target objects (R,): at the end, the centre gap along the target's
@@ -360,8 +366,7 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
     add(smp[sel], "follow", target=sel, goal="behind", gap=cfg.follow_gap_m, lateral=cfg.lane_half_width_m)
     # ahead now: wholly ahead of the ego's front bumper (a vehicle beside the ego is not one to get past); past
     # at the end: measured from the ego's body centre, as target_gaps does
-    ahead_now = x - s.obj_size_lw[:, 0] / 2 >= s.ego.front_m if len(o) else np.zeros(0, bool)
-    sel = np.flatnonzero(vehicle & has_future & same_dir & ahead_now & (x <= cfg.overtake_max_ahead_m)
+    sel = np.flatnonzero(vehicle & has_future & same_dir & wholly_ahead(s, o) & (x <= cfg.overtake_max_ahead_m)
                          & (np.abs(y) <= cfg.overtake_max_lateral_m) & (moved >= cfg.moving_speed_mps)
                          & (along <= -cfg.overtake_clear_m))
     add(smp[sel], "overtake", target=sel, goal="ahead", gap=(-np.inf, -cfg.overtake_clear_m))

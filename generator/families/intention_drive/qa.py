@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex
-from generator.families.intention_drive.attributes import GOALS, KIND, instructions, planning_samples
+from generator.families.intention_drive.attributes import GOALS, KIND, instructions, planning_samples, wholly_ahead
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import Batch, Plan, keyframe_batch, single, vocabulary
 from generator.qa.render import format_fixed
@@ -109,8 +109,7 @@ def build(plan: Plan) -> list[Batch]:
             o = ins.target[sel]
             y = s.obj_xy[o, 1]
             pos = np.where(np.abs(y) <= cfg.intention.lane_half_width_m, 0, np.where(y > 0, 1, 2))
-            beside = (pos > 0) & (s.obj_xy[o, 0] <= cfg.ego.front_m)  # not ahead of the ego's front bumper
-            pos = np.where(beside, pos + 2, pos)
+            pos = np.where((pos > 0) & ~wholly_ahead(s, o), pos + 2, pos)  # "beside us on the left/right"
             text["position"] = vocabulary(_POSITIONS, pos)
             out.append(single(plan, qt, cand[sel], value, text=text,
                               quantities={"distance_m": np.hypot(s.obj_xy[o, 0], s.obj_xy[o, 1])}))
