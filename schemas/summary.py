@@ -83,6 +83,7 @@ class RunSummary:
     objects_dropped: dict[str, int] = field(default_factory=dict)  # projections dropped per reason
     failed_frames: dict[str, int] = field(default_factory=dict)  # frames skipped per stage
     this_run: dict[str, Any] = field(default_factory=dict)  # the manifests' counts of this call's scenes, summed
+    totals: dict[str, Any] = field(default_factory=dict)  # ... of every finished scene of the run's list, summed
     errors: list[dict] = field(default_factory=list)  # rows of OUT/errors/ (schemas.tables.ERRORS)
     wall_s: float = 0.0
     throughput: Throughput = field(default_factory=Throughput)
@@ -129,7 +130,7 @@ class RunSummary:
                    scenes=SceneCounts(**data.get("scenes", {})), frames=data.get("frames", 0),
                    objects=data.get("objects", 0), qa=QACounts(**data.get("qa", {})),
                    objects_dropped=data.get("objects_dropped", {}), failed_frames=data.get("failed_frames", {}),
-                   this_run=data.get("this_run", {}), errors=data.get("errors", []), wall_s=data.get("wall_s", 0.0),
+                   this_run=data.get("this_run", {}), totals=data.get("totals", {}), errors=data.get("errors", []), wall_s=data.get("wall_s", 0.0),
                    throughput=Throughput(**data.get("throughput", {})),
                    card=CardEntry(**card) if card else None, camera_only=CameraOnly(**cam) if cam else None,
                    families=entries, finalize_error=data.get("finalize_error"),

@@ -239,7 +239,7 @@ def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skip
         qa=QACounts(total=sum(dataset.get("qa_by_family", {}).values()), by_family=dataset.get("qa_by_family", {})),
         objects_dropped=dataset.get("dropped_by_reason", {}),
         failed_frames=dataset.get("failed_frames", {}),
-        this_run=this_run,
+        this_run=this_run, totals=dataset,
         errors=[{k: e.get(k) for k in ERRORS.names} for e in errors],
         wall_s=round(wall_s, 3),
         throughput=Throughput(qa_per_s=round(qa_now / wall_s, 3) if wall_s else 0.0,

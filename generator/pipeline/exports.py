@@ -76,10 +76,13 @@ def staging(store: RunStore, name: str, beside: bool = False) -> Path:
 # ------------------------------------------------------------------------------------------ card
 def card_extra(reader: RunReader, summary: RunSummary | None = None) -> dict:
     """Visibility drops per reason and failed scene/stage counts per stage of a run folder, from its
-    manifests and errors table."""
+    summary (the manifests' counts summed by the driver) or, without one, its manifests; and its errors table."""
     drops: Counter = Counter()
-    for m in reader.manifests():
-        drops.update(m.get("counts", {}).get("dropped_by_reason", {}))
+    if summary is not None:
+        drops.update(summary.objects_dropped)
+    else:
+        for m in reader.manifests():
+            drops.update(m.get("counts", {}).get("dropped_by_reason", {}))
     extra = {"visibility_drops": dict(sorted(drops.items())),
              "errors": dict(sorted(Counter(e["stage"] for e in reader.errors()).items()))}
     if summary is not None:
@@ -185,7 +188,7 @@ def card_info(reader: RunReader, summary: RunSummary | None = None) -> dict:
     info: dict = {"configs": card_configs(reader, cfg), "licence": source_licence(src) if src else None,
                   "family_sections": sections,
                   "validation": validation_summary(reader),
-                  "anonymize": raw.get("anonymize", _summary_extra(summary or reader.summary()).get("anonymize", "absent"))}
+                  "anonymize": raw.get("anonymize", _anonymize_entry(summary or reader.summary()))}
     if cfg is not None and reader.camera_only:
         info["provenance"] = {"source": src or {}, "camera_only": True}
         info["limitations"] = [
@@ -208,8 +211,9 @@ def card_info(reader: RunReader, summary: RunSummary | None = None) -> dict:
     return info
 
 
-def _summary_extra(summary: RunSummary | None) -> dict:
-    return summary.extra if summary is not None else {}
+def _anonymize_entry(summary: RunSummary | None):
+    """The anonymisation entry a summary.json of an earlier drivegen kept (before config.yaml held it)."""
+    return summary.extra.get("anonymize", "absent") if summary is not None else "absent"
 
 
 def write_run_card(reader: RunReader, summary: RunSummary | None = None) -> dict | None:
@@ -264,11 +268,7 @@ def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only:
             if not camera_only and exp.enabled(cfg):
                 opts = {"source": source} if "source" in exp.options else {}
                 results.setdefault(fam.name, {})[exp.name] = exp.run(reader, cfg, **opts)
-    counts: dict = {}
-    for m in reader.manifests():
-        for k, v in (m.get("counts") or {}).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                counts[k] = counts.get(k, 0) + v
+    counts = summary.totals  # the manifests' counts, summed once by the driver
     if camera_only:
         summary.camera_only = CameraOnly(int(counts.get("clips", 0)), int(counts.get("images", 0)))
     for fam in families().values():
