@@ -790,36 +790,37 @@ class PipelineConfig(_Model):
         return yaml.dump(self.model_dump(mode="json"), Dumper=_YAML_DUMPER, sort_keys=False)
 
 
+def _section(data: dict, dotted: str, create: bool = False) -> tuple[dict | None, str]:
+    """(the mapping that holds ``dotted``'s last key, that key); None when a section on the way is not a
+    mapping (or absent and not ``create``d)."""
+    *head, last = dotted.split(".")
+    node = data
+    for part in head:
+        if create and node.get(part) is None:
+            node[part] = {}
+        node = node.get(part)
+        if not isinstance(node, dict):
+            return None, last
+    return node, last
+
+
 def _move_settings(data: dict, moved: dict[str, str]) -> dict:
     """``data`` with each setting an earlier drivegen kept at an old dotted key moved to its new key (the
     new key wins when both are given; nothing is copied when no old key is there)."""
-    found = []
-    for old, new in moved.items():
-        *head, last = old.split(".")
-        node = data
-        for part in head:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and last in node:
-            found.append((old, new))
+    def given(dotted: str) -> bool:
+        node, key = _section(data, dotted)
+        return node is not None and key in node
+
+    found = [(old, new) for old, new in moved.items() if given(old)]
     if not found:
         return data
     data = copy.deepcopy(data)
     for old, new in found:
-        *head, last = old.split(".")
-        node = data
-        for part in head:
-            node = node[part]
-        value = node.pop(last)
-        *head, last = new.split(".")
-        node = data
-        for part in head:
-            if not isinstance(node.get(part), dict):
-                node[part] = {} if node.get(part) is None else node[part]
-            if not isinstance(node[part], dict):
-                break  # a malformed section: its own validation reports it
-            node = node[part]
-        else:
-            node.setdefault(last, value)
+        node, key = _section(data, old)
+        value = node.pop(key)
+        target, key = _section(data, new, create=True)
+        if target is not None:  # (a malformed section: its own validation reports it)
+            target.setdefault(key, value)
     return data
 
 

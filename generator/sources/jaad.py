@@ -307,7 +307,7 @@ def _read_vehicle(root, video_id: str, num_frames: int) -> dict[str, list]:
         if not 0 <= frame < num_frames:
             raise SourceError(f"{video_id}: vehicle frame {frame} outside the video's {num_frames} frames",
                               scene=video_id, file=str(path))
-        if frames and frame in seen:
+        if frame in seen:
             raise SourceError(f"{video_id}: vehicle frame {frame} is listed twice", scene=video_id, file=str(path))
         seen.add(frame)
         frames.append(frame)
