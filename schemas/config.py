@@ -23,7 +23,7 @@ __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "conf
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, use_attribute_docstrings=True)
 
 
 class KeyframeConfig(_Model):
@@ -34,10 +34,12 @@ class KeyframeConfig(_Model):
     window_end_s: float = Field(17.0, gt=0)
     context_before_s: float = Field(2.0, ge=0)
     context_after_s: float = Field(3.0, ge=0)
-    context_rate_hz: float = Field(2.0, gt=0)  # the context frames are sampled at 2 Hz
-    # frames shown for a keyframe, the keyframe last: STRIDE-QA-Bench's four images at -1.5, -1, -0.5, 0 s
+    context_rate_hz: float = Field(2.0, gt=0)
+    """the context frames are sampled at 2 Hz"""
     context_frames: int = Field(4, ge=1)
-    match_tolerance_s: float = Field(0.06, gt=0)  # max |t_frame - t_wanted| when picking context frames
+    """frames shown for a keyframe, the keyframe last: STRIDE-QA-Bench's four images at -1.5, -1, -0.5, 0 s"""
+    match_tolerance_s: float = Field(0.06, gt=0)
+    """max |t_frame - t_wanted| when picking context frames"""
 
     @model_validator(mode="after")
     def _window(self):
@@ -58,39 +60,39 @@ class SourceLimitsConfig(_Model):
     not a driving scene: the scene fails with a ``SourceError`` naming the scene, the file, the field, the row
     and the value (raise the bound if your logs really hold such values). Chosen here with a wide margin over
     what real logs hold: the real AV2 log and the generated logs load with the defaults and fail with bounds
-    just below what they hold (tests/test_reliability_sources.py)."""
+    just below what they hold (tests/test_source_bounds.py)."""
 
-    # |box centre| from the ego (m). The AV2 log's farthest annotation is at 221 m; the longest-range
-    # automotive LiDARs see about 250 m.
     max_box_distance_m: float = Field(500.0, gt=0)
-    # box length, width and height (m). The longest road vehicles (road trains) are about 53 m; nuScenes
-    # and AV2 boxes stay below 20 m.
+    """|box centre| from the ego (m). The AV2 log's farthest annotation is at 221 m; the longest-range automotive
+    LiDARs see about 250 m."""
     max_box_size_m: float = Field(60.0, gt=0)
-    # object speed from the annotations (m/s): 100 m/s = 360 km/h is above any vehicle in traffic (the real
-    # and generated logs stay below 20 m/s)
+    """box length, width and height (m). The longest road vehicles (road trains) are about 53 m; nuScenes and AV2
+    boxes stay below 20 m."""
     max_object_speed_mps: float = Field(100.0, gt=0)
-    # ego speed between consecutive frames (m/s), the same bound
+    """object speed from the annotations (m/s): 100 m/s = 360 km/h is above any vehicle in traffic (the real and
+    generated logs stay below 20 m/s)"""
     max_ego_speed_mps: float = Field(100.0, gt=0)
-    # |ego position| in the log's map frame (m): city frames span a few km, UTM coordinates stay below 1e7 m
+    """ego speed between consecutive frames (m/s), the same bound"""
     max_ego_position_m: float = Field(1e7, gt=0)
-    # LiDAR file size (bytes), checked before a sweep is read: reading costs about 40x the file in memory
-    # through perception (a 200 MB file took 7.8 GB). 32 MiB is 6x the densest automotive sweep (128 beams x
-    # 2048 columns x 20 B = 5.2 MB); nuScenes sweeps are 0.7 MB, AV2 sweeps 1.5 MB.
+    """|ego position| in the log's map frame (m): city frames span a few km, UTM coordinates stay below 1e7 m"""
     max_lidar_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
-    # A complete sweep has points in at least this fraction of the 360 one-degree azimuth bins around the
-    # sensor (real nuScenes, AV2 and generated sweeps: all 360). A sweep stored in firing order (real nuScenes:
-    # every ring at one azimuth, then the next) and cut loses a sector. The real nuScenes sweep spans ~5 % more
-    # than a revolution, so cutting its last 5 % loses nothing; 0.99 (357 bins) catches a cut of 10 % (354).
+    """LiDAR file size (bytes), checked before a sweep is read: reading costs about 40x the file in memory
+    through perception (a 200 MB file took 7.8 GB). 32 MiB is 6x the densest automotive sweep (128 beams x
+    2048 columns x 20 B = 5.2 MB); nuScenes sweeps are 0.7 MB, AV2 sweeps 1.5 MB."""
     min_lidar_azimuth_coverage: float = Field(0.99, ge=0, le=1)
-    # Rings of a nuScenes-format sweep (its ring-index column); each ring 0..n-1 must hold points. A sweep
-    # stored ring by ring (the generated logs) and cut loses its upper rings. nuScenes' LIDAR_TOP (HDL-32E)
-    # has 32; 0 turns the check off (nuScenes-format logs of another LiDAR: set its ring count).
+    """A complete sweep has points in at least this fraction of the 360 one-degree azimuth bins around the sensor
+    (real nuScenes, AV2 and generated sweeps: all 360). A sweep stored in firing order (real nuScenes: every
+    ring at one azimuth, then the next) and cut loses a sector. The real nuScenes sweep spans ~5 % more than a
+    revolution, so cutting its last 5 % loses nothing; 0.99 (357 bins) catches a cut of 10 % (354)."""
     lidar_rings: int = Field(32, ge=0)
-    # Logs on object storage (``--data s3://...``, ``generator.sources.remote``): this node's cache of their files.
-    # The folder ('' = $DRIVEGEN_LOG_CACHE, else ~/.cache/drivegen/logs; a local disk of each node), its size
-    # bound (least recently used files go first) and how long a used file is never evicted (a scene in flight
-    # keeps its files: the bound is exceeded instead).
+    """Rings of a nuScenes-format sweep (its ring-index column); each ring 0..n-1 must hold points. A sweep
+    stored ring by ring (the generated logs) and cut loses its upper rings. nuScenes' LIDAR_TOP (HDL-32E) has
+    32; 0 turns the check off (nuScenes-format logs of another LiDAR: set its ring count)."""
     cache_dir: str = ""
+    """Logs on object storage (``--data s3://...``, ``generator.sources.remote``): this node's cache of their
+    files. The folder ('' = $DRIVEGEN_LOG_CACHE, else ~/.cache/drivegen/logs; a local disk of each node), its
+    size bound (least recently used files go first) and how long a used file is never evicted (a scene in
+    flight keeps its files: the bound is exceeded instead)."""
     cache_max_bytes: int = Field(50 * 1024 ** 3, ge=0)
     cache_keep_s: float = Field(600.0, ge=0)
 
@@ -98,40 +100,44 @@ class SourceLimitsConfig(_Model):
 class LidarDetectorConfig(_Model):
     max_range_m: float = Field(60.0, gt=0)
     voxel_size_m: float = Field(0.15, ge=0)
-    ground_distance_m: float = Field(0.25, gt=0)  # RANSAC plane inlier distance
-    ground_ransac_iterations: int = Field(200, ge=10)  # plane hypotheses (seeded numpy RANSAC)
-    ground_ransac_points: int = Field(4096, ge=3)  # candidate points each hypothesis is scored on
-    ground_max_tilt_deg: float = Field(20.0, gt=0, lt=90)  # steeper plane hypotheses (walls) are rejected
-    ransac_seed: int = Field(0, ge=0)  # with a hash of the sweep, seeds the RANSAC: same sweep, same plane
+    ground_distance_m: float = Field(0.25, gt=0)
+    """RANSAC plane inlier distance"""
+    ground_ransac_iterations: int = Field(200, ge=10)
+    """plane hypotheses (seeded numpy RANSAC)"""
+    ground_ransac_points: int = Field(4096, ge=3)
+    """candidate points each hypothesis is scored on"""
+    ground_max_tilt_deg: float = Field(20.0, gt=0, lt=90)
+    """steeper plane hypotheses (walls) are rejected"""
+    ransac_seed: int = Field(0, ge=0)
+    """with a hash of the sweep, seeds the RANSAC: same sweep, same plane"""
     cluster_eps_m: float = Field(0.7, gt=0)
     cluster_min_points: int = Field(5, ge=1)
     min_box_points: int = Field(8, ge=1)
-    ground_cell_m: float = Field(2.0, gt=0)  # BEV cell of the per-cell ground refinement
-    ground_cell_tolerance_m: float = Field(0.4, ge=0)  # a cell's lowest point is ground within this of the plane
-    max_height_m: float = Field(4.5, gt=0)  # points higher above the ground are ignored (trees, signs)
-    ego_half_length_m: float = Field(3.0, ge=0)  # the ego vehicle's own returns are cropped
+    ground_cell_m: float = Field(2.0, gt=0)
+    """BEV cell of the per-cell ground refinement"""
+    ground_cell_tolerance_m: float = Field(0.4, ge=0)
+    """a cell's lowest point is ground within this of the plane"""
+    max_height_m: float = Field(4.5, gt=0)
+    """points higher above the ground are ignored (trees, signs)"""
+    ego_half_length_m: float = Field(3.0, ge=0)
+    """the ego vehicle's own returns are cropped"""
     ego_half_width_m: float = Field(1.3, ge=0)
-    beam_spacing_deg: float = Field(1.33, ge=0)  # vertical beam spacing (nuScenes 32-beam: 1.33): height tolerance
-    # Structure, not a road user: a cluster taller than this (nuScenes trucks and buses stay below ~4 m), or one
-    # that reaches within structure_gap_m of the max_height_m crop (beam gaps allowed) with at least
-    # structure_min_points_above points above the crop over its footprint (a wall, a building edge, a pole, a
-    # sign or canopy right above it); low objects under a tree keep their class.
+    beam_spacing_deg: float = Field(1.33, ge=0)
+    """vertical beam spacing (nuScenes 32-beam: 1.33): height tolerance"""
     structure_height_m: float = Field(4.2, gt=0)
-    # A cluster's height is this quantile of its points' heights above the ground (its highest point decides
-    # only the structure test): a thin pole or branch merged into a car's cluster does not make it a truck.
+    """Structure, not a road user: a cluster taller than this (nuScenes trucks and buses stay below ~4 m), or one
+    that reaches within structure_gap_m of the max_height_m crop (beam gaps allowed) with at least
+    structure_min_points_above points above the crop over its footprint (a wall, a building edge, a pole, a
+    sign or canopy right above it); low objects under a tree keep their class."""
     height_quantile: float = Field(0.97, gt=0, le=1)
+    """A cluster's height is this quantile of its points' heights above the ground (its highest point decides
+    only the structure test): a thin pole or branch merged into a car's cluster does not make it a truck."""
     structure_gap_m: float = Field(1.5, ge=0)
     structure_min_points_above: int = Field(1, ge=1)
-    # A pedestrian, two-wheeler, cone or barrier whose lowest point is more than this above ground_distance_m
-    # plus the beam gap at its range stands on nothing (a sign, a branch, a hedge top): dropped. Measured: 3 of
-    # 123 pedestrians on the generated logs (partly hidden behind cars), 44 of 211 non-object clusters on AV2.
     floating_m: float = Field(0.5, ge=0)
-    # Shape rules, first match wins: (class, long side, short side, height ranges in m, view). View 'face': the
-    # long side runs across the heading (a vehicle seen from its front or back; a barrier, whose nuScenes length
-    # is its thin side), 'side': along it, 'any': either. Ranges: nuScenes mean sizes (actors/detect/priors.py)
-    # widened to the extents clusters show on the generated logs and the AV2 log (5th-95th percentiles per class,
-    # python bench/detection.py --features); a vehicle's rows come before the two-wheelers' (cars are far more
-    # frequent), a car's face needs 1.3 m of height (beam gaps allowed) so low barriers are not cars.
+    """A pedestrian, two-wheeler, cone or barrier whose lowest point is more than this above ground_distance_m
+    plus the beam gap at its range stands on nothing (a sign, a branch, a hedge top): dropped. Measured: 3 of
+    123 pedestrians on the generated logs (partly hidden behind cars), 44 of 211 non-object clusters on AV2."""
     shape_rules: list[tuple[str, tuple[float, float], tuple[float, float], tuple[float, float],
                             Literal["side", "face", "any"]]] = [
         ("bus", (8.0, 14.0), (0.0, 3.8), (2.6, 4.2), "side"),
@@ -147,19 +153,26 @@ class LidarDetectorConfig(_Model):
         ("traffic_cone", (0.0, 0.55), (0.0, 0.55), (0.3, 1.25), "any"),
         ("pedestrian", (0.3, 1.1), (0.0, 1.0), (1.0, 2.2), "any"),
     ]
-    # Motion from an earlier sweep (actors/detect/motion.py): the frame's listed sweep nearest motion_lag_s
-    # before it (nuScenes: ~10 sweeps back at 20 Hz, the previous keyframe of a 2 Hz log), none older than
-    # motion_max_lag_s. Matching on motion_cell_m x motion_z_cell_m cells of motion_points points per cluster,
-    # coarse then fine steps; clusters shorter than motion_small_m (pedestrians, cones) search every direction up to
-    # motion_max_speed_small_mps, longer ones along and across their long side up to motion_max_speed_mps
-    # (urban traffic) with motion_lateral_speed_mps sideways. A cluster moves when its best displacement
-    # matches motion_min_gain more of its points than none and at least motion_min_match of them, and is at least
-    # motion_min_speed_mps.
+    """Shape rules, first match wins: (class, long side, short side, height ranges in m, view). View 'face': the
+    long side runs across the heading (a vehicle seen from its front or back; a barrier, whose nuScenes length
+    is its thin side), 'side': along it, 'any': either. Ranges: nuScenes mean sizes (actors/detect/priors.py)
+    widened to the extents clusters show on the generated logs and the AV2 log (5th-95th percentiles per
+    class, python bench/detection.py --features); a vehicle's rows come before the two-wheelers' (cars are far
+    more frequent), a car's face needs 1.3 m of height (beam gaps allowed) so low barriers are not cars."""
     motion: bool = True
+    """Motion from an earlier sweep (actors/detect/motion.py): the frame's listed sweep nearest motion_lag_s
+    before it (nuScenes: ~10 sweeps back at 20 Hz, the previous keyframe of a 2 Hz log), none older than
+    motion_max_lag_s. Matching on motion_cell_m x motion_z_cell_m cells of motion_points points per cluster,
+    coarse then fine steps; clusters shorter than motion_small_m (pedestrians, cones) search every direction
+    up to motion_max_speed_small_mps, longer ones along and across their long side up to motion_max_speed_mps
+    (urban traffic) with motion_lateral_speed_mps sideways. A cluster moves when its best displacement matches
+    motion_min_gain more of its points than none and at least motion_min_match of them, and is at least
+    motion_min_speed_mps."""
     motion_lag_s: float = Field(0.5, gt=0)
     motion_max_lag_s: float = Field(0.6, gt=0)
     motion_cell_m: float = Field(0.1, gt=0)
-    motion_z_cell_m: float = Field(0.5, gt=0)  # height cells: rings hit a face at heights that change with range
+    motion_z_cell_m: float = Field(0.5, gt=0)
+    """height cells: rings hit a face at heights that change with range"""
     motion_coarse_m: float = Field(0.2, gt=0)
     motion_fine_m: float = Field(0.05, gt=0)
     motion_points: int = Field(48, ge=3)
@@ -170,14 +183,15 @@ class LidarDetectorConfig(_Model):
     motion_min_speed_mps: float = Field(0.5, ge=0)
     motion_min_gain: float = Field(0.1, ge=0, le=1)
     motion_min_match: float = Field(0.5, ge=0, le=1)
-    motion_skip_top_m: float = Field(0.25, ge=0)  # points this close to a cluster's top (roofs) are not matched
-    # a displacement that puts more than this much of a cluster onto another object still there now is no motion
-    # (a parked car hidden in the earlier sweep matches its neighbour in the row); 1 turns the check off
+    motion_skip_top_m: float = Field(0.25, ge=0)
+    """points this close to a cluster's top (roofs) are not matched"""
     motion_max_taken: float = Field(0.5, ge=0, le=1)
-    # Heading of still vehicles whose axis is within prior_max_angle_deg of the ego's: the direction of traffic
-    # on their side of the ego's road ('right'-hand traffic: the ego's direction right of prior_lane_split_m to
-    # the ego's left (half a 3.5 m lane), the opposite beyond it; 'left' mirrors; 'none': the fitted axis).
+    """a displacement that puts more than this much of a cluster onto another object still there now is no motion
+    (a parked car hidden in the earlier sweep matches its neighbour in the row); 1 turns the check off"""
     traffic_side: Literal["right", "left", "none"] = "right"
+    """Heading of still vehicles whose axis is within prior_max_angle_deg of the ego's: the direction of traffic
+    on their side of the ego's road ('right'-hand traffic: the ego's direction right of prior_lane_split_m to
+    the ego's left (half a 3.5 m lane), the opposite beyond it; 'left' mirrors; 'none': the fitted axis)."""
     prior_max_angle_deg: float = Field(25.0, ge=0, le=90)
     prior_lane_split_m: float = Field(1.75)
 
@@ -192,29 +206,35 @@ class LidarDetectorConfig(_Model):
 class LabelNoiseConfig(_Model):
     """Seeded noise on ground-truth boxes (robustness studies, validation tests)."""
 
-    center_m: float = Field(0.0, ge=0)  # std of centre noise per axis
-    size_frac: float = Field(0.0, ge=0)  # std of relative size noise
+    center_m: float = Field(0.0, ge=0)
+    """std of centre noise per axis"""
+    size_frac: float = Field(0.0, ge=0)
+    """std of relative size noise"""
     yaw_rad: float = Field(0.0, ge=0)
     velocity_mps: float = Field(0.0, ge=0)
     drop_prob: float = Field(0.0, ge=0, le=1)
     false_positives_per_frame: float = Field(0.0, ge=0)
-    score_min: float = Field(0.5, ge=0, le=1)  # noisy boxes get scores in [score_min, 1]
+    score_min: float = Field(0.5, ge=0, le=1)
+    """noisy boxes get scores in [score_min, 1]"""
     seed: int = 0
 
 
 class Mmdet3dConfig(_Model):
-    config: str | None = None  # mmdet3d config file (e.g. a CenterPoint or projects/BEVFusion config)
-    checkpoint: str | None = None  # .pth path; None builds random weights (tests only)
-    device: str = "auto"  # 'auto' = cuda when available, else cpu
+    config: str | None = None
+    """mmdet3d config file (e.g. a CenterPoint or projects/BEVFusion config)"""
+    checkpoint: str | None = None
+    """.pth path; None builds random weights (tests only)"""
+    device: str = "auto"
+    """'auto' = cuda when available, else cpu"""
     batch_size: int = Field(4, ge=1)
     model_classes: list[str] = Field(default_factory=lambda: list(DETECTION_CLASSES))
-    # How earlier sweeps are moved into the keyframe's LiDAR frame: 'mmdet3d' = as mmdet3d 1.4's
-    # LoadPointsFromMultiSweeps does (its translation is rotated once more, mmdetection3d PR #3007), what
-    # models trained with mmdet3d 1.x pipelines saw; 'rigid' = the rigid motion (mmdet3d 0.x, nuscenes-devkit).
     sweep_alignment: Literal["mmdet3d", "rigid"] = "mmdet3d"
-    # Configs without test_mode pick sweeps_num of the listed sweeps at random (CenterPoint nuScenes: 9 of
-    # 10), at test time too; drivegen seeds that draw per frame with this and the frame token.
+    """How earlier sweeps are moved into the keyframe's LiDAR frame: 'mmdet3d' = as mmdet3d 1.4's
+    LoadPointsFromMultiSweeps does (its translation is rotated once more, mmdetection3d PR #3007), what models
+    trained with mmdet3d 1.x pipelines saw; 'rigid' = the rigid motion (mmdet3d 0.x, nuscenes-devkit)."""
     sweep_seed: int = Field(0, ge=0)
+    """Configs without test_mode pick sweeps_num of the listed sweeps at random (CenterPoint nuScenes: 9 of 10),
+    at test time too; drivegen seeds that draw per frame with this and the frame token."""
 
 
 class DetectionConfig(_Model):
@@ -279,94 +299,97 @@ class KalmanTrackerConfig(_Model):
     (0 IDSW), with drop-outs and false positives too 0.967 (0), the same without poses 0.967 (3), generated
     logs without poses 0.885 (9), lidar backend 0.495 (0), highway 10 Hz 0.962 (0), 2 Hz 0.757 (0)."""
 
-    # Process noise per class (m^2/s^3), see _default_process_noise; unknown classes take the largest.
     process_noise: dict[str, float] = Field(default_factory=_default_process_noise)
-    # Centre measurement noise std (m): position_std_m and position_std_size_frac x the box's BEV diagonal,
-    # added in quadrature (a detected centre errs more on larger boxes): 0.3 m is the centre noise of the AV2
-    # validation test; lidar L-shape centres of generated logs err by a median 0.04 m (pedestrians) to 0.12 m
-    # (cars) with tails to 2 m. A size fraction of 0.2: AV2 noisy 4 IDSW, without poses 20, highway 10 Hz 8.
+    """Process noise per class (m^2/s^3), see _default_process_noise; unknown classes take the largest."""
     position_std_m: float = Field(0.3, gt=0)
+    """Centre measurement noise std (m): position_std_m and position_std_size_frac x the box's BEV diagonal,
+    added in quadrature (a detected centre errs more on larger boxes): 0.3 m is the centre noise of the AV2
+    validation test; lidar L-shape centres of generated logs err by a median 0.04 m (pedestrians) to 0.12 m
+    (cars) with tails to 2 m. A size fraction of 0.2: AV2 noisy 4 IDSW, without poses 20, highway 10 Hz 8."""
     position_std_size_frac: float = Field(0.1, ge=0)
-    # Detector velocity measurement noise std (m/s), where the detector gives velocities (CenterPoint's velocity
-    # error on nuScenes, mAVE, is 0.2-0.5 m/s for vehicles, more for pedestrians and cycles).
     velocity_std_mps: float = Field(0.5, gt=0)
-    # Velocity std of a newborn track without detector velocity (m/s): the gate of its second detection. Relative
-    # speeds without ego poses reach 30-44 m/s for oncoming cars (issue #18): at 15 m/s the 99.9 % gate holds
-    # 55 m/s. 10 and 20 measure the same on every case but the 2 Hz highway (22 m per frame): 0.649 and 0.728.
+    """Detector velocity measurement noise std (m/s), where the detector gives velocities (CenterPoint's velocity
+    error on nuScenes, mAVE, is 0.2-0.5 m/s for vehicles, more for pedestrians and cycles)."""
     birth_velocity_std_mps: float = Field(15.0, gt=0)
-    # Size (log l, w, h) and yaw filters: measurement noise std (the AV2 test's size and yaw noise) and
-    # random-walk process noise per second (a box's fitted extent changes as the object turns its side). They
-    # shape only coasted boxes.
+    """Velocity std of a newborn track without detector velocity (m/s): the gate of its second detection.
+    Relative speeds without ego poses reach 30-44 m/s for oncoming cars (issue #18): at 15 m/s the 99.9 % gate
+    holds 55 m/s. 10 and 20 measure the same on every case but the 2 Hz highway (22 m per frame): 0.649 and
+    0.728."""
     size_std_frac: float = Field(0.1, gt=0)
+    """Size (log l, w, h) and yaw filters: measurement noise std (the AV2 test's size and yaw noise) and
+    random-walk process noise per second (a box's fitted extent changes as the object turns its side). They
+    shape only coasted boxes."""
     size_process_frac_per_s: float = Field(0.05, ge=0)
     yaw_std_rad: float = Field(0.1, gt=0)
     yaw_process_rad_per_s: float = Field(0.5, ge=0)
-    # Gate on the squared Mahalanobis distance of the centre innovation: 13.82 = 99.9 % of a 2-dof chi-square
-    # (9.21, 99 %: generated logs without poses 14 IDSW instead of 9).
     gate_chi2: float = Field(13.82, gt=0)
-    # Two-stage association (ByteTrack): detections with score >= high_score are matched to every live track and
-    # start tracks; lower-scored ones only extend confirmed tracks left unmatched, and never start one. The
-    # default equals detection.score_threshold (0.3), so the second stage only takes detections when the
-    # detector's threshold is set lower: with the detectors here a higher value loses objects whose score is
-    # low but true (the lidar backend scores 22 % of true pedestrians below 0.5): 0.4 / 0.5 give lidar backend
-    # 0.486 / 0.474, highway 10 Hz 0.941 / 0.823, 2 Hz 0.584 / 0.396.
+    """Gate on the squared Mahalanobis distance of the centre innovation: 13.82 = 99.9 % of a 2-dof chi-square
+    (9.21, 99 %: generated logs without poses 14 IDSW instead of 9)."""
     high_score: float = Field(0.3, ge=0, le=1)
-    # A track is output once it has confirm_hits matched detections (its earlier boxes are written back); a
-    # tentative track unmatched for longer than tentative_max_age_s (in frames that have detections) is deleted
-    # with its boxes. Tentative tracks still alive when the scene ends are kept (nothing contradicted them; a
-    # one-frame scene keeps its boxes). 2 hits: generated logs without poses 0.850 (15 IDSW), lidar backend
-    # 0.467 (3), highway 10 Hz 0.771 (11), 2 Hz 0.515 (28): a newborn track's wide gate takes false positives,
-    # a third hit has to lie on the track's estimated motion.
+    """Two-stage association (ByteTrack): detections with score >= high_score are matched to every live track and
+    start tracks; lower-scored ones only extend confirmed tracks left unmatched, and never start one. The
+    default equals detection.score_threshold (0.3), so the second stage only takes detections when the
+    detector's threshold is set lower: with the detectors here a higher value loses objects whose score is low
+    but true (the lidar backend scores 22 % of true pedestrians below 0.5): 0.4 / 0.5 give lidar backend 0.486
+    / 0.474, highway 10 Hz 0.941 / 0.823, 2 Hz 0.584 / 0.396."""
     confirm_hits: int = Field(3, ge=1)
+    """A track is output once it has confirm_hits matched detections (its earlier boxes are written back); a
+    tentative track unmatched for longer than tentative_max_age_s (in frames that have detections) is deleted
+    with its boxes. Tentative tracks still alive when the scene ends are kept (nothing contradicted them; a
+    one-frame scene keeps its boxes). 2 hits: generated logs without poses 0.850 (15 IDSW), lidar backend
+    0.467 (3), highway 10 Hz 0.771 (11), 2 Hz 0.515 (28): a newborn track's wide gate takes false positives, a
+    third hit has to lie on the track's estimated motion."""
     tentative_max_age_s: float = Field(0.0, ge=0)
-    # A confirmed track unmatched for up to coast_output_s gets boxes in the frames it missed: on the smoothed
-    # path when a later match bridges the gap, its prediction after its last match for up to coast_trailing_s;
-    # their score is the last matched score halved every coast_score_half_life_s. Without coasted boxes
-    # (coast_output_s 0) highway 10 Hz MOTA 0.866 instead of 0.962 (10 % drop-outs), 2 Hz 0.733; generated logs
-    # without poses AMOTA 0.900 instead of 0.885 (the devkit interpolates gaps itself, and straight lines in the
-    # global frame beat paths tracked relative to a turning ego). Trailing boxes (0.3 s) cost the 10 Hz highway
-    # 0.067 MOTA (objects that left) and change nothing elsewhere.
     coast_output_s: float = Field(1.5, ge=0)
+    """A confirmed track unmatched for up to coast_output_s gets boxes in the frames it missed: on the smoothed
+    path when a later match bridges the gap, its prediction after its last match for up to coast_trailing_s;
+    their score is the last matched score halved every coast_score_half_life_s. Without coasted boxes
+    (coast_output_s 0) highway 10 Hz MOTA 0.866 instead of 0.962 (10 % drop-outs), 2 Hz 0.733; generated logs
+    without poses AMOTA 0.900 instead of 0.885 (the devkit interpolates gaps itself, and straight lines in the
+    global frame beat paths tracked relative to a turning ego). Trailing boxes (0.3 s) cost the 10 Hz highway
+    0.067 MOTA (objects that left) and change nothing elsewhere."""
     coast_trailing_s: float = Field(0.0, ge=0)
     coast_score_half_life_s: float = Field(0.5, gt=0)
 
 
 class TrackingConfig(_Model):
-    # 'kalman': actors.track.kalman (default); 'greedy': CenterPoint's closest-point tracker (actors.track.pubtracker)
-    # as before issue #18, fields marked "greedy" below.
     mode: Literal["kalman", "greedy"] = "kalman"
+    """'kalman': actors.track.kalman (default); 'greedy': CenterPoint's closest-point tracker
+    (actors.track.pubtracker) as before issue #18, fields marked "greedy" below."""
     kalman: KalmanTrackerConfig = Field(default_factory=KalmanTrackerConfig)
-    # Greedy: max centre distance per second; both modes: the linking distance limit (LinkingConfig).
     gates_mps: dict[str, float] = Field(default_factory=_default_gates)
-    max_speed_mps: dict[str, float] = Field(default_factory=_default_max_speeds)  # greedy: gate while velocity unknown
-    # Both modes: a track unseen for longer is deleted (coast up to 3 nuScenes keyframes).
+    """Greedy: max centre distance per second; both modes: the linking distance limit (LinkingConfig)."""
+    max_speed_mps: dict[str, float] = Field(default_factory=_default_max_speeds)
+    """greedy: gate while velocity unknown"""
     max_age_s: float = Field(1.5, gt=0)
-    min_hits: int = Field(1, ge=1)  # both modes: tracks with fewer boxes are dropped after linking
+    """Both modes: a track unseen for longer is deleted (coast up to 3 nuScenes keyframes)."""
+    min_hits: int = Field(1, ge=1)
+    """both modes: tracks with fewer boxes are dropped after linking"""
     velocity_from_track: Literal["missing", "always", "never"] = "missing"
     linking: LinkingConfig = Field(default_factory=LinkingConfig)
-    # Greedy: floor of the per-frame gate (m): box-centre noise does not shrink with the frame interval. At 2 Hz it
-    # only raises the cone/barrier gates (0.5 -> 1 m); at 10 Hz it keeps every class matchable (pedestrian
-    # 2 m/s -> 0.2 m per frame otherwise). Measured on the AV2 log with 0.2 m centre noise: 1301 ID switches
-    # at 0.5 m, 17 at 1.0 m. Both modes: the floor of the linking distance limit.
     min_gate_m: float = Field(1.0, ge=0)
-    # Track velocity = least-squares slope of the global centre over the track's boxes within +-window
-    # (0.5 s: a central difference at 2 Hz, +-5 frames at 10 Hz).
+    """Greedy: floor of the per-frame gate (m): box-centre noise does not shrink with the frame interval. At 2 Hz
+    it only raises the cone/barrier gates (0.5 -> 1 m); at 10 Hz it keeps every class matchable (pedestrian 2
+    m/s -> 0.2 m per frame otherwise). Measured on the AV2 log with 0.2 m centre noise: 1301 ID switches at
+    0.5 m, 17 at 1.0 m. Both modes: the floor of the linking distance limit."""
     velocity_window_s: float = Field(0.5, gt=0)
-    # Greedy, detectors without velocity output: each track runs an alpha-beta filter (position gain, velocity
-    # gain) so noisy centres at 10 Hz do not turn into noisy predicted positions.
+    """Track velocity = least-squares slope of the global centre over the track's boxes within +-window (0.5 s: a
+    central difference at 2 Hz, +-5 frames at 10 Hz)."""
     filter_position_gain: float = Field(0.5, gt=0, le=1)
-    # Greedy: also filter track positions when the detector gives velocities (CenterPoint keeps the raw last
-    # detection).
+    """Greedy, detectors without velocity output: each track runs an alpha-beta filter (position gain, velocity
+    gain) so noisy centres at 10 Hz do not turn into noisy predicted positions."""
     filter_positions: bool = True
+    """Greedy: also filter track positions when the detector gives velocities (CenterPoint keeps the raw last
+    detection)."""
     filter_velocity_gain: float = Field(0.1, gt=0, le=2)
-    # Boxes whose detector gives no velocity (the lidar L-shape fit: yaw known modulo pi only) take the
-    # heading their track moves in once its speed reaches the threshold; tracks that never do keep one
-    # orientation throughout (actors.track.heading). Annotations (instance_token set) are never changed.
     heading_from_motion: bool = True
+    """Boxes whose detector gives no velocity (the lidar L-shape fit: yaw known modulo pi only) take the heading
+    their track moves in once its speed reaches the threshold; tracks that never do keep one orientation
+    throughout (actors.track.heading). Annotations (instance_token set) are never changed."""
     heading_from_motion_min_speed_mps: float = Field(1.0, gt=0)
-    # ... held without reversing over boxes spanning this long; keep it >= 2 * velocity_window_s (one jump of
-    # a fitted box centre fakes a speed over less than two windows).
     heading_from_motion_min_duration_s: float = Field(1.0, ge=0)
+    """... held without reversing over boxes spanning this long; keep it >= 2 * velocity_window_s (one jump of a
+    fitted box centre fakes a speed over less than two windows)."""
 
 
 # segmentation.sam2.decode_prompts 'auto' on a GPU: the cap measured fastest on an H100 (bench/gpu.py part 0).
@@ -375,18 +398,20 @@ SAM2_GPU_DECODE_PROMPTS = 32
 
 class Sam2Config(_Model):
     model_config_name: str = "configs/sam2.1/sam2.1_hiera_l.yaml"
-    checkpoint: str | None = None  # None = random weights (tests only)
+    checkpoint: str | None = None
+    """None = random weights (tests only)"""
     device: str = "auto"
     batch_images: int = Field(6, ge=1)
-    # 0 = one mask-decoder call per image, as SAM2ImagePredictor makes it. N > 0 = the box prompts of an encoder
-    # batch's images decoded together, at most N per call: one kernel chain per batch instead of one per image.
-    # Each prompt carries its image's features (~12 MB at fp32). 'auto' = SAM2_GPU_DECODE_PROMPTS on a GPU, 0 on
-    # the CPU, as measured by bench/gpu.py part 0 (hiera-t, 21 prompts per frame): on an H100 30.1 ms of decoding
-    # per frame with 0, 14.1 ms with 32 (+0.55 GiB peak); on the 2-core CPU 1,429 ms with 0, 2,041 ms with 32.
     decode_prompts: int | Literal["auto"] = "auto"
-    # GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
-    # notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32.
+    """0 = one mask-decoder call per image, as SAM2ImagePredictor makes it. N > 0 = the box prompts of an encoder
+    batch's images decoded together, at most N per call: one kernel chain per batch instead of one per image.
+    Each prompt carries its image's features (~12 MB at fp32). 'auto' = SAM2_GPU_DECODE_PROMPTS on a GPU, 0 on
+    the CPU, as measured by bench/gpu.py part 0 (hiera-t, 21 prompts per frame): on an H100 30.1 ms of
+    decoding per frame with 0, 14.1 ms with 32 (+0.55 GiB peak); on the 2-core CPU 1,429 ms with 0, 2,041 ms
+    with 32."""
     precision: Literal["bf16", "fp32"] = "bf16"
+    """GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
+    notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32."""
 
     @field_validator("decode_prompts", mode="before")
     @classmethod
@@ -405,9 +430,12 @@ class Sam2Config(_Model):
 
 
 class CpuSegmenterConfig(_Model):
-    dilate_px: int = Field(3, ge=0)  # margin grown around the hull of the object's projected LiDAR points
-    close_px: int = Field(15, ge=0)  # closing kernel applied to a GrabCut-refined mask
-    grabcut_iterations: int = Field(0, ge=0)  # 0 = LiDAR hull + margin only (see actors/segment/cpu.py)
+    dilate_px: int = Field(3, ge=0)
+    """margin grown around the hull of the object's projected LiDAR points"""
+    close_px: int = Field(15, ge=0)
+    """closing kernel applied to a GrabCut-refined mask"""
+    grabcut_iterations: int = Field(0, ge=0)
+    """0 = LiDAR hull + margin only (see actors/segment/cpu.py)"""
 
 
 class SegmentationConfig(_Model):
@@ -425,9 +453,9 @@ class VisibilityConfig(_Model):
     mask_score_min: float = Field(0.8, ge=0, le=1)
     min_lidar_points: int = Field(1, ge=0)
     min_box_area_px: float = Field(16.0, ge=0)
-    # a box is "in front of" a camera when one of its corners is at least this far along the optical axis
-    # (points closer than 0.1 m project unstably; chosen here, boundary-tested in tests/test_visibility.py)
     min_depth_m: float = Field(0.1, ge=0)
+    """a box is "in front of" a camera when one of its corners is at least this far along the optical axis
+    (points closer than 0.1 m project unstably; chosen here, boundary-tested in tests/test_visibility.py)"""
 
 
 class ToleranceConfig(_Model):
@@ -445,25 +473,36 @@ class RelationMargins(_Model):
     detection noise (e.g. two objects 0.2 m apart laterally for left/right). Chosen here: about the centre
     noise of a good 3D detector (mATE ~0.3 m on nuScenes) and of box sizes (~0.1 m); volume as a ratio."""
 
-    lateral_m: float = Field(0.5, ge=0)  # object_spatial left_of: |y_A - y_B|
-    longitudinal_m: float = Field(0.5, ge=0)  # object_spatial in_front_of: |x_A - x_B|
-    volume_ratio: float = Field(1.1, ge=1)  # object_spatial bigger: max(V_A/V_B, V_B/V_A)
-    height_m: float = Field(0.1, ge=0)  # object_spatial taller
-    width_m: float = Field(0.1, ge=0)  # object_spatial wider
-    vertical_m: float = Field(0.3, ge=0)  # object_spatial above: |z_A - z_B| of the box centres
-    range_m: float = Field(0.5, ge=0)  # object_spatial closer: | |A| - |B| |, distances from the ego origin
-    ego_lateral_m: float = Field(0.5, ge=0)  # ego_spatial left_right: |y|
-    ego_longitudinal_m: float = Field(0.5, ge=0)  # ego_spatial front_behind: |x|
+    lateral_m: float = Field(0.5, ge=0)
+    """object_spatial left_of: |y_A - y_B|"""
+    longitudinal_m: float = Field(0.5, ge=0)
+    """object_spatial in_front_of: |x_A - x_B|"""
+    volume_ratio: float = Field(1.1, ge=1)
+    """object_spatial bigger: max(V_A/V_B, V_B/V_A)"""
+    height_m: float = Field(0.1, ge=0)
+    """object_spatial taller"""
+    width_m: float = Field(0.1, ge=0)
+    """object_spatial wider"""
+    vertical_m: float = Field(0.3, ge=0)
+    """object_spatial above: |z_A - z_B| of the box centres"""
+    range_m: float = Field(0.5, ge=0)
+    """object_spatial closer: | |A| - |B| |, distances from the ego origin"""
+    ego_lateral_m: float = Field(0.5, ge=0)
+    """ego_spatial left_right: |y|"""
+    ego_longitudinal_m: float = Field(0.5, ge=0)
+    """ego_spatial front_behind: |x|"""
 
 
 class QAConfig(_Model):
-    # the QA families to generate (default: every registered paper family's, ``schemas.families``; checked
-    # against the registry before a run)
     families: list[str] = Field(default_factory=lambda: list(qa_family_names()), min_length=1)
-    template_dirs: list[str] = Field(default_factory=list)  # extra/override YAML template folders
+    """the QA families to generate (default: every registered paper family's, ``schemas.families``; checked
+    against the registry before a run)"""
+    template_dirs: list[str] = Field(default_factory=list)
+    """extra/override YAML template folders"""
     seed: int = 42
     horizons_s: list[float] = Field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0], min_length=1)
-    front_camera: str = "CAM_FRONT"  # preferred; see generator.types.front_camera for the fallback rule
+    front_camera: str = "CAM_FRONT"
+    """preferred; see generator.types.front_camera for the fallback rule"""
     max_objects_per_keyframe: int = Field(12, ge=1)
     max_pairs_per_keyframe: int = Field(20, ge=0)
     decimals: int = Field(2, ge=0, le=6)
@@ -494,24 +533,37 @@ class LabelsConfig(_Model):
     maneuver thresholds: these are chosen here and checked against the scripted maneuvers of the
     generated logs (tests/test_labels_generated.py)."""
 
-    # Chosen on 18 generated scenes of seeds 0-2 (720 frames): 96.8 % agree with the scripted maneuver (93.5 %
-    # with W 6 s, 8 deg/s and no heading bound); tests/test_labels_generated.py asserts >= 95 % on seed 1.
-    maneuver_window_s: float = Field(7.0, gt=0)  # W: poses in [t - W/2, t + W/2] decide the maneuver at t
-    min_window_s: float = Field(1.0, gt=0)  # no label with less of the window inside the log
-    stop_speed_mps: float = Field(0.5, ge=0)  # Stop below this planar speed
-    turn_window_s: float = Field(1.0, gt=0)  # the yaw rate "now" is taken over this
-    turn_rate_deg_s: float = Field(15.0, gt=0)  # Turn: at least this yaw rate now ...
-    turn_min_heading_deg: float = Field(20.0, gt=0)  # ... and this heading change over W
-    lane_change_m: float = Field(0.9, gt=0)  # Change Lane: end point this far beside the chord and start heading
-    # ... with a net heading change over W of at most this (a lane change turns out and back; a window with more
-    # reaches into a turn: without it, windows at a turn's ends read as lane changes)
+    maneuver_window_s: float = Field(7.0, gt=0)
+    """Chosen on 18 generated scenes of seeds 0-2 (720 frames): 96.8 % agree with the scripted maneuver (93.5 %
+    with W 6 s, 8 deg/s and no heading bound); tests/test_labels_generated.py asserts >= 95 % on seed 1. W:
+    poses in [t - W/2, t + W/2] decide the maneuver at t"""
+    min_window_s: float = Field(1.0, gt=0)
+    """no label with less of the window inside the log"""
+    stop_speed_mps: float = Field(0.5, ge=0)
+    """Stop below this planar speed"""
+    turn_window_s: float = Field(1.0, gt=0)
+    """the yaw rate "now" is taken over this"""
+    turn_rate_deg_s: float = Field(15.0, gt=0)
+    """Turn: at least this yaw rate now ..."""
+    turn_min_heading_deg: float = Field(20.0, gt=0)
+    """... and this heading change over W"""
+    lane_change_m: float = Field(0.9, gt=0)
+    """Change Lane: end point this far beside the chord and start heading"""
     lane_change_max_heading_deg: float = Field(8.0, gt=0)
-    accel_half_window_s: float = Field(0.5, gt=0)  # speed status: a = (v(t+h) - v(t-h)) / 2h
-    accel_mps2: float = Field(0.5, gt=0)  # |a| at least this: Accelerate / Decelerate
-    intent_horizon_s: float = Field(1.0, gt=0)  # VRU intent from the displacement over this
-    intent_speed_mps: float = Field(0.3, gt=0)  # a component faster than this is a direction, else stationary
-    num_waypoints: int = Field(6, ge=1)  # Intention-Drive §4: 6 future waypoints ...
-    waypoint_step_s: float = Field(0.5, gt=0)  # ... 0.5 s apart (3 s)
+    """... with a net heading change over W of at most this (a lane change turns out and back; a window with more
+    reaches into a turn: without it, windows at a turn's ends read as lane changes)"""
+    accel_half_window_s: float = Field(0.5, gt=0)
+    """speed status: a = (v(t+h) - v(t-h)) / 2h"""
+    accel_mps2: float = Field(0.5, gt=0)
+    """|a| at least this: Accelerate / Decelerate"""
+    intent_horizon_s: float = Field(1.0, gt=0)
+    """VRU intent from the displacement over this"""
+    intent_speed_mps: float = Field(0.3, gt=0)
+    """a component faster than this is a direction, else stationary"""
+    num_waypoints: int = Field(6, ge=1)
+    """Intention-Drive §4: 6 future waypoints ..."""
+    waypoint_step_s: float = Field(0.5, gt=0)
+    """... 0.5 s apart (3 s)"""
 
 
 class EgoBodyConfig(_Model):
@@ -521,7 +573,8 @@ class EgoBodyConfig(_Model):
 
     length_m: float = Field(4.9, gt=0)
     width_m: float = Field(2.0, gt=0)
-    center_offset_m: float = 1.4  # the box centre is this far ahead of the origin
+    center_offset_m: float = 1.4
+    """the box centre is this far ahead of the origin"""
 
     @property
     def front_m(self) -> float:
@@ -537,28 +590,31 @@ class EgoBodyConfig(_Model):
 class WdsConfig(_Model):
     """WebDataset samples (``generator.writers.wds``)."""
 
-    # beside each raw frame, a Set-of-Mark copy (``<frame>.<camera>.marked.jpeg``) with the ``Region [X]`` marks,
-    # masks and 2D boxes of the keyframe's groundings drawn (``generator.writers.marks.draw_marks``)
     marked_images: bool = False
+    """beside each raw frame, a Set-of-Mark copy (``<frame>.<camera>.marked.jpeg``) with the ``Region [X]``
+    marks, masks and 2D boxes of the keyframe's groundings drawn (``generator.writers.marks.draw_marks``)"""
 
 
 class WriterConfig(_Model):
     wds: WdsConfig = Field(default_factory=WdsConfig)
     parquet_max_rows: int = Field(200_000, ge=1)
     parquet_max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
-    wds_max_samples: int = Field(1000, ge=1)  # WebDataset: keyframe samples per tar shard
-    wds_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024)  # and bytes per tar shard
+    wds_max_samples: int = Field(1000, ge=1)
+    """WebDataset: keyframe samples per tar shard"""
+    wds_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024)
+    """and bytes per tar shard"""
     webdataset: bool = True
     card: bool = True
-    compression: str = "zstd"  # QA shards (the dataset): a Parquet codec pyarrow has
-    # the run folder's perception, attribute and label tables: caches that regenerate, export_bench and
-    # validate read back, so decode speed matters more than size (snappy decodes ~35 % faster than zstd)
+    compression: str = "zstd"
+    """QA shards (the dataset): a Parquet codec pyarrow has"""
     cache_compression: str = "snappy"
-    # Parquet min/max statistics on these QA columns only (what readers filter on); statistics of long texts
-    # and groundings cost write time and no reader uses them
+    """the run folder's perception, attribute and label tables: caches that regenerate, export_bench and validate
+    read back, so decode speed matters more than size (snappy decodes ~35 % faster than zstd)"""
     qa_statistics_columns: list[str] = ["scene_id", "split", "keyframe_index", "timestamp_us", "family", "kind",
                                         "question_type", "template_id", "value", "unit", "horizon_s",
                                         "out_of_view"]
+    """Parquet min/max statistics on these QA columns only (what readers filter on); statistics of long texts and
+    groundings cost write time and no reader uses them"""
 
     @model_validator(mode="after")
     def _qa_columns(self):
@@ -590,44 +646,45 @@ class AnonymizeConfig(_Model):
 
     faces: bool = True
     plates: bool = True
-    # timestamps in published metadata: WebDataset JSON ``timestamp_us`` keys are removed, and the source
-    # image paths (nuScenes file names carry the log's date and the capture time in microseconds) with them;
-    # frame order stays in ``frame_index`` / ``keyframe_index``
     strip_timestamps: bool = True
-    # classes whose boxes give candidate regions (nuScenes detection classes); cyclists and motorcyclists are
-    # inside their vehicle's box (nuScenes annotates the rider with the cycle), so their heads are candidates too
+    """timestamps in published metadata: WebDataset JSON ``timestamp_us`` keys are removed, and the source image
+    paths (nuScenes file names carry the log's date and the capture time in microseconds) with them; frame
+    order stays in ``frame_index`` / ``keyframe_index``"""
     face_classes: list[str] = Field(default_factory=lambda: ["pedestrian", "bicycle", "motorcycle"])
+    """classes whose boxes give candidate regions (nuScenes detection classes); cyclists and motorcyclists are
+    inside their vehicle's box (nuScenes annotates the rider with the cycle), so their heads are candidates
+    too"""
     plate_classes: list[str] = Field(default_factory=lambda: ["car", "truck", "bus", "trailer",
                                                                 "construction_vehicle", "motorcycle"])
-    # head: the top ``head_share`` of a pedestrian box's height (an adult's head is ~0.23 m of 1.75 m = 0.13;
-    # doubled for box and pose error), projected with the whole box width
     head_share: float = Field(0.25, gt=0, le=1)
-    # plate: a band on the front and rear faces, centred across, ``plate_width_share`` of the box width wide
-    # (EU/US plates are 0.52/0.30 m of a 1.8 m wide car: 0.29/0.17; wider for position error) and between
-    # these heights above the box bottom (plates sit 0.3-1.2 m above the road on cars, trucks and buses)
+    """head: the top ``head_share`` of a pedestrian box's height (an adult's head is ~0.23 m of 1.75 m = 0.13;
+    doubled for box and pose error), projected with the whole box width"""
     plate_width_share: float = Field(0.6, gt=0, le=1)
+    """plate: a band on the front and rear faces, centred across, ``plate_width_share`` of the box width wide
+    (EU/US plates are 0.52/0.30 m of a 1.8 m wide car: 0.29/0.17; wider for position error) and between these
+    heights above the box bottom (plates sit 0.3-1.2 m above the road on cars, trucks and buses)"""
     plate_z_m: tuple[float, float] = (0.15, 1.3)
-    # a candidate smaller than this many pixels on its short side is too small for a cascade (the face cascade's
-    # window is 24x24, the plate cascade's 60x20 after upscaling): the undetected policy applies directly
     cascade_min_region_px: int = Field(8, ge=1)
-    # candidates are upscaled to at least this many pixels on their short side before the cascade runs
+    """a candidate smaller than this many pixels on its short side is too small for a cascade (the face cascade's
+    window is 24x24, the plate cascade's 60x20 after upscaling): the undetected policy applies directly"""
     cascade_upscale_to_px: int = Field(64, ge=16)
+    """candidates are upscaled to at least this many pixels on their short side before the cascade runs"""
     face_cascade: str = "haarcascade_frontalface_default.xml"
     plate_cascade: str = "haarcascade_russian_plate_number.xml"
-    # cv2.CascadeClassifier.detectMultiScale parameters (OpenCV's documented defaults 1.1 and 3)
     scale_factor: float = Field(1.1, gt=1.0)
+    """cv2.CascadeClassifier.detectMultiScale parameters (OpenCV's documented defaults 1.1 and 3)"""
     min_neighbors: int = Field(3, ge=0)
-    # what to blur when the cascade finds nothing inside a candidate: 'region' blurs the whole candidate
-    # (safety first: a face the cascade misses is still blurred; the cost is blur outside faces and plates),
-    # 'none' blurs only detections
     undetected: Literal["region", "none"] = "region"
-    # Gaussian blur kernel side as a share of the blurred rectangle's longer side (odd, at least 3 px), and the
-    # margin added around each detection as a share of its size (0.15 left 0.5-2.6 % of the painted face pixels
-    # unblurred where the cascade boxed part of a face; 0.3 leaves none: bench/anonymize.py)
+    """what to blur when the cascade finds nothing inside a candidate: 'region' blurs the whole candidate (safety
+    first: a face the cascade misses is still blurred; the cost is blur outside faces and plates), 'none'
+    blurs only detections"""
     blur_kernel_share: float = Field(0.5, gt=0, le=2)
+    """Gaussian blur kernel side as a share of the blurred rectangle's longer side (odd, at least 3 px), and the
+    margin added around each detection as a share of its size (0.15 left 0.5-2.6 % of the painted face pixels
+    unblurred where the cascade boxed part of a face; 0.3 leaves none: bench/anonymize.py)"""
     detection_margin_share: float = Field(0.3, ge=0, le=1)
-    # JPEG quality of re-encoded (blurred) images; images without a blurred region are passed on byte for byte
     jpeg_quality: int = Field(95, ge=1, le=100)
+    """JPEG quality of re-encoded (blurred) images; images without a blurred region are passed on byte for byte"""
 
     @field_validator("plate_z_m")
     @classmethod
@@ -649,15 +706,23 @@ class ReportConfig(_Model):
     """The static HTML report (``drivegen report``, ``generator.report``). Chosen here to keep a report
     quick to build and to open on a large run: every page has a bounded size, whatever the run's."""
 
-    seed: int = 0  # the sample browser's rows are drawn per family with this seed
-    samples_per_family: int = Field(12, ge=1)  # QA rows shown per family (drawn without replacement)
-    rows_per_page: int = Field(6, ge=1)  # QA rows per sample-browser page
-    max_table_rows: int = Field(200, ge=1)  # rows of the errors table and of the per-type counts shown
-    max_scenes: int = Field(50, ge=1)  # scenes with a bird's-eye plot (the first ones, sorted by id)
-    image_width_px: int = Field(640, ge=64)  # keyframe images are scaled down to at most this width
-    thumb_width_px: int = Field(200, ge=32)  # context and future frames
+    seed: int = 0
+    """the sample browser's rows are drawn per family with this seed"""
+    samples_per_family: int = Field(12, ge=1)
+    """QA rows shown per family (drawn without replacement)"""
+    rows_per_page: int = Field(6, ge=1)
+    """QA rows per sample-browser page"""
+    max_table_rows: int = Field(200, ge=1)
+    """rows of the errors table and of the per-type counts shown"""
+    max_scenes: int = Field(50, ge=1)
+    """scenes with a bird's-eye plot (the first ones, sorted by id)"""
+    image_width_px: int = Field(640, ge=64)
+    """keyframe images are scaled down to at most this width"""
+    thumb_width_px: int = Field(200, ge=32)
+    """context and future frames"""
     jpeg_quality: int = Field(80, ge=10, le=100)
-    on_run: bool = True  # ``drivegen run`` ends by writing the report
+    on_run: bool = True
+    """``drivegen run`` ends by writing the report"""
 
 
 def _whole_gpus_above_one(v: float | None) -> float | None:
@@ -674,9 +739,12 @@ class StageActorsConfig(_Model):
     request on one GPU); on an H100, CenterPoint and SAM sharing one GPU gained nothing over running in turn,
     while two SAM actors sharing one carried 9-20 % more than one (README, "Models")."""
 
-    pool_size: int | None = Field(None, ge=1)  # None: ray.actor_pool_size
-    num_gpus: float | None = Field(None, ge=0)  # None: ray.actor_num_gpus; above 1 a whole number (Ray's rule)
-    num_cpus: float | None = Field(None, gt=0)  # None: ray.actor_num_cpus
+    pool_size: int | None = Field(None, ge=1)
+    """None: ray.actor_pool_size"""
+    num_gpus: float | None = Field(None, ge=0)
+    """None: ray.actor_num_gpus; above 1 a whole number (Ray's rule)"""
+    num_cpus: float | None = Field(None, gt=0)
+    """None: ray.actor_num_cpus"""
 
     @field_validator("num_gpus")
     @classmethod
@@ -685,21 +753,23 @@ class StageActorsConfig(_Model):
 
 
 class RayConfig(_Model):
-    address: str | None = None  # None = embedded local Ray; 'auto' or host:port joins a cluster
+    address: str | None = None
+    """None = embedded local Ray; 'auto' or host:port joins a cluster"""
     num_cpus: int | None = Field(None, ge=1)
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
-    # fractional: whole-CPU actors starve the read stage on 2 CPUs; one thread (Ray's cap at floor(CPUs), at
-    # least 1) ran SAM on an H100 as fast as seven (README, "Models")
     actor_num_cpus: float = Field(0.5, gt=0)
-    actor_num_gpus: float = Field(1.0, ge=0)  # used only when the cluster has GPUs
+    """fractional: whole-CPU actors starve the read stage on 2 CPUs; one thread (Ray's cap at floor(CPUs), at
+    least 1) ran SAM on an H100 as fast as seven (README, "Models")"""
+    actor_num_gpus: float = Field(1.0, ge=0)
+    """used only when the cluster has GPUs"""
     actor_pool_size: int = Field(1, ge=1)
-    # per model stage (schemas.vocab.MODEL_STAGES): its pool size and shares, over the three defaults above
     stage_actors: dict[str, StageActorsConfig] = Field(default_factory=dict)
+    """per model stage (schemas.vocab.MODEL_STAGES): its pool size and shares, over the three defaults above"""
     max_retries: int = Field(2, ge=0)
     scenes_in_flight: int = Field(4, ge=1)
-    # Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends
-    # (mmdet3d, sam2) and tasks for the CPU ones; 'actors' / 'tasks' force one way for every backend.
     model_stages: Literal["auto", "actors", "tasks"] = "auto"
+    """Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends
+    (mmdet3d, sam2) and tasks for the CPU ones; 'actors' / 'tasks' force one way for every backend."""
 
     @field_validator("actor_num_gpus")
     @classmethod
@@ -718,10 +788,10 @@ class RayConfig(_Model):
 class FailureConfig(_Model):
     """When a scene is failed rather than finished with gaps (no silent partial scenes)."""
 
-    # frames a stage could not read or run (detector input, LiDAR for visibility, a camera image), as a share
-    # of the scene's frames per stage: above it the scene fails with an errors row naming a file; at or
-    # below it the scene finishes and its skipped frames are listed in issues/<scene>.parquet
     max_failed_frame_share: float = Field(0.1, ge=0, le=1)
+    """frames a stage could not read or run (detector input, LiDAR for visibility, a camera image), as a share of
+    the scene's frames per stage: above it the scene fails with an errors row naming a file; at or below it
+    the scene finishes and its skipped frames are listed in issues/<scene>.parquet"""
 
 
 class PipelineConfig(_Model):

@@ -14,40 +14,50 @@ class PieConfig(_Model):
     prediction: intention, action, event risk", §III-A data and §III-D metrics) unless the comment says
     otherwise."""
 
-    fps: float = Field(30.0, gt=0)  # JAAD/PIE videos are 30 fps (JAAD annotations README)
-    observation_frames: int = Field(15, ge=1)  # §III-A: observation length 0.5 s = 15 frames
-    overlap: float = Field(0.3, ge=0, lt=1)  # §III-A: samples extracted with a 30 % overlap
-    tte_min_frames: int = Field(30, ge=0)  # §III-A 2): observations end 1-3 s (30-90 frames) before the event
+    fps: float = Field(30.0, gt=0)
+    """JAAD/PIE videos are 30 fps (JAAD annotations README)"""
+    observation_frames: int = Field(15, ge=1)
+    """§III-A: observation length 0.5 s = 15 frames"""
+    overlap: float = Field(0.3, ge=0, lt=1)
+    """§III-A: samples extracted with a 30 % overlap"""
+    tte_min_frames: int = Field(30, ge=0)
+    """§III-A 2): observations end 1-3 s (30-90 frames) before the event"""
     tte_max_frames: int = Field(90, ge=1)
-    risk_horizon_frames: int = Field(90, ge=1)  # §III-A 3): risk class from the box centre 3 s ahead
-    risk_region_width_px: float = Field(160.0, gt=0)  # §III-A 3): vertical regions 160 px wide ...
-    risk_reference_width_px: float = Field(1920.0, gt=0)  # ... in a 1920 px wide image (12 regions, 6 classes)
-    tte_sigma: float = Field(0.3, gt=0)  # §III-D 1): TTE weights, sigma 0.3
-    risk_sigma: float = Field(0.5, gt=0)  # §III-D 2): risk-region weights, sigma 0.5
-    # JAAD Table I counts 1872 pedestrians for action prediction: more than the 686 with behaviour tags, so
-    # the bystanders ('ped' tracks, non-crossing) are sampled too; False keeps only the behavioural ones
+    risk_horizon_frames: int = Field(90, ge=1)
+    """§III-A 3): risk class from the box centre 3 s ahead"""
+    risk_region_width_px: float = Field(160.0, gt=0)
+    """§III-A 3): vertical regions 160 px wide ..."""
+    risk_reference_width_px: float = Field(1920.0, gt=0)
+    """... in a 1920 px wide image (12 regions, 6 classes)"""
+    tte_sigma: float = Field(0.3, gt=0)
+    """§III-D 1): TTE weights, sigma 0.3"""
+    risk_sigma: float = Field(0.5, gt=0)
+    """§III-D 2): risk-region weights, sigma 0.5"""
     include_bystanders: bool = True
-    split_variant: Literal["default", "all_videos", "high_visibility"] = "default"  # JAAD split_ids/<variant>
-    # Not from the paper: JAAD's annotation tool rounds boxes; measured on videos 0001-0250 one box ends
-    # 1 px outside its 1280 px image (video_0069). A box further outside is a SourceError.
+    """JAAD Table I counts 1872 pedestrians for action prediction: more than the 686 with behaviour tags, so the
+    bystanders ('ped' tracks, non-crossing) are sampled too; False keeps only the behavioural ones"""
+    split_variant: Literal["default", "all_videos", "high_visibility"] = "default"
+    """JAAD split_ids/<variant>"""
     box_outside_tolerance_px: float = Field(1.0, ge=0)
-    # Not from the paper: a track with missing frames (16 tracks in JAAD 0001-0250, occlusions the annotators
-    # left out) is a SourceError for its video ('error', the issue's rule) or kept, sampling only windows
-    # without a gap ('keep'); tests/test_pie.py checks both
+    """Not from the paper: JAAD's annotation tool rounds boxes; measured on videos 0001-0250 one box ends 1 px
+    outside its 1280 px image (video_0069). A box further outside is a SourceError."""
     track_gap: Literal["error", "keep"] = "error"
-    # ``drivegen run --source jaad`` (not from the paper): a video without clips/<video>.mp4 is an error for
-    # that video (True) or runs from its annotations alone, without frames or image intent (False: the JAAD
-    # annotations are public, the videos often not at hand)
+    """Not from the paper: a track with missing frames (16 tracks in JAAD 0001-0250, occlusions the annotators
+    left out) is a SourceError for its video ('error', the issue's rule) or kept, sampling only windows
+    without a gap ('keep'); tests/test_pie.py checks both"""
     require_clips: bool = False
-    # ... and the frames its samples observe are extracted into the run folder (images/<video>/<frame>.<fmt>,
-    # the layout of JAAD's own split_clips_to_frames.sh, png) when the clip is there
+    """``drivegen run --source jaad`` (not from the paper): a video without clips/<video>.mp4 is an error for
+    that video (True) or runs from its annotations alone, without frames or image intent (False: the JAAD
+    annotations are public, the videos often not at hand)"""
     extract_frames: bool = True
+    """... and the frames its samples observe are extracted into the run folder (images/<video>/<frame>.<fmt>,
+    the layout of JAAD's own split_clips_to_frames.sh, png) when the clip is there"""
     frame_format: Literal["png", "jpg"] = "png"
-    # The same tasks from 3D logs (generator.families.pie.attributes.path_entry; not from the paper, which has JAAD's
-    # crossing_point): a tracked pedestrian's crossing event is the first time it stands where the ego is
-    # going to drive: inside the ego's body widened by path_margin_m a side, at one of its logged poses of
-    # the next path_horizon_s (every path_step_s) no farther than path_ahead_m from where it is now
     path_margin_m: float = Field(0.5, ge=0)
+    """The same tasks from 3D logs (generator.families.pie.attributes.path_entry; not from the paper, which has
+    JAAD's crossing_point): a tracked pedestrian's crossing event is the first time it stands where the ego is
+    going to drive: inside the ego's body widened by path_margin_m a side, at one of its logged poses of the
+    next path_horizon_s (every path_step_s) no farther than path_ahead_m from where it is now"""
     path_horizon_s: float = Field(10.0, gt=0)
     path_step_s: float = Field(0.25, gt=0)
     path_ahead_m: float = Field(50.0, gt=0)
