@@ -15,7 +15,8 @@ declares a ``PaperFamily`` object. Everything drivegen does for a family it find
     scorer()                        ``drivegen score <name>``: a module path (score(pred, target, **kw), to_text)
     summary(counts, ...)            its typed entry of the run summary (``schemas.summary.RunSummary.families``)
     summary_entry(data)             that entry read back from ``summary.json``
-    card_section(...) / report_video_cells(...)   its part of the dataset card and of the HTML report
+    card_section(...) / report_video_cells(...) / report_sample_note(...)
+                                                  its part of the dataset card and of the HTML report
     commands()                      extra ``drivegen`` subcommands (module paths)
 
 Every hook is optional; the defaults do nothing. The registry is the families built into drivegen
@@ -180,6 +181,11 @@ class PaperFamily:
         """Its columns of the report's table of a camera-only run's videos: {header: cell} for one video
         (``counts``: the video's manifest counts)."""
         return {}
+
+    def report_sample_note(self, row: dict, cfg) -> str | None:
+        """A sentence the report's sample browser shows under a QA row of one of its QA families (``row``: the
+        QA row; ``cfg``: the run's config), for what a reader needs to read the row right; None for none."""
+        return None
 
     def commands(self) -> list[str]:
         """Module paths of extra ``drivegen`` subcommands (``add_parser(subparsers)``, ``main(args)``)."""

@@ -398,7 +398,7 @@ def test_the_run_ends_with_a_report_of_its_videos(ray_run, tmp_path):
     marked frames (the video without a clip has none to show)."""
     import re
 
-    from test_report import CHROMIUM, chromium, count_problems, image_problems
+    from test_report import CHROMIUM, chromium, count_problems, image_problems, reading_problems
 
     _, out = ray_run
     report = out / "report"
@@ -407,7 +407,9 @@ def test_the_run_ends_with_a_report_of_its_videos(ray_run, tmp_path):
     assert "bird's-eye" not in videos and "projections visible" not in (report / "index.html").read_text()
     if CHROMIUM is None:
         pytest.skip("chromium is not installed: the browser half of this test cannot run")
-    assert count_problems(chromium((report / "index.html").as_uri(), tmp_path), out) == []
+    index = chromium((report / "index.html").as_uri(), tmp_path)
+    assert count_problems(index, out) == []
+    assert reading_problems(index) == [] and 'id="no-distributions"' in index  # says why it has no histograms
     pages = sorted(report.glob("samples-*.html"))
     assert {p.name.split("-")[1] for p in pages} == {"pie", "drama_x"}
     for page in pages:
@@ -415,6 +417,7 @@ def test_the_run_ends_with_a_report_of_its_videos(ray_run, tmp_path):
         broken = [p for p in image_problems(dom) if p != "the page has no image"]
         assert broken == [], page.name
         assert re.search(r'<p class="q">[^<]+</p>', dom), page.name
+        assert reading_problems(dom) == [], page.name  # a card of the clip-less video says why it has no image
     assert any('alt="front frame' in chromium(p.as_uri(), tmp_path) for p in pages)
 
 

@@ -32,3 +32,19 @@ def test_draw_marks_no_mask_and_duplicates():
     assert (draw_marks(img, [], [], []) == img).all()
     with pytest.raises(ValueError, match="region ids"):
         draw_marks(img, [[0, 0, 1, 1]], None, [1, 2])
+
+
+def test_tags_of_nearby_boxes_do_not_cover_each_other():
+    """Two boxes whose top-left corners are 4 px apart (a pair question about two parked cars): both tags
+    are drawn where no other tag lies, so each region can be told (once the second tag hid the first)."""
+    img = np.zeros((200, 300, 3), np.uint8)
+    tags: list = []
+    out = draw_marks(img, [[50, 60, 150, 120], [54, 62, 160, 130], [52, 58, 140, 110]], None, [10, 11, 12],
+                     tags=tags)
+    assert [t[0] for t in tags] == [10, 11, 12]
+    for i, a in enumerate(tags):
+        for b in tags[i + 1:]:
+            assert a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2], (a, b)
+        x1, y1, x2, y2 = a[1:]
+        assert 0 <= x1 < x2 <= 300 and 0 <= y1 < y2 <= 200
+        assert (out[y1:y2, x1:x2].reshape(-1, 3) > 190).all(axis=1).sum() > 10  # white text drawn in it

@@ -32,6 +32,7 @@ class ReportImages:
         self.image_root = image_root
         self.written: dict[str, str] = {}  # content key -> relative path (an image drawn twice is written once)
         self.missing: list[str] = []  # source frames that could not be read (shown as text, never a broken image)
+        self.tags: dict[str, list] = {}  # relative path -> its Region tags (region_id, x1, y1, x2, y2) in pixels
 
     def report_image(self, rgb: np.ndarray, name: str, kind: str = "camera", width: int | None = None) -> str:
         """Write ``rgb`` (H, W, 3 uint8) as ``img/<name>`` (``.jpg`` for camera frames, ``.png`` for figures),
@@ -75,8 +76,11 @@ class ReportImages:
             rgb = pub.image(rgb, frame_index, camera)  # faces and plates blurred before anything is drawn
         f = rgb.shape[1] / full_width
         boxes = [None if b is None else [v * f for v in b] for b in boxes]
-        rel = self.report_image(draw_marks(rgb, boxes, masks, regions), f"f{frame_index:06d}-{key}", "camera")
+        tags: list = []
+        rel = self.report_image(draw_marks(rgb, boxes, masks, regions, tags=tags), f"f{frame_index:06d}-{key}",
+                                "camera")
         self.written[key] = rel
+        self.tags[rel] = [list(t) for t in tags]
         return rel
 
 

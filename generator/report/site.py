@@ -127,6 +127,7 @@ def _staging(target: RunStore) -> Path:
 class _Site:
     def __init__(self, reader: RunReader, cfg: ReportConfig, imgs: ReportImages, root: Path):
         self.reader, self.cfg, self.imgs, self.root = reader, cfg, imgs, root
+        self.run_cfg = reader.config()
         self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True),
                                trim_blocks=True, lstrip_blocks=True)
         self.pages = self.figures = self.samples = 0
@@ -251,7 +252,8 @@ class _Site:
             width = self.cfg.image_width_px if g["role"] == "current" else self.cfg.thumb_width_px
             src = self.imgs.marked(g["image_path"], gr, g["frame_index"], g["camera"], width, row["scene_id"])
             imgs.setdefault(g["role"], []).append({"src": src, "frame": g["frame_index"], "camera": g["camera"],
-                                                   "path": g["image_path"]})
+                                                   "path": g["image_path"],
+                                                   "tags": json.dumps(self.imgs.tags.get(src, []))})
         ego, agents = [], []
         if labels is not None and labels.num_rows:
             at = labels.filter(pc.equal(labels.column("frame_index"), row["keyframe_index"]))
@@ -261,7 +263,16 @@ class _Site:
                     ego.append(lr)
                 elif lr["track_id"] in tracks:
                     agents.append(lr)
-        return {"qa": row, "images": imgs, "others": others, "n_others": n_others, "ego": ego, "agents": agents}
+        no_image = None
+        if not any(imgs.values()):
+            no_image = ("This row names no image: its grounding has no image path. In a camera-only run that "
+                        "is a video whose clip was not there when the run was made (its issues row 'no_clip'), "
+                        "or a run with pie.extract_frames: false." if gr else
+                        "This row has no grounding: it asks about the ego alone, and no image is tied to it.")
+        notes = [n for fam in families().values() if row["family"] in fam.qa_names
+                 for n in [fam.report_sample_note(row, self.run_cfg)] if n]
+        return {"qa": row, "images": imgs, "others": others, "n_others": n_others, "ego": ego, "agents": agents,
+                "no_image": no_image, "notes": notes}
 
 
 def _validation(v: dict) -> dict:
@@ -289,7 +300,7 @@ figcaption{font-size:12px;color:#555}pre{background:#fff;border:1px solid #ddd;p
 .card figure{margin:0 0 6px 0}.card img{max-width:100%;height:auto}
 .thumbs{display:flex;flex-wrap:wrap;gap:4px}.thumbs figure{margin:0}.q{font-weight:600}.a{color:#1b5e20}
 .tag{display:inline-block;background:#eceff1;border-radius:3px;padding:0 5px;margin-right:4px;font-size:12px}
-.pager a,.pager span{margin-right:8px}.warn{color:#b71c1c}
+.pager a,.pager span{margin-right:8px}.warn{color:#b71c1c}.note,.no-image{color:#455a64;font-size:13px}
 """
 
 _BASE = """<!doctype html>
@@ -343,8 +354,9 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 {% endfor %}</table>
 {% if types_more %}<p>... and {{ types_more }} more question types (max_table_rows).</p>{% endif %}
 <h2>Distributions</h2>
-<div class="grid">{% for h in hist %}<figure><img src="{{ h.src }}" alt="histogram of {{ h.name }}" width="420">
+{% if hist %}<div class="grid">{% for h in hist %}<figure><img src="{{ h.src }}" alt="histogram of {{ h.name }}" width="420">
 <figcaption>{{ h.name }}: {{ h.total }} values</figcaption></figure>{% endfor %}</div>
+{% else %}<p id="no-distributions">{% if camera_only %}None for this camera-only run: the histograms are of 3D attributes (object distance, bearing and speed) and QA horizons, and videos without LiDAR or poses give none of them; the Videos page gives each video's counts.{% else %}No values to plot: no finished scene has attributes or QA rows with a horizon.{% endif %}</p>{% endif %}
 {% if not camera_only %}<h2>Visibility drops by reason</h2>
 {% if drops %}<div class="grid"><figure><img src="{{ drops_src }}" alt="visibility drops by reason"></figure>
 <table id="drops"><tr><th>reason</th><th>projections</th></tr>
@@ -383,10 +395,11 @@ _SAMPLES = """{% extends "base.html" %}{% block page %}samples{% endblock %}{% b
 {{ pager() }}
 {% for c in cards %}<section class="card" data-qa-id="{{ c.qa.qa_id }}">
 <div class="imgs">
-{% for im in c.images.current %}<figure>{% if im.src %}<img src="{{ im.src }}" alt="{{ im.camera }} frame {{ im.frame }}">{% else %}<p class="warn">image not readable: {{ im.path }}</p>{% endif %}
+{% if c.no_image %}<p class="no-image">{{ c.no_image }}</p>{% endif %}
+{% for im in c.images.current %}<figure>{% if im.src %}<img src="{{ im.src }}" alt="{{ im.camera }} frame {{ im.frame }}" data-tags="{{ im.tags }}">{% else %}<p class="warn">image not readable: {{ im.path }}</p>{% endif %}
 <figcaption>keyframe {{ im.frame }}, {{ im.camera }}</figcaption></figure>{% endfor %}
 {% for role in ("context", "future") %}{% if c.images[role] %}<div>{{ role }} frames</div><div class="thumbs">
-{% for im in c.images[role] %}<figure>{% if im.src %}<img src="{{ im.src }}" alt="{{ role }} {{ im.camera }} frame {{ im.frame }}">{% else %}<span class="warn">not readable: {{ im.path }}</span>{% endif %}
+{% for im in c.images[role] %}<figure>{% if im.src %}<img src="{{ im.src }}" alt="{{ role }} {{ im.camera }} frame {{ im.frame }}" data-tags="{{ im.tags }}">{% else %}<span class="warn">not readable: {{ im.path }}</span>{% endif %}
 <figcaption>{{ im.frame }} {{ im.camera }}</figcaption></figure>{% endfor %}</div>{% endif %}{% endfor %}
 </div>
 <div class="text">
@@ -394,13 +407,14 @@ _SAMPLES = """{% extends "base.html" %}{% block page %}samples{% endblock %}{% b
 <span class="tag">{{ c.qa.question_type }}</span><span class="tag">{{ c.qa.kind }}</span><span class="tag">{{ c.qa.split }}</span>
 {% if c.qa.horizon_s is not none %}<span class="tag">horizon {{ c.qa.horizon_s }} s</span>{% endif %}</div>
 <p class="q">{{ c.qa.question }}</p><p class="a">{{ c.qa.answer }}</p>
-<p>value: {{ "%.4g"|format(c.qa.value) if c.qa.value is not none else "-" }} {{ c.qa.unit or "" }};
-regions {{ c.qa.region_ids }}; tracks {{ c.qa.track_ids }} ({{ (c.qa.class_names or [])|join(", ") }}); <code>{{ c.qa.qa_id }}</code></p>
+<p class="value">{% if c.qa.value is not none %}value: {{ "%.4g"|format(c.qa.value) }} {{ c.qa.unit or "" }}{% elif c.qa.unit == "trajectory" %}value: the trajectory in the answer{% else %}value: none (a {{ c.qa.kind or "qualitative" }} answer){% endif %};
+{% if c.qa.region_ids %}regions {{ c.qa.region_ids|join(", ") }}; tracks {{ c.qa.track_ids|join(", ") }} ({{ (c.qa.class_names or [])|join(", ") }}){% else %}about the ego (no region){% endif %}; <code>{{ c.qa.qa_id }}</code></p>
+{% for n in c.notes %}<p class="note">{{ n }}</p>{% endfor %}
 <h4>Behaviour labels at this keyframe</h4>
-{% if c.ego or c.agents %}<table><tr><th>subject</th><th>maneuver</th><th>speed status</th><th>intent</th></tr>
-{% for l in c.ego %}<tr><td>ego</td><td>{{ l.maneuver or "" }}</td><td>{{ l.speed_status or "" }}</td><td></td></tr>{% endfor %}
-{% for l in c.agents %}<tr><td>{{ l.class_name }} track {{ l.track_id }}</td><td>{{ l.maneuver or "" }}</td><td>{{ l.speed_status or "" }}</td>
-<td>{{ l.intent_lateral or "" }} {{ l.intent_vertical or "" }}</td></tr>{% endfor %}</table>{% else %}<p>none</p>{% endif %}
+{% if c.ego or c.agents %}<table class="labels"><tr><th>subject</th><th>maneuver</th><th>speed status</th><th>intent, lateral</th><th>intent, vertical</th></tr>
+{% for l in c.ego %}<tr><td>ego</td><td>{{ l.maneuver or "" }}</td><td>{{ l.speed_status or "" }}</td><td></td><td></td></tr>{% endfor %}
+{% for l in c.agents %}<tr data-track="{{ l.track_id }}"><td>{{ l.class_name }} track {{ l.track_id }}</td><td>{{ l.maneuver or "" }}</td><td>{{ l.speed_status or "" }}</td>
+<td class="intent-lateral">{{ l.intent_lateral or "" }}</td><td class="intent-vertical">{{ l.intent_vertical or "" }}</td></tr>{% endfor %}</table>{% else %}<p>none</p>{% endif %}
 {% if c.others %}<h4>Other questions at this keyframe ({{ c.n_others }})</h4><ul>
 {% for o in c.others %}<li><span class="tag">{{ o.family }}</span>{{ o.question }} <span class="a">{{ o.answer }}</span></li>{% endfor %}
 {% if c.n_others > c.others|length %}<li>... {{ c.n_others - c.others|length }} more</li>{% endif %}</ul>{% endif %}

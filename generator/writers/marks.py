@@ -42,13 +42,43 @@ def decode_mask(rle, shape: tuple[int, int]) -> np.ndarray | None:
     return m
 
 
+def _free(rect: tuple[int, int, int, int], taken: list[tuple[int, int, int, int]]) -> bool:
+    x1, y1, x2, y2 = rect
+    return all(x2 <= a1 or a2 <= x1 or y2 <= b1 or b2 <= y1 for a1, b1, a2, b2 in taken)
+
+
+def place_tag(box: tuple[int, int, int, int], size: tuple[int, int], image_wh: tuple[int, int],
+              taken: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+    """Where a ``Region [X]`` tag of ``size`` (w, h) goes for ``box`` (x1, y1, x2, y2): the first of above the
+    box's top-left corner, inside it, below the box, above its top-right corner, that lies in the image and
+    overlaps no tag in ``taken``; else the nearest free place down the box's left edge (then below it), so no
+    tag hides another. Returns the tag's rectangle (x1, y1, x2, y2), exclusive ends."""
+    (x1, y1, x2, y2), (tw, th), (w, h) = box, size, image_wh
+
+    def fit(tx, ty):
+        tx = min(max(0, tx), max(0, w - tw))
+        ty = min(max(0, ty), max(0, h - th))
+        return tx, ty, tx + tw, ty + th
+
+    candidates = [fit(x1, y1 - th), fit(x1, y1), fit(x1, y2), fit(x2 - tw, y1 - th)]
+    for rect in candidates:
+        if _free(rect, taken):
+            return rect
+    for ty in list(range(y1, h - th + 1, max(1, th // 2))) + list(range(y1 - th, -1, -max(1, th // 2))):
+        rect = fit(x1, ty)
+        if _free(rect, taken):
+            return rect
+    return candidates[0]  # the image is full of tags: the first place (a later tag may cover it)
+
+
 def draw_marks(image: np.ndarray, boxes_xyxy: Sequence | np.ndarray, masks: Sequence | None,
-               region_ids: Sequence[int], line_px: int | None = None) -> np.ndarray:
+               region_ids: Sequence[int], line_px: int | None = None, tags: list | None = None) -> np.ndarray:
     """A copy of ``image`` (H, W, 3 uint8, any channel order kept: colours are given as RGB) with, per
     region ``i``: its mask ``masks[i]`` (COCO RLE dict, boolean array or None) tinted, its box
-    ``boxes_xyxy[i]`` (x1, y1, x2, y2 pixels; None or NaN: no box) outlined and a ``Region [X]`` label
-    (``X = region_ids[i]``) at the box's top-left corner. Regions are drawn in the order given; a region
-    listed twice is drawn once."""
+    ``boxes_xyxy[i]`` (x1, y1, x2, y2 pixels; None or NaN: no box) outlined and a ``Region [X]`` tag
+    (``X = region_ids[i]``) at the box's top-left corner, or where ``place_tag`` finds room: no tag covers
+    another. Regions are drawn in the order given; a region listed twice is drawn once. ``tags``, when
+    given, receives ``(region_id, x1, y1, x2, y2)`` per tag drawn (pixels of the image)."""
     img = np.array(image, dtype=np.uint8, order="C", copy=True)
     if img.ndim != 3 or img.shape[2] != 3:
         raise ValueError(f"draw_marks: expected an (H, W, 3) image, got shape {img.shape}")
@@ -72,6 +102,7 @@ def draw_marks(image: np.ndarray, boxes_xyxy: Sequence | np.ndarray, masks: Sequ
         if mask is not None and mask.any():
             colour = np.array(region_colour(rid), np.float32)
             img[mask] = (img[mask] * (1 - MASK_ALPHA) + colour * MASK_ALPHA).astype(np.uint8)
+    placed: list[tuple[int, int, int, int]] = []
     for rid, box, _ in items:
         if box is None:
             continue
@@ -83,11 +114,13 @@ def draw_marks(image: np.ndarray, boxes_xyxy: Sequence | np.ndarray, masks: Sequ
         cv2.rectangle(img, (x1, y1), (x2, y2), colour, thick, cv2.LINE_AA)
         text = f"Region [{rid}]"
         (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
-        ty = y1 - 2 if y1 - th - base - 2 >= 0 else min(h - 1, y1 + th + base + 2)
-        tx = min(max(0, x1), max(0, w - tw - 2))
-        cv2.rectangle(img, (tx, ty - th - base), (tx + tw + 2, ty + 1), colour, -1)
-        cv2.putText(img, text, (tx + 1, ty - base + 1), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), 1,
-                    cv2.LINE_AA)
+        rect = place_tag((x1, y1, x2, y2), (tw + 3, th + base + 2), (w, h), placed)
+        placed.append(rect)
+        cv2.rectangle(img, (rect[0], rect[1]), (rect[2] - 1, rect[3] - 1), colour, -1)
+        cv2.putText(img, text, (rect[0] + 1, rect[3] - 1 - base), cv2.FONT_HERSHEY_SIMPLEX, scale,
+                    (255, 255, 255), 1, cv2.LINE_AA)
+        if tags is not None:
+            tags.append((rid, *rect))
     return img
 
 

@@ -33,6 +33,16 @@ class IntentionDrive(PaperFamily):
 
         return [INTENTION_SAMPLES, INTENTION_OBJECTS]
 
+    def report_sample_note(self, row, cfg):
+        if row.get("family") != "ego_intention":
+            return None
+        at = cfg.intention.classify_at_s
+        return (f"The instruction is what the ego does next: its maneuver and speed status are classified "
+                f"{at:g} s after this keyframe (intention.classify_at_s) on the logged trajectory, so they may "
+                f"differ from the ego's behaviour label at the keyframe itself, shown below. The answer is that "
+                f"trajectory: {cfg.labels.num_waypoints} waypoints {cfg.labels.waypoint_step_s:g} s apart, x ahead "
+                f"and y to the left of the ego at the keyframe, in metres.")
+
     def qa_families(self):
         from generator.families.intention_drive.behaviour_qa import EGO_BEHAVIOUR
         from generator.families.intention_drive.qa import EGO_INTENTION
