@@ -11,7 +11,10 @@ import argparse
 import importlib
 import logging
 import sys
+import time
 import traceback
+
+_STARTED_AT = time.perf_counter()  # the process's command starts about here (the CLI is imported first)
 
 COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "score", "report", "view")
 
@@ -56,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):  # surrogate in an id) is printed escaped, never a crash
             stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
+    args.started_at = _STARTED_AT if argv is None else time.perf_counter()  # a command's wall time starts here
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     name = f"drivegen {args.command}"

@@ -69,6 +69,11 @@ class CameraOnly:
     images: int  # frames extracted
 
 
+# the phases of ``drivegen run`` timed in ``RunSummary.timings``, in their order, with their printed names
+TIMING_PHASES = {"logs": "logs", "ray_start": "Ray start", "pipeline": "pipeline", "exports": "exports",
+                 "report": "report"}
+
+
 @dataclass
 class RunSummary:
     """What a run did (``this_run``: the scenes streamed by this call) and what its run folder holds (the
@@ -85,8 +90,11 @@ class RunSummary:
     this_run: dict[str, Any] = field(default_factory=dict)  # the manifests' counts of this call's scenes, summed
     totals: dict[str, Any] = field(default_factory=dict)  # ... of every finished scene of the run's list, summed
     errors: list[dict] = field(default_factory=list)  # rows of OUT/errors/ (schemas.tables.ERRORS)
-    wall_s: float = 0.0
-    throughput: Throughput = field(default_factory=Throughput)
+    wall_s: float = 0.0  # the whole command, from its start to its end (the report included when it writes one)
+    throughput: Throughput = field(default_factory=Throughput)  # of the pipeline phase (the scenes streaming)
+    # seconds per phase of the command (TIMING_PHASES, in that order; 'other' is the rest of wall_s: imports,
+    # config and input checks, the lock, the summary's own reads)
+    timings: dict[str, float] = field(default_factory=dict)
     card: CardEntry | None = None
     camera_only: CameraOnly | None = None
     families: dict[str, SummaryEntry] = field(default_factory=dict)  # by paper family name, in family order
@@ -130,11 +138,23 @@ class RunSummary:
                    scenes=SceneCounts(**data.get("scenes", {})), frames=data.get("frames", 0),
                    objects=data.get("objects", 0), qa=QACounts(**data.get("qa", {})),
                    objects_dropped=data.get("objects_dropped", {}), failed_frames=data.get("failed_frames", {}),
-                   this_run=data.get("this_run", {}), totals=data.get("totals", {}), errors=data.get("errors", []), wall_s=data.get("wall_s", 0.0),
-                   throughput=Throughput(**data.get("throughput", {})),
+                   this_run=data.get("this_run", {}), totals=data.get("totals", {}), errors=data.get("errors", []),
+                   wall_s=data.get("wall_s", 0.0), throughput=Throughput(**data.get("throughput", {})),
+                   timings=data.get("timings", {}),
                    card=CardEntry(**card) if card else None, camera_only=CameraOnly(**cam) if cam else None,
                    families=entries, finalize_error=data.get("finalize_error"),
                    extra={k: v for k, v in data.items() if k not in known})
+
+    def timing_text(self) -> str:
+        """' (logs 3.1 s, Ray start 4.0 s, ..., other 0.9 s)' from ``timings``; '' when there are none."""
+        if not self.timings:
+            return ""
+        order = [k for k in TIMING_PHASES if k in self.timings] + [k for k in self.timings if k not in TIMING_PHASES]
+        parts = [(TIMING_PHASES.get(k, k), self.timings[k]) for k in order]  # summary.json's keys are sorted
+        other = self.wall_s - sum(self.timings.values())
+        if other >= 0.05:
+            parts.append(("other", other))
+        return " (" + ", ".join(f"{name} {v:.1f} s" for name, v in parts) + ")"
 
     # ---- what drivegen run prints
     def lines(self, max_errors: int = 20) -> list[str]:
@@ -150,8 +170,8 @@ class RunSummary:
         if self.failed_frames:
             lines.append("frames skipped by stage (finished scenes): "
                          + ", ".join(f"{k}={v}" for k, v in sorted(self.failed_frames.items())))
-        lines.append(f"wall time: {self.wall_s:.1f} s  throughput: {self.throughput.qa_per_s:.1f} QA/s, "
-                     f"{self.throughput.frames_per_s:.1f} frames/s")
+        lines.append(f"wall time: {self.wall_s:.1f} s{self.timing_text()}  throughput: "
+                     f"{self.throughput.qa_per_s:.1f} QA/s, {self.throughput.frames_per_s:.1f} frames/s")
         if self.camera_only is not None:
             lines.append(f"videos with a clip: {self.camera_only.clips} of {sc.ok + sc.skipped}  "
                          f"frames extracted: {self.camera_only.images}")
@@ -169,5 +189,5 @@ class RunSummary:
         return lines
 
 
-__all__ = ["RunSummary", "SummaryEntry", "FamilyEntry", "SceneCounts", "QACounts", "Throughput", "CardEntry",
+__all__ = ["TIMING_PHASES", "RunSummary", "SummaryEntry", "FamilyEntry", "SceneCounts", "QACounts", "Throughput", "CardEntry",
            "CameraOnly"]

@@ -5,6 +5,7 @@ loaded, and a screenshot must not be blank. The checks are shown to fail on a br
 and a blank page."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -81,6 +82,43 @@ def image_problems(dom: str) -> list[str]:
     return [f"image did not load: {b}" for b in broken] + (["the page has no image"] if n == 0 else [])
 
 
+def _unescape(text: str) -> str:
+    return html.unescape(text)
+
+
+def reading_problems(dom: str) -> list[str]:
+    """What keeps a reader from reading a rendered page right: Region tags that overlap on an image (measured
+    from each image's tag rectangles, ``data-tags``), an intent cell that is not one label, a value line with
+    empty lists or a bare '-', a sample card without an image that does not say why, an empty Distributions
+    section without a word why."""
+    from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL
+
+    problems = []
+    for src, tags in re.findall(r'<img src="([^"]+)"[^>]*data-tags="([^"]*)"', dom):
+        rects = json.loads(_unescape(tags))
+        for i, a in enumerate(rects):
+            for b in rects[i + 1:]:
+                if not (a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2]):
+                    problems.append(f"{src}: tags of Region [{a[0]}] and Region [{b[0]}] overlap")
+    for kind, allowed in (("lateral", INTENT_LATERAL), ("vertical", INTENT_VERTICAL)):
+        for cell in re.findall(rf'<td class="intent-{kind}">([^<]*)</td>', dom):
+            if cell.strip() and cell.strip() not in allowed:
+                problems.append(f"intent cell ({kind}) {cell.strip()!r} is not one label")
+    for line in re.findall(r'<p class="value">(.*?)</p>', dom, re.S):
+        text = re.sub(r"<[^>]+>", "", _unescape(line))
+        if "[]" in text or re.search(r"value: -(?![\d.])", text):
+            problems.append(f"value line {' '.join(text.split())!r} shows an empty list or a bare '-'")
+    for card in re.findall(r'<section class="card".*?</section>', dom, re.S):
+        if "<img " not in card and 'class="no-image"' not in card:
+            qa_id = re.search(r'data-qa-id="([^"]+)"', card).group(1)
+            problems.append(f"card {qa_id} has no image and does not say why")
+    if "<h2>Distributions</h2>" in dom:
+        section = dom.split("<h2>Distributions</h2>", 1)[1].split("<h2>", 1)[0]
+        if "<img " not in section and 'id="no-distributions"' not in section:
+            problems.append("the Distributions section is empty and does not say why")
+    return problems
+
+
 def blank(png: Path) -> bool:
     """A screenshot with (almost) one colour: nothing rendered."""
     import cv2
@@ -128,11 +166,13 @@ def test_report_renders_in_chromium(report, labelled_run, tmp_path):
     index = chromium(report.joinpath("index.html").as_uri(), tmp_path)
     assert count_problems(index, labelled_run) == []
     assert image_problems(index) == []
+    assert reading_problems(index) == [] and "<h2>Distributions</h2>" in index
     for page in sorted(report.glob("*.html")):
         if page.name == "index.html":
             continue
         dom = chromium(page.as_uri(), tmp_path)
         assert image_problems(dom) == [], page.name
+        assert reading_problems(dom) == [], page.name
         if page.name.startswith("samples-"):  # QA text and marked keyframes are in the rendered page
             assert re.search(r'<p class="q">[^<]+</p>', dom) and 'alt="CAM_' in dom, page.name
     shot = tmp_path / "index.png"
@@ -152,6 +192,29 @@ def test_browser_checks_fail_on_broken_image_wrong_count_and_blank_page(report, 
     dom = chromium((bad / "index.html").as_uri(), tmp_path)
     assert image_problems(dom) == [f"image did not load: {img}"]
     assert count_problems(dom, labelled_run) == [f"QA total shown {total + 1}, run has {total}"]
+    # what the reading checks catch, each planted once in a copy of a sample page (as the report once drew them)
+    page = next(p for p in sorted(bad.glob("samples-*.html"))
+                if 'data-tags="[[' in p.read_text() and p.read_text().count('<section class="card"') > 1)
+    text = page.read_text()
+    cards = re.findall(r'<section class="card".*?</section>', text, re.S)
+    tags = re.search(r'data-tags="(\[\[[^"]*)"', cards[0]).group(1)
+    first = json.loads(html.unescape(tags))[0]
+    planted = html.escape(json.dumps([first, [first[0] + 1, *first[1:]]]))  # a second tag on the first one
+    text = text.replace(cards[0], cards[0].replace(f'data-tags="{tags}"', f'data-tags="{planted}"', 1)
+                        .replace('<p class="value">', '<p class="value">value: - trajectory; regions []; ', 1)
+                        .replace("</table>", '<tr data-track="1"><td class="intent-lateral">stationary stationary'
+                                             '</td></tr></table>', 1))
+    text = text.replace(cards[-1], re.sub(r"<img [^>]*>", "", cards[-1]))
+    page.write_text(text)
+    got = reading_problems(chromium(page.as_uri(), tmp_path))
+    qa_id = re.search(r'data-qa-id="([^"]+)"', cards[-1]).group(1)
+    assert len(got) == 4, got
+    assert got[0].endswith(f"tags of Region [{first[0]}] and Region [{first[0] + 1}] overlap"), got
+    assert got[1] == "intent cell (lateral) 'stationary stationary' is not one label", got
+    assert got[2].startswith("value line 'value: - trajectory; regions [];"), got
+    assert got[3] == f"card {qa_id} has no image and does not say why", got
+    no_dist = re.sub(r"(<h2>Distributions</h2>).*?(<h2>)", r"\1\2", index, count=1, flags=re.S)
+    assert reading_problems(no_dist) == ["the Distributions section is empty and does not say why"]
     (bad / "blank.html").write_text("<!doctype html><html><body></body></html>")
     shot = tmp_path / "blank.png"
     chromium((bad / "blank.html").as_uri(), tmp_path, screenshot=shot)
@@ -188,11 +251,10 @@ def test_drivegen_run_ends_with_the_report(labelled_run, tmp_path, capsys):
 
     run = tmp_path / "run"
     shutil.copytree(labelled_run, run)
-    assert write_report(str(run)) == 0
-    line = capsys.readouterr().out.strip().splitlines()[-1]
+    line = write_report(RunReader(str(run)).store)
     assert line.startswith("report: ") and line.endswith(str(run / "report" / "index.html"))
     assert (run / "report" / "index.html").is_file() and RunReader(str(run)).check() == []
-    assert write_report(str(run)) == 0
+    assert write_report(RunReader(str(run)).store).startswith("report: ")
     user = tmp_path / "mine"
     user.mkdir()
     (user / "notes.txt").write_text("mine")

@@ -88,30 +88,29 @@ def main(args) -> int:
                  address=args.address, resume=resume, force=args.force, overwrite=args.overwrite,
                  scenes=args.scenes, seed=args.seed,
                  executor="local" if args.local else "ray", progress=not args.no_progress,
-                 verbose=getattr(args, "verbose", False))
+                 verbose=getattr(args, "verbose", False), report=write_report, started_at=args.started_at)
     from generator.pipeline.driver import format_summary
 
     print(format_summary(result.summary))
     print(f"summary: {RunStore(out).uri_of('summary.json')}")
-    return max(result.exit_code, write_report(out))
+    if result.report_line:
+        print(result.report_line)
+    if result.report_error:
+        print(f"drivegen run: the report could not be written: {result.report_error} (write it with "
+              f"`drivegen report {out} --out DIR`)", file=sys.stderr)
+    return result.exit_code
 
 
-def write_report(out: str) -> int:
+def write_report(store) -> str | None:
     """End of a run: the HTML report (``drivegen report``) in the run folder (``OUT/report``, on whatever
     filesystem OUT is; ``drivegen report OUT`` makes a local copy of a remote run's) when ``report.on_run`` and
-    a scene finished; prints where it is. 1 when it could not be written (the run's data stay as they are)."""
+    a scene finished. Returns its one-line description (None when none is due); raises ``DrivegenError`` when it
+    could not be written (the run's data stay as they are)."""
     from generator.report import build_report
     from generator.runfolder import RunReader
     from schemas import layout
-    from schemas.errors import DrivegenError
 
-    reader = RunReader(out)
+    reader = RunReader(store)
     if not reader.config().report.on_run or not reader.scene_ids():
-        return 0
-    try:
-        print(build_report(reader, reader.store.uri_of(layout.REPORT_DIR)).line())
-    except DrivegenError as err:
-        print(f"drivegen run: the report could not be written: {err} (write it with `drivegen report {out} "
-              "--out DIR`)", file=sys.stderr)
-        return 1
-    return 0
+        return None
+    return build_report(reader, reader.store.uri_of(layout.REPORT_DIR)).line()

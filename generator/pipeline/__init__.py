@@ -112,9 +112,12 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         config: str | None = None, cfg=None, address: str | None = None, resume: bool = False, force: bool = False,
         overwrite: bool = False,
         scenes: int | None = None, seed: int = 0, executor: str = "ray", progress: bool = True,
-        verbose: bool = False, stages=None, write=None, finalize=None, command: str = "drivegen run") -> RunResult:
+        verbose: bool = False, stages=None, write=None, finalize=None, command: str = "drivegen run",
+        report=None, started_at: float | None = None) -> RunResult:
     """``drivegen run`` as a function (see ``generator.commands.run``). ``cfg`` (a PipelineConfig) overrides
-    ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks).
+    ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks); ``report(store)``
+    writes the HTML report at the end (``run_pipeline``); ``started_at`` (``time.perf_counter()`` when the command
+    started; default: now) is where the summary's wall time starts.
 
     Order: inputs are checked (config, templates, logs) -> the lock is taken (before anything is written) ->
     a new run refuses a folder that holds anything (``overwrite``: but a finished run drivegen made, whose files
@@ -124,6 +127,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     from generator.sources import CAMERA_ONLY_KINDS, open_source
     from schemas.config import load_config
 
+    started_at = time.perf_counter() if started_at is None else started_at
+    timings: dict[str, float] = {}
     if scenes is not None and scenes < 1:
         raise InputError(f"--scenes must be at least 1, got {scenes}")
     store = RunStore(out)
@@ -133,10 +138,12 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     if not resume:  # every input checked before the run folder is touched
         cfg = cfg if cfg is not None else load_config(config)
         check_inputs(cfg)
+        t = time.perf_counter()
         if data is None:
             data, source, version = str(synth_logs(scenes or DEFAULT_SYNTH_SCENES, seed)), "nuscenes", SYNTH_VERSION
         kw = {"version": version} if source == "nuscenes" and version else {}
         src = open_source(source, data, cfg, **kw)
+        timings["logs"] = round(time.perf_counter() - t, 3)
         ids = src.scene_ids()[:scenes] if scenes else src.scene_ids()
         desc = src.describe()
         _check_names(ids)
@@ -190,11 +197,14 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             finalize = finalize or functools.partial(exports.finalize_run, source=src)
         started = False
         if executor == "ray":
+            t = time.perf_counter()
             started = ensure_ray(cfg, address, verbose)
+            timings["ray_start"] = round(time.perf_counter() - t, 3)
             _warn_if_not_shared(store, desc)
         try:
             return run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
-                                progress=progress, finalize=finalize, work=work)
+                                progress=progress, finalize=finalize, work=work, report=report, timings=timings,
+                                started_at=started_at)
         finally:
             if started:
                 import ray

@@ -27,7 +27,7 @@ from generator.runfolder import RunReader, RunStore, remove_leftovers, write_err
 from generator.runfolder.commit import count_attempts
 from schemas import layout
 from schemas.config import PipelineConfig
-from schemas.errors import RunFolderError
+from schemas.errors import DrivegenError, RunFolderError
 from schemas.summary import QACounts, RunSummary, SceneCounts, Throughput
 from schemas.tables import ERRORS
 
@@ -38,10 +38,12 @@ log = logging.getLogger("drivegen.pipeline")
 class RunResult:
     summary: RunSummary
     rows: dict[str, dict] = field(default_factory=dict)  # scene_id -> summary row of this run
+    report_line: str | None = None  # the HTML report written at the end: its one-line description
+    report_error: str | None = None  # ... or why it could not be written
 
     @property
     def exit_code(self) -> int:
-        return self.summary.exit_code
+        return max(self.summary.exit_code, int(self.report_error is not None))
 
 
 # ------------------------------------------------------------------------------------------ ray setup
@@ -105,13 +107,18 @@ def longest_first(scene_ids: list[str], work: dict[str, float] | None) -> list[s
 def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: list[str], stages: list[Stage],
                  write: Callable, *, epoch: int | None = None, executor: str = "ray", progress: bool = True,
                  finalize: Callable[[RunStore, RunSummary], None] | None = None,
-                 work: dict[str, float] | None = None) -> RunResult:
+                 work: dict[str, float] | None = None, report: Callable[[RunStore], str] | None = None,
+                 timings: dict[str, float] | None = None, started_at: float | None = None) -> RunResult:
     """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``store``, the
     heaviest first by ``work`` (``longest_first``; None keeps the order).
 
     ``source`` is the log source's JSON description (``source.json``), ``epoch`` the run epoch of the lock
     the caller holds, ``executor`` 'ray' (Ray must be initialised, see ``ensure_ray``) or 'local'
-    (in-process, same stages, no Ray). ``finalize(store, summary)`` runs at the end (card, bench export).
+    (in-process, same stages, no Ray). ``finalize(store, summary)`` runs at the end (card, bench export), then
+    ``report(store)`` (the HTML report; returns its one-line description, raises ``DrivegenError`` when it
+    cannot be written: the run's data stay as they are).
+    ``timings`` (phases the caller timed before: logs, Ray start) and ``started_at`` (``time.perf_counter()`` at
+    the command's start) make the summary's wall time and its breakdown cover the whole command.
     Returns the summary (also in ``OUT/summary.json``).
     """
     t0 = time.perf_counter()
@@ -138,15 +145,35 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     if stale:
         raise RunFolderError(f"{store.uri} was taken over by another driver while this run was going "
                              f"({json.loads(stale[0]['info'])['error']}); this run stops without finalizing")
-    summary = summarize(store, scene_ids, rows, skipped, time.perf_counter() - t0, executor)
+    streamed = time.perf_counter() - t0
+    summary = summarize(store, scene_ids, rows, skipped, streamed, executor)
+    summary.timings = {**(timings or {}), "pipeline": round(streamed, 3)}
+    start = t0 if started_at is None else started_at
+
+    def phase(name: str, since: float) -> None:
+        summary.timings[name] = round(time.perf_counter() - since, 3)
+        summary.wall_s = round(time.perf_counter() - start, 3)
+
     if finalize is not None:
+        t = time.perf_counter()
         try:
             finalize(store, summary)
         except Exception as err:  # noqa: BLE001 - the rows are committed; the by-product's failure is reported
             log.error("finalize (dataset card, exports) failed: %s: %s", type(err).__name__, err)
             summary.finalize_error = f"{type(err).__name__}: {err}"
+        phase("exports", t)
+    summary.wall_s = round(time.perf_counter() - start, 3)
     store.write_json(layout.SUMMARY, summary.to_json())
-    return RunResult(summary, rows)
+    result = RunResult(summary, rows)
+    if report is not None:  # after summary.json, which the report shows; the file then gains the report's time
+        t = time.perf_counter()
+        try:
+            result.report_line = report(store)
+        except DrivegenError as err:
+            result.report_error = str(err)
+        phase("report", t)
+        store.write_json(layout.SUMMARY, summary.to_json())
+    return result
 
 
 def _run_local(pending, source, stages, write, cfg, store, rows, bar, epoch) -> None:
