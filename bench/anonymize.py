@@ -40,4 +40,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from docs_page import docs_page  # bench/ is on sys.path when a bench runs as a script
+
+    with docs_page("anonymize"):
+        sys.exit(main())

@@ -149,4 +149,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from docs_page import docs_page  # bench/ is on sys.path when a bench runs as a script
+
+    with docs_page("detection"):
+        sys.exit(main())

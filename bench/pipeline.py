@@ -324,4 +324,7 @@ def _handoff_pass(scene_id: str, desc: dict, cfg, stages, store) -> tuple[float,
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from docs_page import docs_page  # bench/ is on sys.path when a bench runs as a script
+
+    with docs_page("pipeline"):
+        sys.exit(main())

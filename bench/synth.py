@@ -43,4 +43,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from docs_page import docs_page  # bench/ is on sys.path when a bench runs as a script
+
+    with docs_page("synth"):
+        sys.exit(main())

@@ -136,4 +136,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from docs_page import docs_page  # bench/ is on sys.path when a bench runs as a script
+
+    with docs_page("tracking"):
+        sys.exit(main())

@@ -36,10 +36,13 @@ if [ ! -f "$stamp" ]; then
   "$py" -m pip install -q --upgrade "pip>=24" "setuptools>=77,<81" wheel
   # torch first, exactly the CPU wheel, so nothing later resolves CUDA torch.
   "$py" -m pip install -q "torch==2.13.0"
-  # view: rerun-sdk (CPU-only wheel) for `drivegen view`, so tests/test_view.py runs rather than skips
-  "$py" -m pip install -q -e "$here[test,view]"
+  # view: rerun-sdk (CPU-only wheel) for `drivegen view`, so tests/test_view.py runs rather than skips;
+  # docs: MkDocs and its Material theme, so the suite builds the documentation site (tests/test_docs.py)
+  "$py" -m pip install -q -e "$here[test,view,docs]"
   if [ "$extras" = auto ]; then
     # sam2 is source-only and its isolated build would download CUDA torch: build it against ours.
+    log "installing sam2 without torchvision: pip then prints 'ERROR: ... sam2 1.1.0 requires torchvision',"
+    log "  which is expected (no torchvision build works with CPU torch 2.13; drivegen does not use it)"
     if SAM2_BUILD_CUDA=0 "$py" -m pip install -q --no-build-isolation --no-deps "sam2==1.1.0" \
         && "$py" -m pip install -q "hydra-core>=1.3" "iopath>=0.1.10"; then
       log "sam2 installed (CPU build)"

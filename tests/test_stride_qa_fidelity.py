@@ -1,10 +1,12 @@
-"""Issue #17: STRIDE-QA fidelity, one test per item of the issue (its text quoted in each docstring).
+"""STRIDE-QA fidelity: relation names, region ids, tenses, number formats, phrasing, keyframes, identities of
+the default run and its STRIDE-QA-Bench export against the paper and the public toolkit (each docstring quotes
+the defect it guards against).
 
 Most checks read one whole default run (``drivegen run`` on the embedded default: three generated scenes,
-seed 0, run in-process), made once for the module, and its STRIDE-QA-Bench export. The phrasing checks run
-over every row of that run and check that every built-in template was used in it. The public toolkit's
-names and parser rules are restated from ``turingmotors/STRIDE-QA-Dataset`` (``benchmarks/STRIDE-QA-Bench``:
-``visualize/visualize.py`` and ``utils/parser.py``).
+seed 0, through the CLI in-process: the shared ``default_run`` fixture), and its STRIDE-QA-Bench export.
+The phrasing checks run over every row of that run and check that every built-in template was used in it.
+The public toolkit's names and parser rules are restated from ``turingmotors/STRIDE-QA-Dataset``
+(``benchmarks/STRIDE-QA-Bench``: ``visualize/visualize.py`` and ``utils/parser.py``).
 """
 from __future__ import annotations
 
@@ -31,22 +33,6 @@ QA_QUANTITY = re.compile(r"([-+]?\d+(?:\.(\d+))?) (m/s|m|degrees|s)(?![\w/])")
 BENCH_QUANTITY = re.compile(r"([-+]?\d+(?:\.(\d+))?) (m/s|meters|degrees)(?![\w/])")
 
 
-# the tests that read the default run are marked slow: the run takes about 20 s on 2 cores
-@pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
-    """The embedded default run (what ``make run`` / ``drivegen run --out OUT`` does, in-process)."""
-    from generator.pipeline import run
-
-    out = tmp_path_factory.mktemp("stride-fidelity") / "run"
-    res = run(str(out), executor="local", progress=False)
-    assert res.exit_code == 0, res.summary
-    qa = pd.read_parquet(out / "qa")
-    ann = out / "bench" / "annotation_files"
-    bench = {t: json.loads((ann / f"strideqa_bench_t{t}.json").read_text()) for t in range(4)}
-    sheet = pd.read_csv(ann / "annotation_sheet.csv")
-    return out, res, qa, bench, sheet
-
-
 def _records(bench) -> list[dict]:
     return [r for t in range(4) for r in bench[t]]
 
@@ -65,7 +51,7 @@ def _template_ids(family: str | None = None) -> set[str]:
 
 # ------------------------------------------------------------------------------------------ item 1
 @pytest.mark.slow
-def test_item1_relation_names_are_the_public_toolkits(default_run):
+def test_relation_names_are_the_public_toolkits(default_run):
     """1. Relation names differ from the public toolkit's spelling: drivegen writes `Path Divergence`,
     `Pulling Away From Ego`, `Maintain State`; the toolkit's per-relation plots hard-code names such as
     `Path_Divergence_at_Intersection`, `Other_Pulling_Away_From_Ego`, `Maintain_State` [...]. Use the
@@ -85,7 +71,7 @@ def test_item1_relation_names_are_the_public_toolkits(default_run):
 
 # ------------------------------------------------------------------------------------------ item 2
 @pytest.mark.slow
-def test_item2_bench_region_id_is_the_keyframes_region(default_run):
+def test_bench_region_id_is_the_keyframes_region(default_run):
     """2. `region_id` is 0 in every bench row ("Region [0]" everywhere). Use the keyframe's region number,
     as the main QA does."""
     _, _, qa, bench, _ = default_run
@@ -105,7 +91,7 @@ def test_item2_bench_region_id_is_the_keyframes_region(default_run):
 
 # ------------------------------------------------------------------------------------------ item 3
 @pytest.mark.slow
-def test_item3_one_ego_question_per_keyframe_and_horizon(default_run):
+def test_one_ego_question_per_keyframe_and_horizon(default_run):
     """3. Repeated ego questions: 98 redundant rows, e.g. "What is the speed of the ego vehicle in 1
     second?" three times at one keyframe, attached to three objects; in the export, 176 ego-speed
     questions hold 116 distinct ones. One ego question per keyframe and horizon, and ego questions do not
@@ -136,7 +122,7 @@ def test_item3_one_ego_question_per_keyframe_and_horizon(default_run):
 
 # ------------------------------------------------------------------------------------------ item 4
 @pytest.mark.slow
-def test_item4_present_tense_at_horizon_zero(default_run):
+def test_present_tense_at_horizon_zero(default_run):
     """4. Horizon 0 in the future tense: 233 of 464 horizon-0 questions read "... move 0 s after the last
     frame?". Present tense at horizon 0."""
     _, _, qa, _, _ = default_run
@@ -165,7 +151,7 @@ def _decimals_by_unit(texts, pattern) -> dict[str, set[int]]:
 
 
 @pytest.mark.slow
-def test_item5_one_number_format_per_unit(default_run):
+def test_one_number_format_per_unit(default_run):
     """5. Numbers: "-0.0 degrees" (10 answers); 185 of 704 bench numbers print one decimal ("15.0 m/s")
     while the rest print two. One format per unit."""
     from schemas.config import PipelineConfig
@@ -203,7 +189,7 @@ def _class_subjects(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_item6_templates_read_as_an_annotator_writes(default_run):
+def test_templates_read_as_an_annotator_writes(default_run):
     """6. Templates: a double question ("Which is taller, Region [N] or Region [N]? Is Region [N] taller or
     shorter?"); "the car" as the answer's subject when both regions are cars; "they are" for one object."""
     _, _, qa, bench, _ = default_run
@@ -229,7 +215,7 @@ def test_item6_templates_read_as_an_annotator_writes(default_run):
 
 # ------------------------------------------------------------------------------------------ item 7
 @pytest.mark.slow
-def test_item7_sixteen_keyframes_per_20s_clip(default_run):
+def test_sixteen_keyframes_per_20s_clip(default_run):
     """7. Keyframes: STRIDE-QA samples 1 Hz within 2-17 s of a 20 s clip, 16 anchors; drivegen keeps 15 (the
     17 s anchor is dropped)."""
     from generator.sources.keyframes import select_anchors
@@ -258,7 +244,7 @@ SPATIALRGPT = {
 
 
 @pytest.mark.slow
-def test_item8_spatialrgpt_quantities_have_both_forms(default_run):
+def test_spatialrgpt_quantities_have_both_forms(default_run):
     """8. Quantities STRIDE-QA compares against (SpatialRGPT's object-centric set): check that direct
     distance, horizontal distance, vertical distance, width and height questions all exist with
     qualitative and quantitative forms; add the missing ones."""
@@ -290,7 +276,7 @@ def test_item8_spatialrgpt_quantities_have_both_forms(default_run):
 
 # ------------------------------------------------------------------------------------------ item 9
 @pytest.mark.slow
-def test_item9_qa_rows_carry_the_sources_identity(default_run):
+def test_qa_rows_carry_the_sources_identity(default_run):
     """9. Traceability: QA `track_ids` are the tracker's; carry the source's own identity (nuScenes
     instance token, AV2 track UUID) in QA rows so users can join answers to their annotations."""
     from generator.runfolder import read_table
@@ -314,7 +300,7 @@ def test_item9_qa_rows_carry_the_sources_identity(default_run):
 
 
 # ------------------------------------------------------------------------------------------ item 10
-def test_item10_empty_bench_export_says_why_without_images(tmp_path):
+def test_empty_bench_export_says_why_without_images(tmp_path):
     """10. Silent empties: a run on logs without images ends with "bench export: 0 groups" and no reason;
     say why."""
     from generator.pipeline.driver import format_summary
@@ -338,32 +324,3 @@ def test_item10_empty_bench_export_says_why_without_images(tmp_path):
                            "throughput": {"qa_per_s": 0.0, "frames_per_s": 0.0}, "errors": [],
                            "families": {"stride_qa": {"groups": 0, "questions": 0, "why_empty": why}}})
     assert f"0 groups, 0 questions (bench/): {why}" in line
-
-
-# ------------------------------------------------------------------------------------------ item 11
-@pytest.mark.slow
-def test_item11_readme_figures_come_from_a_run(default_run):
-    """11. README drift: the sample summary quotes 28 groups / 364 questions (a run gives 44 / 572); it
-    calls `--tracking-thresholds 10` the default while the CLI default is 40. Figures in the README come
-    from commands a reader can run."""
-    from generator.cli import build_parser
-    from generator.pipeline.driver import format_summary
-
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"ends with a summary like this.*?```\n(.*?)```", readme, re.S).group(1).splitlines()
-    got = format_summary(default_run[1].summary).replace(str(default_run[0]), "out").splitlines()  # paths as in `make run`
-    want = {line.split(":")[0]: line for line in got}
-    for line in block:
-        key = line.split(":")[0]
-        if key == "wall time":
-            continue
-        assert key in want, line
-        if line.endswith("..."):
-            assert want[key].startswith(line[:-3].rstrip(", ")), (line, want[key])
-        else:
-            assert want[key] == line, (line, want[key])
-    parser = build_parser()
-    validate = parser._subparsers._group_actions[0].choices["validate"]
-    default = validate.get_default("tracking_thresholds")
-    said = [b or a for a, b in re.findall(r"`--tracking-thresholds(?: (\d+))?` \(default(?: (\d+))?", readme)]
-    assert said and all(int(s) == default for s in said), (said, default)

@@ -32,7 +32,7 @@ def av2_log() -> Path:
 @pytest.fixture(scope="session")
 def av2_perceived(av2_log):
     """The real AV2 log through ``AV2Source`` -> labels perception (the log's own tracks; geometry-only
-    visibility, the excerpt has no images) -> attributes, once per session: (frames, PerceptionResult,
+    visibility, the excerpt has no images) -> attributes, once per test run: (frames, PerceptionResult,
     attributes)."""
     from generator.attributes import compute_attributes
     from generator.sources import frames_table, open_source
@@ -49,7 +49,7 @@ def av2_perceived(av2_log):
 @pytest.fixture(scope="session")
 def labelled_run(synth_root, tmp_path_factory) -> Path:
     """The two generated scenes through the whole pipeline in-process (labels backend, every default QA
-    family, the intention export; no WebDataset, bench export or card), made once per test session."""
+    family, the intention export; no WebDataset, bench export or card), made once per test run."""
     from generator.pipeline import run
     from schemas.config import parse_config
 
@@ -63,7 +63,7 @@ def labelled_run(synth_root, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory) -> Path:
-    """Two generated 20 s scenes (seed 0) in nuScenes format, made once per test session."""
+    """Two generated 20 s scenes (seed 0) in nuScenes format, made once per test run."""
     from generator.synth import make_dataset
 
     root = tmp_path_factory.mktemp("synth")
@@ -74,7 +74,7 @@ def synth_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def synth_lidar_detector(synth_root):
     """The weight-free ``lidar`` detector (default ``DetectionConfig`` but for the backend) over the generated logs,
-    run once per test session: a detector (frames -> boxes) that runs it on first sight of a list of frames and
+    run once per test run: a detector (frames -> boxes) that runs it on first sight of a list of frames and
     replays copies of its output afterwards. The tests that score it on every scene share one pass (detection
     is the costly part; tracking and scoring differ per test)."""
     from actors.detect import build_detector
@@ -90,3 +90,31 @@ def synth_lidar_detector(synth_root):
         return [b.copy() for b in seen[key]]
 
     return detect
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """The embedded default run as ``make run`` makes it (three generated scenes, seed 0), through the CLI
+    in-process with the same stages outside Ray (``drivegen run --out OUT --local``; the report included), made
+    once per test run: ``(out, RunSummary, QA rows as pandas, the STRIDE-QA-Bench files {t: rows}, its
+    annotation sheet, the command's wall time measured around it)``. About 25 s on 2 cores: tests that use it
+    are marked slow."""
+    import json
+    import time
+
+    import pandas as pd
+
+    from generator.cli import main
+    from schemas.summary import RunSummary
+
+    out = tmp_path_factory.mktemp("default-run") / "run"
+    t = time.perf_counter()
+    code = main(["run", "--out", str(out), "--local", "--no-progress"])
+    wall = time.perf_counter() - t
+    assert code == 0, (out / "summary.json").read_text() if (out / "summary.json").is_file() else code
+    summary = RunSummary.from_json(json.loads((out / "summary.json").read_text()))
+    qa = pd.read_parquet(out / "qa")
+    ann = out / "bench" / "annotation_files"
+    bench = {t: json.loads((ann / f"strideqa_bench_t{t}.json").read_text()) for t in range(4)}
+    sheet = pd.read_csv(ann / "annotation_sheet.csv")
+    return out, summary, qa, bench, sheet, wall

@@ -1,0 +1,161 @@
+"""The README and the documentation site (``docs/``, ``mkdocs.yml``): the README stays a short front door whose
+figures are a run's, the site builds offline with no broken link, the configuration reference is the config's
+own, the benchmarks page holds only what the benchmarks wrote, and no page speaks of a machine of the day."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+MKDOCS = Path(sys.executable).with_name("mkdocs")
+needs_mkdocs = pytest.mark.skipif(not MKDOCS.is_file(), reason="mkdocs is not installed (the 'docs' extra; "
+                                                                "scripts/setup.sh installs it)")
+# wording that dates a page to one machine or one day instead of a command, a date and a CPU model
+MACHINE_OF_THE_DAY = re.compile(r"\b(this machine|on this (?:\d+-core|shared)|today|measured here|this session)\b",
+                                re.I)
+
+
+def _written_pages() -> list[Path]:
+    """The hand-written pages: the README and docs/ without the generated ones (the config reference and the
+    benchmarks' own pages, which name their command, date and CPU)."""
+    pages = [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
+    return [p for p in pages if "benchmarks" not in p.relative_to(ROOT).parts[1:-1] and p.name != "config.md"]
+
+
+def _mkdocs(config: Path, site: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run([str(MKDOCS), "build", "--strict", "-f", str(config), "-d", str(site)], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_readme_is_a_short_front_door():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    for must in ("make run", "make test", "docs/guide/install.md", "docs/reference/config.md", "docs/benchmarks.md"):
+        assert must in readme, must
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):  # every page the README links to exists
+        assert (ROOT / link).is_file(), link
+
+
+def test_no_page_speaks_of_a_machine_of_the_day():
+    found = [f"{p.relative_to(ROOT)}:{n}: {m.group(0)}" for p in _written_pages()
+             for n, line in enumerate(p.read_text().splitlines(), 1) for m in [MACHINE_OF_THE_DAY.search(line)] if m]
+    assert found == []
+    assert MACHINE_OF_THE_DAY.search("took 24 s on this 2-core machine")  # the check can fail
+
+
+@pytest.mark.slow
+def test_readme_summary_is_what_the_default_run_prints(default_run):
+    """The README's sample summary and report line are what ``make run`` prints, but for the times."""
+    from generator.cli import build_parser
+    from generator.pipeline.driver import format_summary
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"It ends with a summary like this.*?```\n(.*?)```", readme, re.S).group(1).splitlines()
+    out = str(default_run[0])
+    got = format_summary(default_run[1]).replace(out, "out").splitlines()
+    want = {line.split(":")[0]: line for line in got}
+    report = re.search(r"^report: (\d+) pages, (\d+) images, (\d+) sampled QA rows", readme, re.M)
+    assert report, "the README's report line"
+    pages = len(list((default_run[0] / "report").glob("*.html")))
+    assert int(report.group(1)) == pages
+    for line in block:
+        key = line.split(":")[0]
+        if key in ("wall time", "report"):
+            continue
+        if key == "summary":
+            assert line == "summary: out/summary.json"
+            continue
+        assert key in want, line
+        if line.endswith("..."):
+            assert want[key].startswith(line[:-3].rstrip(", ")), (line, want[key])
+        else:
+            assert want[key] == line, (line, want[key])
+    parser = build_parser()
+    validate = parser._subparsers._group_actions[0].choices["validate"]
+    default = validate.get_default("tracking_thresholds")
+    text = "\n".join(p.read_text() for p in _written_pages())
+    said = [b or a for a, b in re.findall(r"`--tracking-thresholds(?: (\d+))?` \(default(?: (\d+))?", text)]
+    assert said and all(int(s) == default for s in said), (said, default)
+
+
+@pytest.mark.slow
+def test_summary_wall_time_covers_the_whole_command(default_run):
+    """``wall time`` is the command's, from its start to the report written, broken down by phase."""
+    summary, outside = default_run[1], default_run[5]
+    assert set(summary.timings) == {"logs", "pipeline", "exports", "report"}  # --local: no Ray to start
+    assert 0.9 * outside <= summary.wall_s <= outside, (summary.wall_s, outside)
+    assert sum(summary.timings.values()) <= summary.wall_s
+    assert summary.throughput.qa_per_s == pytest.approx(summary.qa.total / summary.timings["pipeline"], rel=0.01)
+    line = next(x for x in summary.lines() if x.startswith("wall time"))
+    assert re.match(r"wall time: [\d.]+ s \(logs [\d.]+ s, pipeline [\d.]+ s, exports [\d.]+ s, report [\d.]+ s"
+                    r"(, other [\d.]+ s)?\)  throughput", line), line
+
+
+def test_config_reference_is_the_configs_own(monkeypatch):
+    """docs/reference/config.md is what ``python -m generator.commands.reference`` writes from the config models:
+    every field of every section, with its default; a changed description makes the page stale."""
+    from generator.commands.reference import PAGE, config_reference
+    from schemas.config import PipelineConfig, VisibilityConfig
+    from schemas.families import config_sections
+
+    text = config_reference()
+    assert PAGE.read_text() == text, "stale: run python -m generator.commands.reference"
+    for name, field in PipelineConfig.model_fields.items():
+        if name != "version":
+            assert f"## `{name}`" in text, name
+    for name in config_sections():
+        assert f"## `{name}`" in text, name
+    assert "| `box_iou_min` | float | >= 0, <= 1 | `0.3` |" in text
+    monkeypatch.setattr(VisibilityConfig.model_fields["box_iou_min"], "description", "changed")
+    assert config_reference() != text
+
+
+@needs_mkdocs
+def test_site_builds_strict_offline(tmp_path):
+    """``mkdocs build --strict``: every page in the nav builds, every link and anchor resolves, every included
+    benchmark page exists; the same build fails on a page with a broken link."""
+    res = _mkdocs(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert res.returncode == 0, res.stderr[-3000:]
+    reference = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
+    assert "box_iou_min" in reference and "classify_at_s" in reference
+    bench = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+    assert "written by" not in bench and "bench/synth.py" in bench  # the snippets are included, comments dropped
+    broken = tmp_path / "broken"
+    shutil.copytree(DOCS, broken / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", broken / "mkdocs.yml")
+    (broken / "docs" / "design.md").write_text((DOCS / "design.md").read_text() + "\nSee [nowhere](nowhere.md).\n")
+    res = _mkdocs(broken / "mkdocs.yml", tmp_path / "site2")
+    assert res.returncode != 0 and "nowhere.md" in res.stderr
+
+
+def test_benchmarks_page_holds_only_what_the_benchmarks_wrote():
+    """docs/benchmarks.md states no figure of its own; every page it includes was written by the bench it is
+    named after (its first line names the command), and every bench script can write one (``docs_page``)."""
+    page = (DOCS / "benchmarks.md").read_text()
+    prose = "\n".join(line for line in page.splitlines() if not line.startswith("--8<--"))
+    prose = re.sub(r"`[^`]*`", "", prose)  # commands and paths may hold digits
+    assert not re.search(r"\d", prose), re.search(r".*\d.*", prose).group(0)
+    included = re.findall(r'^--8<-- "benchmarks/([\w-]+)\.md"', page, re.M)
+    assert included
+    for name in included:
+        first = (DOCS / "benchmarks" / f"{name}.md").read_text().splitlines()[0]
+        assert re.match(rf"<!-- written by `python bench/{name}\.py[^`]*--docs`", first), (name, first)
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        if script.name != "docs_page.py":
+            assert f'docs_page("{script.stem}")' in script.read_text(), script.name
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from docs_page import page_text
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    written = page_text("synth", ["--scenes", "1"], "scenes=1\n")
+    assert re.match(r"<!-- written by `python bench/synth\.py --scenes 1 --docs`", written)
+    assert re.search(r"\d{4}-\d\d-\d\d, .+ x \d+ cores, commit ", written)
