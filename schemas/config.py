@@ -56,7 +56,7 @@ class KeyframeConfig(_Model):
 
 
 class SourceLimitsConfig(_Model):
-    """Sanity bounds on what a log source reads (issue #11 items 7 and 9). A value beyond one is corrupt input,
+    """Sanity bounds on what a log source reads. A value beyond one is corrupt input,
     not a driving scene: the scene fails with a ``SourceError`` naming the scene, the file, the field, the row
     and the value (raise the bound if your logs really hold such values). Chosen here with a wide margin over
     what real logs hold: the real AV2 log and the generated logs load with the defaults and fail with bounds
@@ -312,7 +312,7 @@ class KalmanTrackerConfig(_Model):
     error on nuScenes, mAVE, is 0.2-0.5 m/s for vehicles, more for pedestrians and cycles)."""
     birth_velocity_std_mps: float = Field(15.0, gt=0)
     """Velocity std of a newborn track without detector velocity (m/s): the gate of its second detection.
-    Relative speeds without ego poses reach 30-44 m/s for oncoming cars (issue #18): at 15 m/s the 99.9 % gate
+    Relative speeds without ego poses reach 30-44 m/s for oncoming cars: at 15 m/s the 99.9 % gate
     holds 55 m/s. 10 and 20 measure the same on every case but the 2 Hz highway (22 m per frame): 0.649 and
     0.728."""
     size_std_frac: float = Field(0.1, gt=0)
@@ -355,7 +355,7 @@ class KalmanTrackerConfig(_Model):
 class TrackingConfig(_Model):
     mode: Literal["kalman", "greedy"] = "kalman"
     """'kalman': actors.track.kalman (default); 'greedy': CenterPoint's closest-point tracker
-    (actors.track.pubtracker) as before issue #18, fields marked "greedy" below."""
+    (actors.track.pubtracker) (the tracker before the Kalman filter), fields marked "greedy" below."""
     kalman: KalmanTrackerConfig = Field(default_factory=KalmanTrackerConfig)
     gates_mps: dict[str, float] = Field(default_factory=_default_gates)
     """Greedy: max centre distance per second; both modes: the linking distance limit (LinkingConfig)."""

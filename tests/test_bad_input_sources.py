@@ -2,7 +2,7 @@
 broken scene never stops another one from loading.
 
 nuScenes cases corrupt a copy of the generated log set (tables copied, sensor files symlinked and replaced
-by real files before they are modified; the session fixture itself is never touched). AV2 cases corrupt a
+by real files before they are modified; the shared fixture itself is never touched). AV2 cases corrupt a
 copy of the real log's small feather files.
 """
 from __future__ import annotations

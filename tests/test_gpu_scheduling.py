@@ -20,7 +20,7 @@ from actors.device import device_note, resolve_device
 from generator.pipeline.core import Stage
 from schemas.config import PipelineConfig
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# the cluster tests start Ray and are marked slow; the device-rule tests take microseconds and run in `make quick`
 MODEL_SECONDS = 2.0  # each scene holds its model actor this long: long enough for overlaps to be unambiguous
 
 
@@ -115,6 +115,8 @@ def sam2_installed():
     pytest.importorskip("sam2", reason="sam2 is not installed (setup installs it; see README 'Models')")
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(tmp_path, sam2_installed, caplog):
     from support.pipeline import LocalCluster
 
@@ -143,6 +145,8 @@ def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(tmp_path, sam2_
     assert not any("no GPUs" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_actors_of_one_stage_share_one_gpu_by_fractions(tmp_path, sam2_installed):
     """``ray.stage_actors``: two actors of the model stage at 0.5 GPU each on a node with one GPU are both
     placed on that device and work at the same time (the way a slower model gets more actors per GPU)."""
@@ -165,6 +169,8 @@ def test_actors_of_one_stage_share_one_gpu_by_fractions(tmp_path, sam2_installed
     assert best > MODEL_SECONDS / 2, f"the two actors sharing the GPU never ran together (best overlap {best:.2f} s)"
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_cluster_without_gpus_falls_back_to_cpu_actors_with_a_log_line(tmp_path, sam2_installed, caplog):
     with caplog.at_level(logging.WARNING, logger="drivegen.pipeline"):
         counts = _run(None, tmp_path, n_scenes=2, pool=1)

@@ -1,6 +1,6 @@
-"""Never lose a user's data, never say "ok" about wrong output (issue #11): one test per item, each
-reproducing what a careful user found, on generated logs. The source-level items (7, 9's damaged files, the
-synth arguments of 10) are in tests/test_reliability_sources.py."""
+"""What drivegen guarantees about a run folder (docs/operations/guarantees.md): never lose a user's data, never
+say "ok" about wrong output. Each test reproduces what a careful user once found, on generated logs. Bounds on
+what a source reads, damaged sensor files and the synth command's arguments are in tests/test_source_bounds.py."""
 from __future__ import annotations
 
 import json
@@ -54,7 +54,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 # ------------------------------------------------------------------------------------------ 1
-def test_1_export_bench_never_deletes_a_users_folder(finished, tmp_path):
+def test_export_bench_never_deletes_a_users_folder(finished, tmp_path):
     """`drivegen export_bench RUN --out DIR` deleted an existing DIR and everything in it, exit 0."""
     user = tmp_path / "mine"
     user.mkdir()
@@ -72,7 +72,7 @@ def test_1_export_bench_never_deletes_a_users_folder(finished, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ 2
-def test_2_two_runs_on_one_folder(synth_root, light_cfg, tmp_path):
+def test_two_runs_on_one_folder(synth_root, light_cfg, tmp_path):
     """Two `drivegen run` on the same --out started 2 s apart both said "2 ok" and left a broken run."""
     out = tmp_path / "run"
     first = popen_drivegen("run", "--out", out, *LOGS, "--data", synth_root, "--config", light_cfg, "--local",
@@ -95,7 +95,7 @@ def test_2_two_runs_on_one_folder(synth_root, light_cfg, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ 3
-def test_3_run_refuses_a_folder_that_is_not_a_run(synth_root, light_cfg, tmp_path):
+def test_run_refuses_a_folder_that_is_not_a_run(synth_root, light_cfg, tmp_path):
     """`drivegen run --out` on an existing folder that is not a run deleted every *.tmp file in it and
     .staging/, without checking what the folder is."""
     out = tmp_path / "work"
@@ -111,7 +111,7 @@ def test_3_run_refuses_a_folder_that_is_not_a_run(synth_root, light_cfg, tmp_pat
 
 
 # ------------------------------------------------------------------------------------------ 4
-def test_4_run_folder_on_another_filesystem_than_the_temp_dir(synth_root, tmp_path):
+def test_run_folder_on_another_filesystem_than_the_temp_dir(synth_root, tmp_path):
     """The card was built in the temp dir and moved with os.replace, which fails across filesystems; the
     bench export never ran; exit 0."""
     shm = Path("/dev/shm")
@@ -131,7 +131,7 @@ def test_4_run_folder_on_another_filesystem_than_the_temp_dir(synth_root, tmp_pa
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def test_4b_a_failed_card_or_export_is_not_ok(finished, tmp_path):
+def test_a_failed_card_or_export_is_not_ok(finished, tmp_path):
     """A by-product that fails makes the run's exit code 1 and says so in the summary."""
     from generator.pipeline import run
     from generator.pipeline.core import Stage
@@ -146,7 +146,7 @@ def test_4b_a_failed_card_or_export_is_not_ok(finished, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ 5
-def test_5_scene_names_starting_with_dot_or_underscore_stay_visible(tmp_path):
+def test_scene_names_starting_with_dot_or_underscore_stay_visible(tmp_path):
     """Scene names starting with '_' or '.' made their shards invisible to pandas, pyarrow.dataset, datasets
     and the bench export, while the run said "ok" and inspect said consistent."""
     from generator.pipeline.core import Stage
@@ -175,7 +175,7 @@ def test_5_scene_names_starting_with_dot_or_underscore_stay_visible(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ 6
-def test_6_a_scene_that_crashed_mid_commit_and_then_fails_is_nowhere(synth_root, light_cfg, tmp_path):
+def test_a_scene_that_crashed_mid_commit_and_then_fails_is_nowhere(synth_root, light_cfg, tmp_path):
     """The bench export read every file in qa/ and attributes/: after a crash mid-commit, a scene that then
     failed on resume still appeared in the bench and in pandas reads."""
     logs = tmp_path / "logs"
@@ -209,7 +209,7 @@ def test_6_a_scene_that_crashed_mid_commit_and_then_fails_is_nowhere(synth_root,
 
 
 # ------------------------------------------------------------------------------------------ 8
-def test_8_yaml_billion_laughs(tmp_path):
+def test_yaml_billion_laughs(tmp_path):
     """A YAML "billion laughs" config exhausted memory or flooded stderr (the error printed the whole input)."""
     lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
@@ -232,7 +232,7 @@ def _nan_filled(data: bytes) -> bytes:
     return pts.tobytes()
 
 
-def test_9_damaged_lidar_is_recorded_with_its_file_and_too_many_fail_the_scene(synth_root, light_cfg, tmp_path):
+def test_damaged_lidar_is_recorded_with_its_file_and_too_many_fail_the_scene(synth_root, light_cfg, tmp_path):
     """A NaN-filled LiDAR file kept only a count (file and message dropped); a scene whose frames cannot be
     read finished "ok"."""
     one = tmp_path / "one"
@@ -255,8 +255,8 @@ def test_9_damaged_lidar_is_recorded_with_its_file_and_too_many_fail_the_scene(s
     assert not RunReader(out).scene_ids()
 
 
-def test_9b_validate_refuses_a_pass_when_scored_frames_lost_their_detections(synth_root, tmp_path):
-    """validate scored the frames a failed detector left empty as zeros without saying why (issue #12)."""
+def test_validate_refuses_a_pass_when_scored_frames_lost_their_detections(synth_root, tmp_path):
+    """validate scored the frames a failed detector left empty as zeros without saying why."""
     one = tmp_path / "one"
     [bad] = damaged_lidar_logs(synth_root, one, _nan_filled, "scene-0000", frames=1)
     cfg = write_config(tmp_path / "lidar.yaml", {**LIGHT, "detection": {"backend": "lidar"}})
@@ -278,7 +278,7 @@ def test_9b_validate_refuses_a_pass_when_scored_frames_lost_their_detections(syn
 
 
 # ------------------------------------------------------------------------------------------ 10
-def test_10_command_line_values_and_unwritable_folders(finished, synth_root, tmp_path):
+def test_command_line_values_and_unwritable_folders(finished, synth_root, tmp_path):
     """--scenes 0 ran every scene and -1 all but the last; a read-only --out (run, --resume, regenerate),
     export_bench on a corrupt Parquet file and synth --scenes -1 gave tracebacks."""
     for bad in ("0", "-1", "two"):
@@ -315,7 +315,7 @@ def test_10_command_line_values_and_unwritable_folders(finished, synth_root, tmp
     ({"qa": {"families": ["ego_spatial", "nonsense"]}}, "qa.families"),
     ({"qa": {"template_dirs": ["/nowhere/templates"]}}, "template_dirs"),
 ])
-def test_11_config_is_checked_before_any_work(synth_root, tmp_path, change, field):
+def test_config_is_checked_before_any_work(synth_root, tmp_path, change, field):
     """writers.compression: bogus and bad qa.horizons_s failed every scene after all the work; ray.num_cpus: -1
     gave Ray's message; a missing template folder left the run folder unusable."""
     cfg = write_config(tmp_path / "cfg.yaml", change)
@@ -326,7 +326,7 @@ def test_11_config_is_checked_before_any_work(synth_root, tmp_path, change, fiel
 
 
 # ------------------------------------------------------------------------------------------ 12
-def test_12_resume_refuses_a_changed_config_or_source(finished, tmp_path):
+def test_resume_refuses_a_changed_config_or_source(finished, tmp_path):
     """--resume did not check that config.yaml and source.json were unchanged: a hand edit produced a mixed
     dataset and inspect still said ok."""
     out = _copy(finished, tmp_path)
@@ -345,7 +345,7 @@ def test_12_resume_refuses_a_changed_config_or_source(finished, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ 13
-def test_13_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finished, tmp_path):
+def test_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finished, tmp_path):
     """After the driver was killed, its Ray workers lived on for seconds and kept committing, racing with an
     immediate --resume. Each writer carries the run epoch of its driver; a resumed run has a newer one."""
     import socket
@@ -377,7 +377,7 @@ def test_13_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finish
         {k: v for k, v in before.items() if k not in ("_lock.json",)}
 
 
-def test_13b_the_lock_heartbeat_is_not_a_leftover(tmp_path):
+def test_the_lock_heartbeat_is_not_a_leftover(tmp_path):
     """The holder's heartbeat rewrites the lock through a temporary name. A fresh run's clean-up used to
     delete that file mid-write ("removed 1 leftover(s) of an interrupted writer" on a brand-new folder, and
     a lost heartbeat); a heartbeat left by a killed holder is cleared when the lock is next taken."""
@@ -402,7 +402,7 @@ def test_13b_the_lock_heartbeat_is_not_a_leftover(tmp_path):
 # ------------------------------------------------------------------------------------------ 14
 @pytest.mark.ray
 @pytest.mark.slow
-def test_14_embedded_ray_refuses_clients_without_its_token(tmp_path):
+def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
     """During a run, gcs_server, raylet, the driver and the workers listened on all interfaces. Ray 2.60
     cannot be bound to the loopback interface (it replaces 127.0.0.1 by a reachable address, measured); what
     protects the embedded instance is its token authentication: a client without the token is refused."""

@@ -1,4 +1,5 @@
-"""Issue #11 "Never lose a user's data, never say 'ok' about wrong output": items 7, 9 and 10 (synth CLI).
+"""Bounds on what a log source reads, damaged sensor files and the synth command's arguments (the source-level
+half of docs/operations/guarantees.md).
 
 Each test reproduces one reported input on the generated logs (a writable copy, ``test_bad_input_sources.Copy``),
 the real AV2 log or the real nuScenes sweep, and checks the named error (scene, file, field, value) or the

@@ -229,7 +229,7 @@ def test_lidar_backend_on_generated_logs(synth_root, synth_lidar_detector, tmp_p
     cfg = parse_config({"detection": {"backend": "lidar"}})
     src = open_source("nuscenes", synth_root, cfg, version=SYNTH_VERSION)
     res = {}
-    for mode in ("kalman", "greedy"):  # one detection pass for the session (support.data.synth_lidar_detector)
+    for mode in ("kalman", "greedy"):  # one detection pass for the whole test run (support.data.synth_lidar_detector)
         cfg.tracking = TrackingConfig(mode=mode)
         res[mode] = tracking_metrics(tracked_run_folder(tmp_path / mode, src, cfg, detector=synth_lidar_detector), 40)
     k, g = res["kalman"], res["greedy"]

@@ -51,7 +51,7 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
     """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster, otherwise
     an embedded local Ray with ``cfg.ray.num_cpus`` CPUs (default: all), no dashboard, quiet logs. Ray 2.60
     listens on all interfaces whatever node address it is given (it replaces 127.0.0.1 by a reachable
-    address); its token authentication (on by default) refuses clients without the session's token.
+    address); its token authentication (on by default) refuses clients without the cluster's token.
     Returns True when this call started Ray (the caller shuts it down)."""
     import ray
 

@@ -281,7 +281,7 @@ def configure_data_context(progress_bars: bool) -> None:
 
     import ray.data  # its import configures Ray Data's loggers; adjust them afterwards
 
-    # Ray Data logs to its session file (kept as is) and to the console at INFO; keep the console to errors.
+    # Ray Data logs to its log file in Ray's temp folder (kept as is) and to the console at INFO; keep the console to errors.
     level = logging.INFO if progress_bars else logging.ERROR
     for handler in logging.getLogger("ray.data").handlers:
         if type(handler).__name__ == "PlainRayHandler":

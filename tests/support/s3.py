@@ -1,5 +1,5 @@
 """A real S3-compatible server for object-storage tests: moto's server mode on 127.0.0.1 (``moto[server]``,
-a test dependency), started once per session. pyarrow's ``FileSystem.from_uri("s3://...")`` and every
+a test dependency), started once per test run. pyarrow's ``FileSystem.from_uri("s3://...")`` and every
 process started later (Ray workers, the CLI) reach it through the standard AWS environment variables the
 fixture sets (``AWS_ENDPOINT_URL`` etc.)."""
 from __future__ import annotations
