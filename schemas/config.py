@@ -759,7 +759,7 @@ class RayConfig(_Model):
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
     actor_num_cpus: float = Field(0.5, gt=0)
     """fractional: whole-CPU actors starve the read stage on 2 CPUs; one thread (Ray's cap at floor(CPUs), at
-    least 1) ran SAM on an H100 as fast as seven (README, "Models")"""
+    least 1) ran SAM on an H100 as fast as seven (docs/models.md)"""
     actor_num_gpus: float = Field(1.0, ge=0)
     """used only when the cluster has GPUs"""
     actor_pool_size: int = Field(1, ge=1)
@@ -767,6 +767,11 @@ class RayConfig(_Model):
     """per model stage (schemas.vocab.MODEL_STAGES): its pool size and shares, over the three defaults above"""
     max_retries: int = Field(2, ge=0)
     scenes_in_flight: int = Field(4, ge=1)
+    allow_unauthenticated: bool = False
+    """Start the embedded Ray although ``RAY_AUTH_MODE=disabled`` in the environment turns its token
+    authentication off. Ray listens on all interfaces, so any host that reaches this machine's Ray ports can then
+    run code as you: only on a machine no one else can reach. Without it such a run is refused before anything is
+    written (``generator.pipeline.driver.check_ray_auth``)."""
     model_stages: Literal["auto", "actors", "tasks"] = "auto"
     """Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends
     (mmdet3d, sam2) and tasks for the CPU ones; 'actors' / 'tasks' force one way for every backend."""

@@ -425,3 +425,27 @@ def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
         assert r.returncode != 0 and "CONNECTED" not in r.stdout
     finally:
         ray.shutdown()
+
+
+def test_no_embedded_ray_without_authentication_unless_the_user_says_so(tmp_path, monkeypatch):
+    """With RAY_AUTH_MODE=disabled in the environment a client without a token reached the run's Ray (listening on
+    all interfaces) and ran a task, and drivegen said nothing. Now the run is refused before anything is written,
+    naming the variable, where the token lives and the config field that allows it; joining a cluster, --local
+    and ray.allow_unauthenticated: true are not refused."""
+    from generator.pipeline import run
+    from generator.pipeline.driver import check_ray_auth
+    from schemas.config import PipelineConfig
+    from schemas.errors import InputError
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    out = tmp_path / "run"
+    with pytest.raises(InputError) as err:
+        run(str(out), cfg=PipelineConfig(), executor="ray", progress=False)
+    text = str(err.value)
+    assert "RAY_AUTH_MODE=disabled" in text and "~/.ray/auth_token" in text and "ray.allow_unauthenticated" in text
+    assert not out.exists()
+    check_ray_auth(PipelineConfig(), address="auto")  # a cluster's own setting
+    check_ray_auth(PipelineConfig.model_validate({"ray": {"allow_unauthenticated": True}}))
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    check_ray_auth(PipelineConfig())

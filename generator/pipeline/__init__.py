@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from generator.pipeline.driver import RunResult, ensure_ray, format_summary, run_pipeline
+from generator.pipeline.driver import RunResult, check_ray_auth, ensure_ray, format_summary, run_pipeline
 from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
 from schemas import layout
 from schemas.errors import InputError, RunFolderError
@@ -138,6 +138,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     if not resume:  # every input checked before the run folder is touched
         cfg = cfg if cfg is not None else load_config(config)
         check_inputs(cfg)
+        if executor == "ray":
+            check_ray_auth(cfg, address)
         t = time.perf_counter()
         if data is None:
             data, source, version = str(synth_logs(scenes or DEFAULT_SYNTH_SCENES, seed)), "nuscenes", SYNTH_VERSION
@@ -159,6 +161,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             _check_unchanged(reader, force)
             cfg, desc, ids, work = reader.config(), reader.source(), reader.planned_scenes(), reader.planned_work()
             check_inputs(cfg)
+            if executor == "ray":
+                check_ray_auth(cfg, address)
         else:
             others = [p for p in store.list("", recursive=True) if p != layout.LOCK]
             if others and reader.is_run_folder():

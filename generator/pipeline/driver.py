@@ -47,6 +47,39 @@ class RunResult:
 
 
 # ------------------------------------------------------------------------------------------ ray setup
+RAY_TOKEN_FILE = "~/.ray/auth_token"  # where Ray keeps the token of its token authentication (one per user)
+
+
+def check_ray_auth(cfg: PipelineConfig, address: str | None = None) -> None:
+    """Refuse to start an embedded Ray without authentication: Ray 2.60 listens on all interfaces, and with
+    ``RAY_AUTH_MODE=disabled`` in the environment any host that reaches its ports may run code as the user.
+    ``ray.allow_unauthenticated: true`` says the user means it. Joining a cluster (``address``) is the cluster's
+    own setting. Called before anything is written; raises an InputError naming the variable and the field."""
+    from schemas.errors import InputError
+
+    if address or cfg.ray.address or os.environ.get("RAY_ADDRESS"):
+        return
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled" and not cfg.ray.allow_unauthenticated:
+        raise InputError("RAY_AUTH_MODE=disabled in the environment turns off the token authentication of the "
+                         "embedded Ray, which listens on all network interfaces: anyone who reaches this machine's "
+                         "Ray ports could run code as you. Unset RAY_AUTH_MODE (the token is kept in "
+                         f"{RAY_TOKEN_FILE}; delete that file to rotate it, Ray writes a new one at its next start), "
+                         "run in-process with --local, or set ray.allow_unauthenticated: true in the config to start "
+                         "it anyway")
+
+
+def _private_token() -> None:
+    """Ray writes its token file readable by everyone on the machine (mode 0644): make it the user's alone."""
+    path = os.path.expanduser(RAY_TOKEN_FILE)
+    try:
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o077:
+            os.chmod(path, 0o600)
+            log.info("Ray's token file %s was readable by others (mode %o): now 0600", path, mode)
+    except OSError:
+        pass
+
+
 def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False) -> bool:
     """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster, otherwise
     an embedded local Ray with ``cfg.ray.num_cpus`` CPUs (default: all), no dashboard, quiet logs. Ray 2.60
@@ -64,7 +97,15 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
         ray.init(address=address, **common)
     else:
         # address='local': always a new embedded instance, never another user's Ray found on this machine
+        check_ray_auth(cfg)
         ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common)
+        _private_token()
+        if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+            log.warning("the embedded Ray runs WITHOUT authentication (RAY_AUTH_MODE=disabled, "
+                        "ray.allow_unauthenticated: true): any host that reaches its ports may run code as you")
+        else:
+            log.info("embedded Ray with token authentication: the token is in %s (delete it to rotate)",
+                     RAY_TOKEN_FILE)
     return True
 
 
