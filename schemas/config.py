@@ -22,6 +22,20 @@ from schemas.vocab import DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
 
 
+# Bounds on size-like settings, checked when the config is read (before any work or write): a value past one
+# would make a stage allocate what no machine holds (a 1e9-step horizon is a MemoryError naming no field).
+MAX_TIME_STEPS = 10_000  # samples of one time span (horizon / step); a 20 s log at 20 Hz has 400 frames
+MAX_SPAN_S = 60.0  # a look-ahead or look-back horizon; nuScenes scenes last 20 s, AV2 logs 15 s
+
+
+def check_time_steps(horizon_s: float, step_s: float, names: str) -> None:
+    """Refuse a horizon sampled in more than MAX_TIME_STEPS steps (``names``: the two fields, for the message)."""
+    steps = horizon_s / step_s
+    if steps > MAX_TIME_STEPS:
+        raise ValueError(f"{names}: {horizon_s:g} s every {step_s:g} s is {steps:,.0f} steps, more than "
+                         f"{MAX_TIME_STEPS:,} (a longer step or a shorter horizon)")
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, use_attribute_docstrings=True)
 
@@ -36,7 +50,7 @@ class KeyframeConfig(_Model):
     context_after_s: float = Field(3.0, ge=0)
     context_rate_hz: float = Field(2.0, gt=0)
     """the context frames are sampled at 2 Hz"""
-    context_frames: int = Field(4, ge=1)
+    context_frames: int = Field(4, ge=1, le=64)
     """frames shown for a keyframe, the keyframe last: STRIDE-QA-Bench's four images at -1.5, -1, -0.5, 0 s"""
     match_tolerance_s: float = Field(0.06, gt=0)
     """max |t_frame - t_wanted| when picking context frames"""
@@ -556,13 +570,13 @@ class LabelsConfig(_Model):
     """speed status: a = (v(t+h) - v(t-h)) / 2h"""
     accel_mps2: float = Field(0.5, gt=0)
     """|a| at least this: Accelerate / Decelerate"""
-    intent_horizon_s: float = Field(1.0, gt=0)
+    intent_horizon_s: float = Field(1.0, gt=0, le=MAX_SPAN_S)
     """VRU intent from the displacement over this"""
     intent_speed_mps: float = Field(0.3, gt=0)
     """a component faster than this is a direction, else stationary"""
-    num_waypoints: int = Field(6, ge=1)
+    num_waypoints: int = Field(6, ge=1, le=200)
     """Intention-Drive §4: 6 future waypoints ..."""
-    waypoint_step_s: float = Field(0.5, gt=0)
+    waypoint_step_s: float = Field(0.5, gt=0, le=MAX_SPAN_S)
     """... 0.5 s apart (3 s)"""
 
 

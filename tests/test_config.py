@@ -1,6 +1,9 @@
 """Pipeline config: paper defaults, refusal of bad files with the file and field named, overrides."""
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pytest
 import yaml
 
@@ -224,3 +227,26 @@ def test_a_misspelt_key_is_refused_with_the_closest_known_one(data, hint):
     with pytest.raises(ConfigError) as err:
         parse_config(data)
     assert (hint in str(err.value)) if hint else ("did you mean" not in str(err.value))
+
+
+@pytest.mark.parametrize("yaml_text, field", [
+    ("labels: {num_waypoints: 1000000000}", "labels.num_waypoints"),
+    ("intention: {history_steps: 1000000000}", "intention.history_steps"),
+    ("keyframes: {context_frames: 1000000000}", "keyframes.context_frames"),
+    ("drama_x: {risk: {horizon_s: 1000000000}}", "drama_x.risk.horizon_s"),
+    ("drama_x: {risk: {horizon_s: 4, step_s: 0.000000001}}", "drama_x.risk"),
+    ("pie: {path_horizon_s: 30, path_step_s: 0.000001}", "pie"),
+])
+def test_size_like_settings_are_bounded_before_any_work(tmp_path, yaml_text, field):
+    """A horizon or count of 1e9 was accepted; a scene then failed with a MemoryError naming no field, after
+    --out was made. Now the config is refused with the field named, and --out is never created."""
+    from generator.cli import main
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml_text + "\n")
+    out = tmp_path / "out"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", "--out", str(out), "--config", str(cfg), "--local", "--no-progress"])
+    assert code == 2 and f"field '{field}" in err.getvalue(), err.getvalue()
+    assert not out.exists()

@@ -98,6 +98,10 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
     else:
         # address='local': always a new embedded instance, never another user's Ray found on this machine
         check_ray_auth(cfg)
+        if cfg.ray.num_cpus and cfg.ray.num_cpus > (os.cpu_count() or 1):
+            log.warning("ray.num_cpus=%d on a machine with %d CPUs: Ray runs up to %d scenes' tasks at once and they "
+                        "share the %d cores (more memory, no more speed)", cfg.ray.num_cpus, os.cpu_count(),
+                        cfg.ray.num_cpus, os.cpu_count())
         ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common)
         _private_token()
         if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":

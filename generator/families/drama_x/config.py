@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from schemas.config import _Model
+from schemas.config import MAX_SPAN_S, _Model, check_time_steps
 
 
 class DramaRiskConfig(_Model):
@@ -13,7 +13,7 @@ class DramaRiskConfig(_Model):
     keeps DRAMA's human Risk / suggestion labels (App. A.2) and gives no rule: every threshold here is chosen
     here and checked against the generated logs' scripts (tests/test_drama.py)."""
 
-    horizon_s: float = Field(4.0, gt=0)
+    horizon_s: float = Field(4.0, gt=0, le=MAX_SPAN_S)
     """look this far ahead for a conflict"""
     step_s: float = Field(0.25, gt=0)
     """future poses are sampled this far apart"""
@@ -34,6 +34,11 @@ class DramaRiskConfig(_Model):
     """other risk within this while the ego moves: slow down"""
     moving_speed_mps: float = Field(0.5, ge=0)
     """the ego counts as moving above this"""
+
+    @model_validator(mode="after")
+    def _steps(self):
+        check_time_steps(self.horizon_s, self.step_s, "horizon_s / step_s")
+        return self
 
 
 class DramaImageIntentConfig(_Model):

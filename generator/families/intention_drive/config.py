@@ -19,7 +19,7 @@ class IntentionConfig(_Model):
     export: bool = True
     """Intention-Drive planning samples (intention/) at the end of a run"""
 
-    history_steps: int = Field(4, ge=0)
+    history_steps: int = Field(4, ge=0, le=200)
     """past ego states given to a model, labels.waypoint_step_s apart (2 s)"""
     classify_at_s: float = Field(1.5, gt=0)
     """The instruction's maneuver is the labeller's (generator.attributes.labels.ego_labels) on the trajectory

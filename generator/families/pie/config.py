@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from schemas.config import _Model
+from schemas.config import MAX_SPAN_S, _Model, check_time_steps
 
 
 class PieConfig(_Model):
@@ -58,12 +58,13 @@ class PieConfig(_Model):
     JAAD's crossing_point): a tracked pedestrian's crossing event is the first time it stands where the ego is
     going to drive: inside the ego's body widened by path_margin_m a side, at one of its logged poses of the
     next path_horizon_s (every path_step_s) no farther than path_ahead_m from where it is now"""
-    path_horizon_s: float = Field(10.0, gt=0)
+    path_horizon_s: float = Field(10.0, gt=0, le=MAX_SPAN_S)
     path_step_s: float = Field(0.25, gt=0)
     path_ahead_m: float = Field(50.0, gt=0)
 
     @model_validator(mode="after")
     def _check(self):
+        check_time_steps(self.path_horizon_s, self.path_step_s, "path_horizon_s / path_step_s")
         if self.tte_min_frames > self.tte_max_frames:
             raise ValueError(f"tte_min_frames {self.tte_min_frames} > tte_max_frames {self.tte_max_frames}")
         n = self.risk_reference_width_px / self.risk_region_width_px
