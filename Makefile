@@ -21,8 +21,9 @@ clean:
 	@if [ -f $(OUT)/run.json ]; then rm -rf $(OUT) && echo "removed $(OUT)"; \
 	elif [ -e $(OUT) ]; then echo "$(OUT) is not a drivegen run folder: left as it is"; exit 1; fi
 
+# --durations=20: the slowest tests in every run's output, so a regression in the suite's time shows
 test: setup
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --durations=20 $(PYTEST_ARGS)
 
 quick: setup
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)

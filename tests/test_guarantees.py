@@ -449,3 +449,25 @@ def test_no_embedded_ray_without_authentication_unless_the_user_says_so(tmp_path
     check_ray_auth(PipelineConfig.model_validate({"ray": {"allow_unauthenticated": True}}))
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     check_ray_auth(PipelineConfig())
+
+
+def test_a_run_whose_description_disappears_is_not_ok(finished, tmp_path):
+    """config.yaml deleted from the run folder while the run went on (another client of the bucket): the run
+    exited 0 and inspect said ok. Now the run ends with exit 1 naming the file, and inspect reports it."""
+    from generator.pipeline import run
+    from generator.pipeline.core import Stage
+
+    out = _copy(finished, tmp_path)
+    (out / "config.yaml").unlink()
+    r = drivegen("inspect", out)
+    assert r.returncode == 1 and "config.yaml is missing" in r.stdout, r.stdout[-2000:]
+
+    run2 = tmp_path / "run2"
+
+    def load_then_delete(work, env):  # the scene loads, then another client deletes the file
+        (run2 / "config.yaml").unlink(missing_ok=True)
+
+    res = run(str(run2), cfg=RunReader(finished).config(), data=str(RunReader(finished).source()["dataroot"]),
+              source="nuscenes", version=SYNTH_VERSION, executor="local", progress=False, scenes=1,
+              stages=[Stage("load", load_then_delete)], write=lambda *a: None, finalize=lambda store, summary: None)
+    assert res.exit_code == 1 and "config.yaml disappeared" in (res.summary.finalize_error or "")

@@ -199,6 +199,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             stages = stages if stages is not None else real.default_stages(cfg)
             write = write or real.write_scene
             finalize = finalize or functools.partial(exports.finalize_run, source=src)
+        finalize = _still_described(finalize)
         started = False
         if executor == "ray":
             t = time.perf_counter()
@@ -214,6 +215,22 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                 import ray
 
                 ray.shutdown()
+
+
+def _still_described(finalize):
+    """``finalize`` preceded by a check that the run's description (config.yaml, run.json) is still there: a
+    file deleted while the run went on (another client of the bucket) leaves rows nothing describes, and the run
+    must not end with exit 0. The check's error is the run's finalize error (exit 1)."""
+    def run_finalize(store: RunStore, summary) -> None:
+        gone = [name for name in (layout.CONFIG, layout.RUN_STATE) if not store.exists(name)]
+        if gone:
+            raise RunFolderError(f"{' and '.join(gone)} disappeared from {store.uri} while the run was going: the "
+                                 "folder no longer says how its rows were made; restore the file(s), then check the "
+                                 "folder with drivegen inspect", file=store.full(gone[0]))
+        if finalize is not None:
+            finalize(store, summary)
+
+    return run_finalize
 
 
 def _unfinished(reader: RunReader) -> int:

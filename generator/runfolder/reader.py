@@ -212,11 +212,16 @@ class RunReader:
         leftovers of a killed writer (temporary files, staging, half-committed scenes), a listed file
         missing or with another row count, a scene file no manifest lists (a partial scene some readers
         would see), a file name pyarrow/pandas/datasets would skip, an unreadable file, and scenes made with
-        another config or source than the run describes (a mixed dataset)."""
+        another config or source than the run describes (a mixed dataset), a run's config.yaml or run.json
+        gone."""
         store = self.store
         problems: list[str] = []
         every = store.list("", recursive=True)
         present = set(every)
+        if any(p.startswith(layout.MANIFEST_DIR + "/") for p in every):  # a run with finished scenes: described
+            problems += [f"{name} is missing: the folder no longer says how its rows were made (restore it; a run "
+                         f"folder drivegen made always has it)" for name in (layout.CONFIG, layout.RUN_STATE)
+                         if name not in present]
         problems += [f"temporary file left by a killed writer: {p}" for p in every if layout.is_leftover_tmp_name(p)]
         problems += [f"leftover of a killed writer: {p}" for p in every
                      if p.startswith((layout.STAGING_DIR + "/", layout.ATTEMPTS_DIR + "/", layout.PENDING_DIR + "/"))]
