@@ -109,6 +109,12 @@ class SourceLimitsConfig(_Model):
     flight keeps its files: the bound is exceeded instead)."""
     cache_max_bytes: int = Field(50 * 1024 ** 3, ge=0)
     cache_keep_s: float = Field(600.0, ge=0)
+    fetch_attempts: int = Field(4, ge=1, le=20)
+    """Object storage that cannot be reached (endpoint down, connection broken mid-download) is tried this many
+    times, waiting fetch_backoff_s, then twice as long each time (2 + 4 + 8 s by default); then the scene fails
+    naming the network error, and ``drivegen run --resume`` redoes it. A missing object is not retried: it is
+    the frame's problem, as a missing local file is."""
+    fetch_backoff_s: float = Field(2.0, ge=0, le=60)
 
 
 class LidarDetectorConfig(_Model):

@@ -178,3 +178,49 @@ def test_av2_log_on_s3_loads_as_the_local_one(s3_server, av2_log, tmp_path):
 
 def _summary(out) -> dict:
     return json.loads((out / "bench" / "export_summary.json").read_text())
+
+
+@pytest.mark.slow  # each attempt against a cut endpoint takes the S3 client's own retries, about 2 s
+def test_an_outage_is_retried_then_fails_the_scene_never_a_missing_file(s3_server, tmp_path, monkeypatch):
+    """An S3 endpoint that went away while scenes loaded made every object a 'missing' frame issue: the run
+    committed a different dataset and exited 0. Through a proxy that can be cut (tests/support/s3.py): a fetch
+    that cannot reach the storage is tried ``sources.fetch_attempts`` times with a doubling wait, then fails
+    naming the object and the network error, and ``fetch_all`` (a scene's files) raises it so the scene fails;
+    restored during the waits, the fetch succeeds; a missing object is still not retried and left absent."""
+    import threading
+
+    from generator.sources.remote import RemoteRoot, UnreachableError, _filesystem
+    from schemas.config import SourceLimitsConfig
+    from support.s3 import CuttableProxy
+
+    bucket = s3_server.new_bucket()
+    data = os.urandom(300_000)
+    with s3_server.filesystem().open_output_stream(f"{bucket}/logs/samples/a.bin") as f:
+        f.write(data)
+    proxy = CuttableProxy(s3_server.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    _filesystem.cache_clear()
+    limits = SourceLimitsConfig(cache_dir=str(tmp_path / "cache"), fetch_attempts=3, fetch_backoff_s=0.5)
+    root = RemoteRoot(f"s3://{bucket}/logs", limits)
+    uri = f"s3://{bucket}/logs/samples/a.bin"
+
+    proxy.cut()
+    t0 = time.monotonic()
+    with pytest.raises(UnreachableError) as err:
+        root.local("samples/a.bin")
+    assert time.monotonic() - t0 >= 0.5 + 1.0  # two waits between three attempts
+    text = str(err.value)
+    assert err.value.file == uri and "3 attempts" in text and "network error" in text and "does not exist" not in text
+    once = RemoteRoot(f"s3://{bucket}/logs", limits.model_copy(update={"fetch_attempts": 1}))
+    with pytest.raises(UnreachableError):
+        once.fetch_all(["samples/a.bin"])  # the scene fails: its --resume redoes it
+    assert not (root.mirror / "samples" / "a.bin").exists()
+
+    threading.Timer(0.3, proxy.restore).start()  # back during the first wait
+    assert root.local("samples/a.bin").read_bytes() == data
+
+    with pytest.raises(SourceError, match="does not exist") as err:
+        root.local("samples/missing.bin")
+    assert not isinstance(err.value, UnreachableError)
+    root.fetch_all(["samples/missing.bin"])  # a missing object: the frame's problem, recorded by the source
+    proxy.cut()

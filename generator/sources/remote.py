@@ -15,12 +15,15 @@ The cache (``NodeCache``), in the order its rules apply:
    while many are in flight the bound is exceeded rather than a file pulled from under a reader).
 
 A missing object, an unreachable endpoint, wrong credentials or a bucket that does not exist raise
-``SourceError`` naming the URI.
+``SourceError`` naming the URI. A network error is not a missing file: a fetch that cannot reach the storage
+(``UnreachableError``) is tried ``sources.fetch_attempts`` times with a doubling wait, then fails the scene
+(``--resume`` redoes it), where a missing object is recorded as its frame's problem.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -30,6 +33,11 @@ from pathlib import Path
 from generator.types import SourceError
 
 DEFAULT_CACHE_DIR = "~/.cache/drivegen/logs"
+log = logging.getLogger("drivegen.sources")
+
+
+class UnreachableError(SourceError):
+    """The storage could not be reached, or a download broke off: a network error, never a missing object."""
 
 
 def is_remote(path) -> bool:
@@ -90,21 +98,43 @@ class NodeCache:
 
     WALK_EVERY_S = 60.0
 
-    def __init__(self, root: Path, max_bytes: int, keep_s: float):
+    def __init__(self, root: Path, max_bytes: int, keep_s: float, attempts: int = 1, backoff_s: float = 0.0):
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
         self.keep_s = float(keep_s)
+        self.attempts, self.backoff_s = max(1, int(attempts)), float(backoff_s)
         self._known: int | None = None  # bytes in the cache as far as this process knows (None: never walked)
         self._walked = 0.0  # time.monotonic() of the last walk
 
     def fetch(self, fs, remote: str, local: Path, uri: str) -> Path:
-        """``remote`` (a path on ``fs``; ``uri`` names it in errors) as the local file ``local``."""
+        """``remote`` (a path on ``fs``; ``uri`` names it in errors) as the local file ``local``. A network error
+        is tried again ``attempts`` times in all, waiting ``backoff_s`` and then twice as long each time; then
+        ``UnreachableError`` names the object, the error and the attempts. A missing object is a SourceError at
+        once."""
+        wait, waited = self.backoff_s, 0.0
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return self._fetch_once(fs, remote, local, uri)
+            except UnreachableError as err:
+                if attempt == self.attempts:
+                    tries = f" ({attempt} attempts over {waited:.0f} s)" if attempt > 1 else ""
+                    raise UnreachableError(f"{err.message}{tries}: a network error, not a missing file; the scene "
+                                           "fails and drivegen run --resume redoes it once the storage can be "
+                                           "reached", file=uri, stage="read") from None
+                log.warning("%s; trying again in %.1f s (attempt %d of %d)", err.message, wait, attempt + 1,
+                            self.attempts)
+                time.sleep(wait)
+                waited += wait
+                wait *= 2
+        raise AssertionError("unreachable")
+
+    def _fetch_once(self, fs, remote: str, local: Path, uri: str) -> Path:
         import pyarrow.fs as pafs
 
         try:
             info = fs.get_file_info(remote)
         except OSError as err:
-            raise SourceError(f"cannot reach {uri}: {err}", file=uri, stage="read") from None
+            raise UnreachableError(f"cannot reach {uri}: {err}", file=uri, stage="read") from None
         if info.type != pafs.FileType.File:
             raise SourceError(f"{uri} does not exist", file=uri, stage="read")
         try:
@@ -120,13 +150,13 @@ class NodeCache:
                 shutil.copyfileobj(src, dst, 8 << 20)
             got = tmp.stat().st_size
             if got != info.size:
-                raise SourceError(f"{uri}: downloaded {got} of its {info.size} bytes; the object changed or the "
-                                  "connection broke: run again", file=uri, stage="read")
+                raise UnreachableError(f"{uri}: downloaded {got} of its {info.size} bytes (the connection broke or "
+                                       "the object changed)", file=uri, stage="read")
             os.replace(tmp, local)
             if self._known is not None:
                 self._known += got
         except OSError as err:
-            raise SourceError(f"cannot read {uri}: {err}", file=uri, stage="read") from None
+            raise UnreachableError(f"cannot read {uri}: {err}", file=uri, stage="read") from None
         finally:
             tmp.unlink(missing_ok=True)
         return local
@@ -177,7 +207,8 @@ class RemoteRoot:
             raise SourceError(f"cannot open {self.uri}: {err}", file=self.uri, stage="open") from None
         self.base = self.base.rstrip("/")
         root = cache_root(limits)
-        self.cache = NodeCache(root, limits.cache_max_bytes, limits.cache_keep_s)
+        self.cache = NodeCache(root, limits.cache_max_bytes, limits.cache_keep_s,
+                               getattr(limits, "fetch_attempts", 1), getattr(limits, "fetch_backoff_s", 0.0))
         self.mirror = root / hashlib.sha1(self.uri.encode()).hexdigest()[:16]
 
     def uri_of(self, local) -> str:
@@ -217,11 +248,15 @@ class RemoteRoot:
         return files
 
     def fetch_all(self, rels) -> None:
-        """Files into the cache; one that cannot be fetched is left absent, for the source's file checks to
-        record as the frame's problem (as a missing local file is)."""
+        """Files into the cache; a missing object is left absent, for the source's file checks to record as the
+        frame's problem (as a missing local file is). Storage that cannot be reached raises ``UnreachableError``
+        (after the retries), which fails the scene: a network error must not become a frame issue that says
+        'missing' about an object that exists."""
         for rel in rels:
             try:
                 self.local(rel)
+            except UnreachableError:
+                raise
             except SourceError:
                 pass
 
@@ -239,4 +274,4 @@ class RemoteRoot:
         """``err`` naming the object instead of its cached copy."""
         if err.file is None or not str(err.file).startswith(str(self.mirror)):
             return err
-        return SourceError(err.message, scene=err.scene, file=self.uri_of(err.file), stage=err.stage)
+        return type(err)(err.message, scene=err.scene, file=self.uri_of(err.file), stage=err.stage)  # kind kept

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -41,6 +42,77 @@ class S3Server:
 
         pafs.copy_files(str(local), uri.removeprefix("s3://"), source_filesystem=pafs.LocalFileSystem(),
                         destination_filesystem=self.filesystem())
+
+
+class CuttableProxy:
+    """A TCP proxy on 127.0.0.1 in front of an endpoint (the moto server), whose link can be cut and restored:
+    ``cut()`` closes every connection and refuses new ones (an outage), ``restore()`` listens again on the same
+    port. ``endpoint`` is what clients use instead of the server's."""
+
+    def __init__(self, target: str):
+        host, port = target.split("://", 1)[-1].rsplit(":", 1)
+        self.target = (host, int(port))
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._server: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.restore()
+
+    def restore(self) -> None:
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", self.port))
+        srv.listen(64)
+        self._server = srv
+        threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
+
+    def cut(self) -> None:
+        srv, self._server = self._server, None
+        if srv is not None:
+            try:
+                srv.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+            except OSError:
+                pass
+            srv.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def _accept(self, srv: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = srv.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(1 << 16):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for c in (a, b):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 def _free_port() -> int:
