@@ -16,7 +16,7 @@ import traceback
 
 _STARTED_AT = time.perf_counter()  # the process's command starts about here (the CLI is imported first)
 
-COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "score", "report", "view")
+COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "publish", "score", "report", "view")
 
 
 def command_modules() -> list[str]:
