@@ -218,9 +218,10 @@ class RunReader:
         problems: list[str] = []
         every = store.list("", recursive=True)
         present = set(every)
-        if any(p.startswith(layout.MANIFEST_DIR + "/") for p in every):  # a run with finished scenes: described
+        described = [name for name in (layout.CONFIG, layout.RUN_STATE) if name in present]
+        if described and any(p.startswith(layout.MANIFEST_DIR + "/") for p in every):  # drivegen run writes both
             problems += [f"{name} is missing: the folder no longer says how its rows were made (restore it; a run "
-                         f"folder drivegen made always has it)" for name in (layout.CONFIG, layout.RUN_STATE)
+                         f"folder drivegen run made always has it)" for name in (layout.CONFIG, layout.RUN_STATE)
                          if name not in present]
         problems += [f"temporary file left by a killed writer: {p}" for p in every if layout.is_leftover_tmp_name(p)]
         problems += [f"leftover of a killed writer: {p}" for p in every
