@@ -164,3 +164,18 @@ def test_shards_built_as_ray_tasks_are_the_same_bytes(labelled_run, tmp_path):
     publish(str(labelled_run), str(local), target_mb=0.05)
     publish(str(labelled_run), str(on_ray), target_mb=0.05, workers=2)
     assert _files(on_ray) == _files(local)
+
+
+def test_publish_to_object_storage_equals_local(labelled_run, tmp_path, s3_server):
+    """DEST on ``s3://`` (the moto server): the same files, byte for byte, as a local DEST."""
+    import pyarrow.fs as pafs
+
+    local = tmp_path / "local"
+    publish(str(labelled_run), str(local), target_mb=0.05)
+    bucket = s3_server.new_bucket()
+    publish(str(labelled_run), f"s3://{bucket}/release", target_mb=0.05)
+    fs = s3_server.filesystem()
+    infos = fs.get_file_info(pafs.FileSelector(f"{bucket}/release", recursive=True))
+    got = {i.path[len(f"{bucket}/release/"):]: fs.open_input_stream(i.path).read()
+           for i in infos if i.type == pafs.FileType.File}
+    assert got == _files(local)

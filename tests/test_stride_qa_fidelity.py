@@ -58,7 +58,7 @@ def test_relation_names_are_the_public_toolkits(default_run):
     toolkit's names in the export, keep readable names in the main QA."""
     from generator.families.stride_qa.vocab import BENCH_SCENARIOS
 
-    _, _, _, bench, sheet = default_run
+    _, _, _, bench, sheet = default_run[:5]
     assert set(sheet["relation"]) == TOOLKIT_RELATIONS  # the default run has groups of every relation
     assert {r["relation"] for r in _records(bench)} == TOOLKIT_RELATIONS
     summary = json.loads((default_run[0] / "bench" / "export_summary.json").read_text())
@@ -74,7 +74,7 @@ def test_relation_names_are_the_public_toolkits(default_run):
 def test_bench_region_id_is_the_keyframes_region(default_run):
     """2. `region_id` is 0 in every bench row ("Region [0]" everywhere). Use the keyframe's region number,
     as the main QA does."""
-    _, _, qa, bench, _ = default_run
+    _, _, qa, bench, _ = default_run[:5]
     sp = qa[qa.family == "ego_spatial"]
     region = {(r.scene_id, r.keyframe_index, int(r.track_ids[0])): int(r.region_ids[0]) for r in sp.itertuples()}
     recs = _records(bench)
@@ -96,7 +96,7 @@ def test_one_ego_question_per_keyframe_and_horizon(default_run):
     second?" three times at one keyframe, attached to three objects; in the export, 176 ego-speed
     questions hold 116 distinct ones. One ego question per keyframe and horizon, and ego questions do not
     mention a region."""
-    _, _, qa, bench, _ = default_run
+    _, _, qa, bench, _ = default_run[:5]
     ego = qa[qa.question_type == "ego_speed"]
     assert len(ego) and not ego.duplicated(["scene_id", "keyframe_index", "horizon_s"]).any()
     frames = pd.read_parquet(default_run[0] / "perception" / "frames", columns=["scene_id", "is_anchor"])
@@ -125,7 +125,7 @@ def test_one_ego_question_per_keyframe_and_horizon(default_run):
 def test_present_tense_at_horizon_zero(default_run):
     """4. Horizon 0 in the future tense: 233 of 464 horizon-0 questions read "... move 0 s after the last
     frame?". Present tense at horizon 0."""
-    _, _, qa, _, _ = default_run
+    _, _, qa, _, _ = default_run[:5]
     st = qa[qa.family == "ego_spatiotemporal"]
     now, later = st[st.horizon_s == 0], st[st.horizon_s > 0]
     assert len(now) and len(later)
@@ -156,7 +156,7 @@ def test_one_number_format_per_unit(default_run):
     while the rest print two. One format per unit."""
     from schemas.config import PipelineConfig
 
-    _, _, qa, bench, _ = default_run
+    _, _, qa, bench, _ = default_run[:5]
     d = PipelineConfig().qa.decimals
     texts = pd.concat([qa.question, qa.answer]).tolist()
     by_unit = _decimals_by_unit(texts, QA_QUANTITY)
@@ -192,7 +192,7 @@ def _class_subjects(text: str) -> list[str]:
 def test_templates_read_as_an_annotator_writes(default_run):
     """6. Templates: a double question ("Which is taller, Region [N] or Region [N]? Is Region [N] taller or
     shorter?"); "the car" as the answer's subject when both regions are cars; "they are" for one object."""
-    _, _, qa, bench, _ = default_run
+    _, _, qa, bench, _ = default_run[:5]
     # every built-in template of the STRIDE-QA and ego-behaviour families is in the run; the Intention-Drive
     # instructions depend on what the ego does (no stop behind a vehicle in these scenes): its templates are
     # checked one by one below
@@ -250,7 +250,7 @@ def test_spatialrgpt_quantities_have_both_forms(default_run):
     qualitative and quantitative forms; add the missing ones."""
     from generator.runfolder import read_table
 
-    out, _, qa, _, _ = default_run
+    out, _, qa, _, _ = default_run[:5]
     kinds = qa.groupby(["family", "question_type"]).kind.agg(set).to_dict()
     for quantity, (qual, quant) in SPATIALRGPT.items():
         for key in qual:
@@ -283,7 +283,7 @@ def test_qa_rows_carry_the_sources_identity(default_run):
     from schemas.tables import QA
 
     assert QA.field("instance_tokens").type.value_type in (pa.string(), pa.dictionary(pa.int32(), pa.string()))
-    out, _, qa, _, _ = default_run
+    out, _, qa, _, _ = default_run[:5]
     obj = read_table(out, "objects").to_pandas().set_index(["scene_id", "frame_index", "track_id"])
     token = obj["instance_token"].to_dict()
     assert (qa.instance_tokens.map(len) == qa.track_ids.map(len)).all()
