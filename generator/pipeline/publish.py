@@ -111,16 +111,12 @@ class Plan:
 def check_run(reader: RunReader, allow_partial: bool) -> None:
     """RunFolderError when RUN is still being written, or has failed or unfinished scenes (unless
     ``allow_partial``), naming them."""
-    from generator.runfolder.lock import _pid_alive, read_lock
+    from generator.runfolder.lock import live_lock
 
-    held = read_lock(reader.store)
+    held = live_lock(reader.store)  # the lock rule of every writer: a live pid here, or a recent heartbeat
     if held is not None:
-        import socket
-
-        alive = _pid_alive(held.pid) if held.host == socket.gethostname() else time.time() - held.heartbeat_unix < 60
-        if alive:
-            raise RunFolderError(f"{reader.uri} is still being written by {held.describe()}: publish it once that "
-                                 "run has ended", file=reader.store.full(layout.LOCK))
+        raise RunFolderError(f"{reader.uri} is still being written by {held.describe()}: publish it once that run "
+                             "has ended", file=reader.store.full(layout.LOCK))
     if allow_partial:
         return
     failed = sorted({e.get("scene_id") or "(run)" for e in reader.errors()})

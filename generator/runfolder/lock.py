@@ -97,10 +97,26 @@ def make_fence(store: RunStore, epoch: int | None):
     return fence
 
 
+STALE_AFTER_S = 60.0  # a lock without a heartbeat for this long is taken over
+
+
+def is_stale(info: LockInfo, stale_after_s: float = STALE_AFTER_S) -> bool:
+    """Whether the lock's holder is gone: a dead pid on this host, or no heartbeat for ``stale_after_s``."""
+    if info.host == socket.gethostname() and not _pid_alive(info.pid):
+        return True
+    return time.time() - info.heartbeat_unix > stale_after_s
+
+
+def live_lock(store: RunStore) -> LockInfo | None:
+    """The lock of a writer still at work on ``store`` (its run is being written), None when there is none."""
+    info = read_lock(store)
+    return info if info is not None and not is_stale(info) else None
+
+
 class RunLock:
     """``with RunLock(store, "drivegen run") as lock: ... lock.epoch ...``"""
 
-    def __init__(self, store: RunStore, command: str, heartbeat_s: float = 5.0, stale_after_s: float = 60.0,
+    def __init__(self, store: RunStore, command: str, heartbeat_s: float = 5.0, stale_after_s: float = STALE_AFTER_S,
                  settle_s: float = 0.5):
         self.store = store
         self.command = command
@@ -120,9 +136,7 @@ class RunLock:
                 "epoch": epoch, "started_unix": self._started, "heartbeat_unix": time.time()}
 
     def is_stale(self, info: LockInfo) -> bool:
-        if info.host == socket.gethostname() and not _pid_alive(info.pid):
-            return True
-        return time.time() - info.heartbeat_unix > self.stale_after_s
+        return is_stale(info, self.stale_after_s)
 
     def acquire(self) -> int:
         """Take the lock (or refuse with RunFolderError naming the holder); returns this writer's epoch."""
