@@ -26,7 +26,7 @@ replaces the earlier publish's files only; a DEST holding anything else is refus
 failed or unfinished scenes unless ``allow_partial``, a DEST that cannot be reached, a DEST holding files that
 are not an earlier publish, a DEST inside RUN.
 
-Each shard is a pure function of the plan (``write_parquet_shard``, ``write_wds_shard``); ``publish`` runs
+Each shard is a pure function of the plan (``write_shard``); ``publish`` runs
 them in this process or, with ``workers`` or a Ray ``address``, as Ray tasks (a local Ray or a cluster whose
 nodes reach RUN and DEST).
 """
@@ -250,14 +250,6 @@ def _parquet_bytes(store: RunStore, shard: ParquetShard) -> bytes:
     return buf.getvalue()
 
 
-def write_parquet_shard(run: str, dest: str, shard: ParquetShard) -> str:
-    """Build one Parquet shard from the run folder and put it in DEST (skipped when already there)."""
-    out = RunStore(dest)
-    if not out.exists(shard.path):
-        out.write_bytes(shard.path, _parquet_bytes(RunReader(run).store, shard))
-    return shard.path
-
-
 # ------------------------------------------------------------------------------------------ WebDataset tars
 def _tar_samples(store: RunStore, path: str) -> list[tuple[str, int]]:
     """(sample key, bytes it takes in a tar) of a run tar, in its order (keys: the member name before the
@@ -309,10 +301,13 @@ def _wds_bytes(store: RunStore, shard: WdsShard) -> bytes:
     return buf.getvalue()
 
 
-def write_wds_shard(run: str, dest: str, shard: WdsShard) -> str:
+def write_shard(run: str, dest: str, shard: ParquetShard | WdsShard) -> str:
+    """Build one shard (Parquet or tar) from the run folder and put it in DEST, unless a killed publish already
+    did (a file at its final name is whole); returns its path. A pure function of the plan: a Ray task."""
     out = RunStore(dest)
     if not out.exists(shard.path):
-        out.write_bytes(shard.path, _wds_bytes(RunReader(run).store, shard))
+        build = _parquet_bytes if isinstance(shard, ParquetShard) else _wds_bytes
+        out.write_bytes(shard.path, build(RunReader(run).store, shard))
     return shard.path
 
 
@@ -410,14 +405,11 @@ def publish(run: str, dest: str, *, seed: int = 0, target_mb: float = DEFAULT_TA
 
 
 def _write_shards(run: str, dest: str, shards: list, workers: int, address: str | None) -> None:
-    def one(s):
-        return write_parquet_shard(run, dest, s) if isinstance(s, ParquetShard) else write_wds_shard(run, dest, s)
-
     if not shards:
         return
     if not workers and not address:
         for k, s in enumerate(shards, 1):
-            one(s)
+            write_shard(run, dest, s)
             log.info("publish: %d/%d %s", k, len(shards), s.path)
         return
     import ray
@@ -428,8 +420,8 @@ def _write_shards(run: str, dest: str, shards: list, workers: int, address: str 
     cfg.ray.num_cpus = workers or None
     started = ensure_ray(cfg, address)  # the run's Ray rules: a cluster, or an embedded Ray with authentication
     try:
-        task = ray.remote(num_cpus=1, max_retries=2)(one)
-        refs = [task.remote(s) for s in shards]
+        task = ray.remote(num_cpus=1, max_retries=2)(write_shard)
+        refs = [task.remote(run, dest, s) for s in shards]
         for k, ref in enumerate(refs, 1):
             log.info("publish: %d/%d %s", k, len(refs), ray.get(ref))
     finally:
