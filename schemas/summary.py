@@ -189,5 +189,5 @@ class RunSummary:
         return lines
 
 
-__all__ = ["TIMING_PHASES", "RunSummary", "SummaryEntry", "FamilyEntry", "SceneCounts", "QACounts", "Throughput", "CardEntry",
-           "CameraOnly"]
+__all__ = ["TIMING_PHASES", "RunSummary", "SummaryEntry", "FamilyEntry", "SceneCounts", "QACounts", "Throughput",
+           "CardEntry", "CameraOnly"]

@@ -50,6 +50,11 @@ class RunResult:
 RAY_TOKEN_FILE = "~/.ray/auth_token"  # where Ray keeps the token of its token authentication (one per user)
 
 
+def _auth_disabled() -> bool:
+    """Whether the environment turns Ray's token authentication off."""
+    return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled"
+
+
 def check_ray_auth(cfg: PipelineConfig, address: str | None = None) -> None:
     """Refuse to start an embedded Ray without authentication: Ray 2.60 listens on all interfaces, and with
     ``RAY_AUTH_MODE=disabled`` in the environment any host that reaches its ports may run code as the user.
@@ -59,7 +64,7 @@ def check_ray_auth(cfg: PipelineConfig, address: str | None = None) -> None:
 
     if address or cfg.ray.address or os.environ.get("RAY_ADDRESS"):
         return
-    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled" and not cfg.ray.allow_unauthenticated:
+    if _auth_disabled() and not cfg.ray.allow_unauthenticated:
         raise InputError("RAY_AUTH_MODE=disabled in the environment turns off the token authentication of the "
                          "embedded Ray, which listens on all network interfaces: anyone who reaches this machine's "
                          "Ray ports could run code as you. Unset RAY_AUTH_MODE (the token is kept in "
@@ -104,7 +109,7 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
                         cfg.ray.num_cpus, os.cpu_count())
         ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common)
         _private_token()
-        if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+        if _auth_disabled():
             log.warning("the embedded Ray runs WITHOUT authentication (RAY_AUTH_MODE=disabled, "
                         "ray.allow_unauthenticated: true): any host that reaches its ports may run code as you")
         else:
@@ -207,7 +212,8 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
             log.error("finalize (dataset card, exports) failed: %s: %s", type(err).__name__, err)
             summary.finalize_error = f"{type(err).__name__}: {err}"
         phase("exports", t)
-    summary.wall_s = round(time.perf_counter() - start, 3)
+    else:
+        summary.wall_s = round(time.perf_counter() - start, 3)
     store.write_json(layout.SUMMARY, summary.to_json())
     result = RunResult(summary, rows)
     if report is not None:  # after summary.json, which the report shows; the file then gains the report's time

@@ -119,11 +119,11 @@ def check_run(reader: RunReader, allow_partial: bool) -> None:
                              "has ended", file=reader.store.full(layout.LOCK))
     if allow_partial:
         return
-    failed = sorted({e.get("scene_id") or "(run)" for e in reader.errors()})
+    errs = {e.get("scene_id") or "(run)": e for e in reader.errors()}
+    failed = sorted(errs)
     done = set(reader.scene_ids())
-    unfinished = [s for s in reader.planned_scenes() if s not in done and s not in failed]
+    unfinished = [s for s in reader.planned_scenes() if s not in done and s not in errs]
     if failed or unfinished:
-        errs = {e.get("scene_id"): e for e in reader.errors()}
         named = "; ".join(f"{s}: stage {errs[s].get('stage')}: {str(errs[s].get('message'))[:120]}"
                           for s in failed[:5] if s in errs)
         raise RunFolderError(f"{reader.uri} has {len(failed)} failed and {len(unfinished)} unfinished scene(s)"
@@ -145,7 +145,6 @@ def open_dest(dest: str, reader: RunReader) -> RunStore:
             raise RunFolderError(f"{store.uri} is inside the run folder {reader.uri}: publish to a folder of its "
                                  "own", file=store.uri)
     try:
-        store.exists("")
         if store.exists(""):
             store.list("", recursive=False)
     except OSError as err:
@@ -154,9 +153,9 @@ def open_dest(dest: str, reader: RunReader) -> RunStore:
 
 
 # ------------------------------------------------------------------------------------------ the plan
-def _sources(reader: RunReader) -> tuple[dict, dict, dict]:
-    """({config: {split: [(path, rows)]}}, {split: [wds tar paths]}, {path: scene}) from the manifests and the
-    card's configs (one rule for the split of a scene and the files of a config)."""
+def _sources(reader: RunReader) -> tuple[dict, dict]:
+    """({config: {split: [(path, rows)]}}, {split: [wds tar paths]}) from the manifests and the card's configs
+    (one rule for the split of a scene and the files of a config)."""
     from generator.pipeline.exports import card_configs
 
     rows_of, scene_of = {}, {}
@@ -178,9 +177,9 @@ def _sources(reader: RunReader) -> tuple[dict, dict, dict]:
     wds_dir = layout.TABLES["wds"].folder + "/"
     tars: dict[str, list[str]] = defaultdict(list)
     for p in sorted(scene_of):
-        if p.startswith(wds_dir) and p.endswith(".tar") and scene_of.get(p) in split_of_scene:
+        if p.startswith(wds_dir) and p.endswith(".tar") and scene_of[p] in split_of_scene:
             tars[split_of_scene[scene_of[p]]].append(p)
-    return configs, dict(tars), scene_of
+    return configs, dict(tars)
 
 
 def _permutation(seed: int, config: str, split: str, n: int) -> np.ndarray:
@@ -191,7 +190,7 @@ def _permutation(seed: int, config: str, split: str, n: int) -> np.ndarray:
 
 
 def plan(reader: RunReader, seed: int, target_bytes: int) -> Plan:
-    configs, tars, _ = _sources(reader)
+    configs, tars = _sources(reader)
     p = Plan(run=reader.uri, seed=seed, target_bytes=int(target_bytes), scenes=len(reader.scene_ids()))
     for config, splits in configs.items():
         for split, sources in splits.items():
