@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -112,11 +113,11 @@ class NodeCache:
         ``UnreachableError`` names the object, the error and the attempts. A missing object is a SourceError at
         once."""
         wait, waited = self.backoff_s, 0.0
-        for attempt in range(1, self.attempts + 1):
+        for attempt in itertools.count(1):
             try:
                 return self._fetch_once(fs, remote, local, uri)
             except UnreachableError as err:
-                if attempt == self.attempts:
+                if attempt >= self.attempts:
                     tries = f" ({attempt} attempts over {waited:.0f} s)" if attempt > 1 else ""
                     raise UnreachableError(f"{err.message}{tries}: a network error, not a missing file; the scene "
                                            "fails and drivegen run --resume redoes it once the storage can be "
@@ -126,7 +127,6 @@ class NodeCache:
                 time.sleep(wait)
                 waited += wait
                 wait *= 2
-        raise AssertionError("unreachable")
 
     def _fetch_once(self, fs, remote: str, local: Path, uri: str) -> Path:
         import pyarrow.fs as pafs
