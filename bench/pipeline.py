@@ -100,14 +100,17 @@ class PeakMemory(threading.Thread):
     workers and actors of the embedded Ray started by this process): peaks of their sum (``peak``), of the
     driver (``driver``) and of the largest worker (``worker``)."""
 
-    def __init__(self, interval_s: float = 0.2):
+    def __init__(self, interval_s: float = 0.2, pid: int | None = None):
         super().__init__(daemon=True)
         self.interval_s, self.peak, self.driver, self.worker = interval_s, 0, 0, 0
         self._halt = threading.Event()
-        self.me = psutil.Process()
+        self.me = psutil.Process(pid)  # pid: another process is the driver (a `drivegen run` subprocess)
 
     def sample(self) -> int:
-        driver, workers = self.me.memory_info().rss, [0]
+        try:
+            driver, workers = self.me.memory_info().rss, [0]
+        except psutil.Error:  # the driver process has ended
+            return 0
         for p in self.me.children(recursive=True):
             try:
                 if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):

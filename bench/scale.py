@@ -10,7 +10,17 @@ Per scene count it prints wall time, QA/s, frames/s, the peak RSS of the driver 
 process (sampled every 0.2 s) and the QA shards (count, total and largest size), then the time a user should
 expect for 1 M QA pairs from the largest run's rate.
 
+``--minimal`` measures what grows with the scene count rather than the work per scene: minimal generated
+scenes (``MINIMAL``: 14 keyframes at 2 Hz without sweeps, 320x180 images, a sparse LiDAR; masks of the front
+camera only), repeated under new names, so a scene costs a few tenths of a CPU second and thousands run on two
+cores. Each count runs as its own ``drivegen run`` process (embedded Ray, every run-level output), then
+``drivegen publish`` of its output. Per count it prints the driver's peak RSS (the ``drivegen run`` process),
+the end-of-run work (card, exports, report) per scene, ``publish``'s throughput and the file counts of the run
+folder and of the release; then the ratios of the largest count to the smallest (issue #31's goals: driver
+peak <= 1.15x, finalize per scene <= 1.2x).
+
     python bench/scale.py [--counts 12,48,330] [--keep DIR]
+    python bench/scale.py --minimal [--counts 200,2000] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -28,6 +38,8 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+import subprocess  # noqa: E402
 
 import psutil  # noqa: E402
 
@@ -50,14 +62,103 @@ def shard_sizes(out: Path) -> tuple[int, int, int]:
     return len(sizes), sum(sizes), max(sizes, default=0)
 
 
+# The minimal scenes: the first 7 s of the generated scripts, keyframes only, small images, a LiDAR of 400
+# columns (enough for the loader's azimuth-coverage check), masks of one camera.
+MINIMAL = {"sweep_hz": 0, "image_width_px": 320, "image_height_px": 180, "num_azimuth": 400, "num_keyframes": 14}
+MINIMAL_BASE_SCENES = 20
+MINIMAL_CONFIG = "segmentation:\n  cameras: [CAM_FRONT]\n"
+
+
+def drivegen(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "generator.cli", *argv]
+
+
+def file_count(root: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(root))
+
+
+def measured(cmd: list[str], env: dict) -> tuple[float, "bench_pipeline.PeakMemory", subprocess.CompletedProcess]:
+    """Run ``cmd`` as its own process; (wall s, its peak memory, the finished process)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peaks = bench_pipeline.PeakMemory(pid=proc.pid)
+    peaks.start()
+    out, _ = proc.communicate()
+    peaks.stop()
+    return time.perf_counter() - t0, peaks, subprocess.CompletedProcess(cmd, proc.returncode, out)
+
+
+def main_minimal(counts: list[int], work: Path) -> int:
+    from generator.synth import make_dataset
+
+    base = work / "minimal-base"
+    if not (base / ".complete").exists():
+        shutil.rmtree(base, ignore_errors=True)
+        make_dataset(base, num_scenes=MINIMAL_BASE_SCENES, seed=0, version=SYNTH_VERSION, **MINIMAL)
+        (base / ".complete").touch()
+    copies = -(-max(counts) // MINIMAL_BASE_SCENES)
+    logs = work / f"minimal-logs-{copies}"
+    if not (logs / SYNTH_VERSION / "scene.json").exists():
+        shutil.rmtree(logs, ignore_errors=True)
+        bench_pipeline.repeated_logs(base, logs, copies)
+    cfg = work / "minimal.yaml"
+    cfg.write_text(MINIMAL_CONFIG)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    print(f"drivegen scale bench, minimal scenes: {MINIMAL_BASE_SCENES} generated scenes of {MINIMAL['num_keyframes']} "
+          f"keyframes repeated up to {copies * MINIMAL_BASE_SCENES}; {psutil.cpu_count()} CPUs, "
+          f"{psutil.virtual_memory().total / 2**30:.0f} GiB, load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"{'scenes':>6} {'wall s':>7} {'QA':>9} {'driver MiB':>10} {'worker MiB':>10} {'finalize s':>10} "
+          f"{'ms/scene':>8} {'run files':>9} {'publish s':>9} {'rows/s':>8} {'MiB/s':>6} {'release files':>13}",
+          flush=True)
+    rows = {}
+    for n in counts:
+        out, pub = work / f"minimal-run-{n}", work / f"minimal-release-{n}"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(pub, ignore_errors=True)
+        wall, peaks, proc = measured(drivegen("run", "--source", "nuscenes", "--data", str(logs), "--version",
+                                              SYNTH_VERSION, "--scenes", str(n), "--config", str(cfg), "--out",
+                                              str(out), "--no-progress"), env)
+        if proc.returncode != 0:
+            print(f"drivegen run of {n} scenes exited {proc.returncode}:\n{proc.stdout[-3000:]}")
+            return 1
+        summary = json.loads((out / "summary.json").read_text())
+        t = summary.get("timings", {})
+        finalize = t.get("exports", 0.0) + t.get("report", 0.0)
+        p_wall, _, p = measured(drivegen("publish", str(out), "--out", str(pub), "--target-shard-mb", "16",
+                                         "--workers", str(psutil.cpu_count())), env)
+        if p.returncode != 0:
+            print(f"drivegen publish of {n} scenes exited {p.returncode}:\n{p.stdout[-3000:]}")
+            return 1
+        qa = summary["qa"]["total"]
+        pub_bytes = sum(f.stat().st_size for f in pub.rglob("*") if f.is_file())
+        rows[n] = (peaks.driver, finalize / n)
+        print(f"{n:>6} {wall:>7.1f} {qa:>9,} {peaks.driver / 2**20:>10,.0f} {peaks.worker / 2**20:>10,.0f} "
+              f"{finalize:>10.1f} {1000 * finalize / n:>8.1f} {file_count(out):>9,} {p_wall:>9.1f} "
+              f"{qa / p_wall:>8,.0f} {pub_bytes / 2**20 / p_wall:>6.1f} {file_count(pub):>13,}", flush=True)
+    lo, hi = min(counts), max(counts)
+    if lo != hi:
+        rss, per = rows[hi][0] / rows[lo][0], rows[hi][1] / rows[lo][1]
+        print(f"{hi} vs {lo} scenes: driver peak RSS {rss:.2f}x (goal <= 1.15x), finalize per scene {per:.2f}x "
+              f"(goal <= 1.2x)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--counts", default="12,48,330", help="scene counts, comma-separated (default 12,48,330: 330 generated scenes hold about 1 M QA)")
+    ap.add_argument("--counts", default=None, help="scene counts, comma-separated (default 12,48,330: 330 generated "
+                    "scenes hold about 1 M QA; with --minimal 200,2000)")
+    ap.add_argument("--minimal", action="store_true", help="minimal scenes (MINIMAL): what grows with the scene count")
     ap.add_argument("--keep", default=None, help="keep the run folders here (default: a temporary folder)")
     args = ap.parse_args(argv)
-    counts = [int(c) for c in args.counts.split(",")]
+    counts = [int(c) for c in (args.counts or ("200,2000" if args.minimal else "12,48,330")).split(",")]
     work = Path(args.keep or tempfile.mkdtemp(prefix="drivegen-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.minimal:
+        try:
+            return main_minimal(counts, work)
+        finally:
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
     base = Path(synth_logs(DEFAULT_SYNTH_SCENES, 0))
     n_base = len(json.loads((base / SYNTH_VERSION / "scene.json").read_text()))
     copies = -(-max(counts) // n_base)

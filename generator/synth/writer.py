@@ -167,7 +167,8 @@ def _chain(rows: list[dict]) -> None:
 
 def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index: int, *, sweep_hz: int,
                  renderers: dict[str, CameraRenderer], rig_cams, jpeg_quality: int, num_azimuth: int,
-                 sensor_tokens: dict, category_tokens: dict, attribute_tokens: dict) -> int:
+                 sensor_tokens: dict, category_tokens: dict, attribute_tokens: dict,
+                 num_keyframes: int = NUM_KEYFRAMES) -> int:
     sc: SceneScript = script_scene(seed, index)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(index), 0xC0FFEE]))
     scene_name = f"scene-{index:04d}"
@@ -211,19 +212,19 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
             "camera_intrinsic": rig_cams[name].K.tolist()})
 
     # time axes
-    key_t = np.arange(NUM_KEYFRAMES) / KEYFRAME_HZ
+    key_t = np.arange(num_keyframes) / KEYFRAME_HZ
     if sweep_hz > int(KEYFRAME_HZ):
         step = 1.0 / sweep_hz
         lidar_t = np.round(np.arange(-0.5 + step, key_t[-1] + 1e-9, step), 6)
     else:
         lidar_t = key_t.copy()
-    is_key = np.isin(np.round(lidar_t * KEYFRAME_HZ, 6), np.arange(NUM_KEYFRAMES)) & (lidar_t >= 0)
+    is_key = np.isin(np.round(lidar_t * KEYFRAME_HZ, 6), np.arange(num_keyframes)) & (lidar_t >= 0)
     key_of = np.searchsorted(key_t, lidar_t - 1e-9)  # the keyframe at or after each sweep
     ts_of = lambda t: int(ts0 + round(float(t) * 1e6))
 
-    sample_toks = [token(seed, index, "sample", k) for k in range(NUM_KEYFRAMES)]
+    sample_toks = [token(seed, index, "sample", k) for k in range(num_keyframes)]
     samples = [{"token": sample_toks[k], "timestamp": ts_of(key_t[k]), "prev": "", "next": "",
-                "scene_token": scene_tok} for k in range(NUM_KEYFRAMES)]
+                "scene_token": scene_tok} for k in range(num_keyframes)]
     _chain(samples)
     tables.rows["sample"].extend(samples)
 
@@ -248,8 +249,8 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
     static_draw = [(s.center_m, s.size_lwh_m, s.yaw_rad, s.color_rgb, s.kind) for s in statics]
 
     dirs = rig.lidar_ray_dirs(num_azimuth)
-    key_hits = np.zeros((NUM_KEYFRAMES, n_agents), dtype=np.int64)
-    key_unocc = np.zeros((NUM_KEYFRAMES, n_agents), dtype=np.int64)
+    key_hits = np.zeros((num_keyframes, n_agents), dtype=np.int64)
+    key_unocc = np.zeros((num_keyframes, n_agents), dtype=np.int64)
     lidar_rows = []
     cam_rows = {name: [] for name in NUSCENES_CAMERAS}
     for j, t in enumerate(lidar_t):
@@ -369,7 +370,7 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
                                                        "keyframes": keyframes},
                             "instances": inst_scen}
     desc = ", ".join(dict.fromkeys(s["maneuver"] for s in segments))
-    tables.rows["scene"].append({"token": scene_tok, "log_token": log_tok, "nbr_samples": NUM_KEYFRAMES,
+    tables.rows["scene"].append({"token": scene_tok, "log_token": log_tok, "nbr_samples": num_keyframes,
                                  "first_sample_token": sample_toks[0], "last_sample_token": sample_toks[-1],
                                  "name": scene_name, "description": f"drivegen synthetic: {desc}"})
     return nbytes
@@ -385,8 +386,11 @@ def version_problem(version: str) -> str | None:
 
 def make_dataset(root, num_scenes: int = 2, seed: int = 0, version: str = "v1.0-drivegen", *, sweep_hz: int = 10,
                  image_width_px: int = 800, image_height_px: int = 450, jpeg_quality: int = 90,
-                 num_azimuth: int = 1084, first_scene_index: int = 0, overwrite: bool = False) -> SynthSummary:
+                 num_azimuth: int = 1084, first_scene_index: int = 0, overwrite: bool = False,
+                 num_keyframes: int = NUM_KEYFRAMES) -> SynthSummary:
     """Write ``num_scenes`` scripted 20 s scenes (40 keyframes at 2 Hz) as a nuScenes log set under ``root``.
+    ``num_keyframes``: the keyframes kept of each scene's script (fewer: the first seconds of it only; the scale
+    bench's minimal scenes).
 
     ``sweep_hz``: LiDAR rate including keyframes (an even number: 10 gives 4 sweeps between keyframes;
     0 or 2 = keyframes only). ``image_width_px`` x ``image_height_px``: JPEG size (16:9), intrinsics scaled
@@ -402,6 +406,8 @@ def make_dataset(root, num_scenes: int = 2, seed: int = 0, version: str = "v1.0-
         raise InputError(f"num_scenes must be >= 1, got {num_scenes}")
     if seed < 0 or first_scene_index < 0:
         raise InputError(f"seed and first_scene_index must be >= 0, got {seed} and {first_scene_index}")
+    if not 1 <= num_keyframes <= NUM_KEYFRAMES:
+        raise InputError(f"num_keyframes must be between 1 and {NUM_KEYFRAMES} (the scripts' 20 s), got {num_keyframes}")
     if sweep_hz < 0 or sweep_hz % 2:
         raise InputError(f"sweep_hz must be 0 or an even number of sweeps per second, got {sweep_hz}")
     if sweep_hz > 20:
@@ -431,7 +437,7 @@ def make_dataset(root, num_scenes: int = 2, seed: int = 0, version: str = "v1.0-
         nbytes += _write_scene(root, tables, scenarios, seed, idx, sweep_hz=sweep_hz, renderers=renderers,
                                rig_cams=rig_cams, jpeg_quality=jpeg_quality, num_azimuth=num_azimuth,
                                sensor_tokens=sensor_tokens, category_tokens=category_tokens,
-                               attribute_tokens=attribute_tokens)
+                               attribute_tokens=attribute_tokens, num_keyframes=num_keyframes)
     out = dict(tables.rows)
     out["category"] = [{"token": category_tokens[n], "name": n, "description": d} for n, d in CATEGORIES.items()]
     out["attribute"] = [{"token": attribute_tokens[n], "name": n, "description": d} for n, d in ATTRIBUTES.items()]
