@@ -42,8 +42,11 @@ class SceneEntry:
 class RunReader:
     """``RunReader(uri_or_store)``: the committed content of a run folder."""
 
-    def __init__(self, run: str | RunStore, require: bool = True):
+    def __init__(self, run: str | RunStore, require: bool = True, scenes: list[str] | None = None):
+        """``scenes``: read only these scenes' manifests (a task that works on a few scenes of a large run: its
+        cost does not grow with the run); the reader then knows no other finished scene."""
         self.store = run if isinstance(run, RunStore) else RunStore(run)
+        self._only = None if scenes is None else list(scenes)
         if require and not self.is_run_folder():
             raise RunFolderError(f"{self.store.uri} is not a drivegen run folder (no {layout.CONFIG}, "
                                  f"{layout.RUN_STATE} or {layout.MANIFEST_DIR}/ inside); pass the --out folder of "
@@ -119,20 +122,37 @@ class RunReader:
     @cached_property
     def parent(self) -> "RunReader | None":
         uri = self.run_state.get("parent")
-        return RunReader(uri) if uri else None
+        return RunReader(uri, scenes=self._only) if uri else None
 
     # ---- finished scenes
+    def _manifest_paths(self) -> list[str]:
+        if self._only is not None:
+            return [rel for rel in map(layout.manifest_file, self._only) if self.store.exists(rel)]
+        return [rel for rel in self.store.list(layout.MANIFEST_DIR)
+                if rel.endswith(".json") and not layout.is_tmp_name(rel)]
+
+    def _read_manifest(self, rel: str) -> dict:
+        m = self._json(rel)
+        if not isinstance(m, dict) or "scene_id" not in m:
+            raise RunFolderError(f"{self.store.full(rel)}: not a drivegen manifest", file=self.store.full(rel))
+        return m
+
     @cached_property
     def _scenes(self) -> dict[str, SceneEntry]:
         out: dict[str, SceneEntry] = {}
-        for rel in self.store.list(layout.MANIFEST_DIR):
-            if not rel.endswith(".json") or layout.is_tmp_name(rel):
-                continue
-            m = self._json(rel)
-            if not isinstance(m, dict) or "scene_id" not in m:
-                raise RunFolderError(f"{self.store.full(rel)}: not a drivegen manifest", file=self.store.full(rel))
+        for rel in self._manifest_paths():
+            m = self._read_manifest(rel)
             out[m["scene_id"]] = SceneEntry(m["scene_id"], m)
         return dict(sorted(out.items()))
+
+    def iter_manifests(self):
+        """Every finished scene's manifest, read one at a time and not kept (the cached ``manifests()`` holds all
+        of them: a driver that sums a large run's figures streams them instead)."""
+        if "_scenes" in self.__dict__:
+            yield from self.manifests()
+            return
+        for rel in sorted(self._manifest_paths()):
+            yield self._read_manifest(rel)
 
     def refresh(self) -> "RunReader":
         """Forget cached manifests (after more scenes were committed)."""
@@ -168,11 +188,10 @@ class RunReader:
             return owner.files(table_name, scenes)
         t = layout.table(table_name)
         prefix = t.folder + "/"
-        wanted = None if scenes is None else set(scenes)
+        entries = self._scenes.values() if scenes is None else \
+            [self._scenes[s] for s in sorted(set(scenes)) if s in self._scenes]  # a lookup, not a scan of the run
         out = []
-        for sid, entry in self._scenes.items():
-            if wanted is not None and sid not in wanted:
-                continue
+        for entry in entries:
             out += sorted(f["path"] for f in entry.files
                           if f["path"].startswith(prefix) and "/" not in f["path"][len(prefix):]
                           and f["path"].endswith("." + t.ext))
