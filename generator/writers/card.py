@@ -105,6 +105,14 @@ def _quantity_masks(batch: pa.Table) -> dict[str, np.ndarray]:
 def compute_stats(source, batch_size: int = 65_536) -> dict:
     """Stream the QA rows of ``source`` (a folder or list of Parquet shards, a ``pyarrow.dataset``, or a
     table) and return the card statistics (see module docstring)."""
+    return merge_stats([partial_stats(source, batch_size)])
+
+
+def partial_stats(source, batch_size: int = 65_536) -> dict:
+    """The card statistics of ``source``'s QA rows in a form that adds up (JSON-able): counts, histogram bins,
+    unique objects and threads per family/split, and each family's example candidates. Parts of rows that share
+    no scene add up exactly (``merge_stats``): the end of a run computes one part per scene on its workers and
+    merges the parts, never the rows."""
     dset = _as_dataset(source)
     counts: dict[tuple[str, str, str], int] = defaultdict(int)
     hist = {name: np.zeros(len(edges) - 1, dtype=np.int64) for name, (_, edges) in HISTOGRAMS.items()}
@@ -153,27 +161,61 @@ def compute_stats(source, batch_size: int = 65_536) -> dict:
             outside[name][1] += int((v > edges[-1]).sum())
     obj = _distinct(pa.concat_tables(objects)) if objects else None
     thr = _distinct(pa.concat_tables(threads)) if threads else None
-    object_classes: dict[str, dict[str, int]] = {f: {} for f in qa_families()}
-    if obj is not None and obj.num_rows:
-        for r in obj.group_by(["family", "class_name"]).aggregate([([], "count_all")]).to_pylist():
-            object_classes.setdefault(r["family"], {})[r["class_name"] or "unknown"] = r["count_all"]
+    object_classes = [] if obj is None else [
+        [r["family"], r["class_name"] or "unknown", r["count_all"]]
+        for r in obj.group_by(["family", "class_name"]).aggregate([([], "count_all")]).to_pylist()]
+    per_split = [] if thr is None else [
+        [r["split"], r["scene_id_count_distinct"], r["count_all"]]
+        for r in thr.group_by("split").aggregate([("scene_id", "count_distinct"), ([], "count_all")]).to_pylist()]
+    return {"num_qa": n_rows, "counts": [[f, k, sp, n] for (f, k, sp), n in counts.items()],
+            "histograms": {name: hist[name].tolist() for name in HISTOGRAMS}, "outside": outside,
+            "object_classes": object_classes, "split_scenes_threads": per_split,
+            "num_threads": 0 if thr is None else _distinct(thr.select(["scene_id", "keyframe_index"])).num_rows,
+            "num_scenes": 0 if thr is None else len(pc.unique(thr.column("scene_id"))),
+            "examples": _example_rows(dset, examples)}
+
+
+def merge_stats(parts) -> dict:
+    """The card statistics (module docstring) of ``partial_stats`` parts whose rows share no scene, read one at
+    a time (an iterable: memory holds the sums and the examples, not the parts)."""
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    hist = {name: np.zeros(len(edges) - 1, dtype=np.int64) for name, (_, edges) in HISTOGRAMS.items()}
+    outside = {name: [0, 0] for name in HISTOGRAMS}
+    classes: dict[str, dict[str, int]] = {f: {} for f in qa_families()}
+    per_split: dict[str, list[int]] = {}
+    examples: dict[str, list[dict]] = {}
+    n_rows = n_threads = n_scenes = 0
+    for p in parts:
+        n_rows += p["num_qa"]
+        n_threads += p["num_threads"]
+        n_scenes += p["num_scenes"]
+        for f, k, sp, n in p["counts"]:
+            counts[(f, k, sp)] += n
+        for name in HISTOGRAMS:
+            hist[name] += np.asarray(p["histograms"][name], dtype=np.int64)
+            outside[name][0] += p["outside"][name][0]
+            outside[name][1] += p["outside"][name][1]
+        for f, c, n in p["object_classes"]:
+            fam = classes.setdefault(f, {})
+            fam[c] = fam.get(c, 0) + n
+        for sp, scenes, threads in p["split_scenes_threads"]:
+            acc = per_split.setdefault(sp, [0, 0])
+            acc[0] += scenes
+            acc[1] += threads
+        for f, rows in p["examples"].items():  # the family's smallest qa_ids so far
+            examples[f] = sorted(examples.get(f, []) + rows, key=lambda r: r["qa_id"])[:EXAMPLES_PER_FAMILY]
     splits = sorted({k[2] for k in counts})
     fams = list(qa_families()) + sorted({k[0] for k in counts} - set(qa_families()))
-    qa_counts = {f: {k: {s: counts.get((f, k, s), 0) for s in splits} for k in KINDS} for f in fams}
-    per_split = {sp: {"scenes": 0, "threads": 0} for sp in splits}
-    if thr is not None:
-        for r in thr.group_by("split").aggregate([("scene_id", "count_distinct"), ([], "count_all")]).to_pylist():
-            per_split[r["split"]] = {"scenes": r["scene_id_count_distinct"], "threads": r["count_all"]}
     return {
         "num_qa": n_rows,
-        "num_threads": 0 if thr is None else _distinct(thr.select(["scene_id", "keyframe_index"])).num_rows,
-        "num_scenes": 0 if thr is None else len(pc.unique(thr.column("scene_id"))),
+        "num_threads": n_threads,
+        "num_scenes": n_scenes,
         "splits": splits,
-        "split_scenes": {sp: v["scenes"] for sp, v in per_split.items()},
-        "split_threads": {sp: v["threads"] for sp, v in per_split.items()},
-        "qa_counts": qa_counts,
-        "object_classes": {f: dict(sorted(c.items(), key=lambda kv: -kv[1])) for f, c in object_classes.items()},
-        "examples": _example_rows(dset, examples, fams),
+        "split_scenes": {sp: per_split.get(sp, [0, 0])[0] for sp in splits},
+        "split_threads": {sp: per_split.get(sp, [0, 0])[1] for sp in splits},
+        "qa_counts": {f: {k: {s: counts.get((f, k, s), 0) for s in splits} for k in KINDS} for f in fams},
+        "object_classes": {f: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for f, c in classes.items()},
+        "examples": {f: examples[f] for f in fams if examples.get(f)},
         "histograms": {name: {"unit": HIST_UNITS[name],
                               "bin_edges": HISTOGRAMS[name][1].tolist(), "counts": hist[name].tolist(),
                               "below": outside[name][0], "above": outside[name][1]}
@@ -191,7 +233,7 @@ def _keep_examples(examples: dict[str, pa.Table], b: pa.Table) -> None:
         examples[fam] = pc.take(rows, pc.select_k_unstable(rows, k, [("qa_id", "ascending")])).sort_by("qa_id")
 
 
-def _example_rows(dset: ds.Dataset, examples: dict[str, pa.Table], fams: list[str]) -> dict[str, list[dict]]:
+def _example_rows(dset: ds.Dataset, examples: dict[str, pa.Table]) -> dict[str, list[dict]]:
     """The example rows' ``EXAMPLE_COLUMNS``, read in a second pass filtered on their scenes (shards carry
     ``scene_id`` statistics, so only those scenes' row groups are read) and ids."""
     if not examples:
@@ -200,7 +242,7 @@ def _example_rows(dset: ds.Dataset, examples: dict[str, pa.Table], fams: list[st
     flt = (pc.field("scene_id").isin(pc.unique(keys.column("scene_id")))
            & pc.field("qa_id").isin(keys.column("qa_id")))
     rows = dset.to_table(columns=EXAMPLE_COLUMNS, filter=flt).sort_by([("family", "ascending"), ("qa_id", "ascending")])
-    out: dict[str, list[dict]] = {f: [] for f in fams if f in examples}
+    out: dict[str, list[dict]] = {f: [] for f in examples}
     for r in rows.to_pylist():
         if r["family"] in out and len(out[r["family"]]) < EXAMPLES_PER_FAMILY:
             out[r["family"]].append({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
@@ -349,7 +391,8 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         rows.append([family_title(f)] + vals)
     rows.append(["Total"] + col_tot.tolist())
     classes = sorted({c for f in stats["object_classes"].values() for c in f},
-                     key=lambda c: -sum(stats["object_classes"][f].get(c, 0) for f in stats["object_classes"]))
+                     key=lambda c: (-sum(stats["object_classes"][f].get(c, 0) for f in stats["object_classes"]), c))
+    # ties by name: a set's order changes with the process's string hashing, and the card's bytes must not
     cls_rows = [[_cell(c)] + [stats["object_classes"].get(f, {}).get(c, 0) for f in qa_families()] for c in classes]
     parts = [
         front_matter(configs, licence, title),
@@ -553,7 +596,7 @@ def _limitations(info: dict) -> list[str]:
 
 
 def write_card(qa_dataset_paths_or_table, out_dir: str | os.PathLike, extra: dict | None = None,
-               title: str = "drivegen QA dataset", info: dict | None = None) -> dict:
+               title: str = "drivegen QA dataset", info: dict | None = None, stats: dict | None = None) -> dict:
     """Write ``out_dir/README.md`` (the card) and ``out_dir/card/{stats.json, hist_<quantity>.png}``; return
     the stats dict.
 
@@ -561,9 +604,10 @@ def write_card(qa_dataset_paths_or_table, out_dir: str | os.PathLike, extra: dic
     ``pyarrow.dataset.Dataset`` or a ``pa.Table`` (``schemas.tables.QA``). ``extra`` adds
     ``visibility_drops`` ({reason: count}), ``errors`` (count, or {stage: count}) and any other
     JSON-serialisable entries to stats.json. ``info``: what the card says about the run (``render_readme``).
-    ``out_dir`` is the (staged) run folder root.
+    ``out_dir`` is the (staged) run folder root. ``stats``: the statistics already merged from per-scene parts
+    (``merge_stats``; then ``qa_dataset_paths_or_table`` is not read).
     """
-    stats = compute_stats(qa_dataset_paths_or_table)
+    stats = dict(stats) if stats is not None else compute_stats(qa_dataset_paths_or_table)
     for k, v in (extra or {}).items():
         stats[k] = v
     card = Path(out_dir) / CARD_DIR
