@@ -4,13 +4,16 @@
 1. Leftovers of killed writers of this run (half-committed scenes, temporary files, staging) are removed;
    scenes that already have a manifest are skipped (``--resume``).
 2. The pending scenes stream through the stages (``generator.pipeline.ray_exec``), each carrying the run
-   epoch; the driver only sees one small summary row per scene and shows progress over finished scenes.
+   epoch; the driver only sees one small summary row per scene, adds its counts to the run's sums and drops
+   it (``Tally``): what stays in its memory per scene is the scene's id (the plan's list, the set of finished
+   ones), so it does not grow with the scenes' content. Progress over finished scenes.
 3. Reconciliation: a scene with neither a manifest nor an error row after the stream ended (its block was
    skipped after Ray's retries, or lost with a node) is either recorded as failed, when one of its stages
    was attempted more than ``ray.max_retries`` times (markers in ``_attempts/``), or streamed again in a
    further round (at most ``ray.max_retries`` more). Every scene ends finished or in ``errors/``.
 4. ``summary.json``: scenes ok/failed/skipped, frames, objects, QA per family, drops by reason, frames each
-   stage skipped, errors, wall time and throughput.
+   stage skipped, errors, wall time and throughput; the run folder's figures summed from its manifests read one
+   at a time.
 """
 from __future__ import annotations
 
@@ -34,10 +37,39 @@ from schemas.tables import ERRORS
 log = logging.getLogger("drivegen.pipeline")
 
 
+class Tally:
+    """What the driver keeps of the scenes it streamed: ok/failed counts, the sums of the ok scenes' counts
+    (``this_run``), the first 'stale' row (another driver took the run over) and the ids of the scenes that
+    reported (a scene reported twice, by a retried block, counts once)."""
+
+    def __init__(self) -> None:
+        self.ok = self.failed = 0
+        self.this_run: dict = {}
+        self.stale: dict | None = None
+        self.seen: set[str] = set()
+
+    def __contains__(self, scene_id: str) -> bool:
+        return scene_id in self.seen
+
+    def add(self, row: dict) -> bool:
+        """Count a scene's summary row; False when the scene had already reported."""
+        if row["scene_id"] in self.seen:
+            return False
+        self.seen.add(row["scene_id"])
+        if row["status"] == "ok":
+            self.ok += 1
+            _add(self.this_run, json.loads(row["info"])["counts"])
+        else:
+            self.failed += 1
+            if row["status"] == "stale" and self.stale is None:
+                self.stale = row
+        return True
+
+
 @dataclass
 class RunResult:
     summary: RunSummary
-    rows: dict[str, dict] = field(default_factory=dict)  # scene_id -> summary row of this run
+    tally: Tally = field(default_factory=Tally)  # what the driver kept of this run's scenes
     report_line: str | None = None  # the HTML report written at the end: its one-line description
     report_error: str | None = None  # ... or why it could not be written
 
@@ -175,28 +207,28 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     removed = remove_leftovers(store)
     if removed:
         log.info("removed %d leftover(s) of an interrupted writer of this run", len(removed))
-    done = set(RunReader(store, require=False).scene_ids())
+    done = finished_ids(store)
     skipped = [s for s in scene_ids if s in done]
     pending = longest_first([s for s in scene_ids if s not in done], work)
+    del done
     log.info("%d scene(s): %d to run, %d already finished", len(scene_ids), len(pending), len(skipped))
-    rows: dict[str, dict] = {}
+    tally = Tally()
     bar = _Progress(len(pending), progress)
     try:
         if executor == "local":
-            _run_local(pending, source, stages, write, cfg, store, rows, bar, epoch)
+            _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch)
         elif executor == "ray":
-            _run_ray(pending, source, stages, write, cfg, store, rows, bar, epoch)
+            _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch)
         else:
             raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
     finally:
         bar.close()
         remove_leftovers(store)
-    stale = [r for r in rows.values() if r["status"] == "stale"]
-    if stale:
+    if tally.stale is not None:
         raise RunFolderError(f"{store.uri} was taken over by another driver while this run was going "
-                             f"({json.loads(stale[0]['info'])['error']}); this run stops without finalizing")
+                             f"({json.loads(tally.stale['info'])['error']}); this run stops without finalizing")
     streamed = time.perf_counter() - t0
-    summary = summarize(store, scene_ids, rows, skipped, streamed, executor)
+    summary = summarize(store, scene_ids, tally, len(skipped), streamed, executor)
     summary.timings = {**(timings or {}), "pipeline": round(streamed, 3)}
     start = t0 if started_at is None else started_at
 
@@ -215,7 +247,7 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     else:
         summary.wall_s = round(time.perf_counter() - start, 3)
     store.write_json(layout.SUMMARY, summary.to_json())
-    result = RunResult(summary, rows)
+    result = RunResult(summary, tally)
     if report is not None:  # after summary.json, which the report shows; the file then gains the report's time
         t = time.perf_counter()
         try:
@@ -227,17 +259,22 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     return result
 
 
-def _run_local(pending, source, stages, write, cfg, store, rows, bar, epoch) -> None:
+def finished_ids(store: RunStore) -> set[str]:
+    """The ids of the run folder's finished scenes, its manifests read one at a time (none kept)."""
+    return {m["scene_id"] for m in RunReader(store, require=False).iter_manifests()}
+
+
+def _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:
     for sid in pending:
         work = SceneWork(sid, source, epoch)
         for st in stages:
             apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
         row = finish_scene(work, StageEnv(cfg, store), write)
-        rows[sid] = row
-        bar.update(row["status"])
+        if tally.add(row):
+            bar.update(row["status"])
 
 
-def _run_ray(pending, source, stages, write, cfg, store, rows, bar, epoch) -> None:
+def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:
     from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
 
     configure_data_context(progress_bars=False)
@@ -253,14 +290,14 @@ def _run_ray(pending, source, stages, write, cfg, store, rows, bar, epoch) -> No
         ds = build_dataset(remaining, source, stages, write, cfg, store, epoch)
         try:
             for row in iter_summaries(ds):
-                if row["scene_id"] not in rows:
-                    rows[row["scene_id"]] = row
+                if tally.add(row):
                     bar.update(row["status"])
         except Exception as err:  # noqa: BLE001 - the execution failed as a whole; reconcile and go again
             last_exc = err
             log.warning("Ray Data execution stopped: %s: %s", type(err).__name__, str(err).splitlines()[0][:300])
-        done = set(RunReader(store, require=False).scene_ids())
-        missing = [s for s in remaining if s not in rows and s not in done]
+        done = finished_ids(store)
+        missing = [s for s in remaining if s not in tally and s not in done]
+        del done
         for sid in missing:
             attempts = count_attempts(store, sid)
             exhausted = [st for st in stage_order if attempts.get(st, 0) > cfg.ray.max_retries]
@@ -270,15 +307,15 @@ def _run_ray(pending, source, stages, write, cfg, store, rows, bar, epoch) -> No
                                  f"the worker running stage '{st}' of scene '{sid}' died {attempts[st]} times "
                                  f"(ray.max_retries={cfg.ray.max_retries}); see the Ray worker logs", attempts[st])
                 write_error(store, err.row())
-                rows[sid] = _failed_row(err)
+                tally.add(_failed_row(err))
                 bar.update("failed")
-        remaining = [s for s in missing if s not in rows]
+        remaining = [s for s in missing if s not in tally]
     for sid in remaining:  # rounds exhausted: never dropped silently
         why = f"{type(last_exc).__name__}: {str(last_exc).splitlines()[0][:500]}" if last_exc else "never finished"
         err = StageError(sid, "pipeline", None, "Unfinished",
                          f"scene '{sid}' did not finish after {cfg.ray.max_retries + 1} round(s): {why}")
         write_error(store, err.row())
-        rows[sid] = _failed_row(err)
+        tally.add(_failed_row(err))
         bar.update("failed")
 
 
@@ -291,28 +328,24 @@ def _add(total: dict, part: dict) -> None:
             total[k] = total.get(k, 0) + v
 
 
-def summarize(store: RunStore, scene_ids: list[str], rows: dict[str, dict], skipped: list[str],
-              wall_s: float, executor: str) -> RunSummary:
-    """Figures of this run (``this_run``: scenes streamed now) and of the run folder (``dataset``: every
-    finished scene, skipped ones included)."""
-    this_run: dict = {}
-    for row in rows.values():
-        if row["status"] == "ok":
-            _add(this_run, json.loads(row["info"])["counts"])
+def summarize(store: RunStore, scene_ids: list[str], tally: Tally, skipped: int, wall_s: float,
+              executor: str) -> RunSummary:
+    """Figures of this run (``this_run``: scenes streamed now, ``tally``) and of the run folder (``dataset``:
+    every finished scene, skipped ones included, summed from its manifests read one at a time)."""
+    this_run = tally.this_run
     reader = RunReader(store, require=False)
     dataset: dict = {}
     wanted = set(scene_ids)
-    for m in reader.manifests():
+    for m in reader.iter_manifests():
         if m["scene_id"] in wanted:
             _add(dataset, m.get("counts", {}))
-    ok = sum(r["status"] == "ok" for r in rows.values())
-    failed = sum(r["status"] != "ok" for r in rows.values())
+    ok, failed = tally.ok, tally.failed
     qa_now = sum(this_run.get("qa_by_family", {}).values())
     frames_now = this_run.get("frames", 0)
     errors = [e for e in reader.errors() if e.get("scene_id") in wanted or e.get("scene_id") is None]
     return RunSummary(
         out=store.uri, executor=executor,
-        scenes=SceneCounts(total=len(scene_ids), ok=ok, failed=failed, skipped=len(skipped)),
+        scenes=SceneCounts(total=len(scene_ids), ok=ok, failed=failed, skipped=skipped),
         frames=dataset.get("frames", 0), objects=dataset.get("objects", 0),
         qa=QACounts(total=sum(dataset.get("qa_by_family", {}).values()), by_family=dataset.get("qa_by_family", {})),
         objects_dropped=dataset.get("dropped_by_reason", {}),
