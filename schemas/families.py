@@ -66,13 +66,17 @@ class Export:
     ``folder``: its folder inside a run folder (``RUN/<folder>``) when written at the end of ``drivegen run``;
     ``enabled(cfg) -> bool``: whether the end of a run writes it; ``write(reader, cfg, out=None, **options)
     -> dict``: writes it (into ``out`` or ``RUN/<folder>``) and returns its summary (``export_summary.json``);
-    ``options``: what else the end of a run hands ``write``."""
+    ``options``: what else the end of a run hands ``write``.
+    ``part``: "module:function" building one committed scene's part of the export (``generator.pipeline.parts``:
+    ``build(part, cfg) -> dict | None``); then the end of a run builds every scene's part on the cluster and calls
+    ``write(reader, cfg, parts=True)``, which merges them (reads the parts one at a time, not the run's rows)."""
 
     name: str
     folder: str
     write: str  # "module:function", imported when the export is written (start-up cost)
     enabled: Callable[[Any], bool] = lambda cfg: True
     options: tuple[str, ...] = ()  # what else the end of a run hands ``write`` ("source": the opened logs)
+    part: str | None = None  # "module:function": one scene's part (see above)
 
     def run(self, reader, cfg, **options) -> dict:
         return resolve(self.write)(reader, cfg=cfg, **options)

@@ -389,6 +389,52 @@ def write_parquet(where, table: pa.Table, compression: str = "zstd", filesystem=
                    filesystem=filesystem, **kwargs)
 
 
+class ParquetStream:
+    """One Parquet file written like ``write_parquet`` from tables added one at a time (one declared schema), a row
+    group per about ``rows_per_group`` rows: memory holds one row group, never the file's rows. ``empty``: that
+    schema's empty table, written when no rows came. ``close()`` (or the ``with`` block's end) finishes the file;
+    ``rows``: how many were written."""
+
+    def __init__(self, where, empty: pa.Table, compression: str = "zstd", rows_per_group: int = 1 << 17):
+        self.where, self.empty, self.compression, self.rows_per_group = where, empty, compression, rows_per_group
+        self._writer = None
+        self._buf: list[pa.Table] = []
+        self._pending = 0
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._buf.append(table)
+            self._pending += table.num_rows
+            self.rows += table.num_rows
+            if self._pending >= self.rows_per_group:
+                self._flush()
+
+    def _flush(self) -> None:
+        t = compact_dictionaries(to_storage(pa.concat_tables(self._buf)))
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.where, t.schema, compression=self.compression)
+        self._writer.write_table(t, row_group_size=max(t.num_rows, 1))
+        self._buf, self._pending = [], 0
+
+    def close(self) -> None:
+        if self._buf:
+            self._flush()
+        if self._writer is not None:
+            self._writer.close()
+        else:
+            write_parquet(self.where, self.empty, compression=self.compression)
+
+    def __enter__(self) -> "ParquetStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        elif self._writer is not None:
+            self._writer.close()
+
+
 def _is_path(src) -> bool:
     return isinstance(src, (str, os.PathLike))
 

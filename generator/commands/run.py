@@ -113,4 +113,4 @@ def write_report(store) -> str | None:
     reader = RunReader(store)
     if not reader.config().report.on_run or not reader.scene_ids():
         return None
-    return build_report(reader, reader.store.uri_of(layout.REPORT_DIR)).line()
+    return build_report(reader, reader.store.uri_of(layout.REPORT_DIR), parts=True).line()  # finalize built them

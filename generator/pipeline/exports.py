@@ -29,21 +29,25 @@ def check_owned_folder(store: RunStore, rel_dir: str, marker: str, fmt: str, in_
 
 
 def replace_owned_folder(store: RunStore, rel_dir: str, built: Path, marker: str, fmt: str,
-                         in_run_folder: bool = False) -> list[str]:
+                         in_run_folder: bool = False, placed=(), old_files: list[str] | None = None) -> list[str]:
     """Commit the files under the local folder ``built`` to ``rel_dir`` of ``store``, replacing an earlier
     folder drivegen made there (its ``marker`` JSON has ``"format": fmt`` and lists its ``files``): files of
     the earlier one that the new one lacks are removed, nothing else. A non-empty folder that is not
     drivegen's is refused (RunFolderError): a user's files are never overwritten or deleted.
     ``in_run_folder``: ``rel_dir`` is a run folder's own by-product folder (bench/), which older drivegen
-    versions wrote without a format: accepted, only listed files are removed."""
+    versions wrote without a format: accepted, only listed files are removed. ``placed``: files (relative to
+    ``rel_dir``) the caller already put in place there, after ``check_owned_folder``; they are the new folder's
+    too; then ``old_files`` is what ``check_owned_folder`` returned before they were placed."""
     marker_rel = f"{rel_dir}/{marker}" if rel_dir else marker
-    old_files = check_owned_folder(store, rel_dir, marker, fmt, in_run_folder)
+    if old_files is None:
+        old_files = check_owned_folder(store, rel_dir, marker, fmt, in_run_folder)
     new_files = []
     for p in sorted(built.rglob("*")):
         if p.is_file() and p.name != marker:
             rel = p.relative_to(built).as_posix()
             store.commit_file(p, f"{rel_dir}/{rel}" if rel_dir else rel)
             new_files.append(rel)
+    new_files += list(placed)
     store.commit_file(built / marker, marker_rel)  # last: the marker lists what is there
     for rel in sorted(set(old_files) - set(new_files) - {marker}):
         store.delete(f"{rel_dir}/{rel}" if rel_dir else rel)
@@ -86,7 +90,9 @@ def card_extra(reader: RunReader, summary: RunSummary | None = None) -> dict:
     extra = {"visibility_drops": dict(sorted(drops.items())),
              "errors": dict(sorted(Counter(e["stage"] for e in reader.errors()).items()))}
     if summary is not None:
-        extra.update(scenes=vars(summary.scenes), frames=summary.frames, objects=summary.objects)
+        sc = summary.scenes  # the dataset's scenes, not this command's: a resumed end of a run writes the same card
+        extra.update(scenes={"total": sc.total, "finished": sc.ok + sc.skipped, "failed": sc.failed},
+                     frames=summary.frames, objects=summary.objects)
     return extra
 
 
@@ -216,22 +222,49 @@ def _anonymize_entry(summary: RunSummary | None):
     return summary.extra.get("anonymize", "absent") if summary is not None else "absent"
 
 
-def write_run_card(reader: RunReader, summary: RunSummary | None = None) -> dict | None:
-    """The dataset card (``README.md`` at the run folder's root, its stats and plots in ``card/``) over the
-    committed QA shards; None when there are none."""
+CARD_PART = "card"
+
+
+def card_part(part, cfg) -> dict | None:
+    """One scene's part of the card's statistics (``generator.writers.card.partial_stats`` of its QA rows; a
+    ``generator.runfolder.parts`` builder); None for a scene without QA rows."""
     import pyarrow.dataset as pads
 
-    from generator.writers.card import write_card
+    from generator.writers.card import partial_stats
+
+    files = part.reader.files("qa")
+    if not files:
+        return None
+    owner = part.reader.table_owner("qa")
+    return partial_stats(pads.dataset([owner.store.full(p) for p in files], format="parquet",
+                                      filesystem=owner.store.fs))
+
+
+def write_run_card(reader: RunReader, summary: RunSummary | None = None, parts: bool = False) -> dict | None:
+    """The dataset card (``README.md`` at the run folder's root, its stats and plots in ``card/``) over the
+    committed QA shards; None when there are none. ``parts``: the statistics are merged from the scenes' card
+    parts (``generator.runfolder.parts``, built by ``finalize_run``) instead of read from the rows."""
+    import pyarrow.dataset as pads
+
+    from generator.writers.card import merge_stats, write_card
 
     files = reader.files("qa")
     if not files:
         return None
-    owner = reader.table_owner("qa")
-    dataset = pads.dataset([owner.store.full(p) for p in files], format="parquet", filesystem=owner.store.fs)
+    stats = None
+    if parts:
+        from generator.runfolder.parts import read_parts
+
+        stats = merge_stats(rec for _, rec in read_parts(reader.store, CARD_PART, reader.scene_ids()))
+        dataset = None
+    else:
+        owner = reader.table_owner("qa")
+        dataset = pads.dataset([owner.store.full(p) for p in files], format="parquet", filesystem=owner.store.fs)
     store = reader.store
     built = staging(store, "card")
     try:
-        stats = write_card(dataset, built, extra=card_extra(reader, summary), info=card_info(reader, summary))
+        stats = write_card(dataset, built, extra=card_extra(reader, summary), info=card_info(reader, summary),
+                           stats=stats)
         store.commit_tree(built)
         old = f"{layout.CARD_DIR}/{layout.CARD}"  # where drivegen wrote the card before it moved to the root
         if store.exists(old):
@@ -241,32 +274,57 @@ def write_run_card(reader: RunReader, summary: RunSummary | None = None) -> dict
     return stats
 
 
-def add_run_card(reader: RunReader, summary: RunSummary) -> None:
+def add_run_card(reader: RunReader, summary: RunSummary, parts: bool = False) -> None:
     """The dataset card, when the run's config asks for one (``writers.card``), and its path and QA per split in
     ``summary`` (the end of every ``drivegen run``, 3D or camera-only)."""
     if not reader.config().writers.card:
         return
-    stats = write_run_card(reader, summary)
+    stats = write_run_card(reader, summary, parts)
     if stats is not None:
         summary.card = CardEntry(reader.store.full(layout.CARD), {
             sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]})
 
 
+def finalize_parts(reader: RunReader, cfg: PipelineConfig, camera_only: bool = False) -> list:
+    """The per-scene parts the end of a run builds (``generator.runfolder.parts.PartSpec``): the card's, each
+    enabled family export's that declares one (``Export.part``), and the report's."""
+    from generator.runfolder.parts import PartSpec
+    from schemas.families import families
+
+    specs = [PartSpec(CARD_PART, "generator.pipeline.exports:card_part")] if cfg.writers.card else []
+    for fam in families().values():
+        for exp in fam.exports():
+            if exp.part and not camera_only and exp.enabled(cfg):
+                specs.append(PartSpec(exp.name, exp.part))
+    if cfg.report.on_run:  # the report follows finalize (``generator.commands.run.write_report``)
+        from generator.runfolder.parts import report_spec
+
+        specs.append(report_spec(cfg.report))
+    return specs
+
+
 def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only: bool = False) -> None:
-    """End of ``drivegen run``: the dataset card, then every registered paper family's exports the config asks
-    for (``schemas.families``), and each family's typed entry of the summary (``summary.families``).
-    ``source``: the run's opened logs when the caller holds them (an export that needs them reads them
-    from it instead of opening the logs again)."""
+    """End of ``drivegen run``: the per-scene parts of the end-of-run work (``generator.runfolder.parts``: Ray
+    tasks over the committed scenes when Ray is up; parts an earlier, killed finalize built are kept), then the
+    dataset card and every registered paper family's exports the config asks for (``schemas.families``), each
+    merged from the parts, and each family's typed entry of the summary (``summary.families``).
+    ``source``: the run's opened logs when the caller holds them (an export without parts that needs them reads
+    them from it instead of opening the logs again)."""
+    from generator.runfolder.parts import build_parts
     from schemas.families import families
 
     reader = RunReader(store, require=False)
     cfg = reader.config()
-    add_run_card(reader, summary)
+    specs = finalize_parts(reader, cfg, camera_only)
+    build_parts(store, reader.scene_ids(), specs)
+    add_run_card(reader, summary, parts=bool(specs) and specs[0].name == CARD_PART)
     results: dict[str, dict[str, dict]] = {}
     for fam in families().values():
         for exp in fam.exports():
             if not camera_only and exp.enabled(cfg):
                 opts = {"source": source} if "source" in exp.options else {}
+                if exp.part:
+                    opts = {"parts": True}
                 results.setdefault(fam.name, {})[exp.name] = exp.run(reader, cfg, **opts)
     counts = summary.totals  # the manifests' counts, summed once by the driver
     if camera_only:

@@ -1,9 +1,11 @@
 """What the report shows, gathered from a run folder scene by scene (``RunReader``; any filesystem): counts,
-fixed-bin histograms, visibility drops, and the seeded per-family sample of QA rows. Memory is bounded by
-one scene's columns plus the sample, whatever the run's size."""
+fixed-bin histograms, visibility drops, and the seeded per-family sample of QA rows. Each scene's figures are a
+part (``report_part``: built on the cluster at the end of a run, ``generator.runfolder.parts``) that ``collect``
+merges: memory is bounded by one scene's part plus the sample, whatever the run's size."""
 from __future__ import annotations
 
 import heapq
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -61,50 +63,93 @@ def _numpy(col) -> np.ndarray:
     return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
 
 
-def collect(reader: RunReader, cfg: ReportConfig) -> RunStats:
-    """One pass over the finished scenes: counts, histograms, drops and the per-family sample (``cfg.seed``;
-    every row of a family equally likely; the same run and seed give the same sample)."""
+def sample_rng(seed: int, scene_id: str) -> np.random.Generator:
+    """The sampling keys' generator of one scene: seeded by the report's seed and the scene's id, so a scene's keys
+    do not depend on which scenes came before it (its part is built on any worker, in any order)."""
+    return np.random.default_rng([int(seed), zlib.crc32(scene_id.encode("utf-8"))])
+
+
+def report_part(part, cfg, seed: int = 0, samples_per_family: int = 0) -> dict:
+    """One scene's part of the report's figures (``generator.runfolder.parts``; JSON-able): its counts, histogram
+    bins, drops, and per family the rows with the ``samples_per_family`` smallest sampling keys."""
+    reader, sid = part.reader, part.scene_id
+    out: dict = {"qa": 0, "by_type": [], "by_split": [], "hist": {}, "drops": [], "visible": 0, "frames": 0,
+                 "objects": 0, "sample": {}}
+
+    def hist(name: str, values: np.ndarray) -> None:
+        h = Histogram("", HISTOGRAMS[name][2], np.zeros(len(HISTOGRAMS[name][2]) - 1, np.int64))
+        h.add(values)
+        out["hist"][name] = [h.counts.tolist(), h.below, h.above]
+
+    qa = reader.read_scene("qa", sid, columns=["family", "question_type", "split", "horizon_s"])
+    if qa is not None and qa.num_rows:
+        out["qa"] = qa.num_rows
+        fam = qa.column("family").to_numpy(zero_copy_only=False).astype(str)
+        out["by_type"] = [[r["family"], r["question_type"], r["count_all"]]
+                          for r in qa.group_by(["family", "question_type"]).aggregate([([], "count_all")]).to_pylist()]
+        out["by_split"] = [[r["values"], r["counts"]] for r in pc.value_counts(qa.column("split").fill_null("(none)"))
+                           .to_pylist()]
+        hist("horizon", _numpy(qa.column("horizon_s")))
+        keys = sample_rng(seed, sid).random(qa.num_rows)
+        for f in np.unique(fam):
+            rows = np.flatnonzero(fam == f)
+            best = rows[np.argsort(keys[rows], kind="stable")[:samples_per_family]]
+            out["sample"][str(f)] = [[float(keys[r]), int(r)] for r in best]
+    att = reader.read_scene("attributes", sid, columns=["distance_m", "bearing_deg", "speed_mps"])
+    if att is not None:
+        for name in ("distance", "bearing", "speed"):
+            hist(name, _numpy(att.column(HISTOGRAMS[name][0])))
+    proj = reader.read_scene("projections", sid, columns=["visible", "drop_reason"])
+    if proj is not None and proj.num_rows:
+        out["visible"] = int(pc.sum(proj.column("visible")).as_py() or 0)
+        out["drops"] = [[r["values"], int(r["counts"])] for r in pc.value_counts(pc.drop_null(proj.column("drop_reason")))
+                        .to_pylist()]
+    frames = reader.read_scene("frames", sid, columns=["frame_index"])
+    out["frames"] = 0 if frames is None else frames.num_rows
+    objects = reader.read_scene("objects", sid, columns=["track_id"])
+    out["objects"] = 0 if objects is None else objects.num_rows
+    return out
+
+
+def collect(reader: RunReader, cfg: ReportConfig, parts: bool = False) -> RunStats:
+    """Counts, histograms, drops and the per-family sample (``cfg.seed``; every row of a family equally likely;
+    the same run and seed give the same sample) of the finished scenes, merged from each scene's part
+    (``report_part``): the parts the end of the run built (``parts``), or built here one scene at a time."""
+    from generator.runfolder.parts import REPORT_PART, read_parts, report_spec, stream_parts
+
     stats = RunStats(scenes=reader.scene_ids())
     stats.histograms = {k: Histogram(label, edges, np.zeros(len(edges) - 1, np.int64))
                         for k, (_, label, edges) in HISTOGRAMS.items()}
-    rng = np.random.default_rng(cfg.seed)
     heaps: dict[str, list[tuple[float, str, int]]] = {}  # family -> max-heap (by -key) of the k smallest keys
     k = cfg.samples_per_family
-    for sid in stats.scenes:
-        qa = reader.read_scene("qa", sid, columns=["family", "question_type", "split", "horizon_s"])
-        if qa is not None and qa.num_rows:
-            stats.qa_total += qa.num_rows
-            fam = qa.column("family").to_numpy(zero_copy_only=False).astype(str)
-            for r in qa.group_by(["family", "question_type"]).aggregate([([], "count_all")]).to_pylist():
-                stats.by_type[(r["family"], r["question_type"])] += r["count_all"]
-                stats.by_family[r["family"]] += r["count_all"]
-            for r in pc.value_counts(qa.column("split").fill_null("(none)")).to_pylist():
-                stats.by_split[r["values"]] += r["counts"]
-            stats.histograms["horizon"].add(_numpy(qa.column("horizon_s")))
-            keys = rng.random(qa.num_rows)
-            for f in np.unique(fam):
-                rows = np.flatnonzero(fam == f)
-                best = rows[np.argsort(keys[rows], kind="stable")[:k]]
-                h = heaps.setdefault(str(f), [])
-                for r in best:
-                    item = (-float(keys[r]), sid, int(r))
-                    if len(h) < k:
-                        heapq.heappush(h, item)
-                    elif item > h[0]:
-                        heapq.heapreplace(h, item)
-        att = reader.read_scene("attributes", sid, columns=["distance_m", "bearing_deg", "speed_mps"])
-        if att is not None:
-            for name in ("distance", "bearing", "speed"):
-                stats.histograms[name].add(_numpy(att.column(HISTOGRAMS[name][0])))
-        proj = reader.read_scene("projections", sid, columns=["visible", "drop_reason"])
-        if proj is not None and proj.num_rows:
-            stats.visible += int(pc.sum(proj.column("visible")).as_py() or 0)
-            for r in pc.value_counts(pc.drop_null(proj.column("drop_reason"))).to_pylist():
-                stats.drops[r["values"]] += int(r["counts"])
-        frames = reader.read_scene("frames", sid, columns=["frame_index"])
-        stats.frames += 0 if frames is None else frames.num_rows
-        objects = reader.read_scene("objects", sid, columns=["track_id"])
-        stats.objects += 0 if objects is None else objects.num_rows
+    spec = report_spec(cfg)
+    found = read_parts(reader.store, REPORT_PART, stats.scenes) if parts else \
+        stream_parts(reader, spec, reader.config(), stats.scenes)
+    for sid, p in found:
+        stats.qa_total += p["qa"]
+        for f, t, n in p["by_type"]:
+            stats.by_type[(f, t)] += n
+            stats.by_family[f] += n
+        for sp, n in p["by_split"]:
+            stats.by_split[sp] += n
+        for name, (counts, below, above) in p["hist"].items():
+            h = stats.histograms[name]
+            h.counts += np.asarray(counts, np.int64)
+            h.below += below
+            h.above += above
+        for reason, n in p["drops"]:
+            stats.drops[reason] += n
+        stats.visible += p["visible"]
+        stats.frames += p["frames"]
+        stats.objects += p["objects"]
+        for f, best in p["sample"].items():
+            h = heaps.setdefault(f, [])
+            for key, r in best:
+                item = (-float(key), sid, int(r))
+                if len(h) < k:
+                    heapq.heappush(h, item)
+                elif item > h[0]:
+                    heapq.heapreplace(h, item)
     stats.sample = {f: sorted((sid, r) for _, sid, r in h) for f, h in sorted(heaps.items())}
     return stats
 

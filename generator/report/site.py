@@ -64,10 +64,12 @@ def default_out(reader: RunReader) -> str:
     return str(Path.cwd() / f"{name}-report")
 
 
-def build_report(run: str | RunReader, out: str | None = None, cfg: ReportConfig | None = None) -> ReportResult:
+def build_report(run: str | RunReader, out: str | None = None, cfg: ReportConfig | None = None,
+                 parts: bool = False) -> ReportResult:
     """Write the report of ``run`` (any filesystem ``RunReader`` opens) to ``out`` (default ``default_out``).
     ``cfg`` defaults to the run's ``report`` config. An existing ``out`` that is not a drivegen report is
-    refused (RunFolderError); an earlier report there is replaced (its listed files only)."""
+    refused (RunFolderError); an earlier report there is replaced (its listed files only). ``parts``: its figures
+    merge the per-scene parts the end of the run built (``generator.report.collect``)."""
     t0 = time.perf_counter()
     reader = run if isinstance(run, RunReader) else RunReader(run)
     run_cfg = reader.config()
@@ -80,7 +82,7 @@ def build_report(run: str | RunReader, out: str | None = None, cfg: ReportConfig
         source = reader.source() or {}
         imgs = ReportImages(built, cfg.jpeg_quality, source.get("dataroot") or source.get("root"),
                             publisher=_publishers(reader, run_cfg.anonymize))
-        site = _Site(reader, cfg, imgs, built)
+        site = _Site(reader, cfg, imgs, built, parts)
         site.write()
         files = sorted(p.relative_to(built).as_posix() for p in built.rglob("*") if p.is_file())
         (built / MARKER).write_text(json.dumps({"format": FORMAT, "run": reader.uri, "files": files,
@@ -125,8 +127,8 @@ def _staging(target: RunStore) -> Path:
 
 
 class _Site:
-    def __init__(self, reader: RunReader, cfg: ReportConfig, imgs: ReportImages, root: Path):
-        self.reader, self.cfg, self.imgs, self.root = reader, cfg, imgs, root
+    def __init__(self, reader: RunReader, cfg: ReportConfig, imgs: ReportImages, root: Path, parts: bool = False):
+        self.reader, self.cfg, self.imgs, self.root, self.parts = reader, cfg, imgs, root, parts
         self.run_cfg = reader.config()
         self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True),
                                trim_blocks=True, lstrip_blocks=True)
@@ -143,7 +145,7 @@ class _Site:
 
     def write(self) -> None:
         r = self.reader
-        stats = collect(r, self.cfg)
+        stats = collect(r, self.cfg, self.parts)
         page_names = {f: [f"samples-{f}-{k + 1}.html" for k in range(-(-len(rows) // self.cfg.rows_per_page))]
                       for f, rows in stats.sample.items()}
         self.nav = [("index.html", "Summary"), ("scenes.html", "Videos" if r.camera_only else "Scenes")] + \

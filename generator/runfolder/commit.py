@@ -275,10 +275,10 @@ def remove_leftovers(store: RunStore) -> list[str]:
 
 
 # Folders a run folder holds that drivegen made as a whole (each of its files is drivegen's): the
-# bookkeeping, the card's figures, the report and the validation report. A family's export folder is one too
-# (``schemas.families``: ``Export.folder``).
+# bookkeeping, the end-of-run work's per-scene parts, the card's figures, the report and the validation report.
+# A family's export folder is one too (``schemas.families``: ``Export.folder``).
 _RUN_FOLDERS = (layout.MANIFEST_DIR, layout.ERRORS_DIR, layout.PENDING_DIR, layout.ATTEMPTS_DIR,
-                layout.STAGING_DIR, layout.CARD_DIR, layout.REPORT_DIR, layout.VALIDATE_DIR)
+                layout.STAGING_DIR, layout.PARTS_DIR, layout.CARD_DIR, layout.REPORT_DIR, layout.VALIDATE_DIR)
 
 
 def run_files(store: RunStore) -> tuple[list[str], list[str]]:

@@ -192,6 +192,29 @@ class RunStore:
                 self._delete_quiet(tmp)
                 raise
 
+    def copy(self, src_rel: str, dst_rel: str) -> None:
+        """Copy the file ``src_rel`` to ``dst_rel`` inside the store without its bytes passing through this process
+        where the filesystem allows: a hard link on a local disk (a copy where links are refused), the store's own
+        copy on object storage (S3's CopyObject). Atomic: the copy appears under its name whole."""
+        parent = str(PurePosixPath(dst_rel).parent)
+        self.mkdirs("" if parent in ("", ".") else parent)
+        tmp = tmp_name(dst_rel)
+        try:
+            if self.is_local:
+                if os.path.exists(self.full(dst_rel)) and os.path.samefile(self.full(src_rel), self.full(dst_rel)):
+                    return  # already a link to it (renaming a link onto its own file would leave the link behind)
+                try:
+                    os.link(self.full(src_rel), self.full(tmp))
+                except OSError:
+                    shutil.copyfile(self.full(src_rel), self.full(tmp))
+                os.replace(self.full(tmp), self.full(dst_rel))
+            else:
+                self.fs.copy_file(self.full(src_rel), self.full(tmp))
+                self.fs.move(self.full(tmp), self.full(dst_rel))
+        except OSError as err:
+            self._delete_quiet(tmp)
+            raise self._write_error(dst_rel, err) from None
+
     def delete(self, rel: str) -> None:
         self._delete_quiet(rel)
 

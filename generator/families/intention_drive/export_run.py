@@ -31,47 +31,100 @@ def intention_tables(reader: RunReader, cfg: PipelineConfig | None = None, split
             yield out
 
 
+INTENTION_PART = "intention"  # its per-scene parts: RUN/parts/intention/ (generator.runfolder.parts)
+INTENTION_PART_BUILDER = "generator.families.intention_drive.export_run:intention_part"
+
+
+def intention_part(part, cfg: PipelineConfig, splits: list[str] | None = None) -> dict | None:
+    """One scene's part of the export (``generator.runfolder.parts``): its planning samples and objects
+    (``tables``), the kind of its drivable map and, when the logs cannot give maps, why; None for a scene without
+    ego_intention QA rows."""
+    from generator.families.intention_drive.export import read_run_scene, road_maps
+
+    maps, note = ({}, "intention.road_edges is off")
+    if cfg.intention.road_edges:
+        src = part.reader.source()
+        if src:
+            from generator.pipeline.stages import cached_source  # the logs a worker opened once for its scenes
+
+            try:
+                src = cached_source(json.dumps(src, sort_keys=True))
+            except Exception:  # noqa: BLE001 - road_maps says why, from the description
+                pass
+        maps, note = road_maps(src, [part.scene_id])
+    out = read_run_scene(part.reader, part.scene_id, cfg, splits, maps)
+    if out is None:
+        return None
+    samples, objects = out
+    return {"tables": {"samples": samples, "objects": objects},
+            "maps": sorted({m["kind"] for m in maps.values()}), "note": note}
+
+
+def _summarize(samples, objects, agg: dict) -> None:
+    """Add one scene's export tables to the summary's figures ``agg``."""
+    agg["samples"] += samples.num_rows
+    agg["keyframes"] += samples.group_by(["scene_id", "frame_index"]).aggregate([]).num_rows
+    agg["objects"] += objects.num_rows
+    agg["with_map"] += samples.num_rows - samples.column("map_path").null_count
+    agg["kinds"].update(samples.column("kind").to_pylist())
+    agg["splits"].update(samples.column("split").to_pylist())
+
+
 def export_intention(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
-                     splits: list[str] | None = None, source=None) -> dict:
+                     splits: list[str] | None = None, source=None, parts: bool = False) -> dict:
     """Write a run folder's Intention-Drive export (``generator.families.intention_drive.export``) into ``out`` (any
     filesystem; default ``RUN/intention``); a folder is replaced only when it is an earlier such export.
     Returns the summary (``export_summary.json``). ``source``: the run's logs, already opened (default: opened
-    again from ``source.json`` for their maps)."""
-    import pyarrow as pa
-
+    again from ``source.json`` for their maps). ``parts``: merge the scenes' parts the end of the run built
+    (``generator.runfolder.parts``); otherwise each scene's tables are built here, one scene at a time. Either way
+    the files are written as a stream: memory holds one row group, not the export."""
     from generator.families.intention_drive.export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
-                                                    road_maps)
+                                                           road_maps)
     from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
-    from schemas.tables import write_parquet
+    from generator.runfolder.parts import read_parts
+    from schemas.tables import ParquetStream
 
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
-    maps, road_note = road_maps(source or reader.source(), reader.scene_ids()) if cfg.intention.road_edges else \
-        ({}, "intention.road_edges is off")
-    parts = list(intention_tables(reader, cfg, splits, maps))
-    samples = pa.concat_tables([p[0] for p in parts]) if parts else INTENTION_SAMPLES.empty_table()
-    objects = pa.concat_tables([p[1] for p in parts]) if parts else INTENTION_OBJECTS.empty_table()
+    agg = {"samples": 0, "keyframes": 0, "objects": 0, "with_map": 0, "kinds": Counter(), "splits": Counter(),
+           "maps": set(), "note": None}
+    if parts:
+        def scene_tables():
+            for _, rec in read_parts(reader.store, INTENTION_PART, reader.scene_ids()):
+                agg["maps"].update(rec["maps"])
+                agg["note"] = agg["note"] or rec["note"]
+                yield rec["tables"]["samples"], rec["tables"]["objects"]
+    else:
+        maps, agg["note"] = road_maps(source or reader.source(), reader.scene_ids()) if cfg.intention.road_edges \
+            else ({}, "intention.road_edges is off")
+        agg["maps"].update(m["kind"] for m in maps.values())
+
+        def scene_tables():
+            yield from intention_tables(reader, cfg, splits, maps)
+
     target = RunStore(out) if out is not None else reader.store
     rel_dir = "" if out is not None else INTENTION_DIR
     check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT)
     built = staging(target, "intention", beside=out is not None)
     try:
-        write_parquet(built / SAMPLES_FILE, samples)
-        write_parquet(built / OBJECTS_FILE, objects)
-        kinds = Counter(samples.column("kind").to_pylist())
-        summary = {"format": EXPORT_FORMAT, "run": reader.uri, "samples": samples.num_rows,
-                   "keyframes": samples.group_by(["scene_id", "frame_index"]).aggregate([]).num_rows,
-                   "objects": objects.num_rows, "by_kind": dict(sorted(kinds.items())),
-                   "splits": dict(sorted(Counter(samples.column("split").to_pylist()).items())),
-                   "road_edges": {"samples_with_map": samples.num_rows - samples.column("map_path").null_count,
-                                  "maps": sorted({m["kind"] for m in maps.values()}),
-                                  **({"note": road_note} if road_note else {})},
+        with ParquetStream(built / SAMPLES_FILE, INTENTION_SAMPLES.empty_table()) as samples_out, \
+                ParquetStream(built / OBJECTS_FILE, INTENTION_OBJECTS.empty_table()) as objects_out:
+            for samples, objects in scene_tables():
+                _summarize(samples, objects, agg)
+                samples_out.add(samples)
+                objects_out.add(objects)
+        summary = {"format": EXPORT_FORMAT, "run": reader.uri, "samples": agg["samples"],
+                   "keyframes": agg["keyframes"], "objects": agg["objects"],
+                   "by_kind": dict(sorted(agg["kinds"].items())),
+                   "splits": dict(sorted(agg["splits"].items())),
+                   "road_edges": {"samples_with_map": agg["with_map"], "maps": sorted(agg["maps"]),
+                                  **({"note": agg["note"]} if agg["note"] else {})},
                    "files": [SAMPLES_FILE, OBJECTS_FILE],
                    # what the samples were made with: the scorer classifies and checks with the same
                    "config": {"labels": cfg.labels.model_dump(mode="json"),
                               "intention": cfg.intention.model_dump(mode="json"),
                               "ego": cfg.ego.model_dump(mode="json")}}
-        if not samples.num_rows:
+        if not agg["samples"]:
             summary["why_empty"] = ("the run has no ego_intention QA rows (is 'ego_intention' in qa.families, and "
                                     "do keyframes have 3 s of log after them?)")
         (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))

@@ -39,7 +39,7 @@ class StrideQA(PaperFamily):
 
     def exports(self):
         return [Export("bench", "bench", "generator.families.stride_qa.export:export_bench",
-                       enabled=lambda cfg: cfg.bench.export)]
+                       enabled=lambda cfg: cfg.bench.export, part="generator.families.stride_qa.export:bench_part")]
 
     def summary_entry(self, data):
         from generator.families.stride_qa.export import BenchSummary

@@ -48,6 +48,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -481,20 +482,16 @@ def bench_image_name(g: Group, k: int) -> str:
     return f"images/{g.front_camera}/{safe_name(g.scene_id)}_{g.context_frames[k]:06d}.jpg"
 
 
-def bench_records(groups: list[Group], decimals: int = 2) -> tuple[dict[int, list[dict]], list[dict]]:
-    """Annotation records per horizon {t: [record, ...]} and annotation-sheet rows for ``groups``.
-
-    question_id = ``q<N:08d>_g<M:05d>`` (N counts questions over the export, M groups), group_id =
-    ``g<M:05d>``; every record carries the four context images, the RLE per bucket and the target's region
-    number at the keyframe (``region_id``, the QA's ``Region [X]``). The ego-speed questions do not depend
-    on the target: they are asked once per keyframe, in its first group (13 questions; its other groups
-    have the 9 about their target)."""
-    per_t: dict[int, list[dict]] = {0: [], 1: [], 2: [], 3: []}
-    sheet = []
-    n = 0
+def scene_record(groups: list[Group], decimals: int = 2) -> dict:
+    """One scene's groups as a part of the export (``generator.runfolder.parts``; JSON-able): per group its
+    annotation-sheet row and its questions ``[t, record]``, both without the ids ``merge_bench`` numbers over the
+    export. Every record carries the four context images, the RLE per bucket and the target's region number at
+    the keyframe (``region_id``, the QA's ``Region [X]``). The ego-speed questions do not depend on the target:
+    they are asked once per keyframe, in its first group (13 questions; its other groups have the 9 about their
+    target)."""
+    out = []
     ego_asked: set[tuple[str, int]] = set()
-    for m, g in enumerate(groups):
-        gid = f"g{m:05d}"
+    for g in groups:
         images = [bench_image_name(g, k) for k in range(4)]
         rle = dict(zip(CONTEXT_BUCKETS, g.rles))
         token_info = {"scene_id": g.scene_id, "keyframe_index": g.keyframe_index, "track_id": g.track_id,
@@ -502,65 +499,78 @@ def bench_records(groups: list[Group], decimals: int = 2) -> tuple[dict[int, lis
                       "context_sample_tokens": g.context_tokens, "horizon_frame_indices": g.horizon_frames,
                       "camera": g.front_camera}
         keyframe = (g.scene_id, g.keyframe_index)
+        questions = []
         for q in group_questions(g, decimals, ego=keyframe not in ego_asked):
             t = q.pop("t")
-            per_t[t].append({"question_id": f"q{n:08d}_{gid}", "group_id": gid, **q, "images": images,
-                             "rle": rle, "region_id": g.region_id, "object_class": g.class_name,
-                             "object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
-                             "relation": TOOLKIT_RELATION[g.scenario],
-                             "oov": g.oov, "split": g.split, "token_info": token_info})
-            n += 1
+            questions.append([t, {**q, "images": images, "rle": rle, "region_id": g.region_id,
+                                  "object_class": g.class_name,
+                                  "object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
+                                  "relation": TOOLKIT_RELATION[g.scenario],
+                                  "oov": g.oov, "split": g.split, "token_info": token_info}])
         ego_asked.add(keyframe)
-        sheet.append({"group_id": gid, "object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
-                      "relation": TOOLKIT_RELATION[g.scenario], "oov": g.oov, "scene_id": g.scene_id,
-                      "keyframe_index": g.keyframe_index, "track_id": g.track_id, "region_id": g.region_id,
-                      "class_name": g.class_name, "instance_token": g.instance_token, "split": g.split})
+        out.append({"sheet": {"object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
+                              "relation": TOOLKIT_RELATION[g.scenario], "oov": g.oov, "scene_id": g.scene_id,
+                              "keyframe_index": g.keyframe_index, "track_id": g.track_id, "region_id": g.region_id,
+                              "class_name": g.class_name, "instance_token": g.instance_token, "split": g.split},
+                    "questions": questions})
+    return {"groups": out}
+
+
+def bench_records(groups: list[Group], decimals: int = 2) -> tuple[dict[int, list[dict]], list[dict]]:
+    """Annotation records per horizon {t: [record, ...]} and annotation-sheet rows for ``groups`` (in memory:
+    ``merge_bench`` writes the same records from per-scene parts as a stream).
+
+    question_id = ``q<N:08d>_g<M:05d>`` (N counts questions over the export, M groups), group_id =
+    ``g<M:05d>``."""
+    per_t: dict[int, list[dict]] = {0: [], 1: [], 2: [], 3: []}
+    sheet: list[dict] = []
+    _number([scene_record(groups, decimals)], lambda t, rec: per_t[t].append(rec), sheet.append)
     return per_t, sheet
+
+
+def _number(parts, record: Callable[[int, dict], None], sheet_row: Callable[[dict], None]) -> None:
+    """Give the groups and questions of ``parts`` (``scene_record``s, in order) their ids over the export."""
+    n = m = 0
+    for part in parts:
+        for grp in part["groups"]:
+            gid = f"g{m:05d}"
+            for t, q in grp["questions"]:
+                record(t, {"question_id": f"q{n:08d}_{gid}", "group_id": gid, **q})
+                n += 1
+            sheet_row({"group_id": gid, **grp["sheet"]})
+            m += 1
 
 
 SHEET_COLUMNS = ("group_id", "object_type", "relation", "oov", "scene_id", "keyframe_index", "track_id",
                  "region_id", "class_name", "instance_token", "split")
 
 
-def summarize(groups: list[Group], drops: Counter, questions: int) -> dict:
-    """Counts like App. C Tables 8 (scenario, OOV; by the toolkit's relation names) and 9 (object types);
-    ``questions``: how many records were written."""
+def summarize(sheet: Iterable[dict], drops: Counter, questions: int) -> dict:
+    """Counts like App. C Tables 8 (scenario, OOV; by the toolkit's relation names) and 9 (object types), from
+    the groups' annotation-sheet rows; ``questions``: how many records were written."""
     scen = {s: {"groups": 0, "oov": 0} for s in RELATIONS}
-    for g in groups:
-        scen[TOOLKIT_RELATION[g.scenario]]["groups"] += 1
-        scen[TOOLKIT_RELATION[g.scenario]]["oov"] += int(g.oov)
+    types: Counter = Counter()
+    groups = oov = 0
+    for row in sheet:
+        scen[row["relation"]]["groups"] += 1
+        scen[row["relation"]]["oov"] += int(row["oov"])
+        types[row["object_type"]] += 1
+        groups += 1
+        oov += int(row["oov"])
     for v in scen.values():
         v["oov_rate"] = round(v["oov"] / v["groups"], 4) if v["groups"] else None
-    types = Counter(OBJECT_TYPES.get(g.class_name, g.class_name) for g in groups)
-    return {"groups": len(groups), "questions": questions, "scenarios": scen,
-            "object_types": dict(types.most_common()), "oov_groups": sum(g.oov for g in groups),
+    return {"groups": groups, "questions": questions, "scenarios": scen,
+            "object_types": dict(types.most_common()), "oov_groups": oov,
             "dropped": dict(sorted(drops.items()))}
 
 
 # ------------------------------------------------------------------------------------------ files
-def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int = 2,
-                image_root: str | os.PathLike | None = None, drops: Counter | None = None,
-                publishers: dict | None = None) -> dict:
-    """Write the bench files of ``groups`` into the local folder ``out_dir`` (annotation_files/, images/,
-    export_summary.json; a fresh staging folder: the caller commits it, ``generator.pipeline.exports``).
-    ``publishers``: scene id -> ``generator.writers.anonymize.ScenePublisher`` that blurs faces and plates in
-    the images (None: images copied as they are). Returns the summary; its ``files`` lists every file written,
-    relative to ``out_dir``."""
-    out = Path(out_dir)
-    per_t, sheet = bench_records(groups, decimals)
-    ann = out / ANNOTATION_DIR
-    ann.mkdir(parents=True, exist_ok=True)
-    files = []
-    for t, recs in per_t.items():
-        (ann / f"strideqa_bench_t{t}.json").write_text(json.dumps(recs, indent=1, ensure_ascii=False))
-        files.append(f"{ANNOTATION_DIR}/strideqa_bench_t{t}.json")
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(SHEET_COLUMNS), lineterminator="\n")
-    w.writeheader()
-    w.writerows(sheet)
-    (ann / "annotation_sheet.csv").write_text(buf.getvalue())
-    files.append(f"{ANNOTATION_DIR}/annotation_sheet.csv")
-    done = set()
+def scene_images(groups: list[Group], put: Callable[[str, bytes], None], image_root: str | os.PathLike | None = None,
+                 publish=None) -> list[str]:
+    """Put each context image of one scene's ``groups`` once (``put(rel, bytes)``, ``rel`` as
+    ``bench_image_name``), blurred by ``publish`` (a ``generator.writers.anonymize.ScenePublisher``; None: as
+    they are); returns the names put."""
+    done: list[str] = []
     for g in groups:
         for k in range(4):
             rel = bench_image_name(g, k)
@@ -569,16 +579,89 @@ def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int =
             src = str(g.image_paths[k])  # a path, or an object's URI for logs on object storage
             if not is_remote(src) and not os.path.isabs(src) and image_root is not None:
                 src = str(Path(image_root) / src)
-            dst = out / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
             data = read_jpeg(src, g.scene_id)
-            publish = (publishers or {}).get(g.scene_id)
-            dst.write_bytes(publish(data, g.context_frames[k], g.front_camera) if publish is not None else data)
-            done.add(rel)
-    files += sorted(done)
-    summary = summarize(groups, drops or Counter(), sum(len(recs) for recs in per_t.values()))
-    summary["images"] = len(done)
+            put(rel, publish(data, g.context_frames[k], g.front_camera) if publish is not None else data)
+            done.append(rel)
+    return done
+
+
+def _json_list_writer(path: Path):
+    """Write a JSON list to ``path`` one element at a time, byte for byte as ``json.dumps(items, indent=1,
+    ensure_ascii=False)`` writes the whole list."""
+    fh = path.open("w", encoding="utf-8")
+    state = {"n": 0}
+
+    def add(item) -> None:
+        text = json.dumps(item, indent=1, ensure_ascii=False).replace("\n", "\n ")
+        fh.write(("[\n " if state["n"] == 0 else ",\n ") + text)
+        state["n"] += 1
+
+    def close() -> None:
+        fh.write("[]" if state["n"] == 0 else "\n]")
+        fh.close()
+
+    return add, close
+
+
+def merge_bench(parts: Iterable[dict], out_dir: str | os.PathLike, drops: Counter | None = None,
+                images: Iterable[str] = ()) -> dict:
+    """Write the bench's annotation files of ``parts`` (``scene_record``s, in scene order, read one at a time)
+    into the local folder ``out_dir`` (annotation_files/, export_summary.json: a fresh staging folder the caller
+    commits), numbering groups and questions over the export; ``images``: the image files of the export (put
+    beside by ``scene_images``), listed in the summary. Returns the summary; its ``files`` lists every file of
+    the export, relative to its folder."""
+    out = Path(out_dir)
+    ann = out / ANNOTATION_DIR
+    ann.mkdir(parents=True, exist_ok=True)
+    writers = {t: _json_list_writer(ann / f"strideqa_bench_t{t}.json") for t in range(4)}
+    sheet: list[dict] = []
+    counts = {"questions": 0}
+
+    def record(t: int, rec: dict) -> None:
+        writers[t][0](rec)
+        counts["questions"] += 1
+
+    try:
+        _number(parts, record, sheet.append)
+    finally:
+        for _, close in writers.values():
+            close()
+    files = [f"{ANNOTATION_DIR}/strideqa_bench_t{t}.json" for t in range(4)]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(SHEET_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    w.writerows(sheet)
+    (ann / "annotation_sheet.csv").write_text(buf.getvalue())
+    files.append(f"{ANNOTATION_DIR}/annotation_sheet.csv")
+    names = sorted(images)
+    summary = summarize(sheet, drops or Counter(), counts["questions"])
+    summary["images"] = len(names)
     summary["format"] = EXPORT_FORMAT
-    summary["files"] = files + [EXPORT_SUMMARY]
+    summary["files"] = files + names + [EXPORT_SUMMARY]
     (out / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int = 2,
+                image_root: str | os.PathLike | None = None, drops: Counter | None = None,
+                publishers: dict | None = None) -> dict:
+    """Write the bench files of ``groups`` into the local folder ``out_dir`` (annotation_files/, images/,
+    export_summary.json; a fresh staging folder: the caller commits it, ``generator.pipeline.exports``).
+    ``publishers``: scene id -> ``generator.writers.anonymize.ScenePublisher`` that blurs faces and plates in
+    the images (None: images copied as they are). Returns the summary; its ``files`` lists every file written,
+    relative to ``out_dir``."""
+    import itertools
+
+    out = Path(out_dir)
+
+    def put(rel: str, data: bytes) -> None:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+
+    names: list[str] = []
+    parts = []
+    for sid, grp in itertools.groupby(groups, key=lambda g: g.scene_id):
+        grp = list(grp)
+        names += scene_images(grp, put, image_root, (publishers or {}).get(sid))
+        parts.append(scene_record(grp, decimals))
+    return merge_bench(parts, out, drops, names)

@@ -16,16 +16,20 @@ from schemas.config import PipelineConfig
 log = logging.getLogger("drivegen.pipeline")
 
 from generator.families.stride_qa.bench_export import (DROP_REASONS, EXPORT_FORMAT, EXPORT_SUMMARY, SceneInputs,
-                                                       scene_groups, write_bench)
+                                                       merge_bench, scene_groups, scene_images, scene_record)
+from schemas import layout
 
 BENCH_DIR = "bench"
+BENCH_PART = "bench"  # its per-scene parts: RUN/parts/bench/ (generator.runfolder.parts)
+BENCH_PART_BUILDER = "generator.families.stride_qa.export:bench_part"
 
 
-def scene_inputs(reader: RunReader, splits: list[str] | None = None):
-    """Yield ``SceneInputs`` (bench export) for every finished scene with attributes."""
+def scene_inputs(reader: RunReader, splits: list[str] | None = None, scene_ids: list[str] | None = None):
+    """Yield ``SceneInputs`` (bench export) for every finished scene (of ``scene_ids``) with attributes."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    for sid in reader.scene_ids():
+    for sid in reader.scene_ids() if scene_ids is None else scene_ids:
         attributes = reader.read_scene("attributes", sid)
         if attributes is None or attributes.num_rows == 0:
             continue
@@ -39,40 +43,81 @@ def scene_inputs(reader: RunReader, splits: list[str] | None = None):
         if qa is not None:
             keep = pc.equal(qa.column("family"), "ego_spatiotemporal")
             if splits:
-                keep = pc.and_(keep, pc.is_in(qa.column("split"), value_set=__import__("pyarrow").array(splits)))
+                keep = pc.and_(keep, pc.is_in(qa.column("split"), value_set=pa.array(splits)))
             qa = qa.filter(keep)
             if qa.num_rows == 0:
                 continue
         yield SceneInputs(sid, frames, attributes, projections, qa, reader.read_scene("objects", sid))
 
 
+def bench_part(part, cfg: PipelineConfig, splits: list[str] | None = None, image_root: str | None = None
+               ) -> dict | None:
+    """One scene's part of the export (``generator.runfolder.parts``): its groups' records and sheet rows
+    (``bench_export.scene_record``), the candidates it dropped and why, and the names of its context images,
+    blurred as the config says and put beside the part; None for a scene with no candidate."""
+    from generator.writers.anonymize import ScenePublisher
+
+    for inp in scene_inputs(part.reader, splits, [part.scene_id]):
+        drops: Counter = Counter()
+        groups = scene_groups(inp, cfg, drops)
+        images = []
+        if groups:
+            publish = ScenePublisher.from_tables(inp.scene_id, inp.frames, inp.objects, cfg.anonymize)
+            images = scene_images(groups, part.put, image_root, publish)
+        return {"drops": dict(drops), "images": images, **scene_record(groups, cfg.qa.decimals)}
+    return None
+
+
 def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
-                 splits: list[str] | None = None, image_root: str | None = None) -> dict:
+                 splits: list[str] | None = None, image_root: str | None = None, parts: bool = False) -> dict:
     """Export a run folder's ego-spatiotemporal groups as STRIDE-QA-Bench files into ``out`` (any
     filesystem; default ``RUN/bench``). ``cfg`` defaults to the run's config; ``splits`` restricts the QA rows
-    used as candidates (e.g. ["val"] for a held-out bench). Returns the summary (``export_summary.json``)."""
-    from generator.writers.anonymize import ScenePublisher
+    used as candidates (e.g. ["val"] for a held-out bench). Returns the summary (``export_summary.json``).
+    ``parts``: merge the scenes' parts the end of the run built (``generator.runfolder.parts``; their images are
+    copied into place by the store, not through this process); otherwise each scene's part is built here, one
+    at a time."""
+    from generator.runfolder.parts import PartSpec, read_parts, remove_parts, stream_parts
 
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
-    drops: Counter = Counter()
-    groups = []
-    publishers = {}
-    for inp in scene_inputs(reader, splits):
-        new = scene_groups(inp, cfg, drops)
-        if new:
-            publishers[inp.scene_id] = ScenePublisher.from_tables(inp.scene_id, inp.frames, inp.objects, cfg.anonymize)
-        groups.extend(new)
     target = RunStore(out) if out is not None else reader.store
     rel_dir = "" if out is not None else BENCH_DIR
-    check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
+    old_files = check_owned_folder(target, rel_dir, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
     built = staging(target, "bench", beside=out is not None)
+    drops: Counter = Counter()
+    images: list[str] = []
     try:
-        summary = write_bench(groups, built, cfg.qa.decimals, image_root, drops, publishers)
-        if not groups:
+        if parts:
+            records = read_parts(reader.store, BENCH_PART, reader.scene_ids())
+
+            def place(rel: str) -> None:
+                reader.store.copy(f"{layout.PARTS_DIR}/{BENCH_PART}/{rel}", f"{BENCH_DIR}/{rel}")
+        else:
+            def put(rel: str, data: bytes) -> None:
+                (built / rel).parent.mkdir(parents=True, exist_ok=True)
+                (built / rel).write_bytes(data)
+
+            spec = PartSpec(BENCH_PART, BENCH_PART_BUILDER, {"splits": splits, "image_root": image_root})
+            records = stream_parts(reader, spec, cfg, put=put)
+            place = None
+            if out is None:  # bench/ is about to hold another export than the run's parts describe
+                remove_parts(reader.store, BENCH_PART)
+
+        def consume():
+            for _, rec in records:
+                drops.update(rec["drops"])
+                for rel in rec["images"]:
+                    if place is not None:
+                        place(rel)
+                    images.append(rel)
+                yield rec
+
+        summary = merge_bench(consume(), built, drops, images)
+        if not summary["groups"]:
             summary["why_empty"] = _why_no_groups(reader, drops, splits)
             (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
-        replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None)
+        replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT, in_run_folder=out is None,
+                             placed=images if parts else (), old_files=old_files)
     finally:
         release_staging(target, built)
     return summary

@@ -1,0 +1,209 @@
+"""The end-of-run work of a run (the dataset card's statistics, the families' exports) as per-scene parts and a
+small merge, so that it runs on the cluster and the driver never holds a run's rows.
+
+    RUN/parts/<name>/<scene>.json            one committed scene's part of <name>: the builder's record
+    RUN/parts/<name>/<scene>.<table>.parquet the Arrow tables a record carries (``"tables"``), one file each
+    RUN/parts/<name>/...                     files a builder puts beside its parts (``Part.put``: bench images)
+
+1. ``PartSpec.build(part, cfg, **options)`` is a pure function of one committed scene (``Part.reader``: a reader
+   of that scene alone, whose cost does not grow with the run) and the run's config; it returns a JSON-able
+   record (Arrow tables under ``"tables"``), or None when the scene has nothing for it.
+2. ``build_parts`` builds every spec's part of every committed scene: as Ray tasks over batches of scenes when
+   Ray is up (the run's own Ray: the parts are built where the scenes' files are read), in-process otherwise.
+   Each part records a ``key``, the hash of its scene's manifest, of the config and of the builder's options: a
+   part whose key matches is done, so a finalize killed midway and run again (``drivegen run --resume``) builds
+   only the parts it had not written; a scene committed again, or another config, gets its part built again.
+   A part's JSON is written last (atomically): a part whose JSON is there is whole.
+3. ``read_parts`` yields the parts one at a time in scene order, for the merges (``generator.writers.card.
+   merge_stats``, the families' exports): the driver holds their sums, never the run's rows.
+
+Commands that export into another folder or with other options (``drivegen export_bench --splits val``) build
+the same parts in memory, one scene at a time (``stream_parts``), and merge them the same way.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from generator.runfolder.commit import text_key
+from generator.runfolder.reader import RunReader
+from generator.runfolder.store import RunStore
+from schemas import layout
+from schemas.errors import DrivegenError, RunFolderError
+
+log = logging.getLogger("drivegen.pipeline")
+
+PARTS_FORMAT = "drivegen-part/1"
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """One kind of per-scene part: ``name`` (its folder under ``parts/``), ``build`` ("module:function",
+    imported where the part is built) and the JSON-able ``options`` handed to it (part of the key)."""
+
+    name: str
+    build: str
+    options: dict = field(default_factory=dict)
+
+    def key_text(self) -> str:
+        return json.dumps([self.name, self.build, self.options], sort_keys=True)
+
+
+@dataclass
+class Part:
+    """What a builder gets: the scene, a reader of it alone, and ``put`` to store a file beside its part
+    (``put(rel, data)``: kept at ``parts/<name>/<rel>`` in a run folder; in memory when streamed)."""
+
+    scene_id: str
+    reader: RunReader
+    put: Callable[[str, bytes], None]
+
+
+def part_file(name: str, scene_id: str, table: str | None = None) -> str:
+    stem = f"{layout.PARTS_DIR}/{name}/{layout.safe_name(scene_id)}"
+    return f"{stem}.{table}.parquet" if table else f"{stem}.json"
+
+
+def part_key(manifest: dict, cfg_key: str, spec: PartSpec) -> str:
+    return text_key(json.dumps(manifest, sort_keys=True) + cfg_key + spec.key_text())
+
+
+def _build_one(spec: PartSpec, reader: RunReader, scene_id: str, cfg, put) -> dict | None:
+    from schemas.families import resolve
+
+    try:
+        return resolve(spec.build)(Part(scene_id, reader, put), cfg, **spec.options)
+    except DrivegenError:
+        raise
+    except Exception as err:  # noqa: BLE001 - named with its scene and part, then raised
+        raise RunFolderError(f"scene {scene_id}: building its {spec.name} part failed: {type(err).__name__}: {err}",
+                             file=reader.store.full(layout.manifest_file(scene_id))) from err
+
+
+def build_scene_parts(run: str, scene_ids: list[str], specs: list[PartSpec]) -> dict[str, int]:
+    """Build the missing or stale parts of ``scene_ids`` (a Ray task, or in-process); {"built": n, "kept": n}."""
+    from generator.runfolder.commit import config_key
+
+    store = RunStore(run)
+    reader = RunReader(store, require=False, scenes=scene_ids)
+    cfg = reader.config()
+    ckey = config_key(cfg)
+    out = {"built": 0, "kept": 0}
+    for sid in scene_ids:
+        manifest = reader.manifest(sid)
+        if manifest is None:
+            continue
+        one = RunReader(store, require=False, scenes=[sid])
+        for spec in specs:
+            rel = part_file(spec.name, sid)
+            key = part_key(manifest, ckey, spec)
+            if store.exists(rel):
+                try:
+                    if store.read_json(rel).get("key") == key:
+                        out["kept"] += 1
+                        continue
+                except (ValueError, OSError):
+                    pass  # unreadable: built again
+            folder = f"{layout.PARTS_DIR}/{spec.name}"
+            record = _build_one(spec, one, sid, cfg, lambda r, data, _f=folder: store.write_bytes(f"{_f}/{r}", data))
+            tables = {}
+            if record is not None:
+                for name, t in (record.pop("tables", None) or {}).items():
+                    tables[name] = part_file(spec.name, sid, name)
+                    store.write_table(tables[name], t)
+            # keys in the builder's order (not sorted): a merge that writes records writes them as built
+            store.write_bytes(rel, json.dumps({"format": PARTS_FORMAT, "scene_id": sid, "key": key, "record": record,
+                                               "tables": tables}, ensure_ascii=False).encode("utf-8"))
+            out["built"] += 1
+    return out
+
+
+def build_parts(store: RunStore, scene_ids: list[str], specs: list[PartSpec], progress: bool = False
+                ) -> dict[str, int]:
+    """Every spec's part of every scene of ``scene_ids`` (committed scenes), built where it is missing or stale:
+    Ray tasks of a few scenes each when Ray is up, in this process otherwise. Returns {"built": n, "kept": n}."""
+    t0 = time.perf_counter()
+    totals = {"built": 0, "kept": 0}
+    if not specs or not scene_ids:
+        return totals
+    import ray  # noqa: F401 - is_initialized() decides where the parts are built; Ray is imported by the run already
+
+    if ray.is_initialized():
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        size = max(1, min(64, math.ceil(len(scene_ids) / (4 * cpus))))  # ~4 tasks per CPU: balance, little overhead
+        task = ray.remote(num_cpus=1, max_retries=2)(build_scene_parts)
+        refs = [task.remote(store.uri, scene_ids[i:i + size], specs) for i in range(0, len(scene_ids), size)]
+        for ref in refs:
+            for k, v in ray.get(ref).items():
+                totals[k] += v
+    else:
+        for i in range(0, len(scene_ids), 64):
+            for k, v in build_scene_parts(store.uri, scene_ids[i:i + 64], specs).items():
+                totals[k] += v
+    log.info("parts of %d scene(s): %d built, %d kept from an earlier finalize, in %.1f s", len(scene_ids),
+             totals["built"], totals["kept"], time.perf_counter() - t0)
+    return totals
+
+
+def _load(store: RunStore, data: dict) -> dict | None:
+    record = data.get("record")
+    if record is None:
+        return None
+    if data.get("tables"):
+        record = {**record, "tables": {name: store.read_parquet(rel) for name, rel in data["tables"].items()}}
+    return record
+
+
+def read_parts(store: RunStore, name: str, scene_ids: Iterable[str]) -> Iterator[tuple[str, dict]]:
+    """(scene, record) of every scene's part ``name`` that has one, in the order of ``scene_ids``, read one at a
+    time; RunFolderError when a part is missing (``build_parts`` first)."""
+    for sid in scene_ids:
+        rel = part_file(name, sid)
+        try:
+            data = store.read_json(rel)
+        except (FileNotFoundError, OSError, ValueError) as err:
+            raise RunFolderError(f"{store.full(rel)}: the {name} part of scene {sid} is missing or unreadable ({err}); "
+                                 "run the end of the run again (drivegen run --resume)", file=store.full(rel)) from None
+        record = _load(store, data)
+        if record is not None:
+            yield sid, record
+
+
+def part_source(store: RunStore, name: str) -> Callable[[str], bytes]:
+    """Read a file a builder ``put`` beside its parts (``rel`` as the builder named it)."""
+    return lambda rel: store.read_bytes(f"{layout.PARTS_DIR}/{name}/{rel}")
+
+
+def stream_parts(reader: RunReader, spec: PartSpec, cfg, scene_ids: Iterable[str] | None = None,
+                 put: Callable[[str, bytes], None] | None = None) -> Iterator[tuple[str, dict]]:
+    """(scene, record) of ``spec``'s part of each scene, built now in this process one scene at a time and not
+    stored (an export into another folder, or with other options than the run's); ``put`` receives the files a
+    builder puts (default: dropped)."""
+    for sid in (reader.scene_ids() if scene_ids is None else scene_ids):
+        one = RunReader(reader.store, require=False, scenes=[sid])
+        record = _build_one(spec, one, sid, cfg, put or (lambda rel, data: None))
+        if record is not None:
+            yield sid, record
+
+
+REPORT_PART = "report"  # the HTML report's per-scene figures (``generator.report.collect.report_part``)
+
+
+def report_spec(cfg) -> PartSpec:
+    """The spec of the report's per-scene figures under the report config ``cfg`` (its sample's seed and size
+    are part of the key): the end of a run builds them, ``generator.report.collect`` merges them."""
+    return PartSpec(REPORT_PART, "generator.report.collect:report_part",
+                    {"seed": int(cfg.seed), "samples_per_family": int(cfg.samples_per_family)})
+
+
+def remove_parts(store: RunStore, name: str) -> None:
+    """Forget every part ``name`` (their folder): the next end of the run builds them again."""
+    store.delete_dir(f"{layout.PARTS_DIR}/{name}")
+
+
+__all__ = ["PARTS_FORMAT", "REPORT_PART", "Part", "PartSpec", "build_parts", "build_scene_parts", "part_file",
+           "read_parts", "part_source", "remove_parts", "report_spec", "stream_parts"]
