@@ -11,8 +11,8 @@ process (sampled every 0.2 s) and the QA shards (count, total and largest size),
 expect for 1 M QA pairs from the largest run's rate.
 
 ``--minimal`` measures what grows with the scene count rather than the work per scene: minimal generated
-scenes (``MINIMAL``: 14 keyframes at 2 Hz without sweeps, 320x180 images, a sparse LiDAR; masks of the front
-camera only), repeated under new names, so a scene costs a few tenths of a CPU second and thousands run on two
+scenes (``generator.synth.MINIMAL_SCENES``: 14 keyframes at 2 Hz without sweeps, 320x180 images, a sparse
+LiDAR; masks of the front camera only), repeated under new names, so a scene costs a few tenths of a CPU second and thousands run on two
 cores. Each count runs as its own ``drivegen run`` process (embedded Ray, every run-level output), then
 ``drivegen publish`` of its output. Per count it prints the driver's peak RSS (the ``drivegen run`` process),
 the end-of-run work (card, exports, report) per scene, ``publish``'s throughput and the file counts of the run
@@ -62,9 +62,6 @@ def shard_sizes(out: Path) -> tuple[int, int, int]:
     return len(sizes), sum(sizes), max(sizes, default=0)
 
 
-# The minimal scenes: the first 7 s of the generated scripts, keyframes only, small images, a LiDAR of 400
-# columns (enough for the loader's azimuth-coverage check), masks of one camera.
-MINIMAL = {"sweep_hz": 0, "image_width_px": 320, "image_height_px": 180, "num_azimuth": 400, "num_keyframes": 14}
 MINIMAL_BASE_SCENES = 20
 MINIMAL_CONFIG = "segmentation:\n  cameras: [CAM_FRONT]\n"
 
@@ -89,12 +86,12 @@ def measured(cmd: list[str], env: dict) -> tuple[float, "bench_pipeline.PeakMemo
 
 
 def main_minimal(counts: list[int], work: Path) -> int:
-    from generator.synth import make_dataset
+    from generator.synth import MINIMAL_SCENES, make_dataset
 
     base = work / "minimal-base"
     if not (base / ".complete").exists():
         shutil.rmtree(base, ignore_errors=True)
-        make_dataset(base, num_scenes=MINIMAL_BASE_SCENES, seed=0, version=SYNTH_VERSION, **MINIMAL)
+        make_dataset(base, num_scenes=MINIMAL_BASE_SCENES, seed=0, version=SYNTH_VERSION, **MINIMAL_SCENES)
         (base / ".complete").touch()
     copies = -(-max(counts) // MINIMAL_BASE_SCENES)
     logs = work / f"minimal-logs-{copies}"
@@ -104,7 +101,7 @@ def main_minimal(counts: list[int], work: Path) -> int:
     cfg = work / "minimal.yaml"
     cfg.write_text(MINIMAL_CONFIG)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    print(f"drivegen scale bench, minimal scenes: {MINIMAL_BASE_SCENES} generated scenes of {MINIMAL['num_keyframes']} "
+    print(f"drivegen scale bench, minimal scenes: {MINIMAL_BASE_SCENES} generated scenes of {MINIMAL_SCENES['num_keyframes']} "
           f"keyframes repeated up to {copies * MINIMAL_BASE_SCENES}; {psutil.cpu_count()} CPUs, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB, load average {os.getloadavg()[0]:.1f}", flush=True)
     print(f"{'scenes':>6} {'wall s':>7} {'QA':>9} {'driver MiB':>10} {'worker MiB':>10} {'finalize s':>10} "
@@ -147,7 +144,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--counts", default=None, help="scene counts, comma-separated (default 12,48,330: 330 generated "
                     "scenes hold about 1 M QA; with --minimal 200,2000)")
-    ap.add_argument("--minimal", action="store_true", help="minimal scenes (MINIMAL): what grows with the scene count")
+    ap.add_argument("--minimal", action="store_true", help="minimal scenes (generator.synth.MINIMAL_SCENES): what grows with the scene count")
     ap.add_argument("--keep", default=None, help="keep the run folders here (default: a temporary folder)")
     args = ap.parse_args(argv)
     counts = [int(c) for c in (args.counts or ("200,2000" if args.minimal else "12,48,330")).split(",")]

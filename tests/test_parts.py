@@ -37,21 +37,10 @@ def _sums(run: Path, tops=OUTPUTS) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def minimal_logs(tmp_path_factory) -> Path:
-    """Four short generated scenes (the scale bench's minimal scenes: 7 s, keyframes only, small images)."""
-    from generator.synth import make_dataset
-
-    root = tmp_path_factory.mktemp("minimal-logs")
-    make_dataset(root, num_scenes=4, seed=0, version=SYNTH_VERSION, sweep_hz=0, image_width_px=320,
-                 image_height_px=180, num_azimuth=400, num_keyframes=14)
-    return root
-
-
-@pytest.fixture(scope="module")
 def finished(minimal_logs, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("parts") / "run"
     res = drivegen("run", "--source", "nuscenes", "--data", minimal_logs, "--version", SYNTH_VERSION, "--out", out,
-                   "--local", "--no-progress")
+                   "--scenes", 4, "--local", "--no-progress")
     assert res.returncode == 0, res.stderr[-3000:]
     return out
 

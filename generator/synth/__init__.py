@@ -29,6 +29,6 @@ Accelerate, Decelerate, Maintain Speed. Scenarios: oncoming_pass, overtake (the 
 path_divergence, pulling_away, maintain_state, ped_crossing, cyclist_veering, waiting_at_curb, parked, static.
 Every instance in ``instance.json`` has an entry. ``render.CLASS_COLORS_RGB`` gives each class's image colour.
 """
-from generator.synth.writer import SCENARIO_FILE, SynthSummary, make_dataset
+from generator.synth.writer import MINIMAL_SCENES, SCENARIO_FILE, SynthSummary, make_dataset
 
-__all__ = ["make_dataset", "SynthSummary", "SCENARIO_FILE"]
+__all__ = ["make_dataset", "SynthSummary", "SCENARIO_FILE", "MINIMAL_SCENES"]

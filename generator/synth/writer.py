@@ -376,6 +376,12 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
     return nbytes
 
 
+# Minimal scenes (``make_dataset(..., **MINIMAL_SCENES)``): the first 7 s of each script, keyframes only, 320x180
+# images and a LiDAR of 400 columns (enough for the loader's azimuth-coverage check): a few tenths of a CPU second
+# per scene through the pipeline, for the scale bench and tests that need many scenes.
+MINIMAL_SCENES = {"sweep_hz": 0, "image_width_px": 320, "image_height_px": 180, "num_azimuth": 400, "num_keyframes": 14}
+
+
 def version_problem(version: str) -> str | None:
     """Why ``version`` cannot name the table folder ``<root>/<version>``, or None: it must be one plain folder
     name (``--overwrite`` removes ``<root>/<version>``; '..' or a path would point outside ``root``)."""

@@ -72,6 +72,16 @@ def synth_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def minimal_logs(tmp_path_factory) -> Path:
+    """Twelve short generated scenes (a few tenths of a CPU second each through the pipeline)."""
+    from generator.synth import MINIMAL_SCENES, make_dataset
+
+    root = tmp_path_factory.mktemp("minimal-logs")
+    make_dataset(root, num_scenes=12, seed=0, version=SYNTH_VERSION, **MINIMAL_SCENES)
+    return root
+
+
+@pytest.fixture(scope="session")
 def synth_lidar_detector(synth_root):
     """The weight-free ``lidar`` detector (default ``DetectionConfig`` but for the backend) over the generated logs,
     run once per test run: a detector (frames -> boxes) that runs it on first sight of a list of frames and
