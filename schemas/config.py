@@ -760,7 +760,13 @@ class StageActorsConfig(_Model):
     while two SAM actors sharing one carried 9-20 % more than one (README, "Models")."""
 
     pool_size: int | None = Field(None, ge=1)
-    """None: ray.actor_pool_size"""
+    """a fixed pool of this many actors (min_size = max_size); None: ray.actor_pool_size, or the bounds below"""
+    min_size: int | None = Field(None, ge=1)
+    """an elastic pool: Ray Data adds actors while scenes queue for the stage and resources are free, up to
+    max_size, and removes idle ones down to min_size. None: pool_size (or ray.actor_pool_size)"""
+    max_size: int | None = Field(None, ge=1)
+    """None: derived from the cluster: for a stage on GPUs as many actors as the GPUs the other model stages'
+    minimum pools leave can hold at its GPU share (never below min_size); for a CPU actor stage, min_size"""
     num_gpus: float | None = Field(None, ge=0)
     """None: ray.actor_num_gpus; above 1 a whole number (Ray's rule)"""
     num_cpus: float | None = Field(None, gt=0)
@@ -770,6 +776,14 @@ class StageActorsConfig(_Model):
     @classmethod
     def _whole_gpus(cls, v):
         return _whole_gpus_above_one(v)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.pool_size is not None and (self.min_size is not None or self.max_size is not None):
+            raise ValueError("give pool_size (a fixed pool) or min_size/max_size (an elastic one), not both")
+        if self.min_size is not None and self.max_size is not None and self.max_size < self.min_size:
+            raise ValueError(f"max_size ({self.max_size}) is below min_size ({self.min_size})")
+        return self
 
 
 class RayConfig(_Model):

@@ -147,6 +147,25 @@ def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(tmp_path, sam2_
 
 @pytest.mark.ray
 @pytest.mark.slow
+def test_an_elastic_pool_grows_to_the_gpus_it_may_use(tmp_path, sam2_installed):
+    """A model stage's pool starts at one actor (``ray.actor_pool_size``) and, with scenes queued for it, grows to
+    the two GPUs of a two-node cluster (its default maximum); CPU stages never hold a GPU."""
+    from support.pipeline import LocalCluster
+
+    c = LocalCluster(workers=2, gpus_per_worker=1)
+    try:
+        counts = _run(c.address, tmp_path, n_scenes=8, pool=1)
+    finally:
+        c.shutdown()
+    model = [x["model_stage"] for x in counts]
+    assert all(x["cpu_stage"]["gpu_ids"] == [] for x in counts)
+    assert all(len(x["gpu_ids"]) == 1 for x in model), model
+    assert len({x["pid"] for x in model}) == 2 and len({x["node"] for x in model}) == 2, \
+        f"the pool did not grow to the second GPU: {[(x['pid'], x['node']) for x in model]}"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 def test_actors_of_one_stage_share_one_gpu_by_fractions(tmp_path, sam2_installed):
     """``ray.stage_actors``: two actors of the model stage at 0.5 GPU each on a node with one GPU are both
     placed on that device and work at the same time (the way a slower model gets more actors per GPU)."""

@@ -397,11 +397,35 @@ def test_resources_fit_the_cluster():
     assert set(r.actors) == {"detect", "perceive"} and all(a.gpus == 0 and a.size == 4 for a in r.actors.values())
     assert sum(a.size * a.cpus for a in r.actors.values()) + r.task_cpus <= 2 and r.task_cpus > 0 and r.notes
     r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)
-    assert r.actors == {n: ActorPool(1, 0.5, 0.5) for n in ("detect", "perceive")}  # one GPU, shared by the two
+    assert r.actors == {n: ActorPool(1, 0.5, 0.5, 1) for n in ("detect", "perceive")}  # one GPU, shared by the two
     r = plan_resources(rc, [det, seg], cluster_cpus=64, cluster_gpus_=8)
-    assert (r.actors, r.task_cpus, r.notes) == ({n: ActorPool(4, 0.5, 1.0) for n in ("detect", "perceive")}, 1.0, ())
+    assert (r.actors, r.task_cpus, r.notes) == ({n: ActorPool(4, 0.5, 1.0, 4) for n in ("detect", "perceive")}, 1.0, ())
     r = plan_resources(toy_cfg().ray, toy_stages(), cluster_cpus=2, cluster_gpus_=0)  # no actors: untouched
     assert (r.task_cpus, r.actors, r.notes) == (1.0, {}, ())
+
+
+def test_actor_pools_are_elastic_up_to_the_gpus_the_others_leave():
+    """Pools grow from their minimum (placeable) to a maximum derived from the cluster: on GPUs, what the other
+    stages' minimums leave at the stage's share; a CPU actor stage and a fixed ``pool_size`` do not grow; an
+    explicit ``max_size`` is kept."""
+    from generator.pipeline.ray_exec import plan_resources
+    from schemas.errors import ConfigError
+
+    det = Stage("detect", toy_detect, actor=True, gpu=True)
+    seg = Stage("perceive", toy_qa, actor=True, gpu=True)
+    r = plan_resources(toy_cfg().ray, [det, seg], cluster_cpus=32, cluster_gpus_=8)
+    assert {n: a.bounds for n, a in r.actors.items()} == {"detect": (1, 7), "perceive": (1, 7)}
+    rc = toy_cfg(stage_actors={"perceive": {"min_size": 2, "num_gpus": 0.5}, "detect": {"max_size": 2}}).ray
+    r = plan_resources(rc, [det, seg], cluster_cpus=32, cluster_gpus_=4)
+    assert {n: a.bounds for n, a in r.actors.items()} == {"detect": (1, 2), "perceive": (2, 6)}
+    r = plan_resources(toy_cfg().ray, [det, Stage("perceive", toy_qa, actor=True, gpu=False)], 32, 4)
+    assert r.actors["perceive"].bounds == (1, 1) and r.actors["detect"].bounds == (1, 4)
+    r = plan_resources(toy_cfg().ray, [det, seg], cluster_cpus=2, cluster_gpus_=0)  # no GPUs: CPU actors, fixed
+    assert {a.bounds for a in r.actors.values()} == {(1, 1)}
+    with pytest.raises((ConfigError, ValueError), match="pool_size .* or min_size/max_size"):
+        toy_cfg(stage_actors={"perceive": {"pool_size": 2, "max_size": 3}})
+    with pytest.raises((ConfigError, ValueError), match="below min_size"):
+        toy_cfg(stage_actors={"perceive": {"min_size": 3, "max_size": 2}})
 
 
 def test_stage_actor_pools_are_sized_per_stage_and_always_placeable():
@@ -414,9 +438,9 @@ def test_stage_actor_pools_are_sized_per_stage_and_always_placeable():
     cpu_model = Stage("perceive", toy_qa, actor=True, gpu=False)  # a model stage on a CPU backend
     rc = toy_cfg(stage_actors={"perceive": {"pool_size": 3, "num_gpus": 0.25}, "detect": {"num_gpus": 0.25}}).ray
     r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)
-    assert r.actors == {"detect": ActorPool(1, 0.5, 0.25), "perceive": ActorPool(3, 0.5, 0.25)} and not r.notes
+    assert r.actors == {"detect": ActorPool(1, 0.5, 0.25, 1), "perceive": ActorPool(3, 0.5, 0.25, 3)} and not r.notes
     r = plan_resources(rc, [det, cpu_model], cluster_cpus=16, cluster_gpus_=1)
-    assert r.actors["perceive"] == ActorPool(3, 0.5, 0.0)  # a stage that cannot use a GPU never holds one
+    assert r.actors["perceive"] == ActorPool(3, 0.5, 0.0, 3)  # a stage that cannot use a GPU never holds one
     # 3 x 0.4 + 0.4 on one GPU does not fit: the pool asking for most shrinks first, to what fits
     rc = toy_cfg(stage_actors={"perceive": {"pool_size": 3, "num_gpus": 0.4}, "detect": {"num_gpus": 0.4}}).ray
     r = plan_resources(rc, [det, seg], cluster_cpus=16, cluster_gpus_=1)

@@ -15,7 +15,9 @@ Resources (``cfg.ray``):
   GPUs each when the cluster has GPUs and for fractional CPUs (``actor_num_cpus``, default 0.5) so actor
   pools can never hold every CPU and starve the read/CPU stages (Ray Data hangs on 2 CPUs otherwise).
   ``stage_actors.<stage>`` sizes one stage's pool apart (more actors for the slower model, fractional GPUs
-  so several share a device); ``plan_resources`` fits it all to the cluster.
+  so several share a device); ``plan_resources`` fits it all to the cluster. Pools are elastic: from their
+  minimum (always placeable) up to ``max_size`` (default: the GPUs the other stages leave), Ray Data adding
+  actors while scenes queue and removing idle ones, so a stage holds GPUs only while it uses them.
   A batch is one scene: its frames (tens to hundreds) are what the model batches on the device
   (``detection.mmdet3d.batch_size``, ``segmentation.sam2.batch_images``).
 * Ray retries a task whose worker died ``max_retries`` times (actors: restarted, their calls retried as
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -114,9 +117,14 @@ class _ActorStage:
             log.warning("stage %s: %s", stage.name, note)
         cfg = with_model_device(cfg, self.device)
         self.env = StageEnv(cfg, store, stage.build(cfg) if stage.build else None)
+        from generator.pipeline.metrics import ActorMetrics
+
+        self.metrics = ActorMetrics(stage.name)
 
     def __call__(self, batch: dict) -> dict:
+        t0 = time.perf_counter()
         works = [apply_stage(self.stage, SceneWork.decode(b), self.env).encode() for b in batch["work"]]
+        self.metrics.record(time.perf_counter() - t0)
         return {"scene_id": batch["scene_id"], "work": np.array(works, dtype=object)}
 
 
@@ -126,11 +134,18 @@ def cluster_gpus() -> float:
 
 @dataclass(frozen=True)
 class ActorPool:
-    """One model stage's actor pool: how many actors, and the CPUs and GPUs each asks for (0 GPUs: a CPU actor)."""
+    """One model stage's actor pool: how many actors (``size`` at least, always placeable; up to ``max_size``
+    while scenes queue for it and the cluster has room: Ray Data's autoscaling pool), and the CPUs and GPUs each
+    asks for (0 GPUs: a CPU actor)."""
 
     size: int
     cpus: float
     gpus: float
+    max_size: int = 0  # 0: size (a fixed pool)
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        return self.size, max(self.size, self.max_size)
 
 
 @dataclass(frozen=True)
@@ -181,7 +196,7 @@ def plan_resources(rc, stages: list[Stage], cluster_cpus: float, cluster_gpus_: 
     size, cpus, gpus = {}, {}, {}
     for st in actors:
         own = rc.stage_actors.get(st.name)
-        size[st.name] = (own and own.pool_size) or rc.actor_pool_size
+        size[st.name] = (own and (own.pool_size or own.min_size)) or rc.actor_pool_size
         cpus[st.name] = (own and own.num_cpus) or rc.actor_num_cpus
         share = own.num_gpus if own is not None and own.num_gpus is not None else rc.actor_num_gpus
         gpus[st.name] = share if (st.gpu and cluster_gpus_ > 0) else 0.0
@@ -216,7 +231,21 @@ def plan_resources(rc, stages: list[Stage], cluster_cpus: float, cluster_gpus_: 
         notes.append(f"{sum(size.values())} model actor(s) asking for {held:g} CPU would leave no CPU for the read "
                      f"and CPU stages on {cluster_cpus:g} CPUs: actors get {scale:.2f} of what they ask, "
                      f"tasks {task_cpus:g}")
-    return Resources(task_cpus, {n: ActorPool(size[n], cpus[n], gpus[n]) for n in size}, tuple(notes))
+    return Resources(task_cpus, {n: ActorPool(size[n], cpus[n], gpus[n], _max_size(rc, n, size, gpus, cluster_gpus_))
+                                 for n in size}, tuple(notes))
+
+
+def _max_size(rc, name: str, size: dict[str, int], gpus: dict[str, float], cluster_gpus_: float) -> int:
+    """The most actors stage ``name``'s pool may grow to: ``stage_actors.<stage>.max_size``; a fixed
+    ``pool_size``; else, on GPUs, as many as the GPUs the other stages' minimum pools leave hold at its share;
+    else (a CPU actor stage: the CPUs belong to the tasks) its minimum."""
+    own = rc.stage_actors.get(name)
+    if own is not None and own.max_size:
+        return max(size[name], own.max_size)
+    if (own is not None and own.pool_size) or not gpus[name]:
+        return size[name]
+    others = sum(size[m] * gpus[m] for m in size if m != name and gpus[m])
+    return max(size[name], int((cluster_gpus_ - others) / gpus[name] + 1e-9))
 
 
 def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], write: Callable,
@@ -266,7 +295,7 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch):
             pool = res.actors[st.name]
             ds = ds.map_batches(
                 _ActorStage, fn_constructor_kwargs={"stage": st, "cfg": cfg, "store": store}, batch_size=1,
-                batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=pool.size),
+                batch_format="numpy", compute=ray.data.ActorPoolStrategy(min_size=pool.bounds[0], max_size=pool.bounds[1]),
                 num_cpus=pool.cpus, num_gpus=pool.gpus,
                 max_restarts=-1, max_task_retries=rc.max_retries)
         else:
