@@ -53,6 +53,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the generated logs")
     p.add_argument("--local", action="store_true", help="run the same stages in this process, without Ray")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--metrics-port", type=positive_int, default=None, metavar="PORT",
+                   help="serve the embedded Ray's live metrics (Prometheus) on http://127.0.0.1:PORT/metrics")
     return p
 
 
@@ -88,7 +90,8 @@ def main(args) -> int:
                  address=args.address, resume=resume, force=args.force, overwrite=args.overwrite,
                  scenes=args.scenes, seed=args.seed,
                  executor="local" if args.local else "ray", progress=not args.no_progress,
-                 verbose=getattr(args, "verbose", False), report=write_report, started_at=args.started_at)
+                 verbose=getattr(args, "verbose", False), report=write_report, started_at=args.started_at,
+                 metrics_port=args.metrics_port)
     from generator.pipeline.driver import format_summary
 
     print(format_summary(result.summary))

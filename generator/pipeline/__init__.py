@@ -113,7 +113,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         overwrite: bool = False,
         scenes: int | None = None, seed: int = 0, executor: str = "ray", progress: bool = True,
         verbose: bool = False, stages=None, write=None, finalize=None, command: str = "drivegen run",
-        report=None, started_at: float | None = None) -> RunResult:
+        report=None, started_at: float | None = None, metrics_port: int | None = None) -> RunResult:
     """``drivegen run`` as a function (see ``generator.commands.run``). ``cfg`` (a PipelineConfig) overrides
     ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks); ``report(store)``
     writes the HTML report at the end (``run_pipeline``); ``started_at`` (``time.perf_counter()`` when the command
@@ -203,7 +203,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         started = False
         if executor == "ray":
             t = time.perf_counter()
-            started = ensure_ray(cfg, address, verbose)
+            started = ensure_ray(cfg, address, verbose, metrics_port)
             timings["ray_start"] = round(time.perf_counter() - t, 3)
             _warn_if_not_shared(store, desc)
         try:

@@ -117,12 +117,15 @@ def _private_token() -> None:
         pass
 
 
-def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False) -> bool:
+def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False,
+               metrics_port: int | None = None) -> bool:
     """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster, otherwise
     an embedded local Ray with ``cfg.ray.num_cpus`` CPUs (default: all), no dashboard, quiet logs. Ray 2.60
     listens on all interfaces whatever node address it is given (it replaces 127.0.0.1 by a reachable
     address); its token authentication (on by default) refuses clients without the cluster's token.
-    Returns True when this call started Ray (the caller shuts it down)."""
+    ``metrics_port``: the embedded Ray's Prometheus endpoint on this port (``generator.pipeline.metrics``; a
+    cluster's port is its own ``ray start --metrics-export-port``). Returns True when this call started Ray (the
+    caller shuts it down)."""
     import ray
 
     if ray.is_initialized():
@@ -139,7 +142,11 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
             log.warning("ray.num_cpus=%d on a machine with %d CPUs: Ray runs up to %d scenes' tasks at once and they "
                         "share the %d cores (more memory, no more speed)", cfg.ray.num_cpus, os.cpu_count(),
                         cfg.ray.num_cpus, os.cpu_count())
-        ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common)
+        extra = {"_metrics_export_port": int(metrics_port)} if metrics_port else {}
+        ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common,
+                 **extra)
+        if metrics_port:
+            log.info("live metrics (Prometheus): http://127.0.0.1:%d/metrics", metrics_port)
         _private_token()
         if _auth_disabled():
             log.warning("the embedded Ray runs WITHOUT authentication (RAY_AUTH_MODE=disabled, "
@@ -152,19 +159,29 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
 
 # ------------------------------------------------------------------------------------------ the run
 class _Progress:
-    def __init__(self, total: int, enabled: bool):
+    """The progress bar over finished scenes: ok/failed and each stage's mean seconds per scene so far."""
+
+    def __init__(self, total: int, enabled: bool, metrics=None):
         self.bar = None
         if enabled and total:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="scene", desc="scenes", file=sys.stderr, dynamic_ncols=True)
         self.ok = self.failed = 0
+        self.metrics = metrics  # generator.pipeline.metrics.RunMetrics, when Ray's metrics are on
+        self.stage_s: dict[str, float] = {}
 
-    def update(self, status: str) -> None:
+    def update(self, status: str, row: dict | None = None) -> None:
         self.ok += status == "ok"
         self.failed += status != "ok"
+        if row is not None and self.metrics is not None:
+            self.metrics.record(row)
+        if row is not None and status == "ok":
+            for st, sec in (json.loads(row["info"]).get("timings_s") or {}).items():
+                self.stage_s[st] = self.stage_s.get(st, 0.0) + float(sec)
         if self.bar is not None:
-            self.bar.set_postfix(ok=self.ok, failed=self.failed, refresh=False)
+            rates = {st: f"{sec / self.ok:.2f}s" for st, sec in self.stage_s.items()} if self.ok else {}
+            self.bar.set_postfix(ok=self.ok, failed=self.failed, **rates, refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:
@@ -213,7 +230,12 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     del done
     log.info("%d scene(s): %d to run, %d already finished", len(scene_ids), len(pending), len(skipped))
     tally = Tally()
-    bar = _Progress(len(pending), progress)
+    metrics = None
+    if executor == "ray" and pending:
+        from generator.pipeline.metrics import RunMetrics
+
+        metrics = RunMetrics(len(pending))
+    bar = _Progress(len(pending), progress, metrics)
     try:
         if executor == "local":
             _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch)
@@ -271,7 +293,7 @@ def _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch) ->
             apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
         row = finish_scene(work, StageEnv(cfg, store), write)
         if tally.add(row):
-            bar.update(row["status"])
+            bar.update(row["status"], row)
 
 
 def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:
@@ -291,7 +313,7 @@ def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> N
         try:
             for row in iter_summaries(ds):
                 if tally.add(row):
-                    bar.update(row["status"])
+                    bar.update(row["status"], row)
         except Exception as err:  # noqa: BLE001 - the execution failed as a whole; reconcile and go again
             last_exc = err
             log.warning("Ray Data execution stopped: %s: %s", type(err).__name__, str(err).splitlines()[0][:300])
@@ -308,7 +330,7 @@ def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> N
                                  f"(ray.max_retries={cfg.ray.max_retries}); see the Ray worker logs", attempts[st])
                 write_error(store, err.row())
                 tally.add(_failed_row(err))
-                bar.update("failed")
+                bar.update("failed", _failed_row(err))
         remaining = [s for s in missing if s not in tally]
     for sid in remaining:  # rounds exhausted: never dropped silently
         why = f"{type(last_exc).__name__}: {str(last_exc).splitlines()[0][:500]}" if last_exc else "never finished"
@@ -316,7 +338,7 @@ def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> N
                          f"scene '{sid}' did not finish after {cfg.ray.max_retries + 1} round(s): {why}")
         write_error(store, err.row())
         tally.add(_failed_row(err))
-        bar.update("failed")
+        bar.update("failed", _failed_row(err))
 
 
 # ------------------------------------------------------------------------------------------ summary
