@@ -158,19 +158,40 @@ def _load(store: RunStore, data: dict) -> dict | None:
     return record
 
 
-def read_parts(store: RunStore, name: str, scene_ids: Iterable[str]) -> Iterator[tuple[str, dict]]:
-    """(scene, record) of every scene's part ``name`` that has one, in the order of ``scene_ids``, read one at a
-    time; RunFolderError when a part is missing (``build_parts`` first)."""
-    for sid in scene_ids:
-        rel = part_file(name, sid)
-        try:
-            data = store.read_json(rel)
-        except (FileNotFoundError, OSError, ValueError) as err:
-            raise RunFolderError(f"{store.full(rel)}: the {name} part of scene {sid} is missing or unreadable ({err}); "
-                                 "run the end of the run again (drivegen run --resume)", file=store.full(rel)) from None
-        record = _load(store, data)
-        if record is not None:
-            yield sid, record
+def _read_part(store: RunStore, name: str, sid: str) -> dict | None:
+    rel = part_file(name, sid)
+    try:
+        data = store.read_json(rel)
+    except (FileNotFoundError, OSError, ValueError) as err:
+        raise RunFolderError(f"{store.full(rel)}: the {name} part of scene {sid} is missing or unreadable ({err}); "
+                             "run the end of the run again (drivegen run --resume)", file=store.full(rel)) from None
+    return _load(store, data)
+
+
+def read_parts(store: RunStore, name: str, scene_ids: Iterable[str], prefetch: int = 16
+               ) -> Iterator[tuple[str, dict]]:
+    """(scene, record) of every scene's part ``name`` that has one, in the order of ``scene_ids``; RunFolderError
+    when a part is missing (``build_parts`` first). ``prefetch`` parts are read ahead by threads (a part on object
+    storage is a request of tens of milliseconds: read one by one, 100,000 scenes would wait hours), and no
+    more: memory holds that many parts, not the run's."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    ids = iter(scene_ids)
+    with ThreadPoolExecutor(max_workers=max(1, prefetch)) as pool:
+        window: deque = deque()
+        for sid in ids:
+            window.append((sid, pool.submit(_read_part, store, name, sid)))
+            if len(window) >= prefetch:
+                break
+        while window:
+            sid, fut = window.popleft()
+            nxt = next(ids, None)
+            if nxt is not None:
+                window.append((nxt, pool.submit(_read_part, store, name, nxt)))
+            record = fut.result()
+            if record is not None:
+                yield sid, record
 
 
 def part_source(store: RunStore, name: str) -> Callable[[str], bytes]:
