@@ -203,5 +203,5 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     from docs_page import docs_page  # bench/ is on sys.path when a bench runs as a script
 
-    with docs_page("scale"):
+    with docs_page("scale-minimal" if "--minimal" in sys.argv else "scale"):
         sys.exit(main())

@@ -194,25 +194,29 @@ def test_browser_checks_fail_on_broken_image_wrong_count_and_blank_page(report, 
     assert count_problems(dom, labelled_run) == [f"QA total shown {total + 1}, run has {total}"]
     # what the reading checks catch, each planted once in a copy of a sample page (as the report once drew them)
     page = next(p for p in sorted(bad.glob("samples-*.html"))
-                if 'data-tags="[[' in p.read_text() and p.read_text().count('<section class="card"') > 1)
+                if re.search(r'<section class="card"(?:(?!</section>).)*data-tags="\[\[(?:(?!</section>).)*'
+                             r'<p class="value">(?:(?!</section>).)*</table>', p.read_text(), re.S)
+                and p.read_text().count('<section class="card"') > 1)
     text = page.read_text()
     cards = re.findall(r'<section class="card".*?</section>', text, re.S)
-    tags = re.search(r'data-tags="(\[\[[^"]*)"', cards[0]).group(1)
+    tagged = next(c for c in cards if 'data-tags="[[' in c and '<p class="value">' in c and "</table>" in c)
+    other = next(c for c in reversed(cards) if c != tagged)
+    tags = re.search(r'data-tags="(\[\[[^"]*)"', tagged).group(1)
     first = json.loads(html.unescape(tags))[0]
     planted = html.escape(json.dumps([first, [first[0] + 1, *first[1:]]]))  # a second tag on the first one
-    text = text.replace(cards[0], cards[0].replace(f'data-tags="{tags}"', f'data-tags="{planted}"', 1)
+    text = text.replace(tagged, tagged.replace(f'data-tags="{tags}"', f'data-tags="{planted}"', 1)
                         .replace('<p class="value">', '<p class="value">value: - trajectory; regions []; ', 1)
                         .replace("</table>", '<tr data-track="1"><td class="intent-lateral">stationary stationary'
                                              '</td></tr></table>', 1))
-    text = text.replace(cards[-1], re.sub(r"<img [^>]*>", "", cards[-1]))
+    text = text.replace(other, re.sub(r"<img [^>]*>", "", other))
     page.write_text(text)
     got = reading_problems(chromium(page.as_uri(), tmp_path))
-    qa_id = re.search(r'data-qa-id="([^"]+)"', cards[-1]).group(1)
-    assert len(got) == 4, got
-    assert got[0].endswith(f"tags of Region [{first[0]}] and Region [{first[0] + 1}] overlap"), got
-    assert got[1] == "intent cell (lateral) 'stationary stationary' is not one label", got
-    assert got[2].startswith("value line 'value: - trajectory; regions [];"), got
-    assert got[3] == f"card {qa_id} has no image and does not say why", got
+    qa_id = re.search(r'data-qa-id="([^"]+)"', other).group(1)
+    assert len(got) == 4, got  # in page order: the planted card's three, and the card without images
+    assert sum(g.endswith(f"tags of Region [{first[0]}] and Region [{first[0] + 1}] overlap") for g in got) == 1, got
+    assert "intent cell (lateral) 'stationary stationary' is not one label" in got, got
+    assert sum(g.startswith("value line 'value: - trajectory; regions [];") for g in got) == 1, got
+    assert f"card {qa_id} has no image and does not say why" in got, got
     no_dist = re.sub(r"(<h2>Distributions</h2>).*?(<h2>)", r"\1\2", index, count=1, flags=re.S)
     assert reading_problems(no_dist) == ["the Distributions section is empty and does not say why"]
     (bad / "blank.html").write_text("<!doctype html><html><body></body></html>")
