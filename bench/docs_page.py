@@ -62,8 +62,11 @@ class _Tee(io.TextIOBase):
         self.stream.flush()
 
 
-def page_text(name: str, argv: list[str], output: str, when: datetime.date | None = None) -> str:
-    command = " ".join(["python", f"bench/{name}.py", *argv])
+def page_text(name: str, argv: list[str], output: str, when: datetime.date | None = None,
+              script: str | None = None) -> str:
+    """The page of bench ``script`` (default ``name``: one bench may write pages by mode, e.g. ``scale.py
+    --minimal`` -> ``scale-minimal``)."""
+    command = " ".join(["python", f"bench/{script or name}.py", *argv])
     when = when or datetime.date.today()
     body = output.rstrip("\n")
     return (f"<!-- written by `{command} --docs`; do not edit: run the command again -->\n"
@@ -95,7 +98,7 @@ def docs_page(name: str):
         if code == 0:
             PAGES.mkdir(parents=True, exist_ok=True)
             target = PAGES / f"{name}.md"
-            target.write_text(page_text(name, argv, tee.kept.getvalue()))
+            target.write_text(page_text(name, argv, tee.kept.getvalue(), script=Path(sys.argv[0]).stem))
             print(f"wrote {target.relative_to(REPO)}", file=sys.stderr)
         else:
             print(f"bench {name} exited {code}: docs/benchmarks/{name}.md left as it was", file=sys.stderr)
