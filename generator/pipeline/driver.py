@@ -51,14 +51,16 @@ class Tally:
     def __contains__(self, scene_id: str) -> bool:
         return scene_id in self.seen
 
-    def add(self, row: dict) -> bool:
-        """Count a scene's summary row; False when the scene had already reported."""
+    def add(self, row: dict, info: dict | None = None) -> bool:
+        """Count a scene's summary row (``info``: its ``info`` already parsed); False when the scene had already
+        reported."""
         if row["scene_id"] in self.seen:
             return False
         self.seen.add(row["scene_id"])
+        info = json.loads(row["info"]) if info is None else info
         if row["status"] == "ok":
             self.ok += 1
-            _add(self.this_run, json.loads(row["info"])["counts"])
+            _add(self.this_run, info["counts"])
         else:
             self.failed += 1
             if row["status"] == "stale" and self.stale is None:
@@ -171,13 +173,14 @@ class _Progress:
         self.metrics = metrics  # generator.pipeline.metrics.RunMetrics, when Ray's metrics are on
         self.stage_s: dict[str, float] = {}
 
-    def update(self, status: str, row: dict | None = None) -> None:
+    def update(self, status: str, info: dict) -> None:
+        """One finished scene: its status and its summary row's parsed ``info`` (counts, stage timings)."""
         self.ok += status == "ok"
         self.failed += status != "ok"
-        if row is not None and self.metrics is not None:
-            self.metrics.record(row)
-        if row is not None and status == "ok":
-            for st, sec in (json.loads(row["info"]).get("timings_s") or {}).items():
+        if self.metrics is not None:
+            self.metrics.record(status, info)
+        if status == "ok":
+            for st, sec in (info.get("timings_s") or {}).items():
                 self.stage_s[st] = self.stage_s.get(st, 0.0) + float(sec)
         if self.bar is not None:
             rates = {st: f"{sec / self.ok:.2f}s" for st, sec in self.stage_s.items()} if self.ok else {}
@@ -187,6 +190,13 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _count(tally: Tally, bar: _Progress, row: dict) -> None:
+    """A scene's summary row into the run's sums and the progress (once per scene)."""
+    info = json.loads(row["info"])
+    if tally.add(row, info):
+        bar.update(row["status"], info)
 
 
 def _failed_row(error: StageError) -> dict:
@@ -291,9 +301,7 @@ def _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch) ->
         work = SceneWork(sid, source, epoch)
         for st in stages:
             apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
-        row = finish_scene(work, StageEnv(cfg, store), write)
-        if tally.add(row):
-            bar.update(row["status"], row)
+        _count(tally, bar, finish_scene(work, StageEnv(cfg, store), write))
 
 
 def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:
@@ -312,8 +320,7 @@ def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> N
         ds = build_dataset(remaining, source, stages, write, cfg, store, epoch)
         try:
             for row in iter_summaries(ds):
-                if tally.add(row):
-                    bar.update(row["status"], row)
+                _count(tally, bar, row)
         except Exception as err:  # noqa: BLE001 - the execution failed as a whole; reconcile and go again
             last_exc = err
             log.warning("Ray Data execution stopped: %s: %s", type(err).__name__, str(err).splitlines()[0][:300])
@@ -329,16 +336,14 @@ def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> N
                                  f"the worker running stage '{st}' of scene '{sid}' died {attempts[st]} times "
                                  f"(ray.max_retries={cfg.ray.max_retries}); see the Ray worker logs", attempts[st])
                 write_error(store, err.row())
-                tally.add(_failed_row(err))
-                bar.update("failed", _failed_row(err))
+                _count(tally, bar, _failed_row(err))
         remaining = [s for s in missing if s not in tally]
     for sid in remaining:  # rounds exhausted: never dropped silently
         why = f"{type(last_exc).__name__}: {str(last_exc).splitlines()[0][:500]}" if last_exc else "never finished"
         err = StageError(sid, "pipeline", None, "Unfinished",
                          f"scene '{sid}' did not finish after {cfg.ray.max_retries + 1} round(s): {why}")
         write_error(store, err.row())
-        tally.add(_failed_row(err))
-        bar.update("failed", _failed_row(err))
+        _count(tally, bar, _failed_row(err))
 
 
 # ------------------------------------------------------------------------------------------ summary

@@ -19,13 +19,11 @@ Each model actor (``generator.pipeline.ray_exec``):
 """
 from __future__ import annotations
 
-import json
-
 ROW_COUNTS = ("qa", "objects", "projections")  # the manifest counts that are a table's committed rows
 
 
 class RunMetrics:
-    """The driver's metrics of one run (``record(row)`` per summary row). Ray must be initialised."""
+    """The driver's metrics of one run (``record`` per finished scene). Ray must be initialised."""
 
     def __init__(self, total: int):
         from ray.util.metrics import Counter, Gauge
@@ -39,13 +37,13 @@ class RunMetrics:
         self.left = total
         self.pending.set(total)
 
-    def record(self, row: dict) -> None:
-        self.scenes.inc(1, tags={"status": "ok" if row["status"] == "ok" else "failed"})
+    def record(self, status: str, info: dict) -> None:
+        """One finished scene: its status and its summary row's parsed ``info``."""
+        self.scenes.inc(1, tags={"status": "ok" if status == "ok" else "failed"})
         self.left = max(0, self.left - 1)
         self.pending.set(self.left)
-        if row["status"] != "ok":
+        if status != "ok":
             return
-        info = json.loads(row["info"])
         for stage, s in (info.get("timings_s") or {}).items():
             self.stage_scenes.inc(1, tags={"stage": stage})
             if s > 0:
