@@ -89,15 +89,14 @@ def build_scene_parts(run: str, scene_ids: list[str], specs: list[PartSpec]) -> 
     from generator.runfolder.commit import config_key
 
     store = RunStore(run)
-    reader = RunReader(store, require=False, scenes=scene_ids)
-    cfg = reader.config()
+    cfg = RunReader(store, require=False, scenes=[]).config()
     ckey = config_key(cfg)
     out = {"built": 0, "kept": 0}
     for sid in scene_ids:
-        manifest = reader.manifest(sid)
+        one = RunReader(store, require=False, scenes=[sid])  # the builders' reader: this scene alone
+        manifest = one.manifest(sid)
         if manifest is None:
             continue
-        one = RunReader(store, require=False, scenes=[sid])
         for spec in specs:
             rel = part_file(spec.name, sid)
             key = part_key(manifest, ckey, spec)
@@ -122,8 +121,7 @@ def build_scene_parts(run: str, scene_ids: list[str], specs: list[PartSpec]) -> 
     return out
 
 
-def build_parts(store: RunStore, scene_ids: list[str], specs: list[PartSpec], progress: bool = False
-                ) -> dict[str, int]:
+def build_parts(store: RunStore, scene_ids: list[str], specs: list[PartSpec]) -> dict[str, int]:
     """Every spec's part of every scene of ``scene_ids`` (committed scenes), built where it is missing or stale:
     Ray tasks of a few scenes each when Ray is up, in this process otherwise. Returns {"built": n, "kept": n}."""
     t0 = time.perf_counter()
@@ -194,11 +192,6 @@ def read_parts(store: RunStore, name: str, scene_ids: Iterable[str], prefetch: i
                 yield sid, record
 
 
-def part_source(store: RunStore, name: str) -> Callable[[str], bytes]:
-    """Read a file a builder ``put`` beside its parts (``rel`` as the builder named it)."""
-    return lambda rel: store.read_bytes(f"{layout.PARTS_DIR}/{name}/{rel}")
-
-
 def stream_parts(reader: RunReader, spec: PartSpec, cfg, scene_ids: Iterable[str] | None = None,
                  put: Callable[[str, bytes], None] | None = None) -> Iterator[tuple[str, dict]]:
     """(scene, record) of ``spec``'s part of each scene, built now in this process one scene at a time and not
@@ -227,4 +220,4 @@ def remove_parts(store: RunStore, name: str) -> None:
 
 
 __all__ = ["PARTS_FORMAT", "REPORT_PART", "Part", "PartSpec", "build_parts", "build_scene_parts", "part_file",
-           "read_parts", "part_source", "remove_parts", "report_spec", "stream_parts"]
+           "read_parts", "remove_parts", "report_spec", "stream_parts"]
