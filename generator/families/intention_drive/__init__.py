@@ -58,7 +58,6 @@ class IntentionDrive(PaperFamily):
     def exports(self):
         return [Export("intention", "intention", "generator.families.intention_drive.export_run:export_intention",
                        enabled=lambda cfg: cfg.intention.export and "ego_intention" in cfg.qa.families,
-                       options=("source",),
                        part="generator.families.intention_drive.export_run:intention_part")]
 
     def summary_entry(self, data):

@@ -18,19 +18,6 @@ log = logging.getLogger("drivegen.pipeline")
 INTENTION_DIR = "intention"
 
 
-def intention_tables(reader: RunReader, cfg: PipelineConfig | None = None, splits: list[str] | None = None,
-                     maps: dict | None = None):
-    """Yield each finished scene's Intention-Drive export tables (``generator.families.intention_drive.export``);
-    ``maps``: each scene's drivable map (``road_maps``)."""
-    from generator.families.intention_drive.export import read_run_scene
-
-    cfg = cfg or reader.config()
-    for sid in reader.scene_ids():
-        out = read_run_scene(reader, sid, cfg, splits, maps)
-        if out is not None:
-            yield out
-
-
 INTENTION_PART = "intention"  # its per-scene parts: RUN/parts/intention/ (generator.runfolder.parts)
 INTENTION_PART_BUILDER = "generator.families.intention_drive.export_run:intention_part"
 
@@ -71,36 +58,30 @@ def _summarize(samples, objects, agg: dict) -> None:
 
 
 def export_intention(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
-                     splits: list[str] | None = None, source=None, parts: bool = False) -> dict:
+                     splits: list[str] | None = None, parts: bool = False) -> dict:
     """Write a run folder's Intention-Drive export (``generator.families.intention_drive.export``) into ``out`` (any
     filesystem; default ``RUN/intention``); a folder is replaced only when it is an earlier such export.
-    Returns the summary (``export_summary.json``). ``source``: the run's logs, already opened (default: opened
-    again from ``source.json`` for their maps). ``parts``: merge the scenes' parts the end of the run built
-    (``generator.runfolder.parts``); otherwise each scene's tables are built here, one scene at a time. Either way
-    the files are written as a stream: memory holds one row group, not the export."""
-    from generator.families.intention_drive.export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
-                                                           road_maps)
+    Returns the summary (``export_summary.json``). ``parts``: merge the scenes' parts the end of the run built
+    (``generator.runfolder.parts``); otherwise each scene's part is built here, one scene at a time (its logs,
+    for their maps, opened once in this process). Either way the files are written as a stream: memory holds one
+    row group, not the export."""
+    from generator.families.intention_drive.export import EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE
     from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
-    from generator.runfolder.parts import read_parts
+    from generator.runfolder.parts import PartSpec, read_parts, stream_parts
     from schemas.tables import ParquetStream
 
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
     agg = {"samples": 0, "keyframes": 0, "objects": 0, "with_map": 0, "kinds": Counter(), "splits": Counter(),
-           "maps": set(), "note": None}
-    if parts:
-        def scene_tables():
-            for _, rec in read_parts(reader.store, INTENTION_PART, reader.scene_ids()):
-                agg["maps"].update(rec["maps"])
-                agg["note"] = agg["note"] or rec["note"]
-                yield rec["tables"]["samples"], rec["tables"]["objects"]
-    else:
-        maps, agg["note"] = road_maps(source or reader.source(), reader.scene_ids()) if cfg.intention.road_edges \
-            else ({}, "intention.road_edges is off")
-        agg["maps"].update(m["kind"] for m in maps.values())
+           "maps": set(), "note": None if cfg.intention.road_edges else "intention.road_edges is off"}
+    found = read_parts(reader.store, INTENTION_PART, reader.scene_ids()) if parts else \
+        stream_parts(reader, PartSpec(INTENTION_PART, INTENTION_PART_BUILDER, {"splits": splits}), cfg)
 
-        def scene_tables():
-            yield from intention_tables(reader, cfg, splits, maps)
+    def scene_tables():
+        for _, rec in found:
+            agg["maps"].update(rec["maps"])
+            agg["note"] = agg["note"] or rec["note"]
+            yield rec["tables"]["samples"], rec["tables"]["objects"]
 
     target = RunStore(out) if out is not None else reader.store
     rel_dir = "" if out is not None else INTENTION_DIR
