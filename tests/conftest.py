@@ -1,4 +1,5 @@
 """The test suite's plugins: the helper modules of ``tests/support`` that define fixtures."""
+import generator  # first: pins numpy's kernels before anything imports numpy (generator.numerics)
 pytest_plugins = ["support.data", "support.s3"]
 
 

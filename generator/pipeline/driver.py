@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from generator.numerics import numpy_pinned, ray_env_vars
 from generator.pipeline.core import SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model, finish_scene
 from generator.runfolder import RunReader, RunStore, remove_leftovers, write_error
 from generator.runfolder.commit import count_attempts
@@ -133,8 +134,9 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
     if ray.is_initialized():
         return False
     address = address or cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+    # every worker's numpy pinned as the driver's (generator.numerics): the same bytes on any worker
     common = dict(logging_level=logging.INFO if verbose else logging.WARNING, log_to_driver=verbose,
-                  configure_logging=True)
+                  configure_logging=True, runtime_env={"env_vars": ray_env_vars()})
     if address:
         ray.init(address=address, **common)
     else:
@@ -239,6 +241,10 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     pending = longest_first([s for s in scene_ids if s not in done], work)
     del done
     log.info("%d scene(s): %d to run, %d already finished", len(scene_ids), len(pending), len(skipped))
+    if executor == "local" and pending and not numpy_pinned():
+        log.warning("numpy was imported before drivegen and runs its AVX-512 kernels in this process: this run's "
+                    "floats may differ in the last digit from other runs of the same logs (generator.numerics; "
+                    "import generator before numpy, or set NPY_DISABLE_CPU_FEATURES=AVX512F)")
     tally = Tally()
     metrics = None
     if executor == "ray" and pending:
