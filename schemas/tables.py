@@ -337,16 +337,25 @@ def _compact_array(arr: pa.Array) -> pa.Array:
         if len(used_idx) == 0:  # empty or all null: no value is used
             return pa.DictionaryArray.from_arrays(pa.nulls(len(arr), t.index_type), arr.dictionary[:0],
                                                   ordered=t.ordered)
-        # only the range of values this (sliced) array uses is looked at: O(its length), not O(dictionary)
-        lo, hi = int(used_idx.min()), int(used_idx.max()) + 1
-        used = np.bincount(used_idx - lo, minlength=hi - lo) > 0
-        window = arr.dictionary.slice(lo, hi - lo)
-        if used.all():
-            if lo == 0 and hi == len(arr.dictionary):
-                return arr
-            new_idx, values = idx - lo, window
-        else:
-            new_idx, values = (np.cumsum(used) - 1)[np.clip(idx - lo, 0, hi - lo - 1)], window.filter(pa.array(used))
+        # only the range of values this (sliced) array uses is looked at: O(its length), not O(dictionary).
+        # The values are put in the order the rows first use them, each once: the file's bytes then depend on
+        # the rows alone, not on how the dictionary was built (a Ray block's unified dictionary, per-frame ones
+        # concatenated), and a file read back (Parquet's reader builds dictionaries so) is written again byte
+        # for byte. A dictionary holding a value twice must not reach pq.write_table at all: pyarrow 25 sizes
+        # the dictionary page by the values given and writes the distinct ones, the rest of the page is
+        # whatever the memory held (measured: 855 bytes of a QA shard, different in every process).
+        lo = int(used_idx.min())
+        uniq, first = np.unique(used_idx - lo, return_index=True)
+        values_idx = uniq[np.argsort(first, kind="stable")]  # window positions, by first use
+        values = arr.dictionary.slice(lo, int(uniq[-1]) + 1).take(pa.array(values_idx))
+        distinct = values.dictionary_encode()  # the first of equal values stands for them (first-use order)
+        if (len(distinct.dictionary) == len(arr.dictionary) and lo == 0
+                and (values_idx == np.arange(len(values_idx))).all()):
+            return arr  # the common case: every value used, once, already in first-use order
+        rank = np.zeros(int(uniq[-1]) + 1, np.int64)
+        rank[values_idx] = distinct.indices.to_numpy()
+        new_idx = rank[np.clip(idx - lo, 0, len(rank) - 1)]
+        values = distinct.dictionary
         mask = None if valid is None else ~valid
         return pa.DictionaryArray.from_arrays(
             pa.array(new_idx.astype(t.index_type.to_pandas_dtype()), t.index_type, mask=mask), values,
@@ -366,7 +375,8 @@ def _compact_array(arr: pa.Array) -> pa.Array:
 
 def compact_dictionaries(table: pa.Table) -> pa.Table:
     """``table`` with every dictionary column, at any depth of lists and structs, holding only the values
-    its rows use (in their dictionary order; indices remapped, no hashing). A slice of a table shares its
+    its rows use, each once, in the order the rows first use them (indices remapped: the same rows give the
+    same dictionaries however they were built). A slice of a table shares its
     parent's dictionaries and Parquet writes a dictionary whole, so each file is compacted before it is
     written. Columns without dictionaries are returned as they are (zero copy)."""
     if not any(_has_dictionary(f.type) for f in table.schema):
@@ -382,10 +392,13 @@ def compact_dictionaries(table: pa.Table) -> pa.Table:
 def write_parquet(where, table: pa.Table, compression: str = "zstd", filesystem=None, compact: bool = True,
                   **kwargs) -> None:
     """``pq.write_table`` of ``to_storage(table)`` to a path (on ``filesystem`` if given) or a writable
-    sink, dictionaries compacted to the values the rows use (``compact_dictionaries``; ``compact=False``:
-    the caller already did); ``kwargs`` go to ``pq.write_table``. Read it back with ``read_parquet``."""
+    sink, in one chunk per column with dictionaries compacted to the values the rows use in the order they use
+    them (``compact_dictionaries``): the bytes depend on the rows alone (``compact=False``: the caller already
+    did both). ``kwargs`` go to ``pq.write_table``. Read it back with ``read_parquet``."""
     table = to_storage(table)
-    pq.write_table(compact_dictionaries(table) if compact else table, where, compression=compression,
+    if compact:  # one chunk per column: Parquet pages and dictionaries depend on the chunks, the bytes must not
+        table = compact_dictionaries(table.combine_chunks())
+    pq.write_table(table, where, compression=compression,
                    filesystem=filesystem, **kwargs)
 
 
@@ -411,7 +424,7 @@ class ParquetStream:
                 self._flush()
 
     def _flush(self) -> None:
-        t = compact_dictionaries(to_storage(pa.concat_tables(self._buf)))
+        t = compact_dictionaries(to_storage(pa.concat_tables(self._buf)).combine_chunks())
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.where, t.schema, compression=self.compression)
         self._writer.write_table(t, row_group_size=max(t.num_rows, 1))

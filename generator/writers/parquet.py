@@ -129,8 +129,9 @@ fsynced when committed passes False) and renamed into place. ``statistics``:
     if n == 0:
         return []
     # once here, so sizes are those of the stored types and of this table's own dictionaries (a slice of a
-    # batch shares the batch's); a single file needs nothing more, several are compacted one by one
-    table = compact_dictionaries(to_storage(table))
+    # batch shares the batch's); a single file needs nothing more, several are compacted one by one. One chunk
+    # per column, as write_parquet's: the bytes depend on the rows, not on how the table was put together
+    table = compact_dictionaries(to_storage(table).combine_chunks())
     budget = max(1, max_bytes - _footer_bytes(table.schema, compression))
     step = int(max(1, min(max_rows, budget // max(1.0, table.nbytes / n))))
     written: list[Path] = []
