@@ -199,7 +199,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             stages = stages if stages is not None else real.default_stages(cfg)
             write = write or real.write_scene
             finalize = finalize or functools.partial(exports.finalize_run, source=src)
-        finalize = _still_described(finalize)
+        finalize = _still_described(finalize, lock)
         started = False
         if executor == "ray":
             t = time.perf_counter()
@@ -217,11 +217,14 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                 ray.shutdown()
 
 
-def _still_described(finalize):
-    """``finalize`` preceded by a check that the run's description (config.yaml, run.json) is still there: a
-    file deleted while the run went on (another client of the bucket) leaves rows nothing describes, and the run
-    must not end with exit 0. The check's error is the run's finalize error (exit 1)."""
+def _still_described(finalize, lock: RunLock):
+    """``finalize`` preceded by two checks: this driver still holds the run folder's lock (``lock.ensure_held``:
+    a writer that lost it writes no card or export over the other's), and the run's description (config.yaml,
+    run.json) is still there: a file deleted while the run went on (another client of the bucket) leaves rows
+    nothing describes, and the run must not end with exit 0. A check's error is the run's finalize error
+    (exit 1)."""
     def run_finalize(store: RunStore, summary) -> None:
+        lock.ensure_held()
         gone = [name for name in (layout.CONFIG, layout.RUN_STATE) if not store.exists(name)]
         if gone:
             raise RunFolderError(f"{' and '.join(gone)} disappeared from {store.uri} while the run was going: the "

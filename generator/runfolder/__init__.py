@@ -9,10 +9,10 @@ decides which of them belong to it.
 """
 from generator.runfolder.commit import (clear_run, commit_scene, commit_tables, config_key, remove_leftovers,
                                         rollback_pending, run_files, source_key, text_key, write_error)
-from generator.runfolder.lock import RunLock, StaleWriterError, current_epoch, make_fence, read_lock
+from generator.runfolder.lock import LockLostError, RunLock, StaleWriterError, current_epoch, make_fence, read_lock
 from generator.runfolder.reader import RunReader, read_table
 from generator.runfolder.store import RunStore
 
-__all__ = ["RunStore", "RunReader", "read_table", "RunLock", "StaleWriterError", "current_epoch", "make_fence",
-           "read_lock", "commit_scene", "commit_tables", "config_key", "source_key", "text_key", "remove_leftovers",
+__all__ = ["RunStore", "RunReader", "read_table", "RunLock", "LockLostError", "StaleWriterError", "current_epoch",
+           "make_fence", "read_lock", "commit_scene", "commit_tables", "config_key", "source_key", "text_key", "remove_leftovers",
            "rollback_pending", "write_error", "clear_run", "run_files"]

@@ -11,13 +11,20 @@ that started them and ``fence()`` before they commit: a worker left over from a 
 epoch and stops instead of committing into the resumed run.
 
 Creating the lock is atomic on a local filesystem (``O_CREAT | O_EXCL``; a stale lock is first renamed
-away, which only one contender can do). Object stores have no create-if-absent through pyarrow: there the
-lock is written, read back after ``settle_s`` and kept only if it is still ours (two writers starting within
-that window can both believe they won; the run epochs still keep their commits apart).
+away, which only one contender can do). On S3 it is a conditional write (``S3Conditional``): the lock is
+created with ``If-None-Match: *``, a stale one is taken over with ``If-Match`` on the ETag that was read,
+each heartbeat replaces the holder's own version (``If-Match``) and the release deletes only that version.
+Of two writers only one write succeeds, whatever the delays between them; the other is refused naming the
+winner. A heartbeat that finds the lock changed marks it ``lost``, and the end of the run (``ensure_held``)
+refuses to write its summary, card and exports; workers fence on the run epoch before every commit.
+Other object stores (and an S3-compatible server that answers ``NotImplemented``) have no conditional write
+drivegen can use: there the lock is written, read back after ``settle_s`` and kept only if it is still ours,
+and a warning says that two writers starting within that window could both believe they won.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -29,9 +36,15 @@ from generator.runfolder.store import RunStore
 from schemas import layout
 from schemas.errors import DrivegenError, RunFolderError
 
+log = logging.getLogger("drivegen.runfolder")
+
 
 class StaleWriterError(DrivegenError):
     """A writer's run epoch is no longer the run's: a newer driver holds the run folder."""
+
+
+class LockLostError(RunFolderError):
+    """The driver's lock on the run folder was taken over by another writer: it writes nothing more."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -61,15 +74,99 @@ class LockInfo:
                 f"{age:.0f} s ago)")
 
 
+def _lock_info(d) -> LockInfo | None:
+    try:
+        return LockInfo(**{k: d[k] for k in LockInfo.__dataclass_fields__})
+    except (KeyError, TypeError):
+        return None
+
+
 def read_lock(store: RunStore) -> LockInfo | None:
     try:
         d = store.read_json(layout.LOCK)
     except (FileNotFoundError, OSError, ValueError):
         return None
-    try:
-        return LockInfo(**{k: d[k] for k in LockInfo.__dataclass_fields__})
-    except (KeyError, TypeError):
-        return None
+    return _lock_info(d)
+
+
+class ConditionalWritesUnsupported(Exception):
+    """The object store refused a conditional request as not implemented."""
+
+
+class S3Conditional:
+    """Conditional object writes on S3 (AWS, and the S3-compatible servers that implement them): create if absent
+    (``If-None-Match: *``), replace or delete only the version read (``If-Match`` on its ETag). Through boto3,
+    which reads the same AWS environment as pyarrow's S3 (``AWS_ENDPOINT_URL``, credentials, region); a run
+    folder URI's ``endpoint_override``/``scheme``/``region`` query parameters are honoured as pyarrow does.
+    Each method returns None when the condition failed (another writer got there first)."""
+
+    _LOST = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+
+    def __init__(self, store: RunStore):
+        import boto3  # here: only object-store runs need it, and it costs ~0.3 s to import
+        from urllib.parse import parse_qs, urlsplit
+
+        q = {k: v[-1] for k, v in parse_qs(urlsplit(store.uri).query).items()}
+        kw = {}
+        if q.get("endpoint_override"):
+            kw["endpoint_url"] = f"{q.get('scheme', 'https')}://{q['endpoint_override']}"
+        if q.get("region"):
+            kw["region_name"] = q["region"]
+        self.client = boto3.client("s3", **kw)
+        self.bucket, _, prefix = store.base.partition("/")
+        self.prefix = prefix.strip("/")
+        self.uri = store.uri
+
+    def _key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def _call(self, what: str, rel: str, **kw):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.client, what)(Bucket=self.bucket, Key=self._key(rel), **kw)
+        except ClientError as err:
+            code = str(err.response.get("Error", {}).get("Code", ""))
+            status = str(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if code in self._LOST or status in self._LOST:
+                return None
+            if code == "NoSuchKey" or status == "404":
+                raise FileNotFoundError(f"{self.uri}/{rel}") from None
+            if code == "NotImplemented" or status == "501":
+                raise ConditionalWritesUnsupported(f"{self.uri}: {err}") from None
+            raise RunFolderError(f"cannot write {self.uri}/{rel} ({what}): {err}", file=f"{self.uri}/{rel}") from None
+        except BotoCoreError as err:  # endpoint unreachable, no credentials
+            raise RunFolderError(f"cannot reach {self.uri}/{rel}: {err}", file=f"{self.uri}/{rel}") from None
+
+    def read_json(self, rel: str) -> tuple[dict | None, str | None]:
+        """(the object's JSON, its ETag); (None, None) when it does not exist."""
+        try:
+            r = self._call("get_object", rel)
+        except FileNotFoundError:
+            return None, None
+        try:
+            return json.loads(r["Body"].read()), r["ETag"]
+        except ValueError:
+            return {}, r["ETag"]
+
+    def create(self, rel: str, obj) -> str | None:
+        r = self._call("put_object", rel, Body=json.dumps(obj).encode(), IfNoneMatch="*")
+        return None if r is None else r["ETag"]
+
+    def replace(self, rel: str, obj, etag: str) -> str | None:
+        r = self._call("put_object", rel, Body=json.dumps(obj).encode(), IfMatch=etag)
+        return None if r is None else r["ETag"]
+
+    def delete(self, rel: str, etag: str) -> bool:
+        try:
+            return self._call("delete_object", rel, IfMatch=etag) is not None
+        except FileNotFoundError:
+            return False
+
+
+def conditional_store(store: RunStore) -> S3Conditional | None:
+    """The conditional writes of ``store`` when it is on S3, else None (local: O_EXCL; other stores: none)."""
+    return S3Conditional(store) if store.uri.startswith("s3://") else None
 
 
 def current_epoch(store: RunStore) -> int:
@@ -126,6 +223,8 @@ class RunLock:
         self.owner = uuid.uuid4().hex
         self.epoch: int | None = None
         self.lost = False
+        self._cond: S3Conditional | None = None  # conditional writes (S3) and the ETag of this writer's lock
+        self._etag: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = time.time()
@@ -150,13 +249,8 @@ class RunLock:
         epoch = max(current_epoch(store), held.epoch if held else 0) + 1
         if store.is_local:
             self._create_local(held, epoch)
-        else:
-            store.write_json(layout.LOCK, self._info(epoch))
-            time.sleep(self.settle_s)
-            now = read_lock(store)
-            if now is None or now.owner != self.owner:
-                raise RunFolderError(f"{store.uri}: another writer took the lock at the same time"
-                                     + (f": {now.describe()}" if now else ""), file=store.full(layout.LOCK))
+        elif not self._create_conditional(held, epoch):
+            self._create_settled(epoch)
         self.epoch = epoch
         # heartbeats left half-written by a killed holder; from now on this writer's heartbeat writes these
         # names (``remove_leftovers`` leaves them alone), so they are cleared here, before it starts
@@ -166,6 +260,40 @@ class RunLock:
         self._thread = threading.Thread(target=self._beat, name="drivegen-lock-heartbeat", daemon=True)
         self._thread.start()
         return epoch
+
+    def _create_conditional(self, held: LockInfo | None, epoch: int) -> bool:
+        """Take the lock with one conditional write (S3). False when the store cannot do that."""
+        try:
+            cond = conditional_store(self.store)
+            if cond is None:
+                return False
+            if held is None:
+                etag = cond.create(layout.LOCK, self._info(epoch))
+            else:  # stale: replace exactly the version judged stale, nothing written since
+                seen, seen_etag = cond.read_json(layout.LOCK)
+                etag = (cond.replace(layout.LOCK, self._info(epoch), seen_etag)
+                        if seen_etag and _lock_info(seen) == held else None)
+        except ConditionalWritesUnsupported as err:
+            log.warning("%s has no conditional writes (%s): the lock is written and read back after %.1f s; two "
+                        "writers starting within that time could both believe they hold it", self.store.uri, err,
+                        self.settle_s)
+            return False
+        if etag is None:
+            now = read_lock(self.store)
+            raise RunFolderError(f"{self.store.uri}: another writer took the lock at the same time"
+                                 + (f": {now.describe()}" if now else ""), file=self.store.full(layout.LOCK))
+        self._cond, self._etag = cond, etag
+        return True
+
+    def _create_settled(self, epoch: int) -> None:
+        """Object stores without conditional writes: write, wait ``settle_s``, keep the lock if it is still ours."""
+        store = self.store
+        store.write_json(layout.LOCK, self._info(epoch))
+        time.sleep(self.settle_s)
+        now = read_lock(store)
+        if now is None or now.owner != self.owner:
+            raise RunFolderError(f"{store.uri}: another writer took the lock at the same time"
+                                 + (f": {now.describe()}" if now else ""), file=store.full(layout.LOCK))
 
     def _create_local(self, held: LockInfo | None, epoch: int) -> None:
         path = self.store.full(layout.LOCK)
@@ -198,6 +326,14 @@ class RunLock:
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
             try:
+                if self._cond is not None:  # replace our own version only: a changed lock is someone else's
+                    etag = self._cond.replace(layout.LOCK, {**self._info(self.epoch), "started_unix": self._started},
+                                              self._etag)
+                    if etag is None:
+                        self.lost = True
+                        return
+                    self._etag = etag
+                    continue
                 now = read_lock(self.store)
                 if now is None or now.owner != self.owner:
                     self.lost = True
@@ -206,10 +342,26 @@ class RunLock:
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried; staleness needs many
                 pass
 
+    def ensure_held(self) -> None:
+        """Raise RunFolderError when this writer no longer holds the lock (another writer took it over)."""
+        now = read_lock(self.store)
+        if self.lost or now is None or now.owner != self.owner:
+            self.lost = True
+            raise LockLostError(f"{self.store.uri}: this writer (epoch {self.epoch}) lost the run folder's lock"
+                                 + (f" to {now.describe()}" if now else "")
+                                 + "; its scenes already committed stay, nothing more is written",
+                                 file=self.store.full(layout.LOCK))
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._cond is not None:
+            try:
+                self._cond.delete(layout.LOCK, self._etag)  # our version only
+            except (RunFolderError, ConditionalWritesUnsupported) as err:
+                log.warning("could not remove the lock %s: %s", self.store.full(layout.LOCK), err)
+            return
         now = read_lock(self.store)
         if now is not None and now.owner == self.owner:
             self.store.delete(layout.LOCK)
