@@ -53,7 +53,7 @@ def _plain_help(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from schemas.errors import DrivegenError, InputError
+    from schemas.errors import DrivegenError, InputError, from_os_error
 
     for stream in (sys.stdout, sys.stderr):  # a value from the user's files that cannot be encoded (a lone
         if hasattr(stream, "reconfigure"):  # surrogate in an id) is printed escaped, never a crash
@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     except DrivegenError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # the storage's (a disk, an object store), never a bug: schemas.errors.from_os_error
+        mapped = from_os_error(err)
+        print(f"{name}: error: {mapped}", file=sys.stderr)
+        return 2 if isinstance(mapped, InputError) else 1
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130

@@ -5,11 +5,14 @@
     │   ├── ConfigError            a config file or value (names the file and the field)
     │   ├── SourceError            a log: missing/truncated file, bad calibration, poses, table row
     │   ├── TemplateError          a QA template file (names file, line and field)
-    │   └── RunFolderError         a run folder: not one, locked by another run, changed since, unreadable
+    │   ├── RunFolderError         a run folder: not one, locked by another run, changed since, unreadable
+    │   └── AccessDeniedError      a disk or object store refused this user or these credentials
+    ├── StorageError               a disk or object store failed or could not be reached: a command exits 1
     └── (other subclasses)         a known failure that is not the input's fault: a command exits 1
 
-Anything else that escapes a command is a bug: the command prints the traceback and exits 1
-(``generator.cli``), never "unusable input".
+An ``OSError`` that escapes a command is the storage's, never a bug: ``from_os_error`` says which of the two
+above it is (``generator.cli``). Anything else that escapes a command is a bug: the command prints the
+traceback and exits 1, never "unusable input".
 """
 from __future__ import annotations
 
@@ -41,3 +44,32 @@ class SourceError(InputError):
 class RunFolderError(InputError):
     """A run folder cannot be used as asked: not a run folder, held by another run, changed since it was
     written, or a file in it unreadable; the message names the folder or file and what to do."""
+
+
+class AccessDeniedError(InputError):
+    """A file or object could not be used with this user's permissions or these credentials."""
+
+
+class StorageError(DrivegenError):
+    """A disk or an object store failed, or could not be reached (a network error: never a missing file)."""
+
+
+# What S3 (and pyarrow's AWS SDK messages) say when the credentials or the permissions are at fault.
+_DENIED = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+           "ExpiredToken", "HTTP response code: 403")
+
+
+def from_os_error(err: OSError) -> DrivegenError:
+    """An ``OSError`` (a local file, or pyarrow's object-store errors) as the error a user can act on: access
+    refused (an ``InputError``: exit 2, check the credentials or permissions), a named file that is missing or is
+    a folder (exit 2), else the storage failing or out of reach (exit 1, try again)."""
+    text = str(err)
+    file = getattr(err, "filename", None)
+    if isinstance(err, PermissionError) or any(k in text for k in _DENIED):
+        return AccessDeniedError(f"access refused: {text}; check the credentials (AWS_ACCESS_KEY_ID / "
+                                 "AWS_SECRET_ACCESS_KEY / AWS_PROFILE for s3://) and the permissions on it",
+                                 file=file)
+    if isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return InputError(f"{text}", file=file)
+    return StorageError(f"storage error: {text}; a network error or a failing disk, not your input: try again "
+                        "(drivegen run --resume finishes an interrupted run)", file=file)

@@ -27,11 +27,11 @@ from typing import Callable
 
 from generator.numerics import numpy_pinned, ray_env_vars
 from generator.pipeline.core import SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model, finish_scene
-from generator.runfolder import RunReader, RunStore, remove_leftovers, write_error
+from generator.runfolder import LockLostError, RunReader, RunStore, remove_leftovers, write_error
 from generator.runfolder.commit import count_attempts
 from schemas import layout
 from schemas.config import PipelineConfig
-from schemas.errors import DrivegenError, RunFolderError
+from schemas.errors import DrivegenError, RunFolderError, StorageError
 from schemas.summary import QACounts, RunSummary, SceneCounts, Throughput
 from schemas.tables import ERRORS
 
@@ -252,6 +252,7 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
 
         metrics = RunMetrics(len(pending))
     bar = _Progress(len(pending), progress, metrics)
+    cleanup: OSError | None = None
     try:
         if executor == "local":
             _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch)
@@ -261,7 +262,15 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
             raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
     finally:
         bar.close()
-        remove_leftovers(store)
+        try:
+            remove_leftovers(store)
+        except OSError as err:  # the storage is out of reach: what a scene left is removed by --resume
+            log.error("could not remove what interrupted writers left in %s: %s", store.uri, err)
+            cleanup = err  # raised below unless an error of the run itself is on its way
+    if cleanup is not None:
+        raise StorageError(f"{store.uri} could not be cleaned up after the scenes ({cleanup}): the storage failed "
+                           "or is out of reach; every committed scene stays, drivegen run --resume finishes the run "
+                           "once it can be reached", file=store.uri)
     if tally.stale is not None:
         raise RunFolderError(f"{store.uri} was taken over by another driver while this run was going "
                              f"({json.loads(tally.stale['info'])['error']}); this run stops without finalizing")
@@ -278,6 +287,8 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
         t = time.perf_counter()
         try:
             finalize(store, summary)
+        except LockLostError:
+            raise  # another writer holds the folder now: not even summary.json is written over its files
         except Exception as err:  # noqa: BLE001 - the rows are committed; the by-product's failure is reported
             log.error("finalize (dataset card, exports) failed: %s: %s", type(err).__name__, err)
             summary.finalize_error = f"{type(err).__name__}: {err}"

@@ -57,7 +57,16 @@ class CuttableProxy:
         self._server: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._hold: tuple[tuple[bytes, ...], float] | None = None
+        self.denying = False  # answer every request as S3 answers wrong credentials (deny())
+        self.held = threading.Event()  # set when a request matching ``hold_request`` arrived
         self.restore()
+
+    def hold_request(self, *parts: bytes, seconds: float) -> None:
+        """Delay by ``seconds`` the next request whose first bytes contain every one of ``parts`` (a write that
+        is slow to land: a congested link), setting ``held`` as it arrives."""
+        self.held.clear()
+        self._hold = (parts, seconds)
 
     def restore(self) -> None:
         srv = socket.socket()
@@ -84,12 +93,38 @@ class CuttableProxy:
                 pass
             c.close()
 
+    def deny(self, on: bool = True) -> None:
+        """Answer every request with S3's reply to wrong credentials (403 InvalidAccessKeyId), as AWS does."""
+        self.denying = on
+
+    @staticmethod
+    def _refuse(client: socket.socket) -> None:
+        body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code><Message>The AWS '
+                b'Access Key Id you provided does not exist in our records.</Message></Error>')
+        try:
+            client.settimeout(10)
+            data = b""  # one request per connection: its headers are read, a body is dropped with the connection
+            while b"\r\n\r\n" not in data:
+                chunk = client.recv(1 << 16)
+                if not chunk:
+                    return
+                data += chunk
+            client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nConnection: close\r\n"
+                           b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except OSError:
+            pass
+        finally:
+            client.close()
+
     def _accept(self, srv: socket.socket) -> None:
         while True:
             try:
                 client, _ = srv.accept()
             except OSError:
                 return
+            if self.denying:
+                threading.Thread(target=self._refuse, args=(client,), daemon=True).start()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=10)
             except OSError:
@@ -97,13 +132,17 @@ class CuttableProxy:
                 continue
             with self._lock:
                 self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, out in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pipe, args=(a, b, out), daemon=True).start()
 
-    @staticmethod
-    def _pipe(a: socket.socket, b: socket.socket) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, outbound: bool) -> None:
         try:
             while data := a.recv(1 << 16):
+                hold = self._hold if outbound else None
+                if hold is not None and all(p in data[:512] for p in hold[0]):
+                    self._hold = None
+                    self.held.set()
+                    time.sleep(hold[1])
                 b.sendall(data)
         except OSError:
             pass
