@@ -236,6 +236,8 @@ def test_a_misspelt_key_is_refused_with_the_closest_known_one(data, hint):
     ("drama_x: {risk: {horizon_s: 1000000000}}", "drama_x.risk.horizon_s"),
     ("drama_x: {risk: {horizon_s: 4, step_s: 0.000000001}}", "drama_x.risk"),
     ("pie: {path_horizon_s: 30, path_step_s: 0.000001}", "pie"),
+    ("writers: {parquet_max_rows: 1}", "writers.parquet_max_rows"),  # 4,442 shards for one scene
+    ("writers: {wds_max_samples: 1}", "writers.wds_max_samples"),
 ])
 def test_size_like_settings_are_bounded_before_any_work(tmp_path, yaml_text, field):
     """A horizon or count of 1e9 was accepted; a scene then failed with a MemoryError naming no field, after

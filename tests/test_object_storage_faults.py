@@ -66,8 +66,9 @@ def test_a_lock_taken_over_is_noticed_and_the_other_lock_kept(s3_server):
         other = {**read_lock(store).__dict__, "owner": "someone-else", "command": "drivegen run --resume"}
         store.write_json(layout.LOCK, other)  # an unconditional write, as any client can do
         wait_for(lambda: lock.lost, 10, "the heartbeat to notice the lock changed")
-        with pytest.raises(LockLostError, match="lost the run folder's lock to 'drivegen run --resume'"):
+        with pytest.raises(LockLostError, match="lost the run folder's lock to 'drivegen run --resume'") as err:
             lock.ensure_held()
+        assert err.value.file == f"{store.uri}/_lock.json" and err.value.file.startswith("s3://")  # scheme kept
     finally:
         lock.release()
     assert read_lock(store).owner == "someone-else"

@@ -83,7 +83,7 @@ def main(args) -> int:
     store.write_bytes(f"{prefix}report.json", to_json(report).encode())
     if not args.quiet:
         print(md)
-    log.info("wrote %s", store.full(f"{prefix}report.md"))
+    log.info("wrote %s", store.uri_of(f"{prefix}report.md"))
     gaps = report.get("perception_gaps") or {}
     if gaps.get("scored_failed_frames"):
         print(f"drivegen validate: {gaps['scored_failed_frames']} scored frame(s) have no predictions because "
@@ -112,7 +112,7 @@ def _refresh_card(run: str) -> None:
         return
     try:
         write_run_card(reader, reader.summary())
-        log.info("dataset card %s updated with the validation figures", reader.store.full(layout.CARD))
+        log.info("dataset card %s updated with the validation figures", reader.store.uri_of(layout.CARD))
     except Exception as err:  # noqa: BLE001 - the report is written; a stale card is reported, not fatal
-        print(f"drivegen validate: warning: the dataset card {reader.store.full(layout.CARD)} was not updated: "
+        print(f"drivegen validate: warning: the dataset card {reader.store.uri_of(layout.CARD)} was not updated: "
               f"{type(err).__name__}: {err}", file=sys.stderr)

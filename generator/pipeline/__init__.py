@@ -24,7 +24,7 @@ from pathlib import Path
 from generator.pipeline.driver import RunResult, check_ray_auth, ensure_ray, format_summary, run_pipeline
 from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
 from schemas import layout
-from schemas.errors import InputError, RunFolderError
+from schemas.errors import ConfigError, InputError, RunFolderError
 
 __all__ = ["run", "RunResult", "RunStore", "run_pipeline", "ensure_ray", "format_summary", "synth_logs",
            "SYNTH_VERSION", "DEFAULT_SYNTH_SCENES"]
@@ -80,11 +80,22 @@ def _warn_if_not_shared(store: RunStore, desc: dict) -> None:
                     "use a URI such as s3://bucket/run", len(hosts), store.uri)
 
 
+# A run's shards hold at least this many rows / samples: below, a scene becomes thousands of files whose
+# footers and headers outweigh their data (writers.parquet_max_rows: 1 wrote 4,442 shards for one scene).
+MIN_SHARD_ROWS = {"parquet_max_rows": 100, "wds_max_samples": 10}
+
+
 def check_inputs(cfg) -> None:
     """Everything about a config that can fail a run, checked before any work or any write: the templates
-    (``qa.template_dirs`` exist and parse) and the QA families (registered). Raises an InputError."""
+    (``qa.template_dirs`` exist and parse), the QA families (registered) and the shard sizes (``MIN_SHARD_ROWS``).
+    Raises an InputError."""
     from generator.qa import check_families, load_templates
 
+    for name, floor in MIN_SHARD_ROWS.items():
+        value = getattr(cfg.writers, name)
+        if value < floor:
+            raise ConfigError(f"field 'writers.{name}': {value} is below {floor}: every scene would be split into "
+                              f"shards of {value} row(s) each, thousands of files per scene; give at least {floor}")
     check_families(cfg)
     load_templates(cfg)
 
@@ -157,7 +168,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                                      f"start one with drivegen run --out {out}", file=store.uri)
             for name in (layout.CONFIG, layout.SOURCE, layout.SCENES):
                 if not store.exists(name):
-                    raise RunFolderError(f"{store.full(name)} is missing: the run cannot be resumed", file=store.full(name))
+                    raise RunFolderError(f"{store.uri_of(name)} is missing: the run cannot be resumed", file=store.uri_of(name))
             _check_unchanged(reader, force)
             cfg, desc, ids, work = reader.config(), reader.source(), reader.planned_scenes(), reader.planned_work()
             check_inputs(cfg)
@@ -229,7 +240,7 @@ def _still_described(finalize, lock: RunLock):
         if gone:
             raise RunFolderError(f"{' and '.join(gone)} disappeared from {store.uri} while the run was going: the "
                                  "folder no longer says how its rows were made; restore the file(s), then check the "
-                                 "folder with drivegen inspect", file=store.full(gone[0]))
+                                 "folder with drivegen inspect", file=store.uri_of(gone[0]))
         if finalize is not None:
             finalize(store, summary)
 

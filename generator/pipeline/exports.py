@@ -167,7 +167,7 @@ def validation_summary(reader: RunReader) -> dict | None:
     try:
         r = reader.store.read_json(rel)
     except (ValueError, OSError) as err:
-        log.warning("card: %s is unreadable (%s); the card leaves validation out", reader.store.full(rel), err)
+        log.warning("card: %s is unreadable (%s); the card leaves validation out", reader.store.uri_of(rel), err)
         return None
     d, t, a = r.get("detection") or {}, r.get("tracking") or {}, r.get("label_agreement") or {}
     out = {"scenes evaluated": len((r.get("scenes") or {}).get("evaluated", [])),
@@ -281,7 +281,7 @@ def add_run_card(reader: RunReader, summary: RunSummary, parts: bool = False) ->
         return
     stats = write_run_card(reader, summary, parts)
     if stats is not None:
-        summary.card = CardEntry(reader.store.full(layout.CARD), {
+        summary.card = CardEntry(reader.store.uri_of(layout.CARD), {
             sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]})
 
 

@@ -116,7 +116,7 @@ def check_run(reader: RunReader, allow_partial: bool) -> None:
     held = live_lock(reader.store)  # the lock rule of every writer: a live pid here, or a recent heartbeat
     if held is not None:
         raise RunFolderError(f"{reader.uri} is still being written by {held.describe()}: publish it once that run "
-                             "has ended", file=reader.store.full(layout.LOCK))
+                             "has ended", file=reader.store.uri_of(layout.LOCK))
     if allow_partial:
         return
     errs = {e.get("scene_id") or "(run)": e for e in reader.errors()}

@@ -309,7 +309,7 @@ def clear_run(store: RunStore) -> int:
     if other:
         raise RunFolderError(f"{store.uri} holds {len(other)} file(s) drivegen did not write (e.g. {other[0]}): "
                              "--overwrite deletes only a run's own files, and a new run needs an empty folder; "
-                             "move them or choose a new --out", file=store.full(other[0]))
+                             "move them or choose a new --out", file=store.uri_of(other[0]))
     gone = [rel for rel in ours if rel != layout.LOCK]
     for rel in gone:
         store.delete(rel)

@@ -245,7 +245,7 @@ class RunLock:
         if held is not None and not self.is_stale(held):
             raise RunFolderError(f"{store.uri} is being written by {held.describe()}; wait for it to finish, or "
                                  f"stop it (a lock whose holder died is taken over after {self.stale_after_s:.0f} s)",
-                                 file=store.full(layout.LOCK))
+                                 file=store.uri_of(layout.LOCK))
         epoch = max(current_epoch(store), held.epoch if held else 0) + 1
         if store.is_local:
             self._create_local(held, epoch)
@@ -281,7 +281,7 @@ class RunLock:
         if etag is None:
             now = read_lock(self.store)
             raise RunFolderError(f"{self.store.uri}: another writer took the lock at the same time"
-                                 + (f": {now.describe()}" if now else ""), file=self.store.full(layout.LOCK))
+                                 + (f": {now.describe()}" if now else ""), file=self.store.uri_of(layout.LOCK))
         self._cond, self._etag = cond, etag
         return True
 
@@ -293,7 +293,7 @@ class RunLock:
         now = read_lock(store)
         if now is None or now.owner != self.owner:
             raise RunFolderError(f"{store.uri}: another writer took the lock at the same time"
-                                 + (f": {now.describe()}" if now else ""), file=store.full(layout.LOCK))
+                                 + (f": {now.describe()}" if now else ""), file=store.uri_of(layout.LOCK))
 
     def _create_local(self, held: LockInfo | None, epoch: int) -> None:
         path = self.store.full(layout.LOCK)
@@ -350,7 +350,7 @@ class RunLock:
             raise LockLostError(f"{self.store.uri}: this writer (epoch {self.epoch}) lost the run folder's lock"
                                  + (f" to {now.describe()}" if now else "")
                                  + "; its scenes already committed stay, nothing more is written",
-                                 file=self.store.full(layout.LOCK))
+                                 file=self.store.uri_of(layout.LOCK))
 
     def release(self) -> None:
         self._stop.set()
@@ -360,7 +360,7 @@ class RunLock:
             try:
                 self._cond.delete(layout.LOCK, self._etag)  # our version only
             except (RunFolderError, ConditionalWritesUnsupported) as err:
-                log.warning("could not remove the lock %s: %s", self.store.full(layout.LOCK), err)
+                log.warning("could not remove the lock %s: %s", self.store.uri_of(layout.LOCK), err)
             return
         now = read_lock(self.store)
         if now is not None and now.owner == self.owner:

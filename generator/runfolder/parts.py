@@ -81,7 +81,7 @@ def _build_one(spec: PartSpec, reader: RunReader, scene_id: str, cfg, put) -> di
         raise
     except Exception as err:  # noqa: BLE001 - named with its scene and part, then raised
         raise RunFolderError(f"scene {scene_id}: building its {spec.name} part failed: {type(err).__name__}: {err}",
-                             file=reader.store.full(layout.manifest_file(scene_id))) from err
+                             file=reader.store.uri_of(layout.manifest_file(scene_id))) from err
 
 
 def build_scene_parts(run: str, scene_ids: list[str], specs: list[PartSpec]) -> dict[str, int]:
@@ -161,8 +161,8 @@ def _read_part(store: RunStore, name: str, sid: str) -> dict | None:
     try:
         data = store.read_json(rel)
     except (FileNotFoundError, OSError, ValueError) as err:
-        raise RunFolderError(f"{store.full(rel)}: the {name} part of scene {sid} is missing or unreadable ({err}); "
-                             "run the end of the run again (drivegen run --resume)", file=store.full(rel)) from None
+        raise RunFolderError(f"{store.uri_of(rel)}: the {name} part of scene {sid} is missing or unreadable ({err}); "
+                             "run the end of the run again (drivegen run --resume)", file=store.uri_of(rel)) from None
     return _load(store, data)
 
 

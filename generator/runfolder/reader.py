@@ -67,7 +67,7 @@ class RunReader:
         try:
             return self.store.read_json(rel)
         except (ValueError, OSError) as err:
-            raise RunFolderError(f"{self.store.full(rel)} is unreadable: {err}", file=self.store.full(rel)) from None
+            raise RunFolderError(f"{self.store.uri_of(rel)} is unreadable: {err}", file=self.store.uri_of(rel)) from None
 
     @cached_property
     def run_state(self) -> dict:
@@ -134,7 +134,7 @@ class RunReader:
     def _read_manifest(self, rel: str) -> dict:
         m = self._json(rel)
         if not isinstance(m, dict) or "scene_id" not in m:
-            raise RunFolderError(f"{self.store.full(rel)}: not a drivegen manifest", file=self.store.full(rel))
+            raise RunFolderError(f"{self.store.uri_of(rel)}: not a drivegen manifest", file=self.store.uri_of(rel))
         return m
 
     @cached_property
@@ -209,7 +209,7 @@ class RunReader:
         try:
             return owner.store.read_parquet(files, schema, columns)
         except (OSError, ValueError, pa.ArrowException) as err:
-            raise RunFolderError(f"cannot read {t.folder} of {owner.uri}: {err}", file=owner.store.full(t.folder)) from None
+            raise RunFolderError(f"cannot read {t.folder} of {owner.uri}: {err}", file=owner.store.uri_of(t.folder)) from None
 
     def read_scene(self, table_name: str, scene_id: str, columns: list[str] | None = None) -> pa.Table | None:
         return self.read_table(table_name, [scene_id], columns)
@@ -223,7 +223,7 @@ class RunReader:
         try:
             return self.store.read_parquet(files, ERRORS).to_pylist()
         except (OSError, ValueError, pa.ArrowException) as err:
-            raise RunFolderError(f"cannot read {self.store.full(layout.ERRORS_DIR)}: {err}") from None
+            raise RunFolderError(f"cannot read {self.store.uri_of(layout.ERRORS_DIR)}: {err}") from None
 
     # ---- consistency
     def check(self) -> list[str]:

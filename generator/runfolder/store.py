@@ -58,8 +58,13 @@ class RunStore:
         return f"{self.base}/{rel}" if rel else self.base
 
     def uri_of(self, rel: str) -> str:
-        """The URI (or local path) of ``rel`` inside this folder, openable as a RunStore of its own."""
-        return f"{self.uri.rstrip('/')}/{rel}" if "://" in self.uri else os.path.join(self.base, rel)
+        """The URI (or local path) of ``rel`` inside this folder, openable as a RunStore of its own: what messages
+        name (``s3://bucket/run/x``; ``full`` is the filesystem's path, without the scheme). A query of the
+        folder's URI (``?endpoint_override=...``) stays at the end."""
+        if "://" not in self.uri:
+            return os.path.join(self.base, rel)
+        head, sep, query = self.uri.partition("?")
+        return f"{head.rstrip('/')}/{rel}{sep}{query}" if rel else self.uri
 
     @property
     def local_root(self) -> Path | None:
@@ -124,8 +129,8 @@ class RunStore:
 
     def _write_error(self, rel: str, err: BaseException) -> RunFolderError:
         why = getattr(err, "strerror", None) or str(err)
-        return RunFolderError(f"cannot write {self.full(rel)}: {why}; give an --out folder you can write to",
-                              file=self.full(rel))
+        return RunFolderError(f"cannot write {self.uri_of(rel)}: {why}; give an --out folder you can write to",
+                              file=self.uri_of(rel))
 
     def write_bytes(self, rel: str, data: bytes, durable: bool = True) -> None:
         """Write ``data`` at ``rel``: temporary name, then move into place (fsynced first unless

@@ -173,7 +173,7 @@ def run_config(rd: RunData):
         return config_from_yaml(rd.config_yaml, where=rd.store.full("config.yaml"))
     except ConfigError as err:
         raise ValidateInputError(f"the run's config.yaml is invalid: {err}",
-                                 file=rd.store.full("config.yaml")) from None
+                                 file=rd.store.uri_of("config.yaml")) from None
 
 
 def open_source_of(rd: RunData, opts: ValidateOptions):
@@ -189,7 +189,7 @@ def open_source_of(rd: RunData, opts: ValidateOptions):
         return source_from_description(desc)
     except (SourceError, ValueError, TypeError) as err:
         raise ValidateInputError(f"cannot open the run's logs from source.json: {err}; pass --logs with the logs "
-                                 f"the run was made from", file=rd.store.full("source.json")) from None
+                                 f"the run was made from", file=rd.store.uri_of("source.json")) from None
 
 
 def _root(run: RunData, opts: ValidateOptions) -> str:

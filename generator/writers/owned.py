@@ -27,7 +27,7 @@ def owned_files(store, rel_dir: str, marker: str, fmt: str, what: str | None = N
     except (ValueError, OSError):
         old = None
     if not (isinstance(old, dict) and (old.get("format") == fmt or in_run_folder)):
-        raise RunFolderError(f"{store.full(rel_dir)} already exists and is not {what or 'a ' + fmt + ' folder'} made "
+        raise RunFolderError(f"{store.uri_of(rel_dir)} already exists and is not {what or 'a ' + fmt + ' folder'} made "
                              f"by drivegen ({len(existing)} file(s) in it, e.g. {existing[0]}); choose an empty or "
-                             "new --out folder", file=store.full(rel_dir))
+                             "new --out folder", file=store.uri_of(rel_dir))
     return [f for f in old.get("files", []) if isinstance(f, str)] if isinstance(old, dict) else []
