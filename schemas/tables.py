@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
@@ -345,16 +346,15 @@ def _compact_array(arr: pa.Array) -> pa.Array:
         # the dictionary page by the values given and writes the distinct ones, the rest of the page is
         # whatever the memory held (measured: 855 bytes of a QA shard, different in every process).
         lo = int(used_idx.min())
-        uniq, first = np.unique(used_idx - lo, return_index=True)
-        values_idx = uniq[np.argsort(first, kind="stable")]  # window positions, by first use
-        values = arr.dictionary.slice(lo, int(uniq[-1]) + 1).take(pa.array(values_idx))
-        distinct = values.dictionary_encode()  # the first of equal values stands for them (first-use order)
-        if (len(distinct.dictionary) == len(arr.dictionary) and lo == 0
-                and (values_idx == np.arange(len(values_idx))).all()):
+        values_idx = pc.unique(pa.array(used_idx - lo)).to_numpy()  # window positions in first-use order (hashed)
+        if (lo == 0 and len(values_idx) == len(arr.dictionary) and (values_idx == np.arange(len(values_idx))).all()
+                and pc.count_distinct(arr.dictionary).as_py() == len(arr.dictionary)):
             return arr  # the common case: every value used, once, already in first-use order
-        rank = np.zeros(int(uniq[-1]) + 1, np.int64)
-        rank[values_idx] = distinct.indices.to_numpy()
-        new_idx = rank[np.clip(idx - lo, 0, len(rank) - 1)]
+        span = int(values_idx.max()) + 1
+        distinct = arr.dictionary.slice(lo, span).take(pa.array(values_idx)).dictionary_encode()
+        rank = np.zeros(span, np.int64)
+        rank[values_idx] = distinct.indices.to_numpy()  # the first of equal values stands for them
+        new_idx = rank[np.clip(idx - lo, 0, span - 1)]
         values = distinct.dictionary
         mask = None if valid is None else ~valid
         return pa.DictionaryArray.from_arrays(
