@@ -108,36 +108,127 @@ def _transition(dt: float, size_q: float, yaw_q: float) -> np.ndarray:
     return A
 
 
+_DENSE_PAIRS = 1 << 20  # detections x tracks evaluated as dense arrays; a larger frame asks a KD-tree for candidates
+_NEAREST = 16  # in a crowded frame, the tracks each detection is tested against: its nearest within the gate
+_MAX_BLOCK = 1 << 22  # cells of one component's dense Hungarian block (32 MiB of costs); a larger one goes sparse
+
+
+def _pairs(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarray, state: np.ndarray, gate: float,
+           reach_m: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The allowed (detection position, track position, cost) triples of ``_assign`` (positions into ``dets`` and
+    ``tracks``). Up to ``_DENSE_PAIRS`` pairs every pair is tested, exactly as one dense problem. Above, in a
+    crowded frame (100,000 pedestrians would need 74.5 GiB of dense arrays, and a new track's gate, widened by its
+    unknown velocity, spans about 15 m: hundreds of tracks per detection), each detection is tested against its
+    ``_NEAREST`` nearest tracks (a KD-tree) within the largest distance the gate allows, ``sqrt(gate (max Ppp +
+    max r))``, a million pairs at a time: memory grows with the detections, and the assignment may differ from the exact one where the
+    cheapest track of a detection is not among its nearest (a deviation only in such crowds)."""
+    st = state[tracks][:, [X, Y, PPP, CLS]]  # (T, 4)
+    md = meas[dets, :3]  # (D, 3): x, y, r
+    dcls = cls[dets]
+    if len(dets) * len(tracks) <= _DENSE_PAIRS:
+        cand = [np.divmod(np.arange(len(dets) * len(tracks)), len(tracks))]
+    else:
+        from scipy.spatial import cKDTree  # here: only crowded frames need it
+
+        radius = np.sqrt(gate * (st[:, 2].max() + md[:, 2].max()))
+        if reach_m is not None:
+            radius = min(radius, reach_m.max() + np.sqrt(gate * md[:, 2].max()))
+        k = min(_NEAREST, len(tracks))
+        _, near = cKDTree(st[:, :2]).query(md[:, :2], k=k, distance_upper_bound=radius * (1 + 1e-9))
+        near = near.reshape(len(dets), k)
+        found = near < len(tracks)  # a missing neighbour is reported as index T
+        di_all = np.repeat(np.arange(len(dets)), found.sum(axis=1))
+        ti_all = near[found].astype(np.int64)
+        step = 1 << 20  # pairs tested at a time
+        cand = [(di_all[i:i + step], ti_all[i:i + step]) for i in range(0, len(di_all), step)]
+    out_d, out_t, out_c = [], [], []
+    for di, ti in cand:
+        dx, dy = md[di, 0] - st[ti, 0], md[di, 1] - st[ti, 1]
+        d2, s = dx * dx + dy * dy, st[ti, 2] + md[di, 2]
+        m = d2 / s
+        ok = (m <= gate) & (dcls[di] == st[ti, 3])
+        if reach_m is not None:
+            ok &= d2 <= (reach_m[ti] + np.sqrt(gate * md[di, 2])) ** 2
+        out_d.append(di[ok])
+        out_t.append(ti[ok])
+        out_c.append((m + 2 * np.log(s))[ok])
+    if not out_d:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return np.concatenate(out_d), np.concatenate(out_t), np.concatenate(out_c)
+
+
+def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum-cost assignment over the allowed pairs (at most one pair per detection and per track, as many
+    pairs as can be, then the least total cost): each connected group of detections and tracks that share
+    allowed pairs is one problem, solved by ``linear_sum_assignment`` on its dense block (forbidden cells at
+    ``_BIG``), or, for a block of more than ``_MAX_BLOCK`` cells (a crowd), by
+    ``scipy.sparse.csgraph.min_weight_full_bipartite_matching`` on its pairs alone (``_sparse_match``)."""
+    if len(np.unique(di)) == len(di) and len(np.unique(ti)) == len(ti):
+        return di, ti  # no conflicts: every allowed pair is the assignment
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n_det = int(di.max()) + 1
+    graph = coo_matrix((np.ones(len(di)), (di, n_det + ti)), shape=(n_det + n_tracks,) * 2)
+    _, label = connected_components(graph, directed=False)
+    comp = label[di]
+    order = np.argsort(comp, kind="stable")
+    bounds = np.flatnonzero(np.diff(comp[order])) + 1
+    out_d, out_t = [], []
+    for idx in np.split(order, bounds):
+        d, t, c = di[idx], ti[idx], cost[idx]
+        if len(idx) == 1:
+            out_d.append(d)
+            out_t.append(t)
+            continue
+        rows, r = np.unique(d, return_inverse=True)
+        cols, k = np.unique(t, return_inverse=True)
+        if len(rows) * len(cols) <= _MAX_BLOCK:
+            block = np.full((len(rows), len(cols)), _BIG)
+            block[r, k] = c
+            a, b = linear_sum_assignment(block)
+            good = block[a, b] < _BIG
+            a, b = a[good], b[good]
+        else:
+            a, b = _sparse_match(r, k, c, len(rows), len(cols))
+        out_d.append(rows[a])
+        out_t.append(cols[b])
+    return np.concatenate(out_d), np.concatenate(out_t)
+
+
+def _sparse_match(r: np.ndarray, k: np.ndarray, c: np.ndarray, n_r: int, n_c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same optimum as the dense block, from the pairs alone: every row and column gets a dummy partner at a
+    cost above any matching's total (so as many real pairs as possible are made first), and each real pair its
+    mirror between the dummies, which makes a full matching exist. The costs are shifted to >= 1 (a
+    maximum matching has a fixed number of pairs: the shift does not change which is cheapest)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+
+    w = c - c.min() + 1.0
+    unmatched = w.sum() + 1.0
+    rows = np.concatenate([r, np.arange(n_r), n_r + np.arange(n_c), n_r + k])
+    cols = np.concatenate([k, n_c + np.arange(n_r), np.arange(n_c), n_c + r])
+    cost = np.concatenate([w, np.full(n_r + n_c, unmatched), np.ones(len(r))])
+    a, b = min_weight_full_bipartite_matching(csr_matrix((cost, (rows, cols)), shape=(n_r + n_c,) * 2))
+    real = (a < n_r) & (b < n_c)
+    return a[real], b[real]
+
+
 def _assign(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarray, state: np.ndarray,
             gate: float, reach_m: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Detections ``dets`` (D,) (indices into meas (N, 10) and cls (N,)) against live tracks ``tracks`` (T,) (rows
     of state (L, NCOL)). Returns (detection indices (K,), track rows (K,)) of the minimum-cost assignment among
     allowed pairs (same class, squared Mahalanobis distance within ``gate``, and, where ``reach_m`` (T,) is given,
     the centre within that reach of the track's prediction plus what the detection's own noise allows,
-    ``sqrt(gate r)``)."""
+    ``sqrt(gate r)``). Memory and time grow with the allowed pairs, not with D x T (``_pairs``, ``_match``)."""
     if len(dets) == 0 or len(tracks) == 0:
         return dets[:0], tracks[:0]
-    st = state[tracks][:, [X, Y, PPP, CLS]].T  # (4, T)
-    m_d = meas[dets, :3].T  # (3, D): x, y, r
-    dx = m_d[0, :, None] - st[0]
-    dy = m_d[1, :, None] - st[1]
-    s = st[2] + m_d[2, :, None]
-    m = (dx * dx + dy * dy) / s
-    ok = (m <= gate) & (cls[dets][:, None] == st[3])
-    if reach_m is not None:
-        ok &= dx * dx + dy * dy <= (reach_m[None, :] + np.sqrt(gate * m_d[2, :, None])) ** 2
-    rows_n, cols_n = ok.sum(axis=1), ok.sum(axis=0)
-    if not rows_n.any():
+    di, ti, cost = _pairs(dets, tracks, meas, cls, state, gate, reach_m)
+    if len(di) == 0:
         return dets[:0], tracks[:0]
-    if rows_n.max() <= 1 and cols_n.max() <= 1:  # no conflicts: every allowed pair is the assignment
-        a, b = np.nonzero(ok)
-        return dets[a], tracks[b]
-    rows, cols = np.nonzero(rows_n)[0], np.nonzero(cols_n)[0]
-    sub = ok[np.ix_(rows, cols)]
-    cost = np.where(sub, m[np.ix_(rows, cols)] + 2 * np.log(s[np.ix_(rows, cols)]), _BIG)
-    a, b = linear_sum_assignment(cost)
-    good = sub[a, b]
-    return dets[rows[a[good]]], tracks[cols[b[good]]]
+    a, b = _match(di, ti, cost, len(tracks))
+    o = np.argsort(a, kind="stable")  # by detection, as the updates and gaps are recorded
+    return dets[a[o]], tracks[b[o]]
 
 
 def _measurements(xy, vel, size, yaw, cfg) -> np.ndarray:
