@@ -120,6 +120,16 @@ def _private_token() -> None:
         pass
 
 
+def oversubscribed(cfg: PipelineConfig, cores: int | None = None) -> str | None:
+    """The warning an embedded Ray with more CPUs than the machine's ``cores`` deserves, else None."""
+    cores = cores or os.cpu_count() or 1
+    n = cfg.ray.num_cpus
+    if not n or n <= cores:
+        return None
+    return (f"ray.num_cpus={n} on a machine with {cores} CPUs: Ray runs up to {n} scenes' tasks at once and they "
+            f"share the {cores} cores (more memory, no more speed)")
+
+
 def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False,
                metrics_port: int | None = None) -> bool:
     """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster, otherwise
@@ -142,10 +152,9 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
     else:
         # address='local': always a new embedded instance, never another user's Ray found on this machine
         check_ray_auth(cfg)
-        if cfg.ray.num_cpus and cfg.ray.num_cpus > (os.cpu_count() or 1):
-            log.warning("ray.num_cpus=%d on a machine with %d CPUs: Ray runs up to %d scenes' tasks at once and they "
-                        "share the %d cores (more memory, no more speed)", cfg.ray.num_cpus, os.cpu_count(),
-                        cfg.ray.num_cpus, os.cpu_count())
+        warning = oversubscribed(cfg)
+        if warning:
+            log.warning("%s", warning)
         extra = {"_metrics_export_port": int(metrics_port)} if metrics_port else {}
         ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common,
                  **extra)
