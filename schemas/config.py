@@ -236,7 +236,26 @@ class LabelNoiseConfig(_Model):
     false_positives_per_frame: float = Field(0.0, ge=0)
     score_min: float = Field(0.5, ge=0, le=1)
     """noisy boxes get scores in [score_min, 1]"""
+    fp_score: tuple[float, float] | None = None
+    """false positives' (random ones and ghosts) scores: uniform in [lo, hi]; None: as the true boxes'. A real
+    detector's false positives score lower than its true boxes, with overlap (e.g. [0.3, 0.8] against [0.5, 1])"""
+    ghosts_per_ha: float = Field(0.0, ge=0, le=100)
+    """recurring false positives: sites per hectare of the city, each at a fixed place (a seeded Poisson process per
+    50 m cell of the city frame), of a random class, seen within 50 m of the ego in each frame with probability
+    ``ghost_presence``, centre jittered by ``center_m``: a real detector's ghosts (a pole read as a pedestrian)"""
+    ghost_presence: float = Field(0.6, gt=0, le=1)
+    miss_runs_per_min: float = Field(0.0, ge=0, le=60)
+    """missed detections in runs (occlusion): per object, runs start at this rate (a seeded Poisson process in
+    time) and last Exp(``miss_run_s``) seconds, during which the object is not detected"""
+    miss_run_s: float = Field(1.0, gt=0, le=30)
     seed: int = 0
+
+    @field_validator("fp_score")
+    @classmethod
+    def _score_range(cls, v):
+        if v is not None and not 0 <= v[0] <= v[1] <= 1:
+            raise ValueError(f"fp_score must be [lo, hi] with 0 <= lo <= hi <= 1, got {list(v)}")
+        return v
 
 
 class Mmdet3dConfig(_Model):

@@ -116,6 +116,67 @@ def test_labels_backend_applies_score_threshold_and_classes():
     assert set(out.class_name) <= {"car", "truck"} and (out.score >= 0.9).all() and 0 < len(out) < len(gt)
 
 
+def _moving_frames(n, hz=10.0, speed=8.0, labels=None):
+    """``n`` frames of an ego driving along +x in the city frame (yaw 0.3 rad), the same labels in each."""
+    yaw = 0.3
+    R = np.array([[np.cos(yaw), -np.sin(yaw), 0], [np.sin(yaw), np.cos(yaw), 0], [0, 0, 1]])
+    out = []
+    for k in range(n):
+        pose = SE3(R, np.array([1000.0 + speed * k / hz * np.cos(yaw), 500.0 + speed * k / hz * np.sin(yaw), 0.0]))
+        out.append(Frame("s", k, int(k / hz * 1e6), f"t{k}", pose, SE3.identity(), "", "av2_feather",
+                         labels=labels.copy() if labels is not None else Boxes3D.empty()))
+    return out
+
+
+def test_ghosts_recur_at_fixed_places_of_the_city():
+    """A real detector's ghosts come back at the same places: the same ghost sites are seen from every frame
+    within range, at a fixed place in the city frame (within the centre noise), each in about
+    ``ghost_presence`` of the frames, with false-positive scores; the same frames detected one at a time or
+    together give the same boxes."""
+    cfg = DetectionConfig(backend="labels", labels={"ghosts_per_ha": 8.0, "ghost_presence": 0.6, "center_m": 0.1,
+                                                    "score_min": 0.5, "fp_score": [0.3, 0.8], "seed": 2})
+    det = build_detector(cfg)
+    frames = _moving_frames(60, speed=3.0)
+    together = det(frames)
+    alone = [det([f])[0] for f in frames]
+    assert all(np.array_equal(a.center_m, b.center_m) for a, b in zip(together, alone))
+    from actors.detect.labels import ghost_sites
+
+    noise = cfg.labels
+    in_view = [ghost_sites(noise, "s", f.city_SE3_ego.translation[:2], list(DETECTION_CLASSES))[0] for f in frames]
+    sites = np.unique(np.concatenate(in_view), axis=0)
+    seen = np.zeros(len(sites))
+    for f, b, view in zip(frames, together, in_view):
+        city = f.city_SE3_ego.transform_points(b.center_m)[:, :2]
+        d = np.linalg.norm(city[:, None] - sites[None], axis=2)
+        assert (d.min(axis=1) < 0.5).all()  # every ghost at one of the sites (jitter 0.1 m)
+        seen += np.bincount(d.argmin(axis=1), minlength=len(sites))
+    always = np.array([all((np.linalg.norm(v - p, axis=1) < 1e-9).any() for v in in_view) for p in sites])
+    assert always.sum() >= 3  # sites in view of every frame ...
+    assert abs(seen[always].sum() / (always.sum() * len(frames)) - 0.6) < 0.1  # ... seen in ~60 % of the frames
+    scores = np.concatenate([b.score for b in together])
+    assert scores.min() >= 0.3 and scores.max() <= 0.8 and (scores < 0.5).any()  # overlaps the true boxes' range
+    off = build_detector(DetectionConfig(backend="labels", labels={"ghosts_per_ha": 0.0, "center_m": 0.1}))
+    assert sum(len(b) for b in off(frames)) == 0
+
+
+def test_missed_detections_come_in_runs():
+    """An object's misses are runs (occlusion), not independent drops: at 10 Hz with runs of ~1 s, missed frames
+    follow missed frames; the share missed matches rate x length."""
+    n_obj, n_frames = 40, 600
+    gt = Boxes3D(np.column_stack([np.arange(n_obj) * 3.0 + 5, np.zeros(n_obj), np.full(n_obj, 0.8)]),
+                 np.tile([4.0, 2.0, 1.5], (n_obj, 1)), np.zeros(n_obj), np.full(n_obj, "car", dtype=object),
+                 instance_token=np.array([f"obj{k}" for k in range(n_obj)], dtype=object))
+    cfg = DetectionConfig(backend="labels", labels={"miss_runs_per_min": 6.0, "miss_run_s": 1.0, "center_m": 0.01})
+    out = build_detector(cfg)(_moving_frames(n_frames, labels=gt))
+    seen = np.array([[f"obj{k}" in set(b.instance_token) for k in range(n_obj)] for b in out])  # (frames, objects)
+    missed = ~seen
+    share = missed.mean()
+    assert 0.04 < share < 0.16, share  # 6 runs/min x 1 s = 10 % of the time
+    after_miss = missed[1:][missed[:-1]].mean()  # P(missed | missed the frame before)
+    assert after_miss > 0.8, after_miss  # runs: independent drops would give ~0.1
+
+
 # ------------------------------------------------------------------------------------------- lidar backend
 
 def test_lidar_detector_finds_vehicles_in_a_raycast_street():

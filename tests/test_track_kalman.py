@@ -11,7 +11,7 @@ from actors.track import kalman as K
 from actors.track.metrics import clear_mot
 from actors.track.pubtracker import track_scene
 from support.data import SYNTH_VERSION
-from support.track import highway_scene, tracked_run_folder, tracking_metrics
+from support.track import REALISTIC_NOISE, highway_scene, tracked_run_folder, tracking_metrics
 from generator.geometry import SE3
 from generator.types import Boxes3D
 from schemas.config import TrackingConfig, parse_config
@@ -200,6 +200,19 @@ def test_av2_noisy_labels_meet_the_goal(av2_log, tmp_path):
     k, g = res["kalman"], res["greedy"]
     assert k["num_thresholds"] == 40 and k["AMOTA"] >= 0.90 and k["IDSW"] <= 5, (k["AMOTA"], k["IDSW"])
     assert g["AMOTA"] < 0.90 and g["IDSW"] > 5, (g["AMOTA"], g["IDSW"])
+
+
+@pytest.mark.slow
+def test_av2_with_a_real_detectors_errors_meets_the_goal(av2_log, tmp_path):
+    """The real AV2 log through the labels backend with a real detector's errors on top of the validation noise
+    (REALISTIC_NOISE: recurring ghosts at fixed places, runs of misses, lower but overlapping false-positive
+    scores): AMOTA >= 0.90, IDSW <= 5 (measured 0.957, 2; greedy 0.833, 18)."""
+    from generator.sources import open_source
+
+    cfg = parse_config({"detection": {"backend": "labels", "labels": REALISTIC_NOISE}, "tracking": {"mode": "kalman"}})
+    run = tracked_run_folder(tmp_path / "run", open_source("av2", av2_log.parent, cfg), cfg)
+    k = tracking_metrics(run, 40)
+    assert k["AMOTA"] >= 0.90 and k["IDSW"] <= 5, (k["AMOTA"], k["IDSW"])
 
 
 def test_generated_logs_with_noise_and_without_poses(synth_root, tmp_path):

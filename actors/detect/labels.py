@@ -7,8 +7,19 @@ batching or on which worker runs the frame:
   * each box is dropped with probability ``drop_prob``;
   * Poisson(``false_positives_per_frame``) boxes are added with a random class from the config, the
     class's typical size, uniformly placed 3-50 m around the ego vehicle, ``instance_token`` '';
-  * noisy boxes get scores uniform in [score_min, 1]. With every noise parameter 0 the labels pass
-    through unchanged (scores, instance tokens and all), so ground truth is reproduced exactly.
+  * noisy boxes get scores uniform in [score_min, 1]; false positives in ``fp_score`` when it is given.
+
+What a real detector does besides, each a seeded process of the scene, so a frame's boxes never depend on
+which other frames are detected with it:
+  * **ghosts**, recurring false positives at fixed places: sites at ``ghosts_per_ha`` per hectare of the city
+    frame (Poisson per 50 m cell, seeded by the cell), each of one random class, size and heading; a site within
+    50 m of the ego is detected in a frame with probability ``ghost_presence``, centre jittered by ``center_m``;
+  * **missed runs**: an object's detections go missing in runs (occlusion, range), starting at
+    ``miss_runs_per_min`` (Poisson in time, seeded by its ``instance_token`` and the minute) and lasting
+    Exp(``miss_run_s``) seconds (at most 30).
+
+With every noise parameter 0 the labels pass through unchanged (scores, instance tokens and all), so ground
+truth is reproduced exactly.
 """
 from __future__ import annotations
 
@@ -28,7 +39,72 @@ def frame_rng(seed: int, scene_id: str, frame_index: int) -> np.random.Generator
 
 def is_noise_free(noise: LabelNoiseConfig) -> bool:
     return (noise.center_m == 0 and noise.size_frac == 0 and noise.yaw_rad == 0 and noise.velocity_mps == 0
-            and noise.drop_prob == 0 and noise.false_positives_per_frame == 0)
+            and noise.drop_prob == 0 and noise.false_positives_per_frame == 0 and noise.ghosts_per_ha == 0
+            and noise.miss_runs_per_min == 0)
+
+
+def _fp_scores(noise: LabelNoiseConfig, rng: np.random.Generator, n: int) -> np.ndarray:
+    lo, hi = noise.fp_score if noise.fp_score is not None else (noise.score_min, 1.0)
+    return rng.uniform(lo, hi, n)
+
+
+_CELL_M, _GHOST_RANGE_M, _MAX_RUN_S = 50.0, 50.0, 30.0
+
+
+def ghost_sites(noise: LabelNoiseConfig, scene_id: str, city_xy: np.ndarray, classes: list[str]):
+    """The ghost sites within ``_GHOST_RANGE_M`` of ``city_xy`` (the ego's position in the city frame): (centres
+    (K, 2) city frame, class names (K,), yaw (K,) city frame), in a fixed order (cell, then site)."""
+    cx, cy = np.floor(np.asarray(city_xy, dtype=np.float64) / _CELL_M).astype(np.int64)
+    xy, cls, yaw = [], [], []
+    for i in range(cx - 1, cx + 2):
+        for j in range(cy - 1, cy + 2):
+            rng = np.random.default_rng([int(noise.seed), zlib.crc32(str(scene_id).encode()), 0x6057,
+                                         int(i) & 0xFFFFFFFF, int(j) & 0xFFFFFFFF])
+            k = int(rng.poisson(noise.ghosts_per_ha * _CELL_M * _CELL_M / 1e4))
+            xy.append((np.array([i, j]) + rng.random((k, 2))) * _CELL_M)
+            cls.append(np.asarray(classes, dtype=object)[rng.integers(0, len(classes), k)])
+            yaw.append(rng.uniform(-np.pi, np.pi, k))
+    xy, cls, yaw = np.concatenate(xy), np.concatenate(cls), np.concatenate(yaw)
+    near = np.hypot(*(xy - city_xy).T) <= _GHOST_RANGE_M
+    return xy[near], cls[near], yaw[near]
+
+
+def in_miss_run(noise: LabelNoiseConfig, scene_id: str, tokens: np.ndarray, t_s: float) -> np.ndarray:
+    """(N,) whether each object (by its ``instance_token``) is in a run of missed detections at time ``t_s``."""
+    out = np.zeros(len(tokens), dtype=bool)
+    minute = int(np.floor(t_s / 60.0))
+    scene = zlib.crc32(str(scene_id).encode())
+    for n, tok in enumerate(tokens):
+        for m in (minute - 1, minute):  # a run is at most 30 s: it may have started in the minute before
+            rng = np.random.default_rng([int(noise.seed), scene, 0x3155, zlib.crc32(str(tok).encode()),
+                                         m & 0xFFFFFFFF])
+            k = int(rng.poisson(noise.miss_runs_per_min))
+            start = (m + rng.random(k)) * 60.0
+            end = start + np.minimum(rng.exponential(noise.miss_run_s, k), _MAX_RUN_S)
+            if ((start <= t_s) & (t_s < end)).any():
+                out[n] = True
+                break
+    return out
+
+
+def ghosts_in_frame(frame: Frame, noise: LabelNoiseConfig, rng: np.random.Generator, classes: list[str],
+                    z0: float) -> Boxes3D | None:
+    """The ghosts this frame's detector sees (ego frame), or None."""
+    if not noise.ghosts_per_ha or not classes:
+        return None
+    pose = frame.city_SE3_ego
+    xy, cls, yaw = ghost_sites(noise, frame.scene_id, pose.translation[:2], classes)
+    seen = rng.random(len(xy)) < noise.ghost_presence
+    xy, cls, yaw = xy[seen], cls[seen], yaw[seen]
+    if not len(xy):
+        return None
+    city = np.column_stack([xy, np.full(len(xy), pose.translation[2])])
+    ego = pose.inverse().transform_points(city)
+    size = size_prior(cls)
+    ego[:, :2] += rng.normal(0.0, noise.center_m, (len(xy), 2)) if noise.center_m else 0.0
+    ego[:, 2] = z0 + size[:, 2] / 2
+    return Boxes3D(ego, size, yaw - pose.yaw_rad, cls, score=_fp_scores(noise, rng, len(xy)),
+                   velocity_mps=np.zeros((len(xy), 2)))
 
 
 def noisy_labels(labels: Boxes3D, noise: LabelNoiseConfig, rng: np.random.Generator, classes: list[str]) -> Boxes3D:
@@ -57,7 +133,7 @@ def noisy_labels(labels: Boxes3D, noise: LabelNoiseConfig, rng: np.random.Genera
         z0 = float(np.median(labels.center_m[:, 2] - labels.size_lwh_m[:, 2] / 2)) if n else 0.0
         center = np.stack([r * np.cos(ang), r * np.sin(ang), z0 + size[:, 2] / 2], axis=1)
         fp = Boxes3D(center, size, rng.uniform(-np.pi, np.pi, n_fp), cls,
-                     score=rng.uniform(noise.score_min, 1.0, n_fp),
+                     score=_fp_scores(noise, rng, n_fp),
                      velocity_mps=np.zeros((n_fp, 2)) if n and np.isfinite(labels.velocity_mps).any() else None)
         b = Boxes3D.concat([b, fp])
     return b
@@ -72,8 +148,21 @@ class LabelsDetector(Detector):
             if fr.labels is None:
                 raise SourceError("detection backend 'labels' needs annotated frames; this frame has no labels "
                                   "(use detection.backend: lidar or mmdet3d)", scene=fr.scene_id, stage="detect")
-            rng = frame_rng(self.cfg.labels.seed, fr.scene_id, fr.frame_index)
-            boxes = noisy_labels(fr.labels, self.cfg.labels, rng, self.cfg.classes)
+            noise = self.cfg.labels
+            rng = frame_rng(noise.seed, fr.scene_id, fr.frame_index)
+            labels = fr.labels
+            if noise.miss_runs_per_min and len(labels):
+                tokens = labels.instance_token.astype(str)
+                labels = labels.subset(np.flatnonzero(~in_miss_run(noise, fr.scene_id, tokens, fr.timestamp_us / 1e6)))
+            boxes = noisy_labels(labels, noise, rng, self.cfg.classes)
+            z0 = (float(np.median(fr.labels.center_m[:, 2] - fr.labels.size_lwh_m[:, 2] / 2)) if len(fr.labels)
+                  else 0.0)
+            ghosts = ghosts_in_frame(fr, noise, frame_rng(noise.seed + 1, fr.scene_id, fr.frame_index),
+                                     self.cfg.classes, z0)
+            if ghosts is not None:
+                if boxes.velocity_mps is None or not np.isfinite(boxes.velocity_mps).any():
+                    ghosts.velocity_mps = np.full((len(ghosts), 2), np.nan)
+                boxes = Boxes3D.concat([boxes, ghosts])
             boxes.track_id = np.full(len(boxes), -1, dtype=np.int64)
             out.append(self._postfilter(boxes))
         return out
