@@ -20,7 +20,12 @@ thresholds; the highway by CLEAR-MOT, ``actors.track.metrics``), each line with 
   at 40-47 m/s relative, overtaken vehicles, noise, drop-outs, false positives.
 
 ``--set`` changes one field of ``tracking`` (dotted path, YAML value) for the Kalman mode, to see what a
-setting is worth (schemas/config.py quotes these figures). Takes about two minutes on one core.
+setting is worth (schemas/config.py quotes these figures).
+
+Each case also runs the AB3DMOT reference (``tests/support/ab3dmot.py``: the published algorithm written from its
+paper, test-only: 3D Kalman filter, 3D IoU + Hungarian, min_hits 3, max_age 2) on the same detections, with the
+seconds each tracker spends (the tracker alone: detection is replayed) and, at the end, a per-class table.
+Takes about four minutes on one core.
 """
 from __future__ import annotations
 
@@ -80,22 +85,48 @@ class _Replay:
         return [b.copy() for b in self.cache[key]]
 
 
-def run_case(name: str, tracking: dict, gen_root: Path, thresholds: int, replay: dict) -> str:
+class _Timed:
+    """A tracker ``(timestamps_us, detections, poses) -> boxes`` that sums the seconds it spends."""
+
+    def __init__(self, fn):
+        self.fn, self.seconds = fn, 0.0
+
+    def __call__(self, *args):
+        t = time.perf_counter()
+        try:
+            return self.fn(*args)
+        finally:
+            self.seconds += time.perf_counter() - t
+
+
+def run_case(name: str, tracking: dict, gen_root: Path, thresholds: int, replay: dict, reference: bool = False,
+             per_class: list | None = None) -> tuple[str, float]:
+    """One case with drivegen's tracker (``tracking``) or, with ``reference``, the AB3DMOT reference
+    (tests/support/ab3dmot.py): (its line, the seconds spent in the tracker alone). ``per_class`` gets
+    (class, AMOTA, MOTA, IDSW, FP) rows."""
+    from actors.track.pubtracker import track_scene
+    from schemas.config import TrackingConfig
+
+    logs, det, poses = CASES[name]
+    if reference:
+        from support.ab3dmot import ab3dmot_scene
+
+        tracker = _Timed(ab3dmot_scene)
+    else:
+        tcfg = TrackingConfig.model_validate(tracking)
+        tracker = _Timed(lambda ts, d, p: track_scene(ts, d, tcfg, p))
+    if logs == "highway":
+        from actors.track.metrics import clear_mot
+        from generator.geometry import SE3
+
+        ts, dets, gts, _ = highway_scene(det)
+        out = tracker(ts, dets, [SE3(np.eye(3), np.zeros(3))] * len(ts))
+        r = clear_mot([g.instance_token for g in gts], [g.center_m[:, :2] for g in gts], [o.track_id for o in out],
+                      [o.center_m[:, :2] for o in out], 2.0)
+        return f"MOTA {r.mota:.3f} IDSW {r.num_switches:4d}", tracker.seconds
     from generator.sources import open_source
     from schemas.config import parse_config
 
-    logs, det, poses = CASES[name]
-    if logs == "highway":
-        from actors.track.metrics import clear_mot
-        from actors.track.pubtracker import track_scene
-        from generator.geometry import SE3
-        from schemas.config import TrackingConfig
-
-        ts, dets, gts, _ = highway_scene(det)
-        out = track_scene(ts, dets, TrackingConfig.model_validate(tracking), [SE3(np.eye(3), np.zeros(3))] * len(ts))
-        r = clear_mot([g.instance_token for g in gts], [g.center_m[:, :2] for g in gts], [o.track_id for o in out],
-                      [o.center_m[:, :2] for o in out], 2.0)
-        return f"MOTA {r.mota:.3f} IDSW {r.num_switches:4d}"
     cfg = parse_config({"detection": det, "tracking": tracking})
     if logs == "av2":
         src = open_source("av2", AV2, cfg)
@@ -104,8 +135,13 @@ def run_case(name: str, tracking: dict, gen_root: Path, thresholds: int, replay:
     detector = replay.setdefault(name, _Replay(cfg.detection))
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
-        t = tracking_metrics(tracked_run_folder(Path(tmp) / "run", src, cfg, poses, detector=detector), thresholds)
-    return f"AMOTA {t['AMOTA']:.3f} IDSW {t['IDSW']:4.0f}"
+        t = tracking_metrics(tracked_run_folder(Path(tmp) / "run", src, cfg, poses, detector=detector,
+                                                tracker=tracker), thresholds)
+    if per_class is not None:
+        num = lambda v: float("nan") if v is None else float(v)  # noqa: E731 (the devkit gives None for NaN)
+        per_class += [(c, num(v["amota"]), num(v["mota"]), num(v["ids"]), num(v["fp"]))
+                      for c, v in t["per_class"].items() if v.get("has_gt")]
+    return f"AMOTA {t['AMOTA']:.3f} IDSW {t['IDSW']:4.0f}", tracker.seconds
 
 
 def main() -> int:
@@ -114,6 +150,7 @@ def main() -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--thresholds", type=int, default=40)
     ap.add_argument("--no-greedy", action="store_true", help="the Kalman mode only")
+    ap.add_argument("--no-reference", action="store_true", help="without the AB3DMOT reference column")
     a = ap.parse_args()
     kalman: dict = {"mode": "kalman"}
     for item in a.set:
@@ -124,18 +161,36 @@ def main() -> int:
         print(f"AV2 cases skipped: {AV2} is absent")
         cases = [c for c in cases if CASES[c][0] != "av2"]
     replay: dict = {}
+    rows: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory() as gen:
         gen_root = Path(gen)
         if any(CASES[c][0] == "gen" for c in cases):
             from generator.synth import make_dataset
 
             make_dataset(gen_root, num_scenes=2, seed=0, version="v1.0-drivegen")
-        print(f"{'case':18s} {'kalman' + (' ' + ' '.join(a.set) if a.set else ''):28s} greedy")
+        head = f"{'case':18s} {'kalman' + (' ' + ' '.join(a.set) if a.set else ''):24s} {'greedy':24s}"
+        print(head + ("" if a.no_reference else f" {'AB3DMOT (reference)':24s} tracker time AB3DMOT / kalman"))
         for c in cases:
             t0 = time.perf_counter()
-            k = run_case(c, kalman, gen_root, a.thresholds, replay)
-            g = "-" if a.no_greedy else run_case(c, {"mode": "greedy"}, gen_root, a.thresholds, replay)
-            print(f"{c:18s} {k:28s} {g}   ({time.perf_counter() - t0:.0f} s)", flush=True)
+            rows[c] = {"kalman": [], "reference": []}
+            k, k_s = run_case(c, kalman, gen_root, a.thresholds, replay, per_class=rows[c]["kalman"])
+            g = "-" if a.no_greedy else run_case(c, {"mode": "greedy"}, gen_root, a.thresholds, replay)[0]
+            line = f"{c:18s} {k:24s} {g:24s}"
+            if not a.no_reference:
+                r, r_s = run_case(c, kalman, gen_root, a.thresholds, replay, reference=True,
+                                  per_class=rows[c]["reference"])
+                line += f" {r:24s} {r_s / max(k_s, 1e-9):6.1f}x ({r_s:.2f} s / {k_s:.2f} s)"
+            print(f"{line}   ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not a.no_reference:
+        print("\nper class (devkit, classes with ground truth): drivegen's Kalman tracker | AB3DMOT reference")
+        print(f"{'case':18s} {'class':11s} {'AMOTA':>6s} {'MOTA':>6s} {'IDSW':>5s} {'FP':>5s} | "
+              f"{'AMOTA':>6s} {'MOTA':>6s} {'IDSW':>5s} {'FP':>5s}")
+        for c, r in rows.items():
+            ref = {row[0]: row for row in r["reference"]}
+            for cls, am, mo, ids, fp in r["kalman"]:
+                q = ref.get(cls, (cls,) + (float("nan"),) * 4)
+                print(f"{c:18s} {cls:11s} {am:6.3f} {mo:6.3f} {ids:5.0f} {fp:5.0f} | "
+                      f"{q[1]:6.3f} {q[2]:6.3f} {q[3]:5.0f} {q[4]:5.0f}")
     return 0
 
 

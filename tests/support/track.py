@@ -36,9 +36,10 @@ REALISTIC_NOISE = {"center_m": 0.3, "size_frac": 0.1, "yaw_rad": 0.1, "velocity_
 
 
 def tracked_run_folder(out: Path, source, cfg: PipelineConfig, poses: str = "log",
-                       scene_ids: list[str] | None = None, detector=None) -> Path:
+                       scene_ids: list[str] | None = None, detector=None, tracker=None) -> Path:
     """Run folder of ``cfg.detection`` (or ``detector``: frames -> boxes, e.g. one that replays cached output)
-    + ``cfg.tracking`` over ``source``'s scenes; see the module docstring."""
+    + ``cfg.tracking`` (or ``tracker(timestamps_us, detections, poses)``, e.g. the AB3DMOT reference) over
+    ``source``'s scenes; see the module docstring."""
     store = RunStore(out)
     store.write_json("source.json", source.describe())
     store.write_bytes("config.yaml", cfg.to_yaml().encode())
@@ -48,7 +49,9 @@ def tracked_run_folder(out: Path, source, cfg: PipelineConfig, poses: str = "log
         seen = [f.city_SE3_ego for f in scene.frames]
         if poses == "identity":
             seen = [SE3(np.eye(3), np.zeros(3))] * len(seen)
-        tracked = track_scene(scene.timestamps_us, detector(scene.frames), cfg.tracking, seen)
+        dets = detector(scene.frames)
+        tracked = (tracker(scene.timestamps_us, dets, seen) if tracker is not None
+                   else track_scene(scene.timestamps_us, dets, cfg.tracking, seen))
         commit_tables(store, sid, {"objects": objects_table(scene, tracked, cfg.detection.backend),
                                    "frames": frames_table(scene)})
     return out
