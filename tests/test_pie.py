@@ -196,20 +196,22 @@ def test_named_errors_and_other_videos_continue(jaad_dir):
     good_video(jaad_dir, "video_0005")
     (jaad_dir / "annotations_vehicle" / "video_0005_vehicle.xml").unlink()
     t = read_jaad(jaad_dir)
-    assert t.video_ids == ["video_0001"]
+    assert t.video_ids == ["video_0001", "video_0004"]  # a track with a gap is kept (track_gap: keep, the default)
     errs = {e.scene: e for e in t.errors}
-    assert set(errs) == {"video_0002", "video_0003", "video_0004", "video_0005"}
+    assert set(errs) == {"video_0002", "video_0003", "video_0005"}
     assert all(isinstance(e, SourceError) for e in errs.values())
     assert "broken XML" in errs["video_0002"].message and errs["video_0002"].file.endswith("annotations/video_0002.xml")
     assert "outside" in errs["video_0003"].message and "0_3_1b" in errs["video_0003"].message
-    assert "gap" in errs["video_0004"].message and "40-59" in errs["video_0004"].message
     assert "missing" in errs["video_0005"].message and errs["video_0005"].file.endswith("video_0005_vehicle.xml")
-    # track_gap: keep reads the gapped video and samples only windows without the gap
-    t2 = read_jaad(jaad_dir, PieConfig(track_gap="keep"), video_ids=["video_0004"])
-    assert t2.errors == []
-    s, _ = build_samples(t2.videos, t2.boxes, t2.pedestrians, t2.vehicle, PieConfig(track_gap="keep"))
-    for r in s.to_pylist():
-        assert not set(r["frames"]) & set(range(40, 60))
+    # ... and only windows without the gap are sampled: the pedestrian still gives samples on both sides of it
+    s, _ = build_samples(*(getattr(read_jaad(jaad_dir, video_ids=["video_0004"]), k)
+                           for k in ("videos", "boxes", "pedestrians", "vehicle")))
+    frames = [set(r["frames"]) for r in s.to_pylist()]
+    assert frames and not any(f & set(range(40, 60)) for f in frames)
+    assert any(max(f) < 40 for f in frames) and any(min(f) >= 60 for f in frames)
+    # track_gap: error fails the gapped video, naming the gap
+    t2 = read_jaad(jaad_dir, PieConfig(track_gap="error"), video_ids=["video_0004"])
+    assert t2.video_ids == [] and "gap" in t2.errors[0].message and "40-59" in t2.errors[0].message
     # a missing clip is an error when clips are required; the other videos continue
     t3 = read_jaad(jaad_dir, video_ids=["video_0001"], require_clips=True)
     assert t3.video_ids == [] and "missing video" in t3.errors[0].message
@@ -553,9 +555,10 @@ def real():
 @needs_jaad
 def test_real_jaad_reads_with_named_errors(real):
     t, s, _ = real
-    assert len(t.video_ids) + len(t.errors) == 250
-    assert all(isinstance(e, SourceError) and e.scene and e.file for e in t.errors)
-    assert len(t.errors) == 13 and all("track has a gap" in e.message for e in t.errors)
+    assert len(t.video_ids) == 250 and t.errors == []  # the 13 videos with a gapped track are kept
+    strict = read_jaad(JAAD, PieConfig(track_gap="error"))
+    assert all(isinstance(e, SourceError) and e.scene and e.file for e in strict.errors)
+    assert len(strict.errors) == 13 and all("track has a gap" in e.message for e in strict.errors)
     assert set(t.videos.column("split").to_pylist()) <= {"train", "val", "test", None}
 
 

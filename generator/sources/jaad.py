@@ -47,7 +47,7 @@ class JaadReading:
     Defaults: the PIE/JAAD family's."""
 
     box_outside_tolerance_px: float = 1.0
-    track_gap: str = "error"
+    track_gap: str = "keep"
     split_variant: str = "default"
     require_clips: bool = False
 
