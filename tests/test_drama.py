@@ -328,10 +328,14 @@ def export_dir(generated_run, tmp_path_factory):
 def test_export_format(export_dir, generated_run):
     marker = json.loads((export_dir / "drama_x_export.json").read_text())
     assert marker["format"] == "drivegen-drama-x/1" and marker["samples"] > 20 and marker["objects"] > 20
-    assert sorted(marker["files"]) == sorted(f"samples/{s}.json" for s in marker["scenes"])
+    assert sorted(marker["files"]) == sorted([f"samples/{s}.json" for s in marker["scenes"]] + ["drama_x.json"])
     samples = {}
     for rel in marker["files"]:
-        samples.update(json.loads((export_dir / rel).read_text()))
+        if rel.startswith("samples/"):
+            samples.update(json.loads((export_dir / rel).read_text()))
+    # the merged file, what DRAMA-X's public scripts read (one JSON object), holds the very same samples
+    assert marker["merged"] == "drama_x.json"
+    assert json.loads((export_dir / "drama_x.json").read_text()) == samples
     assert 0 < marker["risk_yes"] <= marker["samples"]
     for sid, s in samples.items():
         assert sid == f"{s['scene_id']}_{s['frame_index']:04d}"
@@ -341,6 +345,7 @@ def test_export_format(export_dir, generated_run):
         assert objs
         for o in objs:
             assert len(o["Box"]) == 4 and o["Box"][2] > o["Box"][0]
+            assert all(isinstance(v, int) for v in o["Box"])  # integer pixels (App. A.2): never read as normalised
             assert o["Intent"][0] in INTENT_LATERAL and o["Intent"][1] in INTENT_VERTICAL
             assert o["Position"] in ("Left", "Front", "Right")
             assert o["Description"].startswith("A ") and " m away, " in o["Description"]
@@ -478,6 +483,28 @@ def test_score_command(export_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "OD (IoU >= 0.5)            100.0 %" in out and "exact-vocab" in out
     assert json.loads((tmp_path / "s" / "score.json").read_text())["LIP"] == 1.0
+    # an export folder as --pred (its samples, what the public scripts read from its drama_x.json): was "is a
+    # directory"; a folder that is no export is refused by name
+    assert main(["score", "drama-x", str(export_dir), "--pred", str(export_dir), "--out", str(tmp_path / "f")]) == 0
+    assert "OD (IoU >= 0.5)            100.0 %" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert main(["score", "drama-x", str(export_dir), "--pred", str(tmp_path / "empty")]) == 2
+    assert "not a DRAMA-X export" in capsys.readouterr().err
+
+
+def test_a2_size_filter_hand_cases():
+    """App. A.2's filters on a 1600 x 900 image: half the box inside, height >= 8 % (72 px), width >= 1 % (16 px)."""
+    from generator.families.drama_x.config import DramaXConfig
+    from generator.families.drama_x.export import a2_filter
+
+    cases = {(100, 100, 200, 300): True,  # 100 x 200 px, inside
+             (100, 100, 110, 300): False,  # 10 px wide
+             (100, 100, 200, 160): False,  # 60 px high
+             (-150, 100, 50, 300): False,  # a quarter inside
+             (-50, 100, 150, 300): True,  # three quarters inside
+             (0.35, 234, 0.67, 324): False}  # the sliver the export used to keep (0.3 px wide)
+    got = a2_filter(np.array(list(cases)), np.full(len(cases), 1600.0), np.full(len(cases), 900.0), DramaXConfig())
+    assert got.tolist() == list(cases.values())
 
 
 @pytest.mark.slow

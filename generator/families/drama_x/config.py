@@ -88,6 +88,15 @@ class DramaXConfig(_Model):
     image_front_share: float = Field(1 / 3, gt=0, lt=1)
     """camera-only logs: DRAMA-X §3.2 takes the position from the box's x in the final image; a box centre in the
     middle image_front_share of the width is "Front" (chosen here: the middle third)"""
+    min_box_inside_share: float = Field(0.5, ge=0, le=1)
+    """App. A.2 filter (i): an exported object's box has at least this share of its area inside the image"""
+    min_box_height_share: float = Field(0.08, ge=0, le=1)
+    """App. A.2 filter (ii): box height at least this share of the image height ..."""
+    min_box_width_share: float = Field(0.01, ge=0, le=1)
+    """... and width at least this share of the image width"""
+    max_objects_per_class: int = Field(3, ge=1, le=1000)
+    """App. A.2 filter (iii): at most this many objects per class (Pedestrians, Cyclists) in a frame; the export
+    keeps the largest boxes (the nearest; the paper's detector kept its own, not said which)"""
     risk: DramaRiskConfig = Field(default_factory=DramaRiskConfig)
     image_intent: DramaImageIntentConfig = Field(default_factory=DramaImageIntentConfig)
 

@@ -52,6 +52,7 @@ from schemas.vocab import VIDEO_CAMERA, VRU_CLASSES
 EXPORT_FORMAT = "drivegen-drama-x/1"
 EXPORT_MARKER = "drama_x_export.json"
 SAMPLES_DIR = "samples"
+MERGED = "drama_x.json"  # every sample in one JSON object: the file DRAMA-X's public evaluation scripts read
 GROUPS = ("Pedestrians", "Cyclists")
 
 DESCRIPTION_TYPE = QuestionType(
@@ -134,11 +135,25 @@ def sample_id(scene_id: str, frame_index: int) -> str:
     return f"{scene_id}_{int(frame_index):04d}"
 
 
-def _front_cameras(frames: pa.Table, preferred: str) -> dict[tuple[str, int], tuple[str, str]]:
-    """(scene_id, frame_index) -> (front camera name, image path) (``sources.front_camera_images``)."""
+def _front_cameras(frames: pa.Table, preferred: str) -> dict[tuple[str, int], tuple[str, str, int, int]]:
+    """(scene_id, frame_index) -> (front camera name, image path, width px, height px)
+    (``sources.front_camera_images``)."""
     t = front_camera_images(frames, preferred)
-    return {(s, f): (n, p or "") for s, f, n, p in zip(*(t.column(c).to_pylist() for c in
-                                                         ("scene_id", "frame_index", "name", "image_path")))}
+    return {(s, f): (n, p or "", w, h) for s, f, n, p, w, h in zip(*(t.column(c).to_pylist() for c in (
+        "scene_id", "frame_index", "name", "image_path", "width_px", "height_px")))}
+
+
+def a2_filter(boxes: np.ndarray, width_px: np.ndarray, height_px: np.ndarray, cfg: DramaXConfig) -> np.ndarray:
+    """(N,) which of the (N, 4) xyxy boxes pass App. A.2's filters (i) and (ii) in their images (N,) sizes:
+    ``min_box_inside_share`` of the area inside the image, height and width at least ``min_box_height_share`` /
+    ``min_box_width_share`` of the image's."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    w, h = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+    iw = np.clip(np.minimum(b[:, 2], width_px) - np.maximum(b[:, 0], 0), 0, None)
+    ih = np.clip(np.minimum(b[:, 3], height_px) - np.maximum(b[:, 1], 0), 0, None)
+    inside = np.divide(iw * ih, w * h, out=np.zeros(len(b)), where=(w > 0) & (h > 0))
+    return ((inside >= cfg.min_box_inside_share) & (h >= cfg.min_box_height_share * height_px)
+            & (w >= cfg.min_box_width_share * width_px) & (w > 0) & (h > 0))
 
 
 def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, labels: pa.Table,
@@ -175,6 +190,20 @@ def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, la
                 and all(np.isfinite(box)):
             rows.append((key, box))
     rows.sort(key=lambda r: r[0])
+    if rows:  # App. A.2: boxes big enough and mostly inside the image, at most max_objects_per_class per class
+        size = np.array([front[(k[0], k[1])][2:] for k, _ in rows], dtype=np.float64)
+        boxes = np.array([b for _, b in rows], dtype=np.float64)
+        ok = a2_filter(boxes, size[:, 0], size[:, 1], cfg)
+        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        kept: dict[tuple, int] = {}
+        for i in np.argsort(-area, kind="stable"):  # the largest first
+            (s, f, t), _ = rows[i]
+            group = (s, f, DRAMA_GROUPS[intent[(s, f, t)][0]])
+            if ok[i] and kept.get(group, 0) < cfg.max_objects_per_class:
+                kept[group] = kept.get(group, 0) + 1
+            else:
+                ok[i] = False
+        rows = [r for r, keep in zip(rows, ok) if keep]
     if not rows:
         return {}
     idx = np.array([where[k] for k, _ in rows])
@@ -191,13 +220,14 @@ def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, la
         sid = sample_id(s, f)
         scene = out.setdefault(s, {})
         if sid not in scene:
-            cam, img = front[(s, f)]
+            cam, img = front[(s, f)][:2]
             r, a = fr.get((s, f), (False, "continue"))
             scene[sid] = {"scene_id": s, "frame_index": int(f), "timestamp_us": int(ts[(s, f)]), "image_path": img,
                           "video_path": "", "camera": cam, "Risk": "Yes" if r else "No", "suggested_action": a,
                           **{g: {} for g in GROUPS}}
         scene[sid][DRAMA_GROUPS[cls[j]]][str(int(t))] = {
-            "Box": [round(float(v), 2) for v in box], "Class": cls[j], "Intent": [lat[j], ver[j]],
+            "Box": [int(round(float(v))) for v in box],  # integer pixels, as App. A.2's
+            "Class": cls[j], "Intent": [lat[j], ver[j]],
             "Position": DRAMA_POSITIONS[int(pos[j])], "Description": desc[j],
             "time_to_conflict_s": None if ttc[j] is None or not rk[j] else round(float(ttc[j]), 3)}
     return out
@@ -279,15 +309,20 @@ def write_export(store, records: dict[str, dict[str, dict]], source: str = "") -
     old = check_export_folder(store)
     files = []
     counts = {"samples": 0, "objects": 0, "risk_yes": 0}
+    merged = []  # each scene's samples as JSON members, joined into MERGED without a second dict of them all
     for scene_id in sorted(records):
         rel = f"{SAMPLES_DIR}/{scene_id}.json"
         samples = records[scene_id]
         store.write_bytes(rel, (json.dumps(samples, indent=1, sort_keys=False) + "\n").encode())
         files.append(rel)
+        merged += [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in samples.items()]
         counts["samples"] += len(samples)
         counts["risk_yes"] += sum(s["Risk"] == "Yes" for s in samples.values())
         counts["objects"] += sum(len(s[g]) for s in samples.values() for g in GROUPS)
-    marker = {"format": EXPORT_FORMAT, "source": source, "scenes": sorted(records), **counts, "files": files}
+    store.write_bytes(MERGED, ("{\n" + ",\n".join(merged) + "\n}\n").encode())
+    files.append(MERGED)
+    marker = {"format": EXPORT_FORMAT, "source": source, "scenes": sorted(records), **counts, "files": files,
+              "merged": MERGED}
     store.write_bytes(EXPORT_MARKER, (json.dumps(marker, indent=2) + "\n").encode())
     for rel in sorted(set(old) - set(files) - {EXPORT_MARKER}):
         if store.exists(rel):
@@ -304,5 +339,6 @@ def read_export(store) -> dict[str, dict] | None:
         return None
     out = {}
     for rel in marker.get("files", []):
-        out.update(store.read_json(rel))
+        if rel.startswith(f"{SAMPLES_DIR}/"):  # the per-scene files (MERGED holds them again)
+            out.update(store.read_json(rel))
     return out
