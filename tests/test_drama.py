@@ -492,6 +492,32 @@ def test_score_command(export_dir, tmp_path, capsys):
     assert "not a DRAMA-X export" in capsys.readouterr().err
 
 
+def test_b1_predictions_score_like_a2_and_ignored_keys_are_listed(export_dir, tmp_path):
+    """Predictions in App. B.1's format (what the paper's prompt asks a model for: Risk, Suggested_action, one key
+    per object naming its class, with Intent and Bounding_box) scored 0 before: they now score as the same
+    predictions in A.2's form, and every key read neither way is listed (a 'car', an unknown field)."""
+    gt = _samples(export_dir)
+    b1 = {}
+    for sid, smp in gt.items():
+        d = {"Risk": smp["Risk"], "Suggested_action": smp["suggested_action"]}
+        for group, name in (("Pedestrians", "pedestrian"), ("Cyclists", "cyclist")):
+            for k, o in smp[group].items():
+                d[f"{name}_{k}"] = {"Intent": list(o["Intent"]), "Bounding_box": [list(o["Box"])], "Reason": "seen"}
+        d["car"] = {"Intent": ["stationary", "stationary"], "Bounding_box": [0, 0, 10, 10]}
+        b1[sid] = d
+    r = _score(b1, export_dir, tmp_path)
+    for m in METRICS:
+        assert r[m] == pytest.approx(1.0), (m, r[m])
+    assert r["problem_counts"] == {"ignored key": len(gt)}, r["problem_counts"]
+    assert {p["item"] for p in r["problems"]} == {"car"}
+    # a box in normalised coordinates is named (drivegen scores pixels; the public scripts would rescale it)
+    sid = next(iter(b1))
+    key = next(k for k in b1[sid] if k.startswith(("pedestrian", "cyclist")))
+    b1[sid][key]["Bounding_box"] = [0.1, 0.2, 0.3, 0.4]
+    r = _score(b1, export_dir, tmp_path)
+    assert r["problem_counts"].get("normalised box (pixels expected: scored as pixels)") == 1 and r["OD"] < 1.0
+
+
 def test_a2_size_filter_hand_cases():
     """App. A.2's filters on a 1600 x 900 image: half the box inside, height >= 8 % (72 px), width >= 1 % (16 px)."""
     from generator.families.drama_x.config import DramaXConfig

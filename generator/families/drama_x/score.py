@@ -13,9 +13,10 @@
   F1, SQuAD-style). ``score(..., bertscore_model=PATH, bertscore_num_layers=N)`` adds ``action_bertscore_f1``
   through ``bert-score`` with a local model (skipped, with a note, when ``bert-score`` is not installed).
 
-Predictions: a JSON object ``{sample_id: sample}`` in the export's format (``generator.families.drama_x.export``)
-with at least ``Risk``, ``suggested_action`` and ``Pedestrians`` / ``Cyclists`` objects each with ``Box`` and
-``Intent`` ([lateral, vertical]). ``TARGET`` is a DRAMA-X export folder or a run folder (its samples are
+Predictions: a JSON object ``{sample_id: sample}`` (or an export folder), each sample in the export's format (App.
+A.2: ``Risk``, ``suggested_action`` and ``Pedestrians`` / ``Cyclists`` objects each with ``Box`` and ``Intent``
+([lateral, vertical])) or in App. B.1's, what the paper's prompt asks a model for (``_as_a2``). Keys read neither
+way are listed as ignored. ``TARGET`` is a DRAMA-X export folder or a run folder (its samples are
 built the way the export builds them). Malformed predictions (missing sample, unknown label, bad box) are
 listed in ``result["problems"]``, never a crash.
 """
@@ -87,6 +88,45 @@ def _box(v) -> np.ndarray | None:
     return b
 
 
+# A.2 sample keys (the export's own, as read back); any other key of an A.2 prediction is listed as ignored
+_A2_KEYS = frozenset({"scene_id", "frame_index", "timestamp_us", "image_path", "video_path", "camera", "split", "Risk",
+                      "suggested_action", "Pedestrians", "Cyclists"})
+# App. B.1: an object key naming its class; the public scripts' rule (a substring of the lower-cased key)
+_B1_GROUPS = (("pedestrian", "Pedestrians"), ("person", "Pedestrians"), ("cyclist", "Cyclists"))
+_B1_OBJECT_KEYS = frozenset({"Intent", "Bounding_box", "bounding_box", "Reason"})
+
+
+def _as_a2(p: dict, sid: str, problem) -> dict:
+    """A prediction sample in App. A.2's form. A B.1 sample (App. B.1, what the paper's prompt asks a model for:
+    ``Risk``, ``Suggested_action`` and one key per object naming its class, each with ``Intent`` and
+    ``Bounding_box``) is read as the public scripts read it: a key containing 'pedestrian' or 'person' is a
+    pedestrian, one containing 'cyclist' a cyclist, a one-element ``Bounding_box`` list holds the box. A sample
+    with ``Pedestrians`` or ``Cyclists`` is A.2 already. Every key read neither way is reported (``ignored key``),
+    never dropped silently."""
+    if not p:
+        return p  # no prediction: counted as such by the caller
+    if "Pedestrians" in p or "Cyclists" in p:
+        for k in sorted(set(p) - _A2_KEYS):
+            problem(sid, k, repr(p[k]), "ignored key")
+        return p
+    out = {"Risk": p.get("Risk"), "suggested_action": p.get("Suggested_action", p.get("suggested_action")),
+           "Pedestrians": {}, "Cyclists": {}}
+    for k, v in p.items():
+        if k in ("Risk", "Suggested_action", "suggested_action"):
+            continue
+        group = next((g for sub, g in _B1_GROUPS if sub in str(k).lower()), None)
+        if group is None or not isinstance(v, dict):
+            problem(sid, k, repr(v), "ignored key")  # a vehicle, a free-text field: not a DRAMA-X object
+            continue
+        box = v.get("Bounding_box", v.get("bounding_box"))
+        if isinstance(box, list) and len(box) == 1 and isinstance(box[0], (list, tuple)):
+            box = box[0]
+        out[group][k] = {"Box": box, "Intent": v.get("Intent")}
+        for extra in sorted(set(v) - _B1_OBJECT_KEYS):
+            problem(sid, f"{k}/{extra}", repr(v[extra]), "ignored key")
+    return out
+
+
 def _objects(sample: dict) -> list[tuple[str, dict]]:
     out = []
     for g, objs in sample.items():
@@ -144,6 +184,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
             problem(sid, "", "no prediction for this sample" if p is None else f"not an object: {p!r}",
                     "missing sample" if p is None else "malformed sample")
             p = {}
+        p = _as_a2(p, sid, problem)
         gts = _objects(g)
         n_gt += len(gts)
         pboxes, pobjs = [], []
@@ -152,6 +193,8 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
             if b is None:
                 problem(sid, key, repr(o.get("Box") if isinstance(o, dict) else o), "bad box")
                 continue
+            if (b <= 1.0).all() and (b >= 0.0).all():  # the public scripts would rescale it by their image size
+                problem(sid, key, repr(o.get("Box")), "normalised box (pixels expected: scored as pixels)")
             intent = o.get("Intent")
             if not (isinstance(intent, (list, tuple)) and len(intent) == 2 and intent[0] in INTENT_LATERAL
                     and intent[1] in INTENT_VERTICAL):
