@@ -21,7 +21,7 @@ from generator.families.drama_x.attributes import (STOP, YIELD, SLOW, AWARE, CON
                                         match_boxes, risk_table, suggested_actions)
 from generator.families.drama_x.config import DramaImageIntentConfig, DramaRiskConfig
 from schemas.config import EgoBodyConfig
-from generator.families.drama_x.vocab import DRAMA_ACTIONS
+from generator.families.drama_x.vocab import DRAMA_ACTION_A2_TEXT, DRAMA_ACTIONS
 from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL
 
 SCRIPTED_SCENES = 12
@@ -325,7 +325,15 @@ def export_dir(generated_run, tmp_path_factory):
     return out
 
 
+def _width(image_path: str) -> int:
+    from PIL import Image
+
+    with Image.open(image_path) as im:
+        return im.width
+
+
 def test_export_format(export_dir, generated_run):
+    widths: dict = {}
     marker = json.loads((export_dir / "drama_x_export.json").read_text())
     assert marker["format"] == "drivegen-drama-x/1" and marker["samples"] > 20 and marker["objects"] > 20
     assert sorted(marker["files"]) == sorted([f"samples/{s}.json" for s in marker["scenes"]] + ["drama_x.json"])
@@ -339,7 +347,7 @@ def test_export_format(export_dir, generated_run):
     assert 0 < marker["risk_yes"] <= marker["samples"]
     for sid, s in samples.items():
         assert sid == f"{s['scene_id']}_{s['frame_index']:04d}"
-        assert s["Risk"] in ("Yes", "No") and s["suggested_action"] in DRAMA_ACTIONS
+        assert s["Risk"] in ("Yes", "No") and s["suggested_action"] in DRAMA_ACTION_A2_TEXT.values()  # A.2's strings
         assert s["image_path"].endswith(".jpg") and s["camera"] == "CAM_FRONT"
         objs = list(s["Pedestrians"].values()) + list(s["Cyclists"].values())
         assert objs
@@ -348,6 +356,9 @@ def test_export_format(export_dir, generated_run):
             assert all(isinstance(v, int) for v in o["Box"])  # integer pixels (App. A.2): never read as normalised
             assert o["Intent"][0] in INTENT_LATERAL and o["Intent"][1] in INTENT_VERTICAL
             assert o["Position"] in ("Left", "Front", "Right")
+            # by image thirds, as the authors annotate: the box centre's x in the front image's width
+            third = int(3 * (o["Box"][0] + o["Box"][2]) / 2 / widths.setdefault(s["image_path"], _width(s["image_path"])))
+            assert o["Position"] == ("Left", "Front", "Right")[min(max(third, 0), 2)], (o["Box"], o["Position"])
             assert o["Description"].startswith("A ") and " m away, " in o["Description"]
     # a frame's Risk is its objects' (any object, vehicles included)
     assert any(s["Risk"] == "Yes" for s in samples.values())
@@ -509,6 +520,10 @@ def test_b1_predictions_score_like_a2_and_ignored_keys_are_listed(export_dir, tm
     for m in METRICS:
         assert r[m] == pytest.approx(1.0), (m, r[m])
     assert r["problem_counts"] == {"ignored key": len(gt)}, r["problem_counts"]
+    # an action in its short vocabulary name or in A.2's full form is the same answer
+    short = {sid: {**d, "Suggested_action": d["Suggested_action"].split(" (")[0]} for sid, d in b1.items()}
+    assert any(d["Suggested_action"] != gt[sid]["suggested_action"] for sid, d in short.items())
+    assert _score(short, export_dir, tmp_path)["action_exact_vocab_accuracy"] == pytest.approx(1.0)
     assert {p["item"] for p in r["problems"]} == {"car"}
     # a box in normalised coordinates is named (drivegen scores pixels; the public scripts would rescale it)
     sid = next(iter(b1))

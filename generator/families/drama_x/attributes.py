@@ -279,7 +279,7 @@ def video_intent_frames(boxes: pa.Table, fps: float, th: DramaImageIntentConfig)
 def image_position(x_center_px: np.ndarray, image_width_px: float, front_share: float) -> np.ndarray:
     """Codes into DRAMA_POSITIONS (Left / Front / Right) from a box centre's x in the image (DRAMA-X §3.2 takes
     the position from the final image x): the middle ``front_share`` of the width is Front."""
-    rel = np.asarray(x_center_px, np.float64) / float(image_width_px) - 0.5
+    rel = np.asarray(x_center_px, np.float64) / np.asarray(image_width_px, np.float64) - 0.5  # a width per box, or one
     return np.where(np.abs(rel) <= front_share / 2, 1, np.where(rel < 0, 0, 2))
 
 

@@ -83,8 +83,12 @@ class DramaXConfig(_Model):
     """App. A.3: Hungarian on 1 - IoU, theta_iou = 0.3"""
     od_iou: float = Field(0.5, ge=0, le=1)
     """App. A.4.1: OD counts a GT box localized at IoU >= 0.5"""
+    position_rule: Literal["image_thirds", "bearing"] = "image_thirds"
+    """How the export's Position is found: 'image_thirds' (default), the box centre's x in the front image, its
+    middle ``image_front_share`` being Front, as the authors annotate ("Left/Right/Front of ego vehicle" by image
+    thirds); 'bearing': the object's bearing from the ego within ``front_position_deg`` is Front (3D logs)"""
     front_position_deg: float = Field(15.0, gt=0, le=90)
-    """|bearing| below this: Position 'Front'"""
+    """|bearing| below this: Position 'Front' (``position_rule: bearing``)"""
     image_front_share: float = Field(1 / 3, gt=0, lt=1)
     """camera-only logs: DRAMA-X §3.2 takes the position from the box's x in the final image; a box centre in the
     middle image_front_share of the width is "Front" (chosen here: the middle third)"""

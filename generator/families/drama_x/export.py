@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from generator.attributes.arrays import fixed_list_to_numpy
-from generator.families.drama_x.attributes import frame_risk, relative_position, risk_table
+from generator.families.drama_x.attributes import frame_risk, image_position, relative_position, risk_table
 from generator.qa.fields import Field, QuestionType
 from generator.qa.render import FieldColumns, render_parts
 from generator.qa.templates import parse_template_text
@@ -46,7 +46,7 @@ from generator.sources import front_camera_images
 from generator.writers.owned import owned_files
 from generator.families.drama_x.config import DramaXConfig
 from schemas.config import EgoBodyConfig
-from generator.families.drama_x.vocab import DRAMA_ACTIONS, DRAMA_GROUPS, DRAMA_POSITIONS
+from generator.families.drama_x.vocab import DRAMA_ACTION_A2_TEXT, DRAMA_ACTIONS, DRAMA_GROUPS, DRAMA_POSITIONS
 from schemas.vocab import VIDEO_CAMERA, VRU_CLASSES
 
 EXPORT_FORMAT = "drivegen-drama-x/1"
@@ -208,7 +208,12 @@ def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, la
         return {}
     idx = np.array([where[k] for k, _ in rows])
     xy = centers[idx, :2]
-    pos = relative_position(xy[:, 0], xy[:, 1], cfg.front_position_deg)
+    if cfg.position_rule == "image_thirds":  # the box centre's x in its front image (the authors' annotation)
+        b = np.array([bx for _, bx in rows], dtype=np.float64)
+        w = np.array([front[(k[0], k[1])][2] for k, _ in rows], dtype=np.float64)
+        pos = image_position((b[:, 0] + b[:, 2]) / 2, w, cfg.image_front_share)
+    else:
+        pos = relative_position(xy[:, 0], xy[:, 1], cfg.front_position_deg)
     cls = [intent[k][0] for k, _ in rows]
     lat = [intent[k][1] for k, _ in rows]
     ver = [intent[k][2] for k, _ in rows]
@@ -312,7 +317,9 @@ def write_export(store, records: dict[str, dict[str, dict]], source: str = "") -
     merged = []  # each scene's samples as JSON members, joined into MERGED without a second dict of them all
     for scene_id in sorted(records):
         rel = f"{SAMPLES_DIR}/{scene_id}.json"
-        samples = records[scene_id]
+        samples = {sid: {**smp, "suggested_action": DRAMA_ACTION_A2_TEXT.get(smp["suggested_action"],
+                                                                         smp["suggested_action"])}
+                   for sid, smp in records[scene_id].items()}  # App. A.2's strings
         store.write_bytes(rel, (json.dumps(samples, indent=1, sort_keys=False) + "\n").encode())
         files.append(rel)
         merged += [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in samples.items()]

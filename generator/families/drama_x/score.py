@@ -30,7 +30,7 @@ from collections import Counter
 import numpy as np
 
 from schemas.errors import InputError
-from generator.families.drama_x.vocab import DRAMA_ACTIONS
+from generator.families.drama_x.vocab import DRAMA_ACTION_A2_TEXT, DRAMA_ACTIONS
 from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL
 
 NAME = "drama-x"
@@ -139,6 +139,12 @@ def _norm(text) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[^a-z0-9 ]", " ", str(text).lower())).strip()
 
 
+def _action(text) -> str:
+    """An action's normalised text, App. A.2's full form of an action read as its short vocabulary name."""
+    n = _norm(text)
+    return next((_norm(a) for a, full in DRAMA_ACTION_A2_TEXT.items() if n == _norm(full)), n)
+
+
 def _token_f1(pred: str, ref: str) -> float:
     p, r = _norm(pred).split(), _norm(ref).split()
     if not p or not r:
@@ -229,9 +235,9 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
             if p:
                 problem(sid, "suggested_action", repr(pa_), "missing action")
             pa_ = ""
-        elif _norm(pa_) not in {_norm(a) for a in DRAMA_ACTIONS}:
+        elif _action(pa_) not in {_norm(a) for a in DRAMA_ACTIONS}:
             problem(sid, "suggested_action", pa_, "action outside the vocabulary (scored by token F1 only)")
-        exact.append(_norm(pa_) == _norm(g["suggested_action"]))
+        exact.append(_action(pa_) == _action(g["suggested_action"]))
         tok.append(_token_f1(pa_, g["suggested_action"]))
         cands.append(pa_)
         refs.append(g["suggested_action"])
