@@ -28,15 +28,16 @@ def _acquire(lock: RunLock, results: dict, name: str) -> None:
 
 
 def test_a_slow_write_cannot_win_the_lock_a_second_time(s3_server):
-    """Writer A finds no lock and writes its own, but the write takes 0.7 s to land (longer than the 0.5 s an
-    object store without conditional writes is given to settle). Meanwhile writer B takes the lock. Only one
-    of them may hold it; before conditional writes both did ("WON epoch 1" twice)."""
+    """Writer A finds no lock and writes its own, but the write takes 3 s to land (the issue's was 0.7 s, longer
+    than the 0.5 s an object store without conditional writes is given to settle; 3 s leaves writer B time to
+    finish on a loaded machine). Meanwhile B takes the lock. Only one of them may hold it; before conditional
+    writes both did ("WON epoch 1" twice)."""
     bucket = s3_server.new_bucket()
     proxy = CuttableProxy(s3_server.endpoint)
     uri = f"s3://{bucket}/run"
     slow = RunLock(RunStore(f"{uri}?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"), "A", heartbeat_s=60)
     fast = RunLock(RunStore(uri), "B", heartbeat_s=60)
-    proxy.hold_request(b"PUT ", b"/_lock.json", seconds=0.7)
+    proxy.hold_request(b"PUT ", b"/_lock.json", seconds=3.0)
     results: dict = {}
     t = threading.Thread(target=_acquire, args=(slow, results, "A"))
     t.start()
