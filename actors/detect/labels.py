@@ -23,6 +23,7 @@ truth is reproduced exactly.
 """
 from __future__ import annotations
 
+import functools
 import zlib
 
 import numpy as np
@@ -69,27 +70,37 @@ def ghost_sites(noise: LabelNoiseConfig, scene_id: str, city_xy: np.ndarray, cla
     return xy[near], cls[near], yaw[near]
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _miss_runs(seed: int, scene: int, token: str, minute: int, rate: float, mean_s: float) -> tuple:
+    """(starts, ends) in seconds of one object's runs of misses that start in ``minute``: drawn once, asked by
+    every frame of that minute and the next."""
+    rng = np.random.default_rng([seed, scene, 0x3155, zlib.crc32(token.encode()), minute & 0xFFFFFFFF])
+    k = int(rng.poisson(rate))
+    start = (minute + rng.random(k)) * 60.0
+    return start, start + np.minimum(rng.exponential(mean_s, k), _MAX_RUN_S)
+
+
 def in_miss_run(noise: LabelNoiseConfig, scene_id: str, tokens: np.ndarray, t_s: float) -> np.ndarray:
     """(N,) whether each object (by its ``instance_token``) is in a run of missed detections at time ``t_s``."""
-    out = np.zeros(len(tokens), dtype=bool)
     minute = int(np.floor(t_s / 60.0))
     scene = zlib.crc32(str(scene_id).encode())
+    out = np.zeros(len(tokens), dtype=bool)
     for n, tok in enumerate(tokens):
         for m in (minute - 1, minute):  # a run is at most 30 s: it may have started in the minute before
-            rng = np.random.default_rng([int(noise.seed), scene, 0x3155, zlib.crc32(str(tok).encode()),
-                                         m & 0xFFFFFFFF])
-            k = int(rng.poisson(noise.miss_runs_per_min))
-            start = (m + rng.random(k)) * 60.0
-            end = start + np.minimum(rng.exponential(noise.miss_run_s, k), _MAX_RUN_S)
-            if ((start <= t_s) & (t_s < end)).any():
-                out[n] = True
-                break
+            start, end = _miss_runs(int(noise.seed), scene, str(tok), m, noise.miss_runs_per_min, noise.miss_run_s)
+            out[n] |= bool(((start <= t_s) & (t_s < end)).any())
     return out
 
 
+def ground_z(labels: Boxes3D) -> float:
+    """The ground's height in a frame's ego frame: the median bottom of its labelled boxes (0 without any)."""
+    return float(np.median(labels.center_m[:, 2] - labels.size_lwh_m[:, 2] / 2)) if len(labels) else 0.0
+
+
 def ghosts_in_frame(frame: Frame, noise: LabelNoiseConfig, rng: np.random.Generator, classes: list[str],
-                    z0: float) -> Boxes3D | None:
-    """The ghosts this frame's detector sees (ego frame), or None."""
+                    z0: float, with_velocity: bool) -> Boxes3D | None:
+    """The ghosts this frame's detector sees (ego frame), or None; static (velocity 0) where the detector gives
+    velocities (``with_velocity``), else without one (NaN), as the frame's other boxes."""
     if not noise.ghosts_per_ha or not classes:
         return None
     pose = frame.city_SE3_ego
@@ -104,7 +115,7 @@ def ghosts_in_frame(frame: Frame, noise: LabelNoiseConfig, rng: np.random.Genera
     ego[:, :2] += rng.normal(0.0, noise.center_m, (len(xy), 2)) if noise.center_m else 0.0
     ego[:, 2] = z0 + size[:, 2] / 2
     return Boxes3D(ego, size, yaw - pose.yaw_rad, cls, score=_fp_scores(noise, rng, len(xy)),
-                   velocity_mps=np.zeros((len(xy), 2)))
+                   velocity_mps=np.zeros((len(xy), 2)) if with_velocity else np.full((len(xy), 2), np.nan))
 
 
 def noisy_labels(labels: Boxes3D, noise: LabelNoiseConfig, rng: np.random.Generator, classes: list[str]) -> Boxes3D:
@@ -130,7 +141,7 @@ def noisy_labels(labels: Boxes3D, noise: LabelNoiseConfig, rng: np.random.Genera
         size = size_prior(cls)
         r = np.sqrt(rng.uniform(3.0 ** 2, 50.0 ** 2, n_fp))
         ang = rng.uniform(-np.pi, np.pi, n_fp)
-        z0 = float(np.median(labels.center_m[:, 2] - labels.size_lwh_m[:, 2] / 2)) if n else 0.0
+        z0 = ground_z(labels)
         center = np.stack([r * np.cos(ang), r * np.sin(ang), z0 + size[:, 2] / 2], axis=1)
         fp = Boxes3D(center, size, rng.uniform(-np.pi, np.pi, n_fp), cls,
                      score=_fp_scores(noise, rng, n_fp),
@@ -155,13 +166,9 @@ class LabelsDetector(Detector):
                 tokens = labels.instance_token.astype(str)
                 labels = labels.subset(np.flatnonzero(~in_miss_run(noise, fr.scene_id, tokens, fr.timestamp_us / 1e6)))
             boxes = noisy_labels(labels, noise, rng, self.cfg.classes)
-            z0 = (float(np.median(fr.labels.center_m[:, 2] - fr.labels.size_lwh_m[:, 2] / 2)) if len(fr.labels)
-                  else 0.0)
             ghosts = ghosts_in_frame(fr, noise, frame_rng(noise.seed + 1, fr.scene_id, fr.frame_index),
-                                     self.cfg.classes, z0)
+                                     self.cfg.classes, ground_z(fr.labels), np.isfinite(boxes.velocity_mps).any())
             if ghosts is not None:
-                if boxes.velocity_mps is None or not np.isfinite(boxes.velocity_mps).any():
-                    ghosts.velocity_mps = np.full((len(ghosts), 2), np.nan)
                 boxes = Boxes3D.concat([boxes, ghosts])
             boxes.track_id = np.full(len(boxes), -1, dtype=np.int64)
             out.append(self._postfilter(boxes))
