@@ -279,9 +279,7 @@ class RunLock:
                         self.settle_s)
             return False
         if etag is None:
-            now = read_lock(self.store)
-            raise RunFolderError(f"{self.store.uri}: another writer took the lock at the same time"
-                                 + (f": {now.describe()}" if now else ""), file=self.store.uri_of(layout.LOCK))
+            raise self._raced()
         self._cond, self._etag = cond, etag
         return True
 
@@ -292,8 +290,13 @@ class RunLock:
         time.sleep(self.settle_s)
         now = read_lock(store)
         if now is None or now.owner != self.owner:
-            raise RunFolderError(f"{store.uri}: another writer took the lock at the same time"
-                                 + (f": {now.describe()}" if now else ""), file=store.uri_of(layout.LOCK))
+            raise self._raced(now)
+
+    def _raced(self, now: LockInfo | None = None) -> RunFolderError:
+        """The error of a writer that lost the race for the lock, naming the winner (``now``: as read)."""
+        now = now or read_lock(self.store)
+        return RunFolderError(f"{self.store.uri}: another writer took the lock at the same time"
+                              + (f": {now.describe()}" if now else ""), file=self.store.uri_of(layout.LOCK))
 
     def _create_local(self, held: LockInfo | None, epoch: int) -> None:
         path = self.store.full(layout.LOCK)

@@ -190,28 +190,25 @@ def build_records(frames: pa.Table, objects: pa.Table, projections: pa.Table, la
                 and all(np.isfinite(box)):
             rows.append((key, box))
     rows.sort(key=lambda r: r[0])
-    if rows:  # App. A.2: boxes big enough and mostly inside the image, at most max_objects_per_class per class
-        size = np.array([front[(k[0], k[1])][2:] for k, _ in rows], dtype=np.float64)
-        boxes = np.array([b for _, b in rows], dtype=np.float64)
-        ok = a2_filter(boxes, size[:, 0], size[:, 1], cfg)
-        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-        kept: dict[tuple, int] = {}
-        for i in np.argsort(-area, kind="stable"):  # the largest first
-            (s, f, t), _ = rows[i]
-            group = (s, f, DRAMA_GROUPS[intent[(s, f, t)][0]])
-            if ok[i] and kept.get(group, 0) < cfg.max_objects_per_class:
-                kept[group] = kept.get(group, 0) + 1
-            else:
-                ok[i] = False
-        rows = [r for r, keep in zip(rows, ok) if keep]
+    if not rows:
+        return {}
+    # App. A.2: boxes big enough and mostly inside the image, at most max_objects_per_class per class and frame
+    size = np.array([front[(k[0], k[1])][2:] for k, _ in rows], dtype=np.float64)  # (N, 2) image width, height
+    boxes = np.array([b for _, b in rows], dtype=np.float64)
+    ok = a2_filter(boxes, size[:, 0], size[:, 1], cfg)
+    kept: dict[tuple, int] = {}
+    for i in np.argsort(-(boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1]), kind="stable"):  # largest first
+        (s, f, t), _ = rows[i]
+        group = (s, f, DRAMA_GROUPS[intent[(s, f, t)][0]])
+        ok[i] &= kept.get(group, 0) < cfg.max_objects_per_class
+        kept[group] = kept.get(group, 0) + int(ok[i])
+    rows, boxes, size = [r for r, keep in zip(rows, ok) if keep], boxes[ok], size[ok]
     if not rows:
         return {}
     idx = np.array([where[k] for k, _ in rows])
     xy = centers[idx, :2]
     if cfg.position_rule == "image_thirds":  # the box centre's x in its front image (the authors' annotation)
-        b = np.array([bx for _, bx in rows], dtype=np.float64)
-        w = np.array([front[(k[0], k[1])][2] for k, _ in rows], dtype=np.float64)
-        pos = image_position((b[:, 0] + b[:, 2]) / 2, w, cfg.image_front_share)
+        pos = image_position((boxes[:, 0] + boxes[:, 2]) / 2, size[:, 0], cfg.image_front_share)
     else:
         pos = relative_position(xy[:, 0], xy[:, 1], cfg.front_position_deg)
     cls = [intent[k][0] for k, _ in rows]

@@ -142,7 +142,11 @@ def _norm(text) -> str:
 def _action(text) -> str:
     """An action's normalised text, App. A.2's full form of an action read as its short vocabulary name."""
     n = _norm(text)
-    return next((_norm(a) for a, full in DRAMA_ACTION_A2_TEXT.items() if n == _norm(full)), n)
+    return _SHORT_ACTION.get(n, n)
+
+
+_SHORT_ACTION = {_norm(full): _norm(a) for a, full in DRAMA_ACTION_A2_TEXT.items()}
+_VOCABULARY = frozenset(_norm(a) for a in DRAMA_ACTIONS)
 
 
 def _token_f1(pred: str, ref: str) -> float:
@@ -235,7 +239,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
             if p:
                 problem(sid, "suggested_action", repr(pa_), "missing action")
             pa_ = ""
-        elif _action(pa_) not in {_norm(a) for a in DRAMA_ACTIONS}:
+        elif _action(pa_) not in _VOCABULARY:
             problem(sid, "suggested_action", pa_, "action outside the vocabulary (scored by token F1 only)")
         exact.append(_action(pa_) == _action(g["suggested_action"]))
         tok.append(_token_f1(pa_, g["suggested_action"]))
