@@ -120,8 +120,8 @@ def _pairs(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarr
     crowded frame (100,000 pedestrians would need 74.5 GiB of dense arrays, and a new track's gate, widened by its
     unknown velocity, spans about 15 m: hundreds of tracks per detection), each detection is tested against its
     ``_NEAREST`` nearest tracks (a KD-tree) within the largest distance the gate allows, ``sqrt(gate (max Ppp +
-    max r))``, a million pairs at a time: memory grows with the detections, and the assignment may differ from the exact one where the
-    cheapest track of a detection is not among its nearest (a deviation only in such crowds)."""
+    max r))``, a million pairs at a time: memory grows with the detections, and the assignment may differ from the
+    exact one where the cheapest track of a detection is not among its nearest (a deviation only in such crowds)."""
     st = state[tracks][:, [X, Y, PPP, CLS]]  # (T, 4)
     md = meas[dets, :3]  # (D, 3): x, y, r
     dcls = cls[dets]

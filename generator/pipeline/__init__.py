@@ -168,7 +168,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                                      f"start one with drivegen run --out {out}", file=store.uri)
             for name in (layout.CONFIG, layout.SOURCE, layout.SCENES):
                 if not store.exists(name):
-                    raise RunFolderError(f"{store.uri_of(name)} is missing: the run cannot be resumed", file=store.uri_of(name))
+                    raise RunFolderError(f"{store.uri_of(name)} is missing: the run cannot be resumed",
+                                         file=store.uri_of(name))
             _check_unchanged(reader, force)
             cfg, desc, ids, work = reader.config(), reader.source(), reader.planned_scenes(), reader.planned_work()
             check_inputs(cfg)

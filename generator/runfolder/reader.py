@@ -67,7 +67,8 @@ class RunReader:
         try:
             return self.store.read_json(rel)
         except (ValueError, OSError) as err:
-            raise RunFolderError(f"{self.store.uri_of(rel)} is unreadable: {err}", file=self.store.uri_of(rel)) from None
+            raise RunFolderError(f"{self.store.uri_of(rel)} is unreadable: {err}",
+                                 file=self.store.uri_of(rel)) from None
 
     @cached_property
     def run_state(self) -> dict:

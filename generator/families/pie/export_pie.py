@@ -9,7 +9,8 @@ going to drive (``pie.path_*``); windows keep the benchmark's seconds at the log
 
 JAAD_DIR holds annotations/, annotations_attributes/, annotations_vehicle/ (annotations_traffic/, split_ids/
 and clips/ when present). A video whose annotations cannot be used (broken XML, a box outside the image; a
-track with a gap only with ``pie.track_gap: error``) is left out and named in the summary's "errors"; the others are exported. DIR may be a
+track with a gap only with ``pie.track_gap: error``) is left out and named in the summary's "errors"; the others
+are exported. DIR may be a
 local path or a URI and must be new, empty or an earlier PIE export (only its own files are replaced).
 Exit codes: 0 = exported, 2 = unusable input (no JAAD folder, no usable video, a foreign --out).
 """
