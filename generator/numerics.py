@@ -11,7 +11,8 @@ bytes depending on the heap of the process it ran in (``yaw_global_rad`` of one 
 2-worker runs of the same logs).
 
 The rule: numpy's AVX-512 dispatch is off in every process that runs stages (``NPY_DISABLE_CPU_FEATURES``
-gains ``AVX512F``, which numpy reads once, when it is first imported). Every float64 transcendental then is
+gains ``AVX512F``, or on numpy >= 2.4 its new names for the same targets, which numpy reads once, when it is
+first imported). Every float64 transcendental then is
 the C library's, whatever the memory layout. It is set
 
 - in the driver when the ``generator`` package is imported (``generator/__init__.py``), which the ``drivegen``
@@ -28,17 +29,35 @@ a few per object per frame, and glibc's scalar ``atan2`` takes ~20 ns (``bench/p
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 NUMPY_FEATURES_OFF = ("AVX512F",)
-"""numpy CPU features drivegen disables; AVX512F implies every AVX-512 dispatch target (SKX, ICL, SPR...)"""
+"""numpy (< 2.4) CPU features drivegen disables; AVX512F implies every AVX-512 dispatch target (SKX, ICL, SPR)"""
+NUMPY_FEATURES_OFF_V4 = ("X86_V4", "AVX512_ICL", "AVX512_SPR")
+"""the same for numpy >= 2.4, which names its x86 dispatch targets by level and refuses ``AVX512F`` (a warning
+at import, and the kernels stay on); disabling ``X86_V4`` alone leaves ICL and SPR on"""
 _ENV = "NPY_DISABLE_CPU_FEATURES"
+
+
+def features_off(numpy_version: str | None = None) -> tuple[str, ...]:
+    """The names to disable for this numpy (``numpy_version``; default: the installed one, read from its
+    metadata without importing it, since the variable must be set before the import)."""
+    if numpy_version is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            numpy_version = version("numpy")
+        except PackageNotFoundError:
+            return NUMPY_FEATURES_OFF
+    major, minor = (int(re.match(r"\d+", x).group()) for x in numpy_version.split(".")[:2])
+    return NUMPY_FEATURES_OFF_V4 if (major, minor) >= (2, 4) else NUMPY_FEATURES_OFF
 
 
 def numpy_env_value(current: str | None = None) -> str:
     """``NPY_DISABLE_CPU_FEATURES`` with drivegen's features added to what ``current`` (the user's) names."""
     names = (current if current is not None else os.environ.get(_ENV, "")).replace(",", " ").split()
-    return " ".join(names + [f for f in NUMPY_FEATURES_OFF if f not in names])
+    return " ".join(names + [f for f in features_off() if f not in names])
 
 
 def pin_numpy() -> bool:
@@ -54,7 +73,7 @@ def numpy_pinned() -> bool:
 
     core = numpy._core if int(numpy.__version__.split(".")[0]) >= 2 else numpy.core
     features = core._multiarray_umath.__cpu_features__
-    return not any(features.get(f, False) for f in NUMPY_FEATURES_OFF)
+    return not any(features.get(f, False) for f in features_off(numpy.__version__))
 
 
 def ray_env_vars() -> dict[str, str]:

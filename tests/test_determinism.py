@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from support.pipeline import REPO, drivegen, manifest_count, wait_for, write_config
-from generator.numerics import numpy_pinned
+from generator.numerics import features_off, numpy_pinned
 from schemas.tables import write_parquet
 
 # Files that describe one run rather than its data: timings (summary, manifests, report), the run's epoch and
@@ -80,10 +80,20 @@ def test_numpy_gives_one_result_wherever_the_output_lands():
 def test_the_test_process_and_a_command_are_pinned():
     assert numpy_pinned()
     r = subprocess.run([sys.executable, "-c", "import generator, numpy\n"
-                        "from generator.numerics import numpy_pinned\nprint(numpy_pinned())"],
+                        "from generator.numerics import features_off, numpy_pinned\nprint(numpy_pinned())"],
                        capture_output=True, text=True, cwd=REPO, timeout=60,
                        env={k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"})
     assert r.stdout.strip() == "True", r.stderr
+
+
+def test_the_pin_names_the_features_each_numpy_knows():
+    """numpy 2.4 renamed its x86 dispatch targets by level and only warns about ``AVX512F`` (kernels left on,
+    seen with numpy 2.4.6); 1.26 knows no ``X86_V4``."""
+    assert features_off("1.26.4") == ("AVX512F",)
+    assert features_off("2.3.5") == ("AVX512F",)
+    assert set(features_off("2.4.6")) == {"X86_V4", "AVX512_ICL", "AVX512_SPR"}
+    assert features_off("2.5.0rc1") == features_off("2.4.0")
+    assert features_off() == features_off(np.__version__)
 
 
 # ------------------------------------------------------------------------------------------ Parquet
