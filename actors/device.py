@@ -36,3 +36,15 @@ def device_note(assigned_gpus: list, device: str) -> str | None:
         return (f"this model actor holds GPU(s) {list(assigned_gpus)} but torch sees no CUDA device "
                 f"(a CPU build of torch, or a node advertising GPUs it does not have): the model runs on the CPU")
     return None
+
+
+def autocast_args(device_type: str, precision: str) -> dict:
+    """``torch.autocast`` arguments for a model's ``precision`` setting (``schemas.config.Precision``) on a
+    torch device type: 'auto' = bfloat16 on CUDA and float32 elsewhere; 'bf16' / 'fp16' = that type on any
+    device (the CPU's autocast runs bfloat16 too, which the precision tests use); 'fp32' = autocast off."""
+    import torch
+
+    if precision == "auto":
+        precision = "bf16" if device_type == "cuda" else "fp32"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+    return dict(device_type=device_type, dtype=dtype, enabled=precision != "fp32")

@@ -258,6 +258,12 @@ class LabelNoiseConfig(_Model):
         return v
 
 
+Precision = Literal["auto", "bf16", "fp16", "fp32"]
+"""A model's arithmetic (``actors.device.autocast_args``): 'auto' = bfloat16 autocast on CUDA, float32 on
+the CPU; 'bf16' / 'fp16' = autocast to that type on any device; 'fp32' = full precision.
+``tests/test_precision.py`` bounds how far bfloat16 moves boxes and masks from float32."""
+
+
 class Mmdet3dConfig(_Model):
     config: str | None = None
     """mmdet3d config file (e.g. a CenterPoint or projects/BEVFusion config)"""
@@ -271,6 +277,9 @@ class Mmdet3dConfig(_Model):
     """How earlier sweeps are moved into the keyframe's LiDAR frame: 'mmdet3d' = as mmdet3d 1.4's
     LoadPointsFromMultiSweeps does (its translation is rotated once more, mmdetection3d PR #3007), what models
     trained with mmdet3d 1.x pipelines saw; 'rigid' = the rigid motion (mmdet3d 0.x, nuscenes-devkit)."""
+    precision: Precision = "auto"
+    """arithmetic of the network (``Precision``): 'auto' = bfloat16 autocast on a GPU, float32 on the CPU; the
+    head's decoding and NMS always run in float32"""
     sweep_seed: int = Field(0, ge=0)
     """Configs without test_mode pick sweeps_num of the listed sweeps at random (CenterPoint nuScenes: 9 of 10),
     at test time too; drivegen seeds that draw per frame with this and the frame token."""
@@ -448,9 +457,9 @@ class Sam2Config(_Model):
     the CPU, as measured by bench/gpu.py part 0 (hiera-t, 21 prompts per frame): on an H100 30.1 ms of
     decoding per frame with 0, 14.1 ms with 32 (+0.55 GiB peak); on the 2-core CPU 1,429 ms with 0, 2,041 ms
     with 32."""
-    precision: Literal["bf16", "fp32"] = "bf16"
-    """GPU arithmetic: 'bf16' = torch.autocast(bfloat16) around encoder and decoder, as SAM 2's README and
-    notebooks run it on CUDA; 'fp32' = full precision. The CPU always runs float32."""
+    precision: Precision = "auto"
+    """arithmetic of the encoder and decoder (``Precision``): 'auto' = bfloat16 autocast on a GPU, as SAM 2's
+    README and notebooks run it on CUDA, float32 on the CPU"""
 
     @field_validator("decode_prompts", mode="before")
     @classmethod

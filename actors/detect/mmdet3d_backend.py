@@ -19,6 +19,9 @@ Files shared by the frames of one call are read once (``sweeps.CachedReader``). 
 frame's images and calibration are passed in mmdet3d's info layout (``images[cam] = {img_path, cam2img,
 lidar2cam}``), which BEVFusion's ``BEVLoadMultiViewImageFromFiles`` reads.
 
+Arithmetic: ``detection.mmdet3d.precision`` (default ``auto``: bfloat16 autocast on a GPU, float32 on the
+CPU) covers the network; the heads' decoding and NMS run in float32 (``_decode_in_float32``).
+
 Output: ``LiDARInstance3DBoxes`` (bottom-centre z, yaw about the LiDAR z axis, velocity (vx, vy) for
 nuScenes heads) converted to ego-frame ``Boxes3D`` with the box's geometric centre.
 
@@ -48,7 +51,7 @@ import numpy as np
 
 from actors.detect.base import Detector
 from actors.detect.sweeps import CachedReader, PointsSpec, model_points
-from actors.device import resolve_device
+from actors.device import autocast_args, resolve_device
 from generator.geometry import SE3
 from generator.types import Boxes3D, DrivegenError, Frame
 from schemas.config import DETECTION_CLASSES, DetectionConfig
@@ -112,11 +115,43 @@ def frame_input(frame: Frame, points: np.ndarray, use_camera: bool, box_type_3d,
     return info
 
 
+def _float32(x):
+    """``x`` (a tensor, or lists / tuples / dicts of them) with its floating tensors in float32."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.float() if x.is_floating_point() else x
+    if isinstance(x, dict):
+        return {k: _float32(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_float32(v) for v in x)
+    return x
+
+
+def _decode_in_float32(model) -> None:
+    """Under reduced precision only the network runs in it: each head's ``predict_by_feat`` (box decoding,
+    score thresholds, NMS, whose CUDA ops take float32) gets float32 inputs and runs with autocast off."""
+    import torch
+
+    for module in model.modules():
+        decode = getattr(module, "predict_by_feat", None)
+        if decode is None or getattr(decode, "_drivegen_float32", False):
+            continue
+
+        def in_float32(*args, _decode=decode, **kwargs):
+            with torch.autocast(device_type=next(model.parameters()).device.type, enabled=False):
+                return _decode(*_float32(args), **_float32(kwargs))
+
+        in_float32._drivegen_float32 = True
+        module.predict_by_feat = in_float32
+
+
 class Mmdet3dDetector(Detector):
     name = "mmdet3d"
 
     def __init__(self, cfg: DetectionConfig):
         super().__init__(cfg)
+        import torch
         from mmdet3d.apis import init_model
         from mmdet3d.structures import get_box_type
         from mmengine.dataset import Compose
@@ -135,6 +170,9 @@ class Mmdet3dDetector(Detector):
         self.box_type_3d, self.box_mode_3d = get_box_type(mcfg.test_dataloader.dataset.get("box_type_3d", "LiDAR"))
         meta = getattr(self.model, "dataset_meta", None) or {}
         self.classes = list(meta.get("classes") or mc.model_classes)
+        self.autocast = autocast_args(torch.device(self.device).type, mc.precision)
+        if self.autocast["enabled"]:
+            _decode_in_float32(self.model)
 
     def points(self, frame: Frame, read=None) -> np.ndarray:
         """The point tensor (N, C) float32 this frame gives the model (LiDAR frame; see the module docstring)."""
@@ -155,7 +193,7 @@ class Mmdet3dDetector(Detector):
             data = [self.pipeline(frame_input(fr, self.points(fr, read), self.use_camera, self.box_type_3d,
                                               self.box_mode_3d)) for fr in chunk]
             read.next_batch()
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(**self.autocast):
                 results = self.model.test_step(pseudo_collate(data))
             for fr, res in zip(chunk, results):
                 pred = res.pred_instances_3d

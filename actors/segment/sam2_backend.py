@@ -20,7 +20,8 @@ batches of ``segmentation.sam2.batch_images``, and the box prompts of a batch's 
 calls of up to ``segmentation.sam2.decode_prompts`` prompts (0: one call per image, as the predictor
 does; ``auto``, the default: 32 on a GPU, one call per image on the CPU, each the faster where measured).
 GPU when ``device: auto`` finds one. On a GPU the encoder and decoder run under bfloat16 autocast
-(``segmentation.sam2.precision``), as SAM 2's own examples run them; the CPU always runs float32.
+(``segmentation.sam2.precision: auto``), as SAM 2's own examples run them; the CPU runs float32 unless the
+setting names a reduced type.
 """
 from __future__ import annotations
 
@@ -58,14 +59,13 @@ class Sam2Segmenter(Segmenter):
         import torch
         from sam2.build_sam import build_sam2
 
-        from actors.device import resolve_device
+        from actors.device import autocast_args, resolve_device
 
         sc = cfg.sam2
         self.device = torch.device(resolve_device(sc.device))
         self.model = build_sam2(sc.model_config_name, ckpt_path=sc.checkpoint, device=str(self.device), mode="eval")
         self.size = int(self.model.image_size)
-        self.autocast = dict(device_type=self.device.type, dtype=torch.bfloat16,
-                             enabled=self.device.type == "cuda" and sc.precision == "bf16")
+        self.autocast = autocast_args(self.device.type, sc.precision)
         self.feat_sizes = [(self.size // 4,) * 2, (self.size // 8,) * 2, (self.size // 16,) * 2]
         self.decode_prompts = sc.decode_prompts_on(self.device.type)  # prompts per decoder call, 0 = per image
 
