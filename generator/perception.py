@@ -127,8 +127,14 @@ def _cameras(frame: Frame, wanted: list[str]) -> list[str]:
 
 def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: PipelineConfig,
                    segmenter=None) -> PerceptionResult:
-    """Track, segment and filter one scene's detections; see the module docstring."""
-    from generator.sources import io
+    """Track, segment and filter one scene's detections; see the module docstring.
+
+    Frames go through three steps, overlapped so that a GPU segmenter is not left waiting on the CPU:
+    ``_frame_inputs`` (geometry, LiDAR counts, the images read) runs up to ``PREFETCH_FRAMES`` frames ahead
+    on one thread, the segmenter runs on this one, and ``_frame_rows`` (visibility, RLE) on another. Each step
+    is a function of its frame alone and the results are taken in frame order, so the output is the same as
+    one frame after the other."""
+    from concurrent.futures import ThreadPoolExecutor
 
     if not isinstance(detections, Detections):
         detections = Detections(list(detections))
@@ -138,81 +144,112 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
     issues: list[FrameIssue] = list(scene.issues) + list(detections.issues)
     lidar_bad = {i.frame_index for i in scene.issues if i.reason == "lidar_unreadable"}  # recorded at load
     tracked = track_scene(scene.timestamps_us, detections.boxes, cfg.tracking, [f.city_SE3_ego for f in scene.frames])
-    vcfg = cfg.visibility
-    cpu_seg = cfg.segmentation.backend == "cpu"
+    work = [(fr, boxes) for fr, boxes in zip(scene.frames, tracked) if len(boxes)]
     proj_parts: list[dict] = []
-    for fr, boxes in zip(scene.frames, tracked):
-        n = len(boxes)
-        if n == 0:
-            continue
-        cams = _cameras(fr, cfg.segmentation.cameras)
-        has_images = any(fr.image_paths.get(c, "") for c in cams)
-        size_ok = (np.isfinite(boxes.center_m).all(1) & np.isfinite(boxes.size_lwh_m).all(1) & np.isfinite(boxes.yaw_rad)
-                   & (boxes.size_lwh_m > 0).all(1))
-        safe = boxes.copy()  # invalid boxes projected as tiny dummies (their row says zero_size_box)
-        safe.center_m[~size_ok] = 0.0
-        safe.size_lwh_m[~size_ok] = 1e-3
-        safe.yaw_rad[~size_ok] = 0.0
-        pts = member = None
-        need_pts = (boxes.num_lidar_pts < 0).any() or (cpu_seg and has_images)
-        if need_pts and fr.frame_index not in lidar_bad:
-            try:
-                pts = io.load_lidar_ego(fr)[:, :3]
-            except DrivegenError as err:
-                issues.append(FrameIssue.of(fr, "visibility", "lidar_unavailable", err, file=fr.lidar_path))
-        if pts is not None:
-            member = points_in_boxes(pts, safe.center_m, safe.size_lwh_m, safe.yaw_rad) & size_ok[:, None]
-            counted = member.sum(axis=1).astype(np.int32)
-            boxes.num_lidar_pts = np.where(boxes.num_lidar_pts >= 0, boxes.num_lidar_pts, counted).astype(np.int32)
-        per_cam = []
-        seg_items, seg_owner = [], []
-        for cam_name in cams:
-            cam = fr.cameras[cam_name]
-            box2d, depth, in_image = project_boxes(safe, cam)
-            front = (corners_in_camera(safe, cam)[..., 2] > vcfg.min_depth_m).any(axis=1)
-            geo = geometric_reasons(size_ok, front, in_image, boxes.num_lidar_pts, box2d, vcfg)
-            rec = dict(camera=cam_name, box2d=box2d, depth=depth, geo=geo, masks=None, scores=None, image_ok=True)
-            path = fr.image_paths.get(cam_name, "")
-            ok_idx = np.nonzero(geo == "")[0]
-            if path:
-                try:
-                    img = io.load_image(fr, cam_name)
-                except DrivegenError as err:
-                    issues.append(FrameIssue.of(fr, "segment", "image_unavailable", err, camera=cam_name, file=path))
-                    rec["image_ok"] = False
-                    img = None
-                if img is not None:
-                    if cpu_seg:
-                        if member is None:
-                            uv = [np.zeros((0, 2))] * len(ok_idx)
-                        else:
-                            cam_SE3_ego = cam.ego_SE3_cam.inverse()
-                            uv = [project_to_image(cam_SE3_ego.transform_points(pts[member[i]]), cam.K)[0] for i in ok_idx]
-                    else:
-                        uv = None
-                    seg_items.append((img, box2d[ok_idx], uv))
-                    seg_owner.append(len(per_cam))
-            per_cam.append(rec)
-        if seg_items:
-            if segmenter is None:
-                from actors.segment import build_segmenter
+    with ThreadPoolExecutor(1, thread_name_prefix="perceive-inputs") as inputs, \
+            ThreadPoolExecutor(1, thread_name_prefix="perceive-rows") as rows:
+        ahead = [inputs.submit(_frame_inputs, fr, boxes, cfg, fr.frame_index in lidar_bad)
+                 for fr, boxes in work[:PREFETCH_FRAMES]]
+        done = []
+        for k, (fr, boxes) in enumerate(work):
+            per_cam, seg_items, seg_owner, frame_issues = ahead.pop(0).result()
+            if k + PREFETCH_FRAMES < len(work):
+                nxt = work[k + PREFETCH_FRAMES]
+                ahead.append(inputs.submit(_frame_inputs, *nxt, cfg, nxt[0].frame_index in lidar_bad))
+            issues.extend(frame_issues)
+            if seg_items:
+                if segmenter is None:
+                    from actors.segment import build_segmenter
 
-                segmenter = build_segmenter(cfg.segmentation)
-            for owner, (masks, scores) in zip(seg_owner, segmenter.segment_many(seg_items)):
-                per_cam[owner]["masks"], per_cam[owner]["scores"] = masks, scores
-        for rec in per_cam:
-            d = decide_visibility(rec["geo"], rec["box2d"], rec["masks"], rec["scores"], vcfg, rec["image_ok"])
-            rles = [None] * n
-            if rec["masks"] is not None:
-                ok_idx = np.nonzero(rec["geo"] == "")[0]
-                for i, r in zip(ok_idx, rle.encode(rec["masks"])):
-                    rles[i] = r
-            proj_parts.append(dict(frame_index=fr.frame_index, track_id=boxes.track_id, camera=rec["camera"],
-                                   box2d=rec["box2d"], depth=rec["depth"], rle=rles, **d))
+                    segmenter = build_segmenter(cfg.segmentation)
+                for owner, (masks, scores) in zip(seg_owner, segmenter.segment_many(seg_items)):
+                    per_cam[owner]["masks"], per_cam[owner]["scores"] = masks, scores
+            done.append(rows.submit(_frame_rows, fr, boxes, per_cam, cfg))
+        for fut in done:
+            proj_parts.extend(fut.result())
     projections = _projections_table(scene.scene_id, proj_parts)
     reasons = projections.column("drop_reason").drop_null().to_pylist()
     return PerceptionResult(scene.scene_id, tracked, objects_table(scene, tracked, cfg.detection.backend), projections,
                             dict(Counter(reasons)), issues)
+
+
+PREFETCH_FRAMES = 2
+"""frames whose inputs (geometry, images) are prepared ahead of the segmenter"""
+
+
+def _frame_inputs(fr: Frame, boxes: Boxes3D, cfg: PipelineConfig, lidar_bad: bool):
+    """One frame's work before segmentation: per camera the projected boxes and geometric checks, LiDAR
+    points per box where needed (``boxes.num_lidar_pts`` filled in), the images read.
+    -> (per-camera records, segmenter items, the record each item belongs to, the frame's issues)."""
+    from generator.sources import io
+
+    vcfg = cfg.visibility
+    cpu_seg = cfg.segmentation.backend == "cpu"
+    issues: list[FrameIssue] = []
+    cams = _cameras(fr, cfg.segmentation.cameras)
+    has_images = any(fr.image_paths.get(c, "") for c in cams)
+    size_ok = (np.isfinite(boxes.center_m).all(1) & np.isfinite(boxes.size_lwh_m).all(1) & np.isfinite(boxes.yaw_rad)
+               & (boxes.size_lwh_m > 0).all(1))
+    safe = boxes.copy()  # invalid boxes projected as tiny dummies (their row says zero_size_box)
+    safe.center_m[~size_ok] = 0.0
+    safe.size_lwh_m[~size_ok] = 1e-3
+    safe.yaw_rad[~size_ok] = 0.0
+    pts = member = None
+    need_pts = (boxes.num_lidar_pts < 0).any() or (cpu_seg and has_images)
+    if need_pts and not lidar_bad:
+        try:
+            pts = io.load_lidar_ego(fr)[:, :3]
+        except DrivegenError as err:
+            issues.append(FrameIssue.of(fr, "visibility", "lidar_unavailable", err, file=fr.lidar_path))
+    if pts is not None:
+        member = points_in_boxes(pts, safe.center_m, safe.size_lwh_m, safe.yaw_rad) & size_ok[:, None]
+        counted = member.sum(axis=1).astype(np.int32)
+        boxes.num_lidar_pts = np.where(boxes.num_lidar_pts >= 0, boxes.num_lidar_pts, counted).astype(np.int32)
+    per_cam = []
+    seg_items, seg_owner = [], []
+    for cam_name in cams:
+        cam = fr.cameras[cam_name]
+        box2d, depth, in_image = project_boxes(safe, cam)
+        front = (corners_in_camera(safe, cam)[..., 2] > vcfg.min_depth_m).any(axis=1)
+        geo = geometric_reasons(size_ok, front, in_image, boxes.num_lidar_pts, box2d, vcfg)
+        rec = dict(camera=cam_name, box2d=box2d, depth=depth, geo=geo, masks=None, scores=None, image_ok=True)
+        path = fr.image_paths.get(cam_name, "")
+        ok_idx = np.nonzero(geo == "")[0]
+        if path:
+            try:
+                img = io.load_image(fr, cam_name)
+            except DrivegenError as err:
+                issues.append(FrameIssue.of(fr, "segment", "image_unavailable", err, camera=cam_name, file=path))
+                rec["image_ok"] = False
+                img = None
+            if img is not None:
+                if cpu_seg:
+                    if member is None:
+                        uv = [np.zeros((0, 2))] * len(ok_idx)
+                    else:
+                        cam_SE3_ego = cam.ego_SE3_cam.inverse()
+                        uv = [project_to_image(cam_SE3_ego.transform_points(pts[member[i]]), cam.K)[0] for i in ok_idx]
+                else:
+                    uv = None
+                seg_items.append((img, box2d[ok_idx], uv))
+                seg_owner.append(len(per_cam))
+        per_cam.append(rec)
+    return per_cam, seg_items, seg_owner, issues
+
+
+def _frame_rows(fr: Frame, boxes: Boxes3D, per_cam: list[dict], cfg: PipelineConfig) -> list[dict]:
+    """One frame's work after segmentation: the visibility decision and the masks' RLE, per camera."""
+    parts = []
+    for rec in per_cam:
+        d = decide_visibility(rec["geo"], rec["box2d"], rec["masks"], rec["scores"], cfg.visibility, rec["image_ok"])
+        rles = [None] * len(boxes)
+        if rec["masks"] is not None:
+            ok_idx = np.nonzero(rec["geo"] == "")[0]
+            for i, r in zip(ok_idx, rle.encode(rec["masks"])):
+                rles[i] = r
+        parts.append(dict(frame_index=fr.frame_index, track_id=boxes.track_id, camera=rec["camera"],
+                          box2d=rec["box2d"], depth=rec["depth"], rle=rles, **d))
+    return parts
 
 
 def _projections_table(scene_id: str, parts: list[dict]) -> pa.Table:

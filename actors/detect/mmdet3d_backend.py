@@ -181,24 +181,35 @@ class Mmdet3dDetector(Detector):
                             mc.sweep_seed)
 
     def __call__(self, frames: list[Frame]) -> list[Boxes3D]:
+        """Boxes per frame. A batch's input (sweeps read and stacked, the test pipeline) is built on a second
+        thread while the model runs on the batch before, so the GPU does not wait on the CPU between batches."""
+        from concurrent.futures import ThreadPoolExecutor
+
         import torch
         from mmengine.dataset import pseudo_collate
 
-        mc = self.cfg.mmdet3d
-        out: list[Boxes3D] = []
-        bs = mc.batch_size
+        bs = self.cfg.mmdet3d.batch_size
         read = CachedReader(frames[0].scene_id if frames else None)
-        for i in range(0, len(frames), bs):
-            chunk = frames[i:i + bs]
+        chunks = [frames[i:i + bs] for i in range(0, len(frames), bs)]
+
+        def batch_input(chunk: list[Frame]) -> list[dict]:  # one thread only: ``read`` is not shared
             data = [self.pipeline(frame_input(fr, self.points(fr, read), self.use_camera, self.box_type_3d,
                                               self.box_mode_3d)) for fr in chunk]
             read.next_batch()
-            with torch.no_grad(), torch.autocast(**self.autocast):
-                results = self.model.test_step(pseudo_collate(data))
-            for fr, res in zip(chunk, results):
-                pred = res.pred_instances_3d
-                boxes = lidar_boxes_to_ego(pred.bboxes_3d.tensor.detach().cpu().numpy(),
-                                           pred.scores_3d.detach().cpu().numpy(),
-                                           pred.labels_3d.detach().cpu().numpy(), self.classes, fr.ego_SE3_lidar)
-                out.append(self._postfilter(boxes))
+            return data
+
+        out: list[Boxes3D] = []
+        with ThreadPoolExecutor(1, thread_name_prefix="detect-inputs") as inputs:
+            nxt = inputs.submit(batch_input, chunks[0]) if chunks else None
+            for k, chunk in enumerate(chunks):
+                data = nxt.result()
+                nxt = inputs.submit(batch_input, chunks[k + 1]) if k + 1 < len(chunks) else None
+                with torch.no_grad(), torch.autocast(**self.autocast):
+                    results = self.model.test_step(pseudo_collate(data))
+                for fr, res in zip(chunk, results):
+                    pred = res.pred_instances_3d
+                    boxes = lidar_boxes_to_ego(pred.bboxes_3d.tensor.detach().cpu().numpy(),
+                                               pred.scores_3d.detach().cpu().numpy(),
+                                               pred.labels_3d.detach().cpu().numpy(), self.classes, fr.ego_SE3_lidar)
+                    out.append(self._postfilter(boxes))
         return out
