@@ -42,6 +42,9 @@ def machine() -> str:
 
 
 def _commit() -> str:
+    """The checkout's commit; ``DRIVEGEN_COMMIT`` names it where the tree travelled without its ``.git``."""
+    if os.environ.get("DRIVEGEN_COMMIT"):
+        return os.environ["DRIVEGEN_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
                              text=True, timeout=10)

@@ -67,10 +67,12 @@ def centerpoint_config() -> str:
 
 
 def pipeline_config(sam: str, cameras: list[str] | None, detector: str = "centerpoint", perceive_actors: int = 1,
-                    actor_cpus: float | None = None):
+                    actor_cpus: float | None = None, precision: str = "auto"):
     from schemas.config import PipelineConfig
 
     cfg = PipelineConfig()
+    if precision != "auto":  # (only then: the bench also runs against checkouts that predate the field)
+        cfg.detection.mmdet3d.precision = cfg.segmentation.sam2.precision = precision
     if detector == "centerpoint":
         cfg.detection.backend = "mmdet3d"
         cfg.detection.mmdet3d.config = centerpoint_config()
@@ -200,9 +202,44 @@ def in_pipeline(logs: Path, ids: list[str], desc: dict, cfg, n_gpus: int, work: 
                 # the stream through this stage: its first scene's start to its last scene's end
                 rows[stage + "_span"] = max(b for _, b, _, _ in scenes) - scenes[0][0]
                 rows[stage + "_first"] = scenes[0][0] - unix0  # actor start-up + upstream work
+            # the stream: from the first model call (any stage's first scene) to the last scene's end
+            spans = [m["stage_spans_unix"][st] for m in manifests for st in ("detect", "perceive")]
+            rows["stream"] = max(b for _, b in spans) - min(a for a, _ in spans)
         return rows
     finally:
         ray.shutdown()
+
+
+class Mps:
+    """NVIDIA's Multi-Process Service for the pipeline runs: the control daemon started with its pipe and log
+    folders under ``work``, whose variables this process's environment passes on to Ray and its workers (a CUDA
+    process finds the service through ``CUDA_MPS_PIPE_DIRECTORY``); ``quit`` stops it."""
+
+    def __init__(self, work: Path):
+        self.exe = shutil.which("nvidia-cuda-mps-control")
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": str(work / "mps-pipe"), "CUDA_MPS_LOG_DIRECTORY": str(work / "mps-log")}
+
+    def __enter__(self):
+        import subprocess
+
+        if not self.exe:
+            raise SystemExit("--mps: nvidia-cuda-mps-control is not on the PATH")
+        for d in self.env.values():
+            Path(d).mkdir(parents=True, exist_ok=True)
+        os.environ.update(self.env)
+        subprocess.run([self.exe, "-d"], env=dict(os.environ), check=True)
+        print(f"MPS: control daemon started ({self.env['CUDA_MPS_PIPE_DIRECTORY']})")
+        return self
+
+    def __exit__(self, *exc):
+        import subprocess
+
+        subprocess.run([self.exe], input="quit\n", text=True, env=dict(os.environ), check=False)
+        log = Path(self.env["CUDA_MPS_LOG_DIRECTORY"]) / "control.log"
+        if log.exists():
+            print("MPS control log, last lines:", *log.read_text().splitlines()[-4:], sep="\n  ")
+        for k in self.env:
+            os.environ.pop(k, None)
 
 
 def warm_rate(scenes: list[tuple[float, float, int, float]], actors: int) -> tuple[float, int] | None:
@@ -242,10 +279,20 @@ def main(argv=None) -> int:
                     help="part 0: SAM decoder settings compared (0 = one call per image; default 0,32)")
     ap.add_argument("--decoder-frames", type=int, default=8, help="part 0: keyframes decoded (default 8)")
     ap.add_argument("--decoder-only", action="store_true", help="stop after part 0")
+    ap.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp16", "fp32"),
+                    help="both models' arithmetic (detection.mmdet3d.precision, segmentation.sam2.precision; "
+                         "default auto: bfloat16 on a GPU)")
+    ap.add_argument("--pipeline-only", action="store_true",
+                    help="skip parts 0 and 1 (the decoder and the models alone): the pipeline's figures only")
+    ap.add_argument("--mps", action="store_true",
+                    help="run the pipeline under NVIDIA's Multi-Process Service (started here, stopped after), "
+                         "which lets the kernels of the model actors' processes share the GPU at once instead "
+                         "of taking turns; best with --pipeline-only (this process then makes no CUDA context)")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU as a smoke check (figures meaningless)")
     ap.add_argument("--keep", default=None, help="keep the run folders here")
     a = ap.parse_args(argv)
-    sys.stdout.reconfigure(line_buffering=True)  # each figure reaches a log or pipe as soon as it is printed
+    out = getattr(sys.stdout, "stream", sys.stdout)  # under --docs, the stream behind docs_page's copy
+    out.reconfigure(line_buffering=True)  # each figure reaches a log or pipe as soon as it is printed
     try:
         import torch
     except ImportError:
@@ -273,32 +320,43 @@ def main(argv=None) -> int:
     device = torch.cuda.get_device_name(0) if n_gpus else "CPU (smoke check: figures meaningless)"
     print(f"drivegen GPU bench: {a.scenes} generated scenes, {n_gpus} GPU(s): {device}")
     for sam in a.sam.split(","):
-        cfg = pipeline_config(sam, cameras, a.detector)
+        cfg = pipeline_config(sam, cameras, a.detector, precision=a.precision)
         src = open_source("nuscenes", logs, cfg, version=SYNTH_VERSION)
         ids, desc = src.scene_ids(), src.describe()
-        scenes = [src.load_scene(s) for s in ids]
-        seg = sam_decoder(scenes, cfg, [int(x) for x in a.decode_prompts.split(",")], a.decoder_frames)
-        if a.decoder_only:
-            continue
-        solo = alone(scenes, cfg, seg)
-        del seg  # the pipeline's actors build their own: give its GPU memory back to them
-        if n_gpus:
-            torch.cuda.empty_cache()
-        n = solo["frames"]
         detector = {"centerpoint": "CenterPoint pillar", "labels": "the logs' boxes",
                     "lidar": "lidar detector (CPU)"}[a.detector]
-        print(f"{detector} + SAM 2.1 hiera-{sam} ({solo['device']}), {n} frames, "
-              f"{len(cfg.segmentation.cameras)} camera(s) segmented, {solo['prompts'] / n:.1f} SAM prompts per "
-              "frame (the boxes that pass the geometric filter)")
+        if a.pipeline_only:
+            solo = None
+            print(f"{detector} + SAM 2.1 hiera-{sam}, precision {a.precision}: the pipeline only")
+        else:
+            scenes = [src.load_scene(s) for s in ids]
+            seg = sam_decoder(scenes, cfg, [int(x) for x in a.decode_prompts.split(",")], a.decoder_frames)
+            if a.decoder_only:
+                continue
+            solo = alone(scenes, cfg, seg)
+            del seg  # the pipeline's actors build their own: give its GPU memory back to them
+            if n_gpus:
+                torch.cuda.empty_cache()
+            n = solo["frames"]
+            print(f"{detector} + SAM 2.1 hiera-{sam} ({solo['device']}, precision {a.precision}), {n} frames, "
+                  f"{len(cfg.segmentation.cameras)} camera(s) segmented, {solo['prompts'] / n:.1f} SAM prompts "
+                  "per frame (the boxes that pass the geometric filter)")
         runs = [(k, c) for k in (int(x) for x in a.perceive_actors.split(","))
                 for c in ([float(x) for x in a.actor_cpus.split(",")] if a.actor_cpus else [None])]
         for k, c in runs:
-            cfg = pipeline_config(sam, cameras, a.detector, perceive_actors=k, actor_cpus=c)
-            run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}-{c}")
+            cfg = pipeline_config(sam, cameras, a.detector, perceive_actors=k, actor_cpus=c, precision=a.precision)
+            if a.mps:
+                with Mps(work):
+                    run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}-{c}")
+            else:
+                run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}-{c}")
             print(f" perceive actors: {k}" + (f" (each model actor {1 / (k + 1):.2f} of a GPU)" if k > 1 else "")
                   + f", {cfg.ray.actor_num_cpus:g} CPU(s) asked per model actor")
             models = [("detect", "CenterPoint", 1)] if a.detector == "centerpoint" else []
             for stage, model, actors in models + [("perceive", f"SAM 2.1 hiera-{sam} (+ tracking, visibility)", k)]:
+                if solo is None:
+                    solo = {stage: float("nan") for stage in ("detect", "perceive")}
+                    n = float("nan")
                 r_alone, r_actor = n / solo[stage], run["frames"] / run[stage]  # stage time summed over actors
                 r_stage = run["frames"] / run[stage + "_span"]
                 busy, busy_stream = run[stage] / (actors * run["wall"]), run[stage] / (actors * run[stage + "_span"])
@@ -319,8 +377,10 @@ def main(argv=None) -> int:
                         rate = sum(f for f, _ in part) / sum(t for _, t in part)
                         print(f"    perceive, scenes {label}: {rate:.2f} frames/s per actor over {len(part)} "
                               f"scene(s) ({rate / (n / solo['perceive']):.0%} of alone)")
-            print(f"  pipeline: {run['frames'] / run['wall']:.2f} frames/s in {run['wall']:.1f} s, "
-                  f"{run['frames'] / run['wall'] / max(n_gpus, 1):.2f} frames/s per GPU")
+            print(f"  pipeline{' (MPS)' if a.mps else ''}: {run['frames'] / run['wall']:.2f} frames/s in {run['wall']:.1f} s, "
+                  f"{run['frames'] / run['wall'] / max(n_gpus, 1):.2f} frames/s per GPU; "
+                  f"{run['frames'] / run['stream'] / max(n_gpus, 1):.2f} frames/s per GPU from the first model "
+                  f"call to the last ({run['stream']:.1f} s)")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
