@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pyarrow.fs as pafs
+
 import pytest
 
 from support.pipeline import wait_for
@@ -126,22 +128,13 @@ def test_an_outage_while_scenes_write_fails_clearly_and_resume_is_exact(s3_serve
     env = {"AWS_ENDPOINT_URL": proxy.endpoint}
     direct = s3_server.filesystem()
 
-    def cut_after_first_scene():
-        import pyarrow.fs as pafs
-
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 120:
-            files = direct.get_file_info(pafs.FileSelector(f"{bucket}/run/manifest", allow_not_found=True))
-            if files:
-                proxy.cut()
-                return
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=cut_after_first_scene, daemon=True)
-    watcher.start()
+    # the link goes as the second scene's manifest is written: the first scene is committed, the run is not
+    proxy.cut_at(b"PUT ", b"/run/manifest/", b".json HTTP", after=1)
     # a process of its own: its lock, left behind by the outage, is then a dead holder's that --resume takes over
     r = drivegen("run", "--out", out, *args, env=env, timeout=600, subprocess_only=True)
-    watcher.join(5)
+    assert proxy.was_cut.is_set(), r.stderr[-3000:]
+    manifests = direct.get_file_info(pafs.FileSelector(f"{bucket}/run/manifest"))
+    assert len([f for f in manifests if f.base_name.endswith(".json")]) == 1  # (a written .tmp may be left)
     assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr[-3000:]
     assert "drivegen run --resume" in r.stderr, r.stderr[-3000:]

@@ -60,7 +60,15 @@ class CuttableProxy:
         self._hold: tuple[tuple[bytes, ...], float] | None = None
         self.denying = False  # answer every request as S3 answers wrong credentials (deny())
         self.held = threading.Event()  # set when a request matching ``hold_request`` arrived
+        self._cut_at: tuple[tuple[bytes, ...], list[int]] | None = None
+        self.was_cut = threading.Event()  # set when ``cut_at`` cut the link
         self.restore()
+
+    def cut_at(self, *parts: bytes, after: int = 0) -> None:
+        """Cut the link (``cut()``) when a request whose first bytes contain every one of ``parts`` arrives,
+        after letting ``after`` such requests through: the outage comes at that request, whatever the timing."""
+        self.was_cut.clear()
+        self._cut_at = (parts, [after])
 
     def hold_request(self, *parts: bytes, seconds: float) -> None:
         """Delay by ``seconds`` the next request whose first bytes contain every one of ``parts`` (a write that
@@ -138,6 +146,14 @@ class CuttableProxy:
     def _pipe(self, a: socket.socket, b: socket.socket, outbound: bool) -> None:
         try:
             while data := a.recv(1 << 16):
+                at = self._cut_at if outbound else None
+                if at is not None and all(p in data[:512] for p in at[0]):
+                    if at[1][0] == 0:
+                        self._cut_at = None
+                        self.cut()
+                        self.was_cut.set()
+                        return
+                    at[1][0] -= 1
                 hold = self._hold if outbound else None
                 if hold is not None and all(p in data[:512] for p in hold[0]):
                     self._hold = None
