@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU lease, one call: bench/gpu.py on today's code against a baseline checkout, on the same GPU.
+# One GPU lease, one call: bench/gpu.py on this checkout's code against a baseline checkout, on the same GPU.
 #
 #   scripts/gpu_lease.sh prepare BASE_REV     here (with pip's registry): fills .dev/ (git-ignored, ~58 MB)
 #   # device tool: run "bash scripts/gpu_lease.sh device" with carry [".dev"] and timeout_s 590
@@ -92,7 +92,7 @@ PY
   python3 -c "import mmcv.ops, mmdet3d.apis" || { tail -20 "$OUT/mmcv_build.log"; exit 1; }
   echo "mmcv built at $(( $(date +%s) - t0 )) s"
   cp bench/gpu.py bench/docs_page.py "$DEV/base/bench/"  # the same bench in both checkouts
-  # the baseline: the pipeline only; today's code: the models alone too (each model's share of its alone rate)
+  # the baseline: the pipeline only; this checkout: the models alone too (each model's share of its alone rate)
   local base_args=${BASE_ARGS:-"--scenes 3 --sam t --pipeline-only"}
   local new_args=${NEW_ARGS:-"--scenes 3 --sam t --decoder-frames 4 --decode-prompts 32"}
   # shellcheck disable=SC2086
