@@ -593,6 +593,21 @@ def test_real_jaad_figures(real):
     assert sorted(c["risk"]["risk_class"]) == [0, 1, 2, 3, 4, 5]
 
 
+@needs_jaad
+def test_real_jaad_benchmark_profile(real):
+    """``pie.profile: benchmark`` on the shared videos: every kept behaviour pedestrian gives the benchmark's
+    11 windows (TTE 60, 57, ..., 30); the figures docs/families/pie.md gives."""
+    t = real[0]
+    s, stats = build_samples(t.videos, t.boxes, t.pedestrians, t.vehicle, PieConfig(profile="benchmark"),
+                             tasks=("action",))
+    a = sample_counts(s)["action"]
+    assert (a["samples"], a["pedestrians"], a["crossing"]) == (2948, 268, 2233)
+    assert a["per_split"] == {"test": 1188, "train": 1397, "unsplit": 253, "val": 110}
+    assert sorted(a["per_tte_frames"]) == list(range(30, 61, 3))
+    assert set(s.column("track_label").to_pylist()) == {"pedestrian"}
+    assert stats["benchmark: fewer than 76 boxes up to the event"] == 192
+
+
 # ------------------------------------------------------------------------------------------ from 3D logs
 def _scripted_entry_s(sc, j, cfg: PieConfig, body) -> float:
     """The script's own time (20 Hz grid) at which agent ``j`` first stands where the ego is going to drive:
@@ -794,3 +809,65 @@ def test_real_av2_pedestrians_by_the_path_rule(av2_log, av2_perceived):
         seen[margin] = int((got.event_frame >= 0).sum())
     print(f"real AV2 pedestrians entering the ego's path by margin: {seen}")
     assert seen[cfg.pie.path_margin_m] == 0 < seen[12.0]
+
+
+# ------------------------------------------------------------------------ pie.profile: benchmark, by hand
+def _tables(tracks: dict[str, tuple[str, list[int], dict]]):
+    """One 1920x1080 video, ``tracks`` = {ped_id: (label, frames, attributes)}; boxes drift right 2 px a frame."""
+    from generator.sources.jaad import PEDESTRIANS_SCHEMA, VEHICLE_SCHEMA, VIDEOS_SCHEMA
+    from schemas.tables import VIDEO_BOXES
+
+    def table(schema, rows):
+        return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema)
+
+    videos = table(VIDEOS_SCHEMA, [{"video_id": "video_0001", "width_px": 1920, "height_px": 1080,
+                                    "num_frames": 300, "split": "test"}])
+    boxes, peds = [], []
+    for pid, (label, frames, attrs) in tracks.items():
+        boxes += [{"video_id": "video_0001", "ped_id": pid, "label": label, "frame": f, "x1_px": 100.0 + 2 * f,
+                   "y1_px": 500.0, "x2_px": 150.0 + 2 * f, "y2_px": 650.0, "occlusion": "none"} for f in frames]
+        if label == "pedestrian":
+            peds.append({"video_id": "video_0001", "ped_id": pid, **attrs})
+    return (videos, table(VIDEO_BOXES, boxes), table(PEDESTRIANS_SCHEMA, peds),
+            table(VEHICLE_SCHEMA, []))
+
+
+def test_benchmark_profile_cuts_action_samples_as_the_public_benchmark_by_hand():
+    """Worked by hand from PedestrianActionBenchmark's rules (jaad_data._get_crossing, ActionPredict.
+    get_data_sequence; obs 16, TTE [30, 60], overlap 0.8 -> step int(0.2 * 16) = 3, minimum 76 boxes):
+
+    - ``b_start``: crossing already when its track starts (crossing 1, crossing_point -1), boxes 0..99: cut at
+      the third-to-last box (frame 97), L = 98, starts 22, 25, ..., 52: windows 22-37 (TTE 60) ... 52-67 (TTE
+      30), label 1 (the paper profile gives it no sample: its event is its first frame);
+    - ``b_nocp``: no crossing point, crossing 0, boxes 0..99: the same windows, label 0;
+    - ``b_short``: crossing point 70 on boxes 0..76: 71 boxes up to the event, fewer than 76: none;
+    - ``b_gap``: boxes 0..49 and 80..129, crossing point 120 (position 90), L = 91: starts 15, 18, ..., 45,
+      the last window's boxes are frames 45-49 then 80-90 (positions, across the gap), TTE 30;
+    - ``p_by``: a bystander: none (behaviour pedestrians only)."""
+    tracks = {
+        "0_1_1b_start": ("pedestrian", list(range(100)), {"crossing": 1, "crossing_point": -1}),
+        "0_1_2b_nocp": ("pedestrian", list(range(100)), {"crossing": 0, "crossing_point": -1}),
+        "0_1_3b_short": ("pedestrian", list(range(77)), {"crossing": 1, "crossing_point": 70}),
+        "0_1_4b_gap": ("pedestrian", list(range(50)) + list(range(80, 130)), {"crossing": 1, "crossing_point": 120}),
+        "0_1_5_by": ("ped", list(range(120)), {}),
+    }
+    s, stats = build_samples(*_tables(tracks), PieConfig(profile="benchmark"), tasks=("action",))
+    by = {pid: s.filter(pa.compute.equal(s.column("ped_id"), pid)).to_pylist() for pid in tracks}
+    assert [len(by[p]) for p in tracks] == [11, 11, 0, 11, 0]
+    for pid, label in (("0_1_1b_start", 1), ("0_1_2b_nocp", 0)):
+        rows = by[pid]
+        assert [(r["start_frame"], r["end_frame"]) for r in rows] == [(i, i + 15) for i in range(22, 53, 3)]
+        assert [r["tte_frames"] for r in rows] == list(range(60, 29, -3))
+        assert {r["crossing"] for r in rows} == {label} and {r["event_frame"] for r in rows} == {97}
+        assert all(len(r["frames"]) == len(r["boxes_px"]) == 16 for r in rows)
+    gap = by["0_1_4b_gap"]
+    assert [r["tte_frames"] for r in gap] == list(range(60, 29, -3))
+    assert gap[0]["frames"] == list(range(15, 31))
+    assert gap[-1]["frames"] == list(range(45, 50)) + list(range(80, 91))
+    assert gap[-1]["boxes_px"][5] == [260.0, 500.0, 310.0, 650.0]  # frame 80's box
+    assert {r["event_frame"] for r in gap} == {120} and {r["crossing"] for r in gap} == {1}
+    assert stats["benchmark: fewer than 76 boxes up to the event"] == 1
+    assert stats["benchmark: not a behaviour pedestrian"] == 1
+    # the paper's profile on the same tracks: other rules, other samples (the check can fail)
+    paper, _ = build_samples(*_tables(tracks), PieConfig(), tasks=("action",))
+    assert "0_1_1b_start" not in set(paper.column("ped_id").to_pylist())

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.families.pie.config import PieConfig
+from generator.families.pie.config import BENCHMARK_ACTION, PieConfig
 from generator.sources.jaad import pedestrian_event
 from generator.families.pie.tables import PIE_SAMPLES
 
@@ -110,6 +110,44 @@ def action_window_ends(event_frame: int, cfg: PieConfig | None = None) -> tuple[
     return event_frame - tte, tte
 
 
+def benchmark_action_windows(frames: np.ndarray, label: str, attrs: dict | None, stats: Counter
+                             ) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+    """``pie.profile: benchmark``: one track's action windows as PedestrianActionBenchmark cuts them for JAAD
+    (``BENCHMARK_ACTION``; its ``jaad_data._get_crossing`` and ``ActionPredict.get_data_sequence``).
+
+    - Behaviour pedestrians only (``sample_type: beh``): bystanders give none.
+    - The track is cut at its event box: the box of ``crossing_point``, or, without one (-1), the third-to-last
+      box (the benchmark slices ``[:-2]``). Positions count boxes, not frames: a gap in the track is not seen.
+    - Tracks with fewer than ``observation + tte_max`` (76) boxes up to the event are dropped.
+    - Window starts ``i`` run from ``L - obs - tte_max`` to ``L - obs - tte_min`` inclusive in steps of
+      ``int((1 - overlap) * obs)`` (3), with ``L`` the kept boxes; TTE = ``L - (i + obs)`` boxes: 60, 57, ..., 30.
+
+    -> (positions (samples, obs) into the track's boxes, TTE per sample, the event box's position), or
+    (None, None, -1) with the reason counted in ``stats``. A crossing point that is none of the track's frames
+    (the benchmark fails on it: ``list.index``) drops the pedestrian, counted."""
+    b = BENCHMARK_ACTION
+    obs, lo, hi = b["observation_frames"], b["tte_min_frames"], b["tte_max_frames"]
+    step = max(1, int((1.0 - b["overlap"]) * obs))
+    if label != "pedestrian":
+        stats["benchmark: not a behaviour pedestrian"] += 1
+        return None, None, -1
+    cp = (attrs or {}).get("crossing_point")
+    if cp is not None and cp != -1:
+        at = int(np.searchsorted(frames, cp))
+        if at >= frames.size or frames[at] != cp:
+            stats["benchmark: crossing_point is none of the track's frames"] += 1
+            return None, None, -1
+        event_pos = at
+    else:
+        event_pos = frames.size - 3
+    kept = event_pos + 1
+    if kept < obs + hi:
+        stats[f"benchmark: fewer than {obs + hi} boxes up to the event"] += 1
+        return None, None, -1
+    starts = np.arange(kept - obs - hi, kept - obs - lo + 1, step, dtype=np.int64)
+    return starts[:, None] + np.arange(obs), kept - (starts + obs), event_pos
+
+
 def horizon_boxes(frames: np.ndarray, ends: np.ndarray, horizon: int) -> np.ndarray:
     """Index into the sorted ``frames`` of the box at ``end + horizon``, or the last one before it."""
     return np.searchsorted(frames, np.asarray(ends) + horizon, side="right") - 1
@@ -160,10 +198,6 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
         f0 = int(fr[0])
         present = np.zeros(int(fr[-1]) - f0 + 1, dtype=bool)
         present[fr - f0] = True
-        dense = np.full((present.size, 4), np.nan, dtype=np.float32)
-        dense[fr - f0] = xyxy[i0:i1]
-        occ = np.full(present.size, None, dtype=object)
-        occ[fr - f0] = occ_a[i0:i1]
         a = attrs.get((vid, pid))
         if label == "pedestrian" and a is None:
             stats["behaviour pedestrian without attributes"] += 1
@@ -175,19 +209,30 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
         width = int(meta["width_px"])
         ego_v = ego.get(vid, np.empty(0, dtype=object))
         for task in tasks:
-            if task == "action":
+            if task == "action" and cfg.profile == "benchmark":
+                pos, tte, event_pos = benchmark_action_windows(fr, label, a, stats)
+                if pos is None:
+                    continue
+                ev = int(fr[event_pos])
+            elif task == "action":
+                ev = event
                 ends, tte = action_window_ends(event, cfg)
-                ends_rel = ends - f0
-                ok = complete_windows(present, ends_rel, obs)
+                ok = complete_windows(present, ends - f0, obs)
                 ends, tte = ends[ok], tte[ok]
                 if ends.size == 0:
                     stats["action: no window 1-3 s before the event"] += 1
+                    continue
+                pos = np.searchsorted(fr, ends - obs + 1)[:, None] + np.arange(obs)  # complete: consecutive
             else:
+                ev = event
                 ends = np.arange(f0 + obs - 1, int(fr[-1]) + 1, step, dtype=np.int64)
                 ends = ends[complete_windows(present, ends - f0, obs)]
+                if ends.size == 0:
+                    continue
                 tte = event - ends
-            if ends.size == 0:
-                continue
+                pos = np.searchsorted(fr, ends - obs + 1)[:, None] + np.arange(obs)
+            # pos: (samples, window) positions in the track's boxes; the window's last box is its end
+            ends = fr[pos[:, -1]]
             hi = horizon_boxes(fr, ends, h)
             hbox = xyxy[i0:i1][hi]
             xc = (hbox[:, 0] + hbox[:, 2]) / 2.0
@@ -195,19 +240,18 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
             rcls = region_distance(reg, cfg.risk_regions)
             hframe = fr[hi]
             for k, e in enumerate(ends.tolist()):
-                s = e - obs + 1
-                frames = list(range(s, e + 1))
+                frames = fr[pos[k]].tolist()
                 rows["sample_id"].append(f"{task}/{vid}/{pid}/{e}")
                 rows["task"].append(task)
                 rows["split"].append(meta.get("split"))
                 rows["video_id"].append(vid)
                 rows["ped_id"].append(pid)
                 rows["track_label"].append(label)
-                rows["start_frame"].append(s)
+                rows["start_frame"].append(frames[0])
                 rows["end_frame"].append(e)
                 rows["frames"].append(frames)
-                rows["boxes_px"].append(dense[s - f0:e - f0 + 1].tolist())
-                rows["occlusion"].append(occ[s - f0:e - f0 + 1].tolist())
+                rows["boxes_px"].append(xyxy[i0:i1][pos[k]].tolist())
+                rows["occlusion"].append(occ_a[i0:i1][pos[k]].tolist())
                 rows["ego_action"].append([ego_v[f] if f < ego_v.size else None for f in frames])
                 rows["image_paths"].append([f"images/{vid}/{f:05d}.png" for f in frames])
                 rows["video_path"].append(f"clips/{vid}.mp4")
@@ -215,7 +259,7 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
                 rows["image_height_px"].append(int(meta["height_px"]))
                 rows["crossing"].append(y)
                 rows["intention"].append(intent)
-                rows["event_frame"].append(event)
+                rows["event_frame"].append(ev)
                 rows["tte_frames"].append(int(tte[k]))
                 rows["tte_s"].append(float(tte[k]) / cfg.fps)
                 rows["risk_horizon_frame"].append(int(hframe[k]))
@@ -296,11 +340,13 @@ def sample_counts(samples: pa.Table) -> dict:
 def log_config(cfg: PieConfig, fps: float) -> PieConfig:
     """The benchmark's windows, defined in frames at ``cfg.fps`` (30), in frames of a log at ``fps``: the same
     seconds, rounded, at least one frame (at 2 Hz: a 1-frame observation, TTE 2-6 frames = 1-3 s, a 6-frame
-    risk horizon)."""
+    risk horizon). The paper's profile always: ``pie.profile: benchmark`` cuts JAAD's 30 fps box lists by
+    position, which has no meaning at a log's rate."""
     def frames(n: int, least: int) -> int:
         return max(least, int(round(n / cfg.fps * fps)))
 
-    return cfg.model_copy(update={"fps": float(fps), "observation_frames": frames(cfg.observation_frames, 1),
+    return cfg.model_copy(update={"fps": float(fps), "profile": "paper",
+                                  "observation_frames": frames(cfg.observation_frames, 1),
                                   "tte_min_frames": frames(cfg.tte_min_frames, 0),
                                   "tte_max_frames": frames(cfg.tte_max_frames, 1),
                                   "risk_horizon_frames": frames(cfg.risk_horizon_frames, 1)})

@@ -8,6 +8,12 @@ from pydantic import Field, model_validator
 from schemas.config import MAX_SPAN_S, _Model, check_time_steps
 
 
+BENCHMARK_ACTION = {"observation_frames": 16, "tte_min_frames": 30, "tte_max_frames": 60, "overlap": 0.8}
+"""``pie.profile: benchmark``: the action-sample settings of the public PedestrianActionBenchmark for JAAD
+(``config_files/configs_default.yaml``: ``obs_length`` 16, ``time_to_event`` [30, 60]; its ``train_test.py``
+sets ``overlap`` 0.8 for JAAD and the minimum track length to ``obs_length + time_to_event[1]`` = 76)"""
+
+
 class PieConfig(_Model):
     """The PIE/JAAD pedestrian behaviour family (``generator.sources.jaad``, ``generator.families.pie.attributes``,
     ``generator.families.pie.score``). Defaults are the benchmark paper's (seed 001, "Pedestrian behaviour
@@ -48,6 +54,13 @@ class PieConfig(_Model):
     video are untouched. Splitting the track at the gap instead would make the part after it a pedestrian of its
     own, whose event (the last visible frame, for one that does not cross) would be invented. 'error': the
     video fails, naming the gap (the rule before; one gapped track then cost 319 samples of 13 videos)"""
+    profile: Literal["paper", "benchmark"] = "paper"
+    """How action samples are cut. 'paper' (default): the paper's text (the fields above). 'benchmark': as the
+    public PedestrianActionBenchmark cuts them for JAAD (``BENCHMARK_ACTION``: observation 16 boxes, TTE
+    30-60, overlap 0.8, behaviour pedestrians only, the track cut at its event box, tracks shorter than 76
+    boxes up to it dropped, windows over box positions; a pedestrian without a crossing point has its event at
+    its third-to-last box), sample for sample, so that results compare with published JAAD figures. Risk
+    samples keep the paper's rules in either profile (the benchmark has no risk task)."""
     require_clips: bool = False
     """``drivegen run --source jaad`` (not from the paper): a video without clips/<video>.mp4 is an error for
     that video (True) or runs from its annotations alone, without frames or image intent (False: the JAAD
