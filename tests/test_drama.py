@@ -7,6 +7,7 @@ rendered nuScenes-format logs of the ``synth_root`` fixture for everything image
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from collections import Counter
 
 import numpy as np
@@ -79,6 +80,7 @@ def generated_run(synth_root, tmp_path_factory):
     src = open_source("nuscenes", str(synth_root), PipelineConfig(), version=SYNTH_VERSION)
     store = RunStore(tmp_path_factory.mktemp("drama") / "run")
     store.write_bytes("config.yaml", PipelineConfig().to_yaml().encode())
+    store.write_json("source.json", src.describe())  # as a run writes it: the logs' root (the export's image_root)
     scenes = {}
     for sid in src.scene_ids():
         scene = src.load_scene(sid)
@@ -349,6 +351,9 @@ def test_export_format(export_dir, generated_run):
         assert sid == f"{s['scene_id']}_{s['frame_index']:04d}"
         assert s["Risk"] in ("Yes", "No") and s["suggested_action"] in DRAMA_ACTION_A2_TEXT.values()  # A.2's strings
         assert s["image_path"].endswith(".jpg") and s["camera"] == "CAM_FRONT"
+        # relative to the logs' root the marker names, as nuScenes names its files: not a node's cache path
+        assert s["image_path"].startswith("samples/CAM_FRONT/"), s["image_path"]
+        assert (Path(marker["image_root"]) / s["image_path"]).is_file()
         objs = list(s["Pedestrians"].values()) + list(s["Cyclists"].values())
         assert objs
         for o in objs:
@@ -357,7 +362,8 @@ def test_export_format(export_dir, generated_run):
             assert o["Intent"][0] in INTENT_LATERAL and o["Intent"][1] in INTENT_VERTICAL
             assert o["Position"] in ("Left", "Front", "Right")
             # by image thirds, as the authors annotate: the box centre's x in the front image's width
-            third = int(3 * (o["Box"][0] + o["Box"][2]) / 2 / widths.setdefault(s["image_path"], _width(s["image_path"])))
+            img = str(Path(marker["image_root"]) / s["image_path"])
+            third = int(3 * (o["Box"][0] + o["Box"][2]) / 2 / widths.setdefault(img, _width(img)))
             assert o["Position"] == ("Left", "Front", "Right")[min(max(third, 0), 2)], (o["Box"], o["Position"])
             assert o["Description"].startswith("A ") and " m away, " in o["Description"]
     # a frame's Risk is its objects' (any object, vehicles included)

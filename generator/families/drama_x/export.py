@@ -9,13 +9,16 @@ Layout of an export folder::
 A sample (the paper's fields, plus the keys that tie it to the run)::
 
     {"scene_id": "scene-0001", "frame_index": 12, "timestamp_us": 1546300806000000,
-     "image_path": "samples/CAM_FRONT/....jpg", "video_path": "", "camera": "CAM_FRONT",
+     "image_path": "samples/CAM_FRONT/....jpg", "video_path": "", "camera": "CAM_FRONT",  # (1)
      "Risk": "Yes", "suggested_action": "yield",
      "Pedestrians": {"7": {"Box": [x1, y1, x2, y2], "Class": "pedestrian",
                            "Intent": ["goes to the left", "stationary"], "Position": "Front",
                            "Description": "A pedestrian ahead of the ego vehicle, 12 m away, ...",
                            "time_to_conflict_s": 1.5}},
      "Cyclists": {}}
+
+(1) ``image_path`` is relative to the logs' root, which the marker names (``image_root``; 3D runs); a camera-only
+run's samples name the extracted frame and ``video_path`` the clip.
 
 A frame is exported when at least one VRU (pedestrian, bicycle, motorcycle) with an intent label is visible
 in the front camera (DRAMA-X keeps only frames with valid VRU detections). ``Risk`` / ``suggested_action``
@@ -250,9 +253,30 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
     if frames is None or objects is None:
         return {}
     own = cfg is None or cfg == run_cfg.drama_x
-    return build_records(frames, objects, reader.read_table("projections"), reader.read_table("labels"),
-                         cfg or run_cfg.drama_x, run_cfg.qa.front_camera,
-                         risk=reader.read_table("drama_risk") if own else None, body=run_cfg.ego)
+    records = build_records(frames, objects, reader.read_table("projections"), reader.read_table("labels"),
+                            cfg or run_cfg.drama_x, run_cfg.qa.front_camera,
+                            risk=reader.read_table("drama_risk") if own else None, body=run_cfg.ego)
+    return relative_image_paths(records, image_root(reader))
+
+
+def image_root(reader) -> str:
+    """The folder a 3D run's image paths are relative to in its export: the logs' root (``source.json``'s
+    ``dataroot``; "" when the run records none)."""
+    return str((reader.source() or {}).get("dataroot") or "")
+
+
+def relative_image_paths(records: dict[str, dict[str, dict]], root: str) -> dict[str, dict[str, dict]]:
+    """``records`` with each ``image_path`` under ``root`` made relative to it, as nuScenes names its files
+    (``samples/CAM_FRONT/...jpg``; AV2: ``<log>/sensors/cameras/...``): the export does not depend on where a
+    node cached the logs, and the marker's ``image_root`` says where they were. Paths elsewhere stay whole."""
+    prefix = root.rstrip("/") + "/" if root else ""
+    if not prefix:
+        return records
+    for scene in records.values():
+        for smp in scene.values():
+            if smp["image_path"].startswith(prefix):
+                smp["image_path"] = smp["image_path"][len(prefix):]
+    return records
 
 
 def build_video_records(drama: pa.Table | None, media: dict[str, tuple[dict[int, str], str | None]]
@@ -305,7 +329,7 @@ def check_export_folder(store) -> list[str]:
     return owned_files(store, "", EXPORT_MARKER, EXPORT_FORMAT, what="a DRAMA-X export")
 
 
-def write_export(store, records: dict[str, dict[str, dict]], source: str = "") -> dict:
+def write_export(store, records: dict[str, dict[str, dict]], source: str = "", image_root: str = "") -> dict:
     """Write ``records`` into ``store`` (each file atomically: temporary name, then renamed), the marker last;
     files of an earlier export that this one lacks are removed, nothing else. Returns the marker."""
     old = check_export_folder(store)
@@ -325,8 +349,8 @@ def write_export(store, records: dict[str, dict[str, dict]], source: str = "") -
         counts["objects"] += sum(len(s[g]) for s in samples.values() for g in GROUPS)
     store.write_bytes(MERGED, ("{\n" + ",\n".join(merged) + "\n}\n").encode())
     files.append(MERGED)
-    marker = {"format": EXPORT_FORMAT, "source": source, "scenes": sorted(records), **counts, "files": files,
-              "merged": MERGED}
+    marker = {"format": EXPORT_FORMAT, "source": source, "image_root": image_root, "scenes": sorted(records),
+              **counts, "files": files, "merged": MERGED}
     store.write_bytes(EXPORT_MARKER, (json.dumps(marker, indent=2) + "\n").encode())
     for rel in sorted(set(old) - set(files) - {EXPORT_MARKER}):
         if store.exists(rel):

@@ -25,13 +25,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     from generator.runfolder import RunReader, RunStore
-    from generator.families.drama_x.export import check_export_folder, records_from_run, write_export
+    from generator.families.drama_x.export import check_export_folder, image_root, records_from_run, write_export
     from schemas.config import load_config
 
     reader = RunReader(args.run)
     cfg = load_config(args.config).drama_x if args.config else None
     store = RunStore(args.out)
     check_export_folder(store)  # refuse a foreign folder before reading the run
-    marker = write_export(store, records_from_run(reader, cfg), source=reader.uri)
+    marker = write_export(store, records_from_run(reader, cfg), source=reader.uri,
+                          image_root="" if reader.camera_only else image_root(reader))
     print(json.dumps({k: v for k, v in marker.items() if k != "files"}, indent=2))
     return 0
