@@ -460,3 +460,48 @@ def test_classifier_on_generated_logs(synth_root):
             checked.append((want, got))
     assert len(checked) >= 5 and len({w for w, _ in checked}) >= 4
     assert np.mean([w == g for w, g in checked]) >= 0.9, checked
+
+
+# ------------------------------------------------------------------- drivegen score stride on this export
+def _toolkit_output(bench_dir: Path, out: Path, answer) -> Path:
+    """The toolkit's inference output for ``answer(question) -> pred text``: one file per horizon."""
+    out.mkdir()
+    for t, rows in _load(bench_dir).items():
+        (out / f"oracle_20261127_000000_t{t}.json").write_text(
+            json.dumps([{**q, "pred": answer(q), "t": t} for q in rows]), encoding="utf-8")
+    return out
+
+
+def _said(q: dict, change: dict | None = None) -> str:
+    """An answer stating ``gt_value``, the quantities ``change`` names changed by its function."""
+    v = {k: (change or {}).get(k, lambda x: x)(x) for k, x in q["gt_value"].items()}
+    parts = [f"{v['distance']:.2f} meters"] if "distance" in v else []
+    parts += [f"{v['direction']:.2f} degrees"] if "direction" in v else []
+    parts += [f"{v['velocity']:.2f} m/s"] if "velocity" in v else []
+    return " at ".join(parts)
+
+
+def test_score_stride_oracle_is_perfect_and_each_corruption_lowers_its_metric(bench, tmp_path):
+    from generator.families.stride_qa.score import score
+
+    _, bench_dir, _ = bench
+    oracle = score(str(_toolkit_output(bench_dir, tmp_path / "oracle", lambda q: q["gt"])), str(bench_dir))
+    assert oracle["problems"] == [] and oracle["missing"] == 0 and oracle["rows"] > 0
+    assert {m: per["avg"]["success_rate"] for m, per in oracle["metrics"].items()} == {
+        "target_distance": 1.0, "target_direction": 1.0, "ego_velocity": 1.0, "target_velocity": 1.0, "lsr": 1.0}
+    assert oracle["temporal_consistency"][0] == {"relation": "Overall", "TLC@1": 1.0, "TLC@2": 1.0, "TLC@3": 1.0,
+                                                 "TLC": 1.0, "MLSR": 1.0}
+    first = _load(bench_dir)[1][0]["question_id"]  # one t1 distance question (distance and direction)
+    speeds = {c: next(q["question_id"] for q in _load(bench_dir)[2] if q["qa_category"] == c)
+              for c in ("ego_speed_data_4d_t2", "target_speed_data_4d_t2")}
+    for name, qid, change, lowered in (
+            ("distance", first, {"distance": lambda x: 2 * x}, {"target_distance", "lsr"}),
+            ("direction", first, {"direction": lambda x: x + 90}, {"target_direction", "lsr"}),
+            ("ego speed", speeds["ego_speed_data_4d_t2"], {"velocity": lambda x: 3 * x + 1}, {"ego_velocity"}),
+            ("target speed", speeds["target_speed_data_4d_t2"], {"velocity": lambda x: 3 * x + 1},
+             {"target_velocity"})):
+        def answer(q, qid=qid, change=change):
+            return _said(q, change) if q["question_id"] == qid else _said(q)
+        r = score(str(_toolkit_output(bench_dir, tmp_path / name.replace(" ", "_"), answer)), str(bench_dir))
+        got = {m for m, per in r["metrics"].items() if per["avg"]["success_rate"] < 1.0}
+        assert got == lowered, (name, got)

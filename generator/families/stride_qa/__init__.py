@@ -4,6 +4,7 @@ grounding, and the STRIDE-QA-Bench export (``bench/``, ``drivegen export_bench``
     config section  bench          (``config.BenchConfig``: the bench's scene-group rules, ``export``)
     QA families     object_spatial, ego_spatial, ego_spatiotemporal (``qa``; templates in ``templates/``)
     export          bench/         (``export.export_bench``), at the end of a run when ``bench.export``
+    scorer          ``drivegen score stride`` (``score``: the bench toolkit's metrics)
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class StrideQA(PaperFamily):
     title = "STRIDE-QA"
     order = 10
     config_section = "bench"
+    score_name = "stride"
     qa_names = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
 
     def config_model(self):
@@ -53,6 +55,9 @@ class StrideQA(PaperFamily):
 
     def commands(self):
         return ["generator.families.stride_qa.export_bench"]
+
+    def scorer(self):
+        return "generator.families.stride_qa.score"
 
 
 FAMILY = StrideQA()
