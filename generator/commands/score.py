@@ -14,12 +14,13 @@ import math
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from generator.validate.score import scorer_names
     from schemas.families import scorers
 
     p = subparsers.add_parser("score", help="score a model's predictions on a generated label family",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("family", choices=sorted(scorers()), help="which family's metrics")
+    p.add_argument("family", choices=scorer_names(), help="which family's metrics (qa: answers to a run's QA)")
     p.add_argument("target", help="run folder or the family's export (path or URI)")
     p.add_argument("--pred", required=True, help="the model's predictions (format: README, the family's section)")
     p.add_argument("--out", default=None, help="folder to write score.json into")
@@ -35,7 +36,7 @@ def main(args) -> int:
     from schemas.errors import InputError
     from schemas.families import scorers
 
-    fam = scorers()[args.family]
+    fam = scorers().get(args.family)  # None for a core scorer (qa)
     mod = scorer(args.family)
     extra = {}
     for name, other in scorers().items():  # every family's options: given to the family they belong to, or refused

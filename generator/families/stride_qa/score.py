@@ -13,14 +13,8 @@ is listed as missing; the toolkit, which scores only the rows it is given, does 
 
 Per row: the group is ``g`` + what follows ``_g`` in ``question_id``; time (t0..t3) and subject (ego or target)
 come from ``qa_category`` (``CATEGORIES``). Each quantity of ``gt_value`` is judged on its own, the same
-``pred`` text parsed once per quantity (``parse``), the first match taken; an answer that does not parse fails:
-
-- direction: a number followed by a degree unit; wrapped into [-180, 180]; success when the wrapped
-  difference to the truth is at most 10 degrees;
-- distance: the first unit (inch, foot, cm, m, km, in that order) found anywhere, in metres; success when
-  within the truth x [0.75, 1.25] (ends included);
-- velocity: m/s, then km/h, then mph terms, in m/s; success within the truth x [0.8, 1.2], or, for a truth
-  below 0.5 m/s, within 0.1 m/s of it.
+``pred`` text parsed once per quantity, by the toolkit's parser and tolerances (``generator.qa.answers``: ±10
+degrees wrapped, ±25 % distance, ±20 % speed or 0.1 m/s below 0.5 m/s); an answer that does not parse fails.
 
 Metrics. Per quantity and time, the success rate (``target_distance``, ``target_direction``,
 ``ego_velocity``, ``target_velocity``) and a pooled ``avg`` over the times. ``lsr``: per (group, time,
@@ -32,11 +26,10 @@ from __future__ import annotations
 
 import csv
 import json
-import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
+from generator.qa.answers import parse, success
 from schemas.errors import InputError
 
 HELP = "STRIDE-QA-Bench answers (export_bench): per-quantity success, LSR, MLSR, TLC, as the bench's toolkit"
@@ -47,64 +40,6 @@ CATEGORIES.update({f"{c}_4d_t{t}": (t, who) for t in (1, 2, 3)
                    for c, who in (("ego_distance_data", "target"), ("ego_speed_data", "ego"),
                                   ("target_speed_data", "target"))})
 """qa_category -> (time step, subject), the toolkit's ``TIME_BUCKET``"""
-
-DIRECTION_DEG = 10.0
-DISTANCE_REL = 0.25
-VELOCITY_REL = 0.2
-VELOCITY_FLOOR_MPS = 0.5
-"""the toolkit's ``config/tolerance.yaml``: below the floor the tolerance is ``floor * VELOCITY_REL``"""
-
-_NUM = r"(\d+\.?\d*)"
-_DIRECTION = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*-?\s*(?:°|deg(?:ree)?s?)", re.I)
-_DISTANCE_UNITS = [(("inch", "inches", "in"), 0.0254), (("foot", "feet", "ft"), 0.3048),
-                   (("cm", "centimeters", "centimetres"), 0.01),
-                   (("m", "meter", "meters", "metre", "metres"), 1.0),
-                   (("km", "kilometer", "kilometers", "kilometre", "kilometres"), 1000.0)]
-_VELOCITY_UNITS = [(("m/s", "m s-1", r"m s\^1", "m s⁻1", "mps", "meter per second", "meters per second",
-                     "metre per second", "metres per second"), 1.0),
-                   (("km/h", "km h-1", "kmh", "kph", "kilometer per hour", "kilometers per hour",
-                     "kilometre per hour", "kilometres per hour"), 1 / 3.6),
-                   (("mph", "mile per hour", "miles per hour"), 1609.34 / 3600)]
-
-
-def parse(qa_type: str, text: str) -> float | None:
-    """The number an answer states for ``qa_type`` (metres, degrees, m/s), or None (see the module doc)."""
-    text = text if isinstance(text, str) else ""
-    if qa_type == "direction":
-        m = _DIRECTION.search(text)
-        if not m:
-            return None
-        a = float(m.group(1))
-        return ((a + 180) % 360) - 180 if a < -180 or a > 180 else a
-    if qa_type == "distance":
-        for names, factor in _DISTANCE_UNITS:
-            m = re.search(_NUM + r"\s*(" + "|".join(names) + r")\b(?!/)", text, re.I)
-            if m:
-                return float(m.group(1)) * factor
-        return None
-    if qa_type == "velocity":
-        for terms, factor in _VELOCITY_UNITS:
-            for term in terms:
-                pattern = re.escape(term).replace(r"\ ", r"\s+")
-                m = re.search(_NUM + r"\s*\b(" + pattern + r")\b", text, re.I)
-                if m:
-                    return float(m.group(1)) * factor
-        return None
-    raise InputError(f"unknown quantity {qa_type!r} in gt_value (known: direction, distance, velocity)")
-
-
-def success(qa_type: str, gt: float, pred: float | None) -> bool:
-    """Whether ``pred`` is within the bench's tolerance of ``gt`` (see the module doc)."""
-    if pred is None or not math.isfinite(pred):
-        return False
-    if qa_type == "direction":
-        return abs((pred - gt + 180) % 360 - 180) <= DIRECTION_DEG
-    if qa_type == "distance":
-        return gt * (1 - DISTANCE_REL) <= pred <= gt * (1 + DISTANCE_REL)
-    if gt < VELOCITY_FLOOR_MPS:
-        return abs(pred - gt) <= VELOCITY_FLOOR_MPS * VELOCITY_REL
-    return gt * (1 - VELOCITY_REL) <= pred <= gt * (1 + VELOCITY_REL)
-
 
 def group_of(question_id: str) -> str:
     return "g" + question_id.split("_g", 1)[1] if "_g" in question_id else question_id

@@ -1,6 +1,7 @@
 """Scorers of models on what drivegen generates: ``drivegen score FAMILY --pred PRED TARGET``.
 
-Each paper family's scorer is one module of its package (``schemas.families``: ``PaperFamily.scorer``) exposing
+Each paper family's scorer is one module of its package (``schemas.families``: ``PaperFamily.scorer``), and
+``CORE_SCORERS`` are the core's (``qa``: answers to any run's QA shards); each module exposes
 
 - ``NAME``: the family name on the command line (``drivegen score NAME``);
 - ``HELP``: one line for ``drivegen score -h``;
@@ -16,14 +17,27 @@ from __future__ import annotations
 
 import importlib
 
+CORE_SCORERS = {"qa": "generator.validate.score.qa"}
+"""scorers of no paper family: ``qa`` scores answers to any run's QA shards"""
+
+
+def scorer_names() -> list[str]:
+    """Every name ``drivegen score`` takes: the core's and the registered paper families'."""
+    from schemas.families import scorers
+
+    return sorted(set(CORE_SCORERS) | set(scorers()))
+
+
 def scorer(name: str):
-    """The scorer module of the paper family registered for ``drivegen score <name>`` (imported now)."""
+    """The scorer module registered for ``drivegen score <name>`` (imported now)."""
     from schemas.errors import InputError
     from schemas.families import scorers
 
+    if name in CORE_SCORERS:
+        return importlib.import_module(CORE_SCORERS[name])
     known = scorers()
     if name not in known:
-        raise InputError(f"unknown scorer {name!r}; available: {sorted(known)}")
+        raise InputError(f"unknown scorer {name!r}; available: {scorer_names()}")
     return importlib.import_module(known[name].scorer())
 
 
