@@ -145,3 +145,24 @@ def test_bad_inputs_are_recorded_not_raised(keyframe, tmp_path):
     per_frame = r2.objects.group_by("frame_index").aggregate([("track_id", "count")]).to_pydict()
     counts = dict(zip(per_frame["frame_index"], per_frame["track_id_count"]))
     assert counts.get(0, 0) > 0 and counts.get(1, 0) == 0 and counts.get(2, 0) == 0
+
+
+def test_overlapped_steps_give_what_one_after_the_other_gives(synth_root, monkeypatch):
+    """The threads that overlap a model segmenter's frames with their CPU steps (``MODEL_SEGMENTERS``: SAM)
+    change nothing: a generated scene (40 frames, the steps of two frames ahead in flight, one image made
+    unreadable) perceived with the CPU segmenter treated as a model equals the inline run, tables and issues."""
+    import generator.perception as perception
+    from generator.pipeline import SYNTH_VERSION
+    from generator.sources import open_source
+
+    cfg = PipelineConfig()
+    src = open_source("nuscenes", str(synth_root), cfg, version=SYNTH_VERSION)
+    scene = src.load_scene(src.scene_ids()[0])
+    scene.frames[3].image_paths["CAM_FRONT"] = str(synth_root / "no-such-image.jpg")  # an issue mid-scene
+    inline = perceive(scene, cfg)
+    monkeypatch.setattr(perception, "MODEL_SEGMENTERS", ("sam2", "cpu"))
+    threaded = perceive(scene, cfg)
+    assert threaded.objects.equals(inline.objects) and threaded.projections.equals(inline.projections)
+    assert [i.reason for i in threaded.issues] == [i.reason for i in inline.issues]
+    assert any(i.reason == "image_unavailable" for i in inline.issues)
+    assert len(inline.projections) > 100
