@@ -45,6 +45,7 @@ import os
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -325,8 +326,8 @@ def main(argv=None) -> int:
         ids, desc = src.scene_ids(), src.describe()
         detector = {"centerpoint": "CenterPoint pillar", "labels": "the logs' boxes",
                     "lidar": "lidar detector (CPU)"}[a.detector]
-        if a.pipeline_only:
-            solo = None
+        if a.pipeline_only:  # no alone figures: its ratios print as nan
+            solo, n = {"detect": float("nan"), "perceive": float("nan")}, float("nan")
             print(f"{detector} + SAM 2.1 hiera-{sam}, precision {a.precision}: the pipeline only")
         else:
             scenes = [src.load_scene(s) for s in ids]
@@ -345,18 +346,12 @@ def main(argv=None) -> int:
                 for c in ([float(x) for x in a.actor_cpus.split(",")] if a.actor_cpus else [None])]
         for k, c in runs:
             cfg = pipeline_config(sam, cameras, a.detector, perceive_actors=k, actor_cpus=c, precision=a.precision)
-            if a.mps:
-                with Mps(work):
-                    run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}-{c}")
-            else:
+            with Mps(work) if a.mps else contextlib.nullcontext():
                 run = in_pipeline(logs, ids, desc, cfg, n_gpus, work / f"sam-{sam}-{k}-{c}")
             print(f" perceive actors: {k}" + (f" (each model actor {1 / (k + 1):.2f} of a GPU)" if k > 1 else "")
                   + f", {cfg.ray.actor_num_cpus:g} CPU(s) asked per model actor")
             models = [("detect", "CenterPoint", 1)] if a.detector == "centerpoint" else []
             for stage, model, actors in models + [("perceive", f"SAM 2.1 hiera-{sam} (+ tracking, visibility)", k)]:
-                if solo is None:
-                    solo = {stage: float("nan") for stage in ("detect", "perceive")}
-                    n = float("nan")
                 r_alone, r_actor = n / solo[stage], run["frames"] / run[stage]  # stage time summed over actors
                 r_stage = run["frames"] / run[stage + "_span"]
                 busy, busy_stream = run[stage] / (actors * run["wall"]), run[stage] / (actors * run[stage + "_span"])

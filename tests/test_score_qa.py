@@ -69,6 +69,11 @@ def test_the_runs_own_answers_score_100_and_each_corruption_its_type(labelled_ru
     r = score(str(pred), str(labelled_run))
     assert r["answered"] == r["questions"] - 1 and f"{oracle[0]['qa_id']}: no answer" in r["problems"]
     assert all(v["accuracy"] == 1.0 for v in r["families"].values())
+    # malformed rows are listed, not dropped silently
+    pred.write_text(json.dumps(oracle + [{"answer": "yes"}, oracle[0]]))
+    r = score(str(pred), str(labelled_run))
+    assert "row %d: no qa_id: ignored" % len(oracle) in r["problems"]
+    assert f"{oracle[0]['qa_id']}: answered twice: the last answer counts" in r["problems"]
 
 
 def test_unusable_answers_are_input_errors(labelled_run, tmp_path):

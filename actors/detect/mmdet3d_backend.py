@@ -133,13 +133,14 @@ def _decode_in_float32(model) -> None:
     score thresholds, NMS, whose CUDA ops take float32) gets float32 inputs and runs with autocast off."""
     import torch
 
+    device_type = next(model.parameters()).device.type
     for module in model.modules():
         decode = getattr(module, "predict_by_feat", None)
         if decode is None or getattr(decode, "_drivegen_float32", False):
             continue
 
         def in_float32(*args, _decode=decode, **kwargs):
-            with torch.autocast(device_type=next(model.parameters()).device.type, enabled=False):
+            with torch.autocast(device_type=device_type, enabled=False):
                 return _decode(*_float32(args), **_float32(kwargs))
 
         in_float32._drivegen_float32 = True

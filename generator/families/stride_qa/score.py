@@ -25,7 +25,6 @@ at every time up to k, ``TLC`` = at all four, each overall and per relation.
 from __future__ import annotations
 
 import csv
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,14 +53,14 @@ def _bench_dir(target: str) -> Path:
                      "drivegen export_bench writes it)", file=str(target))
 
 
-def _read_json_list(path: Path) -> list:
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(f"{path}: unreadable predictions ({err})", file=str(path)) from None
+def _question_list(path: Path) -> list:
+    """One file of questions (the export's or the toolkit's output), a JSON list (``read_predictions``, the
+    scorers' reader: a missing, unreadable or non-JSON file is an InputError naming it)."""
+    from generator.validate.score import read_predictions as read_file
+
+    rows = read_file(str(path))
     if not isinstance(rows, list):
-        raise InputError(f"{path}: expected a JSON list of questions with 'pred', got {type(rows).__name__}",
-                         file=str(path))
+        raise InputError(f"{path}: expected a JSON list of questions, got {type(rows).__name__}", file=str(path))
     return rows
 
 
@@ -71,7 +70,7 @@ def read_predictions(pred_path: str) -> list[dict]:
     files = sorted(p.glob("*_t*.json")) if p.is_dir() else [p]
     if not files or not files[0].exists():
         raise InputError(f"{pred_path}: no predictions (a *_t*.json file, or a folder of them)", file=pred_path)
-    return [r for f in files for r in _read_json_list(f)]
+    return [r for f in files for r in _question_list(f)]
 
 
 def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
@@ -80,7 +79,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     with open(bench / "annotation_files" / "annotation_sheet.csv", newline="", encoding="utf-8") as fh:
         relation = {r["group_id"]: (r.get("relation") or None) for r in csv.DictReader(fh)}
     questions = {q["question_id"]: q for f in sorted((bench / "annotation_files").glob("strideqa_bench*.json"))
-                 for q in _read_json_list(f) if not splits or q.get("split") in splits}
+                 for q in _question_list(f) if not splits or q.get("split") in splits}
     problems: list[str] = []
     records = []  # (group, time, subject, qa_type, success)
     seen = set()

@@ -39,14 +39,23 @@ def _norm(text) -> str:
     return _WORDS.sub(" ", str(text).lower()).strip(" .")
 
 
-def _answers(raw) -> dict[str, dict]:
-    """{qa_id: {"answer": ..., "value": ...}} of what ``read_predictions`` read."""
+def _answers(raw, problems: list[str]) -> dict[str, dict]:
+    """{qa_id: {"answer": ..., "value": ...}} of what ``read_predictions`` read; rows without a ``qa_id`` and
+    repeated ids (the last one counts) are listed in ``problems``."""
     if isinstance(raw, dict):
         return {str(k): (v if isinstance(v, dict) else {"answer": v}) for k, v in raw.items()}
     if not isinstance(raw, list):
         raise InputError(f"answers: expected a list of rows with qa_id, or an object {{qa_id: answer}}, got "
                          f"{type(raw).__name__}")
-    return {str(r["qa_id"]): r for r in raw if isinstance(r, dict) and "qa_id" in r}
+    out: dict[str, dict] = {}
+    for k, r in enumerate(raw):
+        if not isinstance(r, dict) or "qa_id" not in r:
+            problems.append(f"row {k}: no qa_id: ignored")
+            continue
+        if str(r["qa_id"]) in out:
+            problems.append(f"{r['qa_id']}: answered twice: the last answer counts")
+        out[str(r["qa_id"])] = r
+    return out
 
 
 def _number(v) -> float | None:
@@ -104,9 +113,10 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     rows = table.select(["qa_id", "split", "family", "kind", "question_type", "answer", "value", "unit"]).to_pylist()
     if splits:
         rows = [r for r in rows if r["split"] in splits]
-    answers = _answers(read_predictions(pred_path))
+    problems: list[str] = []
+    answers = _answers(read_predictions(pred_path), problems)
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # questions, answered, correct
-    problems, missing = [], []
+    missing = []
     for r in rows:
         c = cells[(r["family"], r["question_type"])]
         c[0] += 1
