@@ -248,6 +248,12 @@ class LabelNoiseConfig(_Model):
     """missed detections in runs (occlusion): per object, runs start at this rate (a seeded Poisson process in
     time) and last Exp(``miss_run_s``) seconds, during which the object is not detected"""
     miss_run_s: float = Field(1.0, gt=0, le=30)
+    coincident_frac: float = Field(0.0, ge=0, le=1)
+    """with any noise on: annotations of one class whose centres (bird's-eye view) lie closer than this fraction
+    of the narrower box's width are one object to a detector (a log annotating one parked car twice), which
+    reports it once, with the smallest ``instance_token`` (the same one in every frame); 0 (default: noise
+    alone, nothing dropped) detects every annotation; 0.5 as a real detector's non-maximum suppression would.
+    Noise-free labels always pass through whole"""
     seed: int = 0
 
     @field_validator("fp_score")

@@ -14,6 +14,8 @@ which other frames are detected with it:
   * **ghosts**, recurring false positives at fixed places: sites at ``ghosts_per_ha`` per hectare of the city
     frame (Poisson per 50 m cell, seeded by the cell), each of one random class, size and heading; a site within
     50 m of the ego is detected in a frame with probability ``ghost_presence``, centre jittered by ``center_m``;
+  * **one box per object**: annotations of one class that coincide (centres closer than ``coincident_frac`` of
+    the narrower width: a duplicate annotation) are detected once, as the one with the smallest token;
   * **missed runs**: an object's detections go missing in runs (occlusion, range), starting at
     ``miss_runs_per_min`` (Poisson in time, seeded by its ``instance_token`` and the minute) and lasting
     Exp(``miss_run_s``) seconds (at most 30).
@@ -92,6 +94,28 @@ def in_miss_run(noise: LabelNoiseConfig, scene_id: str, tokens: np.ndarray, t_s:
     return out
 
 
+def coincident(labels: Boxes3D, frac: float) -> np.ndarray:
+    """(N,) bool: the annotations a detector would not report separately, because another annotation of their
+    class coincides with them (bird's-eye centres closer than ``frac`` of the narrower width) and has a smaller
+    ``instance_token`` (ties: the later box). Pairs come from a KD-tree within the frame's widest such distance."""
+    out = np.zeros(len(labels), dtype=bool)
+    if frac <= 0 or len(labels) < 2:
+        return out
+    from scipy.spatial import cKDTree  # (only here: importing scipy.spatial costs start-up time)
+
+    xy, width = labels.center_m[:, :2], labels.size_lwh_m[:, 1]
+    pairs = cKDTree(xy).query_pairs(frac * float(width.max()), output_type="ndarray")
+    if not len(pairs):
+        return out
+    i, j = pairs[:, 0], pairs[:, 1]
+    keep = (np.hypot(*(xy[i] - xy[j]).T) < frac * np.minimum(width[i], width[j])) & (
+        labels.class_name[i] == labels.class_name[j])
+    i, j = i[keep], j[keep]
+    tok = labels.instance_token.astype(str)
+    out[np.where(tok[i] > tok[j], i, j)] = True
+    return out
+
+
 def ground_z(labels: Boxes3D) -> float:
     """The ground's height in a frame's ego frame: the median bottom of its labelled boxes (0 without any)."""
     return float(np.median(labels.center_m[:, 2] - labels.size_lwh_m[:, 2] / 2)) if len(labels) else 0.0
@@ -162,6 +186,8 @@ class LabelsDetector(Detector):
             noise = self.cfg.labels
             rng = frame_rng(noise.seed, fr.scene_id, fr.frame_index)
             labels = fr.labels
+            if not is_noise_free(noise) and noise.coincident_frac:
+                labels = labels.subset(np.flatnonzero(~coincident(labels, noise.coincident_frac)))
             if noise.miss_runs_per_min and len(labels):
                 tokens = labels.instance_token.astype(str)
                 labels = labels.subset(np.flatnonzero(~in_miss_run(noise, fr.scene_id, tokens, fr.timestamp_us / 1e6)))
