@@ -144,7 +144,9 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
                          f"{len(scene.frames)} frames")
     issues: list[FrameIssue] = list(scene.issues) + list(detections.issues)
     lidar_bad = {i.frame_index for i in scene.issues if i.reason == "lidar_unreadable"}  # recorded at load
-    tracked = track_scene(scene.timestamps_us, detections.boxes, cfg.tracking, [f.city_SE3_ego for f in scene.frames])
+    unseen = lidar_bad | {i.frame_index for i in detections.issues if i.stage == "detect"}
+    tracked = track_scene(scene.timestamps_us, detections.boxes, cfg.tracking, [f.city_SE3_ego for f in scene.frames],
+                          looked=[f.frame_index not in unseen for f in scene.frames])
     work = [(fr, boxes) for fr, boxes in zip(scene.frames, tracked) if len(boxes)]
     proj_parts: list[dict] = []
     overlap = cfg.segmentation.backend in MODEL_SEGMENTERS

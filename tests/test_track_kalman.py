@@ -143,6 +143,69 @@ def test_a_static_object_vanishing_as_another_appears_nearby_is_not_one_track(ap
         assert sum(len(o) for o in out) == 130 + 16  # the detections, nothing invented
 
 
+def test_a_tentative_tracks_fate_does_not_depend_on_other_classes():
+    """Issue #33: a tentative pedestrian track died when it missed a frame in which a car was detected, and lived
+    when nothing was, so one class's tracks depended on another's detections. Now its misses are judged per
+    class: a frame with detections of its class (here another pedestrian, far away) is evidence against it;
+    a frame with none of its class only once it has missed for ``tentative_max_miss_s`` (0.3 s), in any frame
+    the detector saw. A frame the detector did not see (``looked`` False: an unreadable sweep) never is."""
+    ts = (np.arange(6) / 10.0 * 1e6).astype(np.int64)
+
+    def box(x, y, cls, size):
+        return Boxes3D(np.array([[x, y, 0.9]]), np.array([size]), np.zeros(1), np.array([cls], dtype=object),
+                       score=np.ones(1))
+
+    car, other_ped = box(30.0, 8.0, "car", [4.5, 1.9, 1.6]), box(-20.0, -9.0, "pedestrian", [0.7, 0.7, 1.7])
+
+    def peds(frame1, cfg=TrackingConfig(), looked=None):
+        dets = [box(10.0 + 0.12 * k, 2.0, "pedestrian", [0.7, 0.7, 1.7]) for k in range(6)]
+        dets[1] = frame1.copy()
+        out = track_scene(ts, dets, cfg, _still(6), looked=looked)
+        return [(k, int(t)) for k, o in enumerate(out) for t, c, x in zip(o.track_id, o.class_name, o.center_m[:, 0])
+                if c == "pedestrian" and x > 0]
+
+    kept = peds(car)
+    assert kept == peds(Boxes3D.empty()) and [k for k, _ in kept] == [0, 2, 3, 4, 5] and len(set(kept)) == 5
+    assert len({t for _, t in kept}) == 1
+    assert [k for k, _ in peds(other_ped)] == [2, 3, 4, 5]  # its own class seen elsewhere: the one-box track dies
+    strict = TrackingConfig(kalman={"tentative_max_miss_s": 0.0})
+    assert [k for k, _ in peds(car, strict)] == [k for k, _ in peds(Boxes3D.empty(), strict)] == [2, 3, 4, 5]
+    assert [k for k, _ in peds(other_ped, looked=[True, False, True, True, True, True])] == [0, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("jump_m, one_track", [(0.2, True), (3.0, False)])
+def test_a_second_detection_is_gated_by_the_class_speed(jump_m, one_track):
+    """Issue #33: a newborn track took its second detection up to ~6 m away whatever its class (velocity std 15
+    m/s). In the ground frame the gate now holds the class's plausible speed: a pedestrian box 3 m from a
+    one-frame pedestrian box 0.1 s earlier (30 m/s) starts its own track, one 0.2 m away (2 m/s) continues it.
+    The ego drives at 10 m/s (the log's poses move: the tracker's frame is the ground)."""
+    ts = (np.arange(5) / 10.0 * 1e6).astype(np.int64)
+    poses = [SE3(np.eye(3), np.array([1.0 * k, 0.0, 0.0])) for k in range(5)]  # boxes below: city x - ego x
+    dets = [Boxes3D(np.array([[10.0 + (jump_m + 0.2 * (k - 1)) * (k > 0) - k, 2.0, 0.9]]),
+                    np.array([[0.7, 0.7, 1.7]]), np.zeros(1), np.array(["pedestrian"], dtype=object),
+                    score=np.ones(1)) for k in range(5)]
+    out = track_scene(ts, dets, TrackingConfig(), poses)
+    first = [int(t) for t in out[0].track_id]
+    assert (first == [int(out[1].track_id[0])]) is one_track, (first, [o.track_id for o in out])
+
+
+def test_a_detectors_scores_are_mapped_to_what_the_tracker_expects():
+    """A detector whose scores top out at 0.25 (another calibration) never reaches ``high_score`` (0.3): no
+    track starts and nothing is output. ``kalman.score_map`` [[0, 0], [0.25, 1]] maps them onto the tracker's
+    scale: the car is tracked, its boxes keep the detector's scores, its coasted box scores from the mapped one.
+    A map that is not increasing is refused."""
+    ts, dets = _line_scene(10.0, 12, score=0.2, skip=(6,))
+    plain = track_scene(ts, dets, TrackingConfig(), _still(12))
+    assert sum(len(o) for o in plain) == 0
+    cfg = TrackingConfig(kalman={"score_map": [[0.0, 0.0], [0.25, 1.0]]})
+    out = track_scene(ts, dets, cfg, _still(12))
+    assert [len(o) for o in out] == [1] * 12 and len({int(o.track_id[0]) for o in out}) == 1
+    assert all(o.score[0] == 0.2 for k, o in enumerate(out) if k != 6)
+    assert 0.4 < out[6].score[0] < 0.8  # coasted 0.1 s after a mapped 0.8, halved every 0.5 s
+    with pytest.raises(ValueError, match="score_map"):
+        TrackingConfig(kalman={"score_map": [[0.5, 0.0], [0.25, 1.0]]})
+
+
 def test_low_score_detections_extend_tracks_but_never_start_them():
     cfg = TrackingConfig()
     low = cfg.kalman.high_score / 2
@@ -189,7 +252,7 @@ AV2_TEST_NOISE = {"center_m": 0.3, "size_frac": 0.1, "yaw_rad": 0.1, "velocity_m
 def test_av2_noisy_labels_meet_the_goal(av2_log, tmp_path):
     """Issue #18's goal on the real AV2 log with the validation test's label noise (tests/test_validate.py):
     AMOTA >= 0.90, IDSW <= 5 (measured 0.979, 0: the score with ground-truth identities is 0.979 too, the rest
-    being boxes the devkit's 50 m range filter keeps on one side only). Greedy: 0.826, 12."""
+    being boxes the devkit's 50 m range filter keeps on one side only). Greedy: 0.870, 21."""
     from generator.sources import open_source
 
     res = {}
@@ -206,7 +269,7 @@ def test_av2_noisy_labels_meet_the_goal(av2_log, tmp_path):
 def test_av2_with_a_real_detectors_errors_meets_the_goal(av2_log, tmp_path):
     """The real AV2 log through the labels backend with a real detector's errors on top of the validation noise
     (REALISTIC_NOISE: recurring ghosts at fixed places, runs of misses, lower but overlapping false-positive
-    scores): AMOTA >= 0.90, IDSW <= 5 (measured 0.957, 2; greedy 0.833, 18), and at least as good as the AB3DMOT
+    scores): AMOTA >= 0.90, IDSW <= 5 (measured 0.950, 1; greedy 0.848, 22), and at least as good as the AB3DMOT
     reference on each class (bench/tracking.py prints both)."""
     from generator.sources import open_source
 
@@ -225,8 +288,11 @@ def test_av2_with_a_real_detectors_errors_meets_the_goal(av2_log, tmp_path):
 
     k = tracking_metrics(tracked_run_folder(tmp_path / "run", src, cfg, detector=replay), 40)
     assert k["AMOTA"] >= 0.90 and k["IDSW"] <= 5, (k["AMOTA"], k["IDSW"])
+    # merged tracks (validate, every class): 7 before the twice-annotated car was detected once, now 5, pedestrians
+    # and bicycles 0.6-0.9 m apart that an oracle knowing their true places confuses too at 0.3 m of noise
+    assert k["identity"]["all"]["merged_tracks"] <= 5, k["identity"]
     # the published AB3DMOT algorithm (a test-only reference written from its paper) on the same boxes: drivegen's
-    # tracker is at least as good on every class with ground truth (measured AB3DMOT: 0.671, 95 IDSW)
+    # tracker is at least as good on every class with ground truth (measured AB3DMOT: 0.622, 83 IDSW)
     r = tracking_metrics(tracked_run_folder(tmp_path / "ref", src, cfg, detector=replay, tracker=ab3dmot_scene), 40)
     assert r["AMOTA"] < k["AMOTA"]
     for cls, mine in k["per_class"].items():
@@ -307,13 +373,15 @@ def _crowd(n, rng, spacing=1.2):
     return meas, cls, state
 
 
-@pytest.mark.parametrize("path", ["dense pairs", "KD-tree pairs", "sparse matching"])
+@pytest.mark.parametrize("path", ["one block", "dense pairs", "KD-tree pairs", "sparse matching"])
 def test_sparse_association_equals_the_dense_hungarian(monkeypatch, path):
     """On crowded random frames (hundreds of conflicting pairs, with and without a reach limit) the association
-    makes the same pairs as one dense Hungarian over all pairs: with every pair tested (the path of frames up to
-    ``_DENSE_PAIRS``), with the KD-tree's nearest tracks (where the gate holds no more than ``_NEAREST`` of them),
-    and with every group matched by the sparse solver (as groups above ``_MAX_BLOCK`` cells are)."""
+    makes the same pairs as one dense Hungarian over all pairs: solved as one block (frames up to ``_ONE_BLOCK``
+    cells) or group by group, with every pair tested (the path of frames up to ``_DENSE_PAIRS``), with the
+    KD-tree's nearest tracks (where the gate holds no more than ``_NEAREST`` of them), and with every group
+    matched by the sparse solver (as groups above ``_MAX_BLOCK`` cells are)."""
     spacing = 1.2
+    monkeypatch.setattr(K, "_ONE_BLOCK", 1 << 30 if path == "one block" else 0)
     if path == "KD-tree pairs":
         monkeypatch.setattr(K, "_DENSE_PAIRS", 0)
         spacing = 2.5  # the gate (under 3 m here) then holds fewer than _NEAREST tracks

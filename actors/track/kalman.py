@@ -11,8 +11,9 @@ State of a track (all times in seconds, all noises per second, so 2 Hz and 10 Hz
   * the measurement is the detected centre, std ``sqrt(position_std_m^2 + (position_std_size_frac * d)^2)``
     with ``d`` the box's BEV diagonal, and the detector's velocity where it gives one (std
     ``velocity_std_mps``). A track is born at its first detection with the detector's velocity, or zero
-    velocity of std ``birth_velocity_std_mps`` (so its second detection is gated by that uncertainty, not by
-    a class speed limit);
+    velocity whose std lets the ``gate_chi2`` gate of its second detection just hold the class's plausible
+    speed (``max_speed_mps``; at most ``birth_velocity_std_mps``, which alone applies where the frame moves
+    with the ego): the gate grows with the time to the second detection and the class's speed;
   * log size (l, w, h) and yaw as random walks (scalar filters); the yaw innovation is taken modulo pi
     (L-shape fits know the box axis only); ``z`` is the last detection's.
 
@@ -31,7 +32,10 @@ detections are assigned the same way to the confirmed tracks left unmatched (Byt
 Matched tracks are updated; unmatched high-score detections start tentative tracks; unmatched low-score
 detections are dropped. A tentative track becomes confirmed at ``confirm_hits`` matches (all its boxes are
 output, the early ones included) and is deleted, with its boxes, when unmatched for longer than
-``tentative_max_age_s`` in a frame that has detections; tentative tracks alive at the scene's end are kept.
+``tentative_max_age_s`` in a frame with detections of its class, or for longer than ``tentative_max_miss_s`` in
+any frame (per-class management: another class's detections say nothing about it), counting only frames the
+detector saw (``looked``: not a frame whose input could not be read); tentative tracks alive at the scene's end
+are kept.
 Boxes without a finite centre, size or yaw are output as one-box tracks and never matched. A confirmed track
 is deleted when unmatched for longer than ``max_age_s``. While it coasts, boxes are output for misses up to
 ``coast_output_s``: when a later match bridges the gap, on the cubic Hermite path between the filtered
@@ -54,8 +58,8 @@ from schemas.config import DETECTION_CLASSES, TrackingConfig
 # Columns of the state matrix (one row per live track).
 X, Y, VX, VY, PPP, PPV, PVV, PS, PY, Q, ONE = range(11)  # PPP..ONE: the columns the prediction step mixes
 LS = slice(11, 14)  # log length, width, height
-Z, YAW, YAW_DET, SCORE, T_MATCH, HITS, TID, CLS, BIRTH = range(14, 23)
-NCOL = 23
+Z, YAW, YAW_DET, SCORE, T_MATCH, HITS, TID, CLS, BIRTH, FRAMES = range(14, 24)  # FRAMES: frames lived
+NCOL = 24
 _NO_VELOCITY_VAR = 1e12  # variance of an absent velocity measurement: its Kalman gain is 0 to ~1e-12
 _BIG = 1e9  # cost of a forbidden pair in the assignment
 
@@ -111,6 +115,7 @@ def _transition(dt: float, size_q: float, yaw_q: float) -> np.ndarray:
 _DENSE_PAIRS = 1 << 20  # detections x tracks evaluated as dense arrays; a larger frame asks a KD-tree for candidates
 _NEAREST = 16  # in a crowded frame, the tracks each detection is tested against: its nearest within the gate
 _MAX_BLOCK = 1 << 22  # cells of one component's dense Hungarian block (32 MiB of costs); a larger one goes sparse
+_ONE_BLOCK = 1 << 14  # a frame's conflicts up to this many cells: one dense block, no split into components
 
 
 def _pairs(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarray, state: np.ndarray, gate: float,
@@ -163,8 +168,14 @@ def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> t
     allowed pairs is one problem, solved by ``linear_sum_assignment`` on its dense block (forbidden cells at
     ``_BIG``), or, for a block of more than ``_MAX_BLOCK`` cells (a crowd), by
     ``scipy.sparse.csgraph.min_weight_full_bipartite_matching`` on its pairs alone (``_sparse_match``)."""
-    if len(np.unique(di)) == len(di) and len(np.unique(ti)) == len(ti):
+    rows, r = np.unique(di, return_inverse=True)
+    cols, k = np.unique(ti, return_inverse=True)
+    if len(rows) == len(di) and len(cols) == len(ti):
         return di, ti  # no conflicts: every allowed pair is the assignment
+    if len(rows) * len(cols) <= _ONE_BLOCK:
+        # A frame of a usual size: one dense problem. Its forbidden cells cost more than any allowed assignment,
+        # so it makes as many allowed pairs as each group can, at each group's least cost: the groups' optimum.
+        return _dense(rows, r, cols, k, cost)
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -184,16 +195,23 @@ def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> t
         rows, r = np.unique(d, return_inverse=True)
         cols, k = np.unique(t, return_inverse=True)
         if len(rows) * len(cols) <= _MAX_BLOCK:
-            block = np.full((len(rows), len(cols)), _BIG)
-            block[r, k] = c
-            a, b = linear_sum_assignment(block)
-            good = block[a, b] < _BIG
-            a, b = a[good], b[good]
+            a, b = _dense(rows, r, cols, k, c)
         else:
             a, b = _sparse_match(r, k, c, len(rows), len(cols))
-        out_d.append(rows[a])
-        out_t.append(cols[b])
+            a, b = rows[a], cols[b]
+        out_d.append(a)
+        out_t.append(b)
     return np.concatenate(out_d), np.concatenate(out_t)
+
+
+def _dense(rows: np.ndarray, r: np.ndarray, cols: np.ndarray, k: np.ndarray, c: np.ndarray):
+    """``linear_sum_assignment`` on the dense block of pairs (r, k) with costs c, forbidden cells at ``_BIG``: the
+    (row, column) labels of the allowed pairs it makes."""
+    block = np.full((len(rows), len(cols)), _BIG)
+    block[r, k] = c
+    a, b = linear_sum_assignment(block)
+    good = block[a, b] < _BIG
+    return rows[a[good]], cols[b[good]]
 
 
 def _sparse_match(r: np.ndarray, k: np.ndarray, c: np.ndarray, n_r: int, n_c: int) -> tuple[np.ndarray, np.ndarray]:
@@ -247,7 +265,18 @@ def _measurements(xy, vel, size, yaw, cfg) -> np.ndarray:
     return out
 
 
-def _birth_rows(meas, z, score, t_box, cls, cfg) -> np.ndarray:
+def birth_velocity_std(cls: np.ndarray, cfg: TrackingConfig, ground_frame: bool = True) -> np.ndarray:
+    """(N,) velocity std (m/s) of a track born from a box of class index ``cls`` without a detector velocity:
+    in the ground frame, the std whose ``gate_chi2`` gate just holds the class's plausible speed
+    (``max_speed_mps``), at most ``birth_velocity_std_mps``; in a frame moving with the ego, relative speeds
+    know no class limit: ``birth_velocity_std_mps``."""
+    k = cfg.kalman
+    if not ground_frame:
+        return np.full(len(cls), k.birth_velocity_std_mps)
+    return np.minimum(gate_speeds(cfg, "max_speed_mps")[cls] / np.sqrt(k.gate_chi2), k.birth_velocity_std_mps)
+
+
+def _birth_rows(meas, z, score, t_box, cls, cfg, ground_frame: bool = True) -> np.ndarray:
     """(N, NCOL) the state row a track born from each box starts with (TID filled in at birth)."""
     k = cfg.kalman
     n = len(meas)
@@ -255,7 +284,7 @@ def _birth_rows(meas, z, score, t_box, cls, cfg) -> np.ndarray:
     rows[:, X:Y + 1] = meas[:, 0:2]
     rows[:, VX:VY + 1] = meas[:, 3:5]
     rows[:, PPP] = meas[:, 2]
-    rows[:, PVV] = np.where(meas[:, 5] < _NO_VELOCITY_VAR, meas[:, 5], k.birth_velocity_std_mps ** 2)
+    rows[:, PVV] = np.where(meas[:, 5] < _NO_VELOCITY_VAR, meas[:, 5], birth_velocity_std(cls, cfg, ground_frame) ** 2)
     rows[:, PS] = k.size_std_frac ** 2
     rows[:, PY] = k.yaw_std_rad ** 2
     rows[:, Q] = class_table(k.process_noise)[cls]
@@ -266,6 +295,7 @@ def _birth_rows(meas, z, score, t_box, cls, cfg) -> np.ndarray:
     rows[:, SCORE] = score
     rows[:, T_MATCH] = t_box
     rows[:, HITS] = 1
+    rows[:, FRAMES] = 1
     rows[:, CLS] = cls
     return rows
 
@@ -309,23 +339,25 @@ def _update(g: np.ndarray, m: np.ndarray, mz: np.ndarray, mscore: np.ndarray, t:
 
 def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z: np.ndarray, vel: np.ndarray,
                     size: np.ndarray, yaw: np.ndarray, score: np.ndarray, cls: np.ndarray,
-                    cfg: TrackingConfig, ground_frame: bool = True) -> KalmanTracks:
+                    cfg: TrackingConfig, ground_frame: bool = True, looked: np.ndarray | None = None) -> KalmanTracks:
     """Track one scene. Frames: t_s (F,) seconds, increasing; frame_start (F + 1,) offsets of each frame's boxes.
     Boxes (N, sorted by frame), all in one common frame (global): centre xy (N, 2) and z (N,), velocity (N, 2)
     (NaN = the detector gives none), size (N, 3) lwh, yaw (N,), score (N,), class index (N,) (-1 = unknown).
     ``ground_frame``: the common frame is the ground (the log's poses move), so a class's plausible speed
-    bounds how far a coasting track may stray; False for a frame that moves with the ego. See the module
+    bounds how far a coasting track may stray; False for a frame that moves with the ego. ``looked`` (F,) bool:
+    the frames the detector saw (None: all); a tentative track's misses count only there. See the module
     docstring."""
     k = cfg.kalman
     n = len(xy)
     f = len(t_s)
     stray_mps = gate_speeds(cfg)  # per class index (-1: unknown, the largest): how far a coasting track may stray
     t_box = np.repeat(t_s, np.diff(frame_start))
+    looked = np.ones(f, dtype=bool) if looked is None else np.asarray(looked, dtype=bool)
     # Boxes without a finite centre, size and yaw cannot be filtered: each is a track of its own, always output
     # (the pipeline records why it drops them), and never matched.
     valid = np.isfinite(xy).all(axis=1) & np.isfinite(z) & np.isfinite(size).all(axis=1) & np.isfinite(yaw)
     meas = _measurements(xy, vel, size, yaw, cfg)
-    born = _birth_rows(meas, z, score, t_box, cls, cfg)
+    born = _birth_rows(meas, z, score, t_box, cls, cfg, ground_frame)
     high = (score >= k.high_score) & valid
     low = (score < k.high_score) & valid
     rs, ry = k.size_std_frac ** 2, k.yaw_std_rad ** 2
@@ -350,6 +382,7 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
             if A is None:
                 A = transitions[dt] = _transition(dt, qs, qy)
             state[:, :PY + 1] = state[:, :ONE + 1] @ A
+            state[:, FRAMES] += 1
         s, e = frame_start[fi], frame_start[fi + 1]
         matched = np.zeros(len(state), dtype=bool)
         if e > s:
@@ -401,13 +434,21 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
             continue
         miss = tk - state[:, T_MATCH]
         confirmed = state[:, HITS] >= k.confirm_hits
-        coasting = ~matched & confirmed & (miss <= k.coast_output_s + eps)
+        coasting = ~matched & confirmed & (miss <= k.coast_output_s + eps) & (
+            state[:, HITS] >= k.coast_min_hit_ratio * state[:, FRAMES])
         if coasting.any():
             coast_rows.append(state[coasting])
             coast_frames.append(np.full(int(coasting.sum()), fi))
-        # A frame without any detection (an unreadable sweep, a failed detector) is no evidence against a
-        # tentative track; confirmed tracks age by time alone.
-        dead = np.where(confirmed, miss > cfg.max_age_s + eps, (miss > k.tentative_max_age_s + eps) & (e > s))
+        # A tentative track's misses count per class: in a frame with detections of its class at once, in any
+        # other only after tentative_max_miss_s (issue #33: "a frame with any detection" made one class's tracks
+        # depend on the others'); a frame the detector did not see (``looked`` False: an unreadable sweep, a
+        # failed detector) never counts. Confirmed tracks age by time alone.
+        seen = np.zeros(len(DETECTION_CLASSES) + 1, dtype=bool)  # per class index (-1, unknown, last)
+        seen[cls[s:e]] = True
+        own = seen[state[:, CLS].astype(np.int64)]
+        dead = np.where(confirmed, miss > cfg.max_age_s + eps,
+                        looked[fi] & (((miss > k.tentative_max_age_s + eps) & own)
+                                      | (miss > k.tentative_max_miss_s + eps)))
         if dead.any():
             tid = state[dead, TID].astype(np.int64)
             final_hits[tid] = state[dead, HITS]

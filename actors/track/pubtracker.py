@@ -206,7 +206,8 @@ def _online_tracking(t_s: np.ndarray, frame_start: np.ndarray, pos: np.ndarray, 
     return track_of_box
 
 
-def _kalman_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, cls, R, tr, cfg: TrackingConfig):
+def _kalman_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, cls, R, tr, cfg: TrackingConfig,
+                  looked=None):
     """Kalman mode (``actors.track.kalman``): the boxes to output, sorted by frame (each frame's kept input boxes
     in input order, then its coasted boxes), as (boxes (ego frames), frame_of_box, centre (global), velocity
     (global), yaw (global), class index, raw track ids). Coasted boxes carry no velocity, no LiDAR count, no
@@ -218,8 +219,12 @@ def _kalman_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, c
     # tracked state then, so the filter uses centres only.
     static_ego = bool(np.all(R == R[:1]) and np.all(tr == tr[:1]))
     v_meas = np.full_like(vg, np.nan) if static_ego else vg
-    res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, allb.score, cls, cfg,
-                          ground_frame=not static_ego)
+    score = allb.score
+    if cfg.kalman.score_map is not None:  # the detector's scores as the tracker reads them (detected boxes keep theirs)
+        knots = np.asarray(cfg.kalman.score_map, dtype=np.float64)
+        score = np.interp(score, knots[:, 0], knots[:, 1])
+    res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, score, cls, cfg,
+                          ground_frame=not static_ego, looked=looked)
     keep = np.nonzero(res.track_of_box >= 0)[0]
     m = len(res.coast_frame)
     c_glob = np.column_stack([res.coast_xy, res.coast_z])
@@ -238,11 +243,12 @@ def _kalman_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, c
 
 
 def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
-                city_SE3_ego: list[SE3]) -> list[Boxes3D]:
+                city_SE3_ego: list[SE3], looked=None) -> list[Boxes3D]:
     """Track one scene's detections.
 
     timestamps_us (F,) strictly increasing; detections: F Boxes3D in each frame's ego frame;
     city_SE3_ego: F ego poses (identity poses when a log has none: tracks are then ego-relative).
+    looked: F bools, the frames the detector saw (None: all); Kalman mode counts a tentative track's misses there.
     Returns F Boxes3D with ``track_id`` >= 0 (consecutive from 0 in order of first appearance, unique within the
     scene) and ``velocity_mps`` (ego frame of each frame) set by ``cfg.velocity_from_track``: 'missing' fills NaN
     velocities from the track, 'always' replaces all, 'never' keeps the detector's.
@@ -278,7 +284,7 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
         raw = _online_tracking(t_s, frame_start, cg[:, :2], vg, cls, cfg)
     else:
         allb, frame_of_box, cg, vg, yawg, cls, raw = _kalman_boxes(t_s, frame_start, frame_of_box, allb, cg, vg,
-                                                                   yawg, cls, R, tr, cfg)
+                                                                   yawg, cls, R, tr, cfg, looked)
         counts = np.bincount(frame_of_box, minlength=f)
         frame_start = np.concatenate([[0], np.cumsum(counts)])
     n = len(allb)
