@@ -102,12 +102,22 @@ class SE3:
         """(N, 3) direction vectors in frame b -> frame a (no translation)."""
         return np.asarray(v, dtype=np.float64) @ self.rotation.T
 
+    @classmethod
+    def _of_valid(cls, R: np.ndarray, t: np.ndarray) -> "SE3":
+        """An SE3 from float64 parts that are valid by construction (the inverse or product of checked ones),
+        without ``__post_init__``'s checks: they cost more than the arithmetic (1,000 inverses per scene)."""
+        out = object.__new__(cls)
+        object.__setattr__(out, "rotation", R)
+        object.__setattr__(out, "translation", t)
+        return out
+
     def inverse(self) -> "SE3":
-        return SE3(self.rotation.T, -self.rotation.T @ self.translation)
+        return SE3._of_valid(self.rotation.T, -self.rotation.T @ self.translation)
 
     def compose(self, b_SE3_c: "SE3") -> "SE3":
         """``a_SE3_b.compose(b_SE3_c)`` -> ``a_SE3_c``."""
-        return SE3(self.rotation @ b_SE3_c.rotation, self.rotation @ b_SE3_c.translation + self.translation)
+        return SE3._of_valid(self.rotation @ b_SE3_c.rotation,
+                             self.rotation @ b_SE3_c.translation + self.translation)
 
     @property
     def yaw_rad(self) -> float:

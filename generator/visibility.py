@@ -43,11 +43,17 @@ def mask_boxes_and_coverage(masks: np.ndarray, boxes_xyxy: np.ndarray) -> tuple[
     if n == 0:
         return np.zeros((0, 4)), np.zeros(0), np.zeros(0, dtype=np.int64)
     H, W = m.shape[1:]
-    rows, cols = m.any(axis=2), m.any(axis=1)  # (M, H), (M, W)
-    area = m.sum(axis=(1, 2))
-    has = area > 0
+    rows = m.any(axis=2)  # (M, H)
+    has = rows.any(axis=1)
     y1 = np.argmax(rows, axis=1)
     y2 = H - np.argmax(rows[:, ::-1], axis=1)
+    # columns and area from each mask's band of rows alone (a mask is a small part of its image)
+    cols = np.zeros((n, W), dtype=bool)
+    area = np.zeros(n, dtype=np.int64)
+    for i in np.flatnonzero(has):
+        band = m[i, y1[i]:y2[i]]
+        cols[i] = band.any(axis=0)
+        area[i] = np.count_nonzero(band)
     x1 = np.argmax(cols, axis=1)
     x2 = W - np.argmax(cols[:, ::-1], axis=1)
     mb = np.stack([x1, y1, x2, y2], axis=1).astype(np.float64)

@@ -31,6 +31,30 @@ def test_rle_round_trip_and_boxes():
     assert np.isnan(rle.to_bbox_xyxy([enc[2]])).all()
 
 
+def _sparse_masks(rng, n, h, w):
+    """n masks of random blobs (some empty, some touching the edges), as a segmenter gives them."""
+    m = np.zeros((n, h, w), bool)
+    for i in range(n):
+        if rng.random() < 0.2:
+            continue
+        y0, x0 = rng.integers(0, h), rng.integers(0, w)
+        m[i, y0:y0 + rng.integers(1, 30), x0:x0 + rng.integers(1, 30)] = True
+        m[i] &= rng.random((h, w)) < 0.8
+    return m
+
+
+def test_rle_encodes_each_mask_band_as_the_whole_mask():
+    """``encode`` copies only each mask's bounding band into pycocotools' column-major input: the counts equal
+    pycocotools' own encoding of the whole masks, on random masks of any size."""
+    from pycocotools import mask as mask_utils
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        m = _sparse_masks(rng, int(rng.integers(1, 6)), int(rng.integers(1, 70)), int(rng.integers(1, 70)))
+        whole = mask_utils.encode(np.asfortranarray(m.transpose(1, 2, 0).astype(np.uint8)))
+        assert [r["counts"] for r in rle.encode(m)] == [r["counts"].decode("ascii") for r in whole]
+
+
 def test_cpu_mask_closes_lidar_rows_into_the_silhouette():
     H, W = 200, 300
     img = np.zeros((H, W, 3), np.uint8)

@@ -24,6 +24,27 @@ def test_mask_box_and_coverage_definitions():
     assert list(area) == [200, 400, 0]
 
 
+def test_mask_boxes_from_row_bands_equal_the_whole_mask_definitions():
+    """Columns and areas are taken from each mask's band of rows: the same as over the whole masks."""
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        n, H, W = int(rng.integers(1, 6)), int(rng.integers(1, 60)), int(rng.integers(1, 60))
+        masks = np.zeros((n, H, W), bool)
+        for i in range(1, n):
+            y, x = rng.integers(0, H), rng.integers(0, W)
+            masks[i, y:y + rng.integers(1, 25), x:x + rng.integers(1, 25)] = True
+            masks[i] &= rng.random((H, W)) < 0.7
+        boxes = rng.uniform(-5, 70, (n, 4))
+        mb, cov, area = mask_boxes_and_coverage(masks, boxes)
+        assert list(area) == list(masks.sum(axis=(1, 2)))
+        for i in range(n):
+            ys, xs = np.nonzero(masks[i])
+            if len(ys):
+                assert list(mb[i]) == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+            else:
+                assert np.isnan(mb[i]).all() and np.isnan(cov[i])
+
+
 def test_geometric_reasons_in_order():
     cfg = VisibilityConfig(min_lidar_points=1, min_box_area_px=16)
     box = np.array([[0.0, 0, 10, 10]] * 6 + [[0, 0, 3, 3]])
