@@ -112,3 +112,23 @@ def test_image_errors(tmp_path):
         load_image(make_frame(tmp_path / "x.bin"), "CAM_FRONT")
     with pytest.raises(SourceError, match="no calibration for camera 'CAM_BACK'"):
         load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.jpg"), "CAM_BACK")
+
+
+def test_a_pose_whose_rotation_is_no_rotation_is_refused():
+    """SE3 refuses what np.allclose(R R^T, I, atol=1e-4) or det R < 0 refuses, and only that: a reflection, a
+    scaled or sheared matrix, entries off by more than the tolerance; rotations within it pass, and the
+    inverse and product of checked poses (built without the checks) are rotations too."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        q = rng.normal(size=4)
+        R = quat_wxyz_to_matrix(q / np.linalg.norm(q))
+        noise = rng.normal(0, rng.choice([1e-6, 3e-5, 1e-4, 1e-3]), (3, 3))
+        for M in (R, R + noise, R @ np.diag([1.0, 1.0, -1.0]), 1.01 * R):
+            ok = np.allclose(M @ M.T, np.eye(3), atol=1e-4) and np.linalg.det(M) >= 0
+            if ok:
+                pose = SE3(M, np.ones(3))
+                both = pose.compose(pose.inverse())
+                assert np.allclose(both.rotation, np.eye(3), atol=1e-3) and np.allclose(both.translation, 0, atol=1e-3)
+            else:
+                with pytest.raises(ValueError, match="orthonormal"):
+                    SE3(M, np.ones(3))
