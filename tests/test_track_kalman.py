@@ -206,6 +206,19 @@ def test_a_detectors_scores_are_mapped_to_what_the_tracker_expects():
         TrackingConfig(kalman={"score_map": [[0.5, 0.0], [0.25, 1.0]]})
 
 
+def test_coasting_by_track_quality():
+    """``kalman.coast_min_hit_ratio``: a confirmed track coasts only while its hits are that share of the frames it
+    has lived through. A car detected in frames 0-2 and then every other frame coasts through each miss by
+    default; at 0.7 only through frame 3 (3 hits in 4 frames), not 5 (4 in 6), 7 or 9."""
+    ts, dets = _line_scene(10.0, 11, skip=(3, 5, 7, 9))
+
+    def boxes_in(cfg):
+        return [k for k, o in enumerate(track_scene(ts, dets, cfg, _still(11))) if len(o)]
+
+    assert boxes_in(TrackingConfig()) == list(range(11))
+    assert boxes_in(TrackingConfig(kalman={"coast_min_hit_ratio": 0.7})) == [0, 1, 2, 3, 4, 6, 8, 10]
+
+
 def test_low_score_detections_extend_tracks_but_never_start_them():
     cfg = TrackingConfig()
     low = cfg.kalman.high_score / 2

@@ -58,8 +58,8 @@ from schemas.config import DETECTION_CLASSES, TrackingConfig
 # Columns of the state matrix (one row per live track).
 X, Y, VX, VY, PPP, PPV, PVV, PS, PY, Q, ONE = range(11)  # PPP..ONE: the columns the prediction step mixes
 LS = slice(11, 14)  # log length, width, height
-Z, YAW, YAW_DET, SCORE, T_MATCH, HITS, TID, CLS, BIRTH, FRAMES = range(14, 24)  # FRAMES: frames lived
-NCOL = 24
+Z, YAW, YAW_DET, SCORE, T_MATCH, HITS, TID, CLS, BIRTH = range(14, 23)
+NCOL = 23
 _NO_VELOCITY_VAR = 1e12  # variance of an absent velocity measurement: its Kalman gain is 0 to ~1e-12
 _BIG = 1e9  # cost of a forbidden pair in the assignment
 
@@ -295,7 +295,6 @@ def _birth_rows(meas, z, score, t_box, cls, cfg, ground_frame: bool = True) -> n
     rows[:, SCORE] = score
     rows[:, T_MATCH] = t_box
     rows[:, HITS] = 1
-    rows[:, FRAMES] = 1
     rows[:, CLS] = cls
     return rows
 
@@ -351,7 +350,8 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
     n = len(xy)
     f = len(t_s)
     stray_mps = gate_speeds(cfg)  # per class index (-1: unknown, the largest): how far a coasting track may stray
-    t_box = np.repeat(t_s, np.diff(frame_start))
+    frame_of_box = np.repeat(np.arange(f), np.diff(frame_start))
+    t_box = t_s[frame_of_box]
     looked = np.ones(f, dtype=bool) if looked is None else np.asarray(looked, dtype=bool)
     # Boxes without a finite centre, size and yaw cannot be filtered: each is a track of its own, always output
     # (the pipeline records why it drops them), and never matched.
@@ -382,7 +382,6 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
             if A is None:
                 A = transitions[dt] = _transition(dt, qs, qy)
             state[:, :PY + 1] = state[:, :ONE + 1] @ A
-            state[:, FRAMES] += 1
         s, e = frame_start[fi], frame_start[fi + 1]
         matched = np.zeros(len(state), dtype=bool)
         if e > s:
@@ -434,8 +433,10 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
             continue
         miss = tk - state[:, T_MATCH]
         confirmed = state[:, HITS] >= k.confirm_hits
-        coasting = ~matched & confirmed & (miss <= k.coast_output_s + eps) & (
-            state[:, HITS] >= k.coast_min_hit_ratio * state[:, FRAMES])
+        coasting = ~matched & confirmed & (miss <= k.coast_output_s + eps)
+        if k.coast_min_hit_ratio > 0:  # track quality: its hits over the frames it has lived through
+            lived = fi + 1 - frame_of_box[state[:, BIRTH].astype(np.int64)]
+            coasting &= state[:, HITS] >= k.coast_min_hit_ratio * lived
         if coasting.any():
             coast_rows.append(state[coasting])
             coast_frames.append(np.full(int(coasting.sum()), fi))
