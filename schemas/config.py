@@ -400,8 +400,8 @@ class KalmanTrackerConfig(_Model):
     tentative_max_miss_s: float = Field(0.3, ge=0)
     """Per-class management: a frame without detections of a tentative track's class is evidence against it only
     once it has missed this long (a shorter gap: the detector may just not have seen the class). 0 (every frame
-    the detector saw counts): AV2 noisy 0.950 and realistic 0.929 instead of 0.971 and 0.950; no limit
-    (``inf``-like, 100): generated logs without poses 0.587 instead of 0.885 (a false positive's tentative track
+    the detector saw counts): AV2 with a real detector's errors 0.929 instead of 0.950, AV2 noisy 0.967 either
+    way; no limit (100): generated logs without poses 0.587 instead of 0.885 (a false positive's tentative track
     lives on until another false positive of its class lands in its ever wider gate); 1.0 measures as 0.3."""
     coast_output_s: float = Field(1.5, ge=0)
     """A confirmed track unmatched for up to coast_output_s gets boxes in the frames it missed: on the smoothed
