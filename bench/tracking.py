@@ -13,8 +13,8 @@ thresholds; the highway by CLEAR-MOT, ``actors.track.metrics``), each line with 
 * ``av2-realistic``: the validation noise plus a real detector's errors (``tests/support/track.py``
   ``REALISTIC_NOISE``: recurring ghosts at fixed places, runs of misses, false positives scored lower than the
   true boxes with overlap, coinciding annotations detected once): goal AMOTA >= 0.90, IDSW <= 5;
-  ``av2-realistic-15cm``: the same with half the centre error (0.15 m per axis), where an oracle confuses no
-  identities;
+  ``av2-realistic-15cm``: the same with half the centre error (0.15 m per axis), where an oracle confuses only
+  the twice-annotated car's two tokens (a tie between identical boxes);
 * ``gen``, ``gen-nopose``: two generated 20 s scenes (2 Hz), labels with noise level 1 of the validation
   tests (centre 0.5 m, 15 % drop-outs, 2 false positives per frame, ...);
 * ``gen-lidar``: the same scenes through the weight-free ``lidar`` detector: goal AMOTA >= 0.60;
