@@ -166,3 +166,29 @@ def test_overlapped_steps_give_what_one_after_the_other_gives(synth_root, monkey
     assert [i.reason for i in threaded.issues] == [i.reason for i in inline.issues]
     assert any(i.reason == "image_unavailable" for i in inline.issues)
     assert len(inline.projections) > 100
+
+
+def test_cpu_masks_without_grabcut_decode_no_image(keyframe, monkeypatch):
+    """The cpu segmenter without GrabCut reads only an image's size (its masks come from the LiDAR points), so
+    perception takes the size from the file's header (``io.image_shape``) and decodes nothing: the real
+    keyframe's six images are never decoded, and the tables equal those of a run made to decode them; with
+    GrabCut on, they are decoded."""
+    import generator.perception as perception
+    from actors.segment import reads_pixels
+    from generator.sources import io
+
+    real_load = io.load_image
+    decoded = []
+
+    def counting_load(frame, camera):
+        decoded.append(camera)
+        return real_load(frame, camera)
+
+    monkeypatch.setattr(io, "load_image", counting_load)
+    fast = perceive(keyframe, PipelineConfig())
+    assert decoded == [] and fast.projections.column("visible").to_pylist().count(True) >= 4
+    assert reads_pixels(PipelineConfig(segmentation={"cpu": {"grabcut_iterations": 1}}).segmentation)
+    monkeypatch.setattr(perception, "reads_pixels", lambda cfg: True)
+    slow = perceive(keyframe, PipelineConfig())
+    assert len(decoded) == 6
+    assert fast.projections.equals(slow.projections)  # (objects come before any image)

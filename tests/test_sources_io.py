@@ -8,7 +8,7 @@ import pyarrow.feather as feather
 import pytest
 
 from generator.geometry import SE3, quat_wxyz_to_matrix
-from generator.sources.io import load_image, load_lidar_ego
+from generator.sources.io import image_shape, load_image, load_lidar_ego
 from generator.types import CameraCalib, Frame, SourceError
 from schemas.config import SourceLimitsConfig
 
@@ -96,22 +96,44 @@ def test_image_reads_bgr_and_checks_calibrated_size(tmp_path):
     cv2.imwrite(str(tmp_path / "ok.png"), img)
     out = load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "ok.png"), "CAM_FRONT")
     assert out.shape == (48, 64, 3) and out.dtype == np.uint8 and (out[..., 2] == 255).all() and out[..., 0].max() == 0
+    assert image_shape(make_frame(tmp_path / "x.bin", image=tmp_path / "ok.png"), "CAM_FRONT") == (48, 64)
     cv2.imwrite(str(tmp_path / "small.png"), img[:40])
-    with pytest.raises(SourceError, match="64x40 px but its calibration says 64x48") as e:
-        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "small.png"), "CAM_FRONT")
-    assert e.value.file.endswith("small.png") and e.value.scene == "scene-x"
+    for read in (load_image, image_shape):
+        with pytest.raises(SourceError, match="64x40 px but its calibration says 64x48") as e:
+            read(make_frame(tmp_path / "x.bin", image=tmp_path / "small.png"), "CAM_FRONT")
+        assert e.value.file.endswith("small.png") and e.value.scene == "scene-x"
 
 
-def test_image_errors(tmp_path):
+@pytest.mark.parametrize("read", [load_image, image_shape])
+def test_image_errors(tmp_path, read):
+    """Both readers refuse the same files: the pixels' reader and the header's (``image_shape``)."""
     (tmp_path / "junk.jpg").write_bytes(b"\xff\xd8 not a jpeg")
     with pytest.raises(SourceError, match="unreadable"):
-        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.jpg"), "CAM_FRONT")
+        read(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.jpg"), "CAM_FRONT")
+    (tmp_path / "junk.png").write_bytes(b"not an image at all")
+    with pytest.raises(SourceError, match="not a decodable image"):
+        read(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.png"), "CAM_FRONT")
     with pytest.raises(SourceError, match="missing"):
-        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "gone.jpg"), "CAM_FRONT")
+        read(make_frame(tmp_path / "x.bin", image=tmp_path / "gone.jpg"), "CAM_FRONT")
     with pytest.raises(SourceError, match="no image for camera"):
-        load_image(make_frame(tmp_path / "x.bin"), "CAM_FRONT")
+        read(make_frame(tmp_path / "x.bin"), "CAM_FRONT")
     with pytest.raises(SourceError, match="no calibration for camera 'CAM_BACK'"):
-        load_image(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.jpg"), "CAM_BACK")
+        read(make_frame(tmp_path / "x.bin", image=tmp_path / "junk.jpg"), "CAM_BACK")
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_image_shape_turns_as_opencv_does(tmp_path, orientation):
+    """A JPEG whose EXIF orientation turns it by 90 degrees (6, 8) is decoded by OpenCV with width and height
+    swapped; the header's reader swaps them too (1, 3: no swap)."""
+    from PIL import Image
+
+    path = tmp_path / f"o{orientation}.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.new("RGB", (48, 64)).save(path, exif=exif)  # stored 48 wide, 64 high
+    want = cv2.imread(str(path), cv2.IMREAD_COLOR).shape[:2]
+    assert want == ((48, 64) if orientation in (6, 8) else (64, 48))
+    assert image_shape(make_frame(tmp_path / "x.bin", image=path, size=want[::-1]), "CAM_FRONT") == want
 
 
 def test_a_pose_whose_rotation_is_no_rotation_is_refused():

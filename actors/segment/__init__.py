@@ -10,6 +10,12 @@ from actors.segment.base import Segmenter
 from schemas.config import SegmentationConfig
 
 
+def reads_pixels(cfg: SegmentationConfig) -> bool:
+    """Whether the backend looks at the image's pixels: the ``cpu`` backend without GrabCut reads only the
+    image's size (its masks come from the LiDAR points), so its callers need not decode the image."""
+    return not (cfg.backend == "cpu" and cfg.cpu.grabcut_iterations == 0)
+
+
 def build_segmenter(cfg: SegmentationConfig) -> Segmenter:
     if cfg.backend == "cpu":
         from actors.segment.cpu import CpuSegmenter
@@ -22,5 +28,5 @@ def build_segmenter(cfg: SegmentationConfig) -> Segmenter:
     raise ValueError(f"unknown segmentation backend {cfg.backend!r}")
 
 
-__all__ = ["Segmenter", "build_segmenter"]
+__all__ = ["Segmenter", "build_segmenter", "reads_pixels"]
 

@@ -251,11 +251,9 @@ def read_lidar_records(path: str, lidar_format: str, ego_SE3_lidar: SE3, record_
     return pts
 
 
-def load_image(frame: Frame, camera: str) -> np.ndarray:
-    """Camera image as (H, W, 3) uint8 BGR (OpenCV order); its size must equal the calibration's. A JPEG
-    (by content) must be whole (``jpeg_problem``): OpenCV would decode a truncated one as grey."""
-    import cv2
-
+def _image_path(frame: Frame, camera: str) -> str:
+    """The path of a frame's image of ``camera``, after the checks that need no decoding: calibrated, present,
+    and whole when it is a JPEG (``jpeg_problem``: OpenCV would decode a truncated one as grey)."""
     if camera not in frame.cameras:
         raise _err(frame, "", f"no calibration for camera {camera!r}; cameras: {sorted(frame.cameras)}")
     path = frame.image_paths.get(camera, "")
@@ -266,11 +264,45 @@ def load_image(frame: Frame, camera: str) -> np.ndarray:
     problem = image_file_problem(path)
     if problem:
         raise _err(frame, path, f"image of camera {camera!r} is unreadable: {problem}; restore it from the log")
+    return path
+
+
+def _check_image_size(frame: Frame, camera: str, path: str, height: int, width: int) -> None:
+    cal = frame.cameras[camera]
+    if (height, width) != (cal.height_px, cal.width_px):
+        raise _err(frame, path, f"image of camera {camera!r} is {width}x{height} px but its "
+                                f"calibration says {cal.width_px}x{cal.height_px}")
+
+
+def load_image(frame: Frame, camera: str) -> np.ndarray:
+    """Camera image as (H, W, 3) uint8 BGR (OpenCV order); its size must equal the calibration's. A JPEG
+    (by content) must be whole (``jpeg_problem``)."""
+    import cv2
+
+    path = _image_path(frame, camera)
     img = cv2.imread(path, cv2.IMREAD_COLOR)
     if img is None:
         raise _err(frame, path, f"image of camera {camera!r} is unreadable (not a decodable image)")
-    cal = frame.cameras[camera]
-    if img.shape[:2] != (cal.height_px, cal.width_px):
-        raise _err(frame, path, f"image of camera {camera!r} is {img.shape[1]}x{img.shape[0]} px but its "
-                                f"calibration says {cal.width_px}x{cal.height_px}")
+    _check_image_size(frame, camera, path, *img.shape[:2])
     return img
+
+
+_EXIF_ORIENTATION, _TRANSPOSED = 0x0112, (5, 6, 7, 8)  # orientations that swap width and height
+
+
+def image_shape(frame: Frame, camera: str) -> tuple[int, int]:
+    """(height, width) of the image ``load_image`` would return, read from the file's header without decoding
+    its pixels, after the same checks (a whole JPEG, the calibration's size). As OpenCV's ``imread`` turns an
+    image by its EXIF orientation, so are height and width here."""
+    from PIL import Image, UnidentifiedImageError  # here: only perception without pixels needs Pillow
+
+    path = _image_path(frame, camera)
+    try:
+        with Image.open(path) as im:
+            width, height = im.size
+            if im.getexif().get(_EXIF_ORIENTATION) in _TRANSPOSED:
+                width, height = height, width
+    except (UnidentifiedImageError, OSError) as err:
+        raise _err(frame, path, f"image of camera {camera!r} is unreadable (not a decodable image: {err})") from None
+    _check_image_size(frame, camera, path, height, width)
+    return height, width
