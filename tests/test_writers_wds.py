@@ -290,3 +290,28 @@ def test_an_image_shared_by_samples_is_published_once(scene):
                 assert data.endswith(f"published {img['frame_index']} {img['camera']}".encode())
                 members += 1
     assert members == len(per_sample)
+
+
+def test_sample_images_are_the_groundings_of_each_keyframe():
+    """A sample's images, built in arrays from every grounding, equal a loop over the rows: per keyframe each
+    (frame, camera) once, with the set of its roles and the first grounding's image path; the table in two
+    chunks, keyframes out of order."""
+    from generator.writers.wds import _sample_images
+
+    t = make_qa_table("scene.v1/a", n=60, seed=3, num_keyframes=6)
+    t = pa.concat_tables([t.slice(30), t.slice(0, 30)])  # two chunks, keyframes not sorted
+    kf = t.column("keyframe_index").to_numpy()
+    order = np.argsort(kf, kind="stable")
+    cuts = np.flatnonzero(np.diff(kf[order])) + 1
+    want: dict[int, dict] = {}
+    for r in t.to_pylist():
+        images = want.setdefault(r["keyframe_index"], {})
+        for g in r["grounding"]:
+            e = images.setdefault((g["frame_index"], g["camera"]), {"frame_index": g["frame_index"],
+                                                                     "camera": g["camera"], "roles": set(),
+                                                                     "source_path": g["image_path"] or ""})
+            e["roles"].add(g["role"])
+    got = _sample_images(t, order, cuts)
+    assert got == [want[k] for k in sorted(want)]
+    groundings = sum(len(r["grounding"]) for r in t.to_pylist())
+    assert 0 < sum(len(images) for images in got) < groundings  # rows share images: each is listed once

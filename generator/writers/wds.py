@@ -33,6 +33,7 @@ fixed so the same input gives the same bytes, and a rewritten scene loses its st
 """
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
@@ -40,6 +41,7 @@ import os
 import re
 import uuid
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -81,6 +83,22 @@ def image_member(frame_index: int, camera: str) -> str:
     (see the module docstring for why)."""
     cam = re.sub(r"[^a-z0-9_-]+", "_", camera.lower())
     return f"f{int(frame_index):06d}.{cam}.jpeg"
+
+
+def shard_images(shards: Iterable[bytes], wanted: set[str]) -> dict[str, bytes]:
+    """The image members named in ``wanted`` (``image_member`` names) found in a scene's shards (each given as its
+    bytes), as written: published (blurred, re-encoded) as the run's ``anonymize`` said. An image that several
+    samples share is the same bytes in each; the first is taken."""
+    import tarfile
+
+    found: dict[str, bytes] = {}
+    for data in shards:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+            for info in tf:
+                name = info.name.split(".", 1)[-1]  # the sample key holds no dot
+                if name in wanted and name not in found and info.isfile():
+                    found[name] = tf.extractfile(info).read()
+    return found
 
 
 def _json_safe(x):
@@ -204,22 +222,10 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
     cuts = np.flatnonzero(np.diff(kf_sorted)) + 1
     # the rows as they go into JSON (cleaned once, in Arrow), and the few grounding fields the images need
     published = json_ready(table, publish.dropped_keys if publish is not None else ())
-    g = pc.list_flatten(table.column("grounding"))
-    g_row = pc.list_parent_indices(table.column("grounding")).to_numpy()
-    g_fields = [pc.struct_field(g, k).to_pylist() for k in ("frame_index", "camera", "role", "image_path")]
-    g_of_row = np.split(np.arange(len(g_row)), np.searchsorted(g_row, np.arange(1, table.num_rows)))
     groups = np.split(order, cuts)
-    group_images: list[dict[tuple[int, str], dict]] = []
+    group_images = _sample_images(table, order, cuts)
     last_use: dict[tuple[int, str], int] = {}  # an image's last sample: neighbouring keyframes share context frames
-    for n, idx in enumerate(groups):
-        images: dict[tuple[int, str], dict] = {}
-        for i in idx:
-            for j in g_of_row[i]:
-                fi, cam, role, path = (f[j] for f in g_fields)
-                entry = images.setdefault((int(fi), cam), {"frame_index": int(fi), "camera": cam, "roles": set(),
-                                                           "source_path": path or ""})
-                entry["roles"].add(role)
-        group_images.append(images)
+    for n, images in enumerate(group_images):
         last_use.update(dict.fromkeys(images, n))
     done: dict[tuple[int, str], bytes] = {}  # published image bytes, kept until their last sample
     for n, (idx, images) in enumerate(zip(groups, group_images)):
@@ -247,6 +253,42 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
         meta["qas"] = rows  # already published and JSON-safe
         sample["json"] = json.dumps(meta, allow_nan=False, ensure_ascii=False).encode("utf-8")
         yield sample
+
+
+def _sample_images(table: pa.Table, order: np.ndarray, cuts: np.ndarray) -> list[dict[tuple[int, str], dict]]:
+    """Per sample (the keyframe groups ``np.split(order, cuts)``), its images: (frame, camera) -> {frame_index,
+    camera, roles (a set), source_path (the first grounding's)}, from every grounding of the group's rows, in
+    arrays: a scene has tens of thousands of groundings and a few hundred images."""
+    out: list[dict[tuple[int, str], dict]] = [{} for _ in range(len(cuts) + 1)]
+    col = table.column("grounding").combine_chunks()
+    g = pc.list_flatten(col)
+    if len(g) == 0:
+        return out
+    g_row = pc.list_parent_indices(col).to_numpy()
+    group_of_row = np.empty(table.num_rows, np.int64)
+    group_of_row[order] = np.repeat(np.arange(len(cuts) + 1), np.diff(np.r_[0, cuts, table.num_rows]))
+    fi = pc.struct_field(g, "frame_index").to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def codes(name: str) -> pa.DictionaryArray:  # one dictionary for the whole column, null a value of its own
+        return pc.dictionary_encode(pc.cast(pc.struct_field(g, name), pa.string()), null_encoding="encode")
+
+    cam, role = codes("camera"), codes("role")
+    cam_code, role_code = cam.indices.to_numpy(), role.indices.to_numpy()
+    # an image of a sample: (group, frame, camera) as one sortable key; its first grounding (rows ascend within
+    # a group, groundings within a row) gives its source path
+    grp = group_of_row[g_row]
+    key = np.stack([grp, fi, cam_code])
+    uniq, first, inverse = np.unique(key, axis=1, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    pairs = np.unique(np.stack([inverse, role_code]), axis=1)
+    paths = pc.struct_field(g, "image_path").take(pa.array(first)).to_pylist()
+    cams, roles = cam.dictionary.to_pylist(), role.dictionary.to_pylist()
+    role_sets: list[set] = [set() for _ in range(uniq.shape[1])]
+    for u, r in zip(*pairs.tolist()):
+        role_sets[u].add(roles[r])
+    for u, (n, f, c) in enumerate(uniq.T.tolist()):
+        out[n][f, cams[c]] = {"frame_index": f, "camera": cams[c], "roles": role_sets[u], "source_path": paths[u] or ""}
+    return out
 
 
 def _sample_bytes(sample: dict) -> int:
