@@ -324,3 +324,46 @@ def test_empty_bench_export_says_why_without_images(tmp_path):
                            "throughput": {"qa_per_s": 0.0, "frames_per_s": 0.0}, "errors": [],
                            "families": {"stride_qa": {"groups": 0, "questions": 0, "why_empty": why}}})
     assert f"0 groups, 0 questions (bench/): {why}" in line
+
+
+@pytest.mark.slow
+def test_bench_images_come_from_the_webdataset_shards(default_run, monkeypatch):
+    """The bench part takes its context images from the scene's WebDataset shards, where the run wrote them
+    blurred by the same publisher, instead of decoding, blurring and encoding them again: the same bytes
+    (compared with the part built with the shards hidden), and no image published; a config whose
+    ``anonymize`` differs from the run's publishes its own."""
+    from generator.families.stride_qa import export
+    from generator.runfolder import RunReader
+    from generator.runfolder.parts import Part
+    from generator.writers.anonymize import ScenePublisher
+
+    out = default_run[0]
+    reader = RunReader(str(out))
+    sid = reader.scene_ids()[0]
+    cfg = reader.config()
+    published = []
+    real_call = ScenePublisher.__call__
+
+    def counted(self, data, frame_index, camera):
+        published.append((frame_index, camera))
+        return real_call(self, data, frame_index, camera)
+
+    monkeypatch.setattr(ScenePublisher, "__call__", counted)
+
+    def build(cfg):
+        got = {}
+        one = RunReader(reader.store, require=False, scenes=[sid])
+        rec = export.bench_part(Part(sid, one, got.__setitem__), cfg)
+        assert sorted(rec["images"]) == sorted(got)
+        return got
+
+    from_shards = build(cfg)
+    assert len(from_shards) >= 4 and published == []
+    monkeypatch.setattr(export, "shard_images", lambda *a: None)
+    assert build(cfg) == from_shards and len(published) == len(from_shards)
+    monkeypatch.undo()
+    monkeypatch.setattr(ScenePublisher, "__call__", counted)
+    published.clear()
+    other = cfg.model_copy(update={"anonymize": cfg.anonymize.model_copy(update={"faces": not cfg.anonymize.faces})})
+    build(other)
+    assert len(published) == len(from_shards)

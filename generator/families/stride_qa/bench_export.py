@@ -566,21 +566,25 @@ def summarize(sheet: Iterable[dict], drops: Counter, questions: int) -> dict:
 
 # ------------------------------------------------------------------------------------------ files
 def scene_images(groups: list[Group], put: Callable[[str, bytes], None], image_root: str | os.PathLike | None = None,
-                 publish=None) -> list[str]:
+                 publish=None, published: Callable[[int, str], bytes | None] | None = None) -> list[str]:
     """Put each context image of one scene's ``groups`` once (``put(rel, bytes)``, ``rel`` as
     ``bench_image_name``), blurred by ``publish`` (a ``generator.writers.anonymize.ScenePublisher``; None: as
-    they are); returns the names put."""
+    they are); returns the names put. ``published(frame_index, camera)``: the image as ``publish`` made it
+    already (the run's WebDataset shards hold it), or None; such an image is taken as it is."""
     done: list[str] = []
     for g in groups:
         for k in range(4):
             rel = bench_image_name(g, k)
             if rel in done:
                 continue
-            src = str(g.image_paths[k])  # a path, or an object's URI for logs on object storage
-            if not is_remote(src) and not os.path.isabs(src) and image_root is not None:
-                src = str(Path(image_root) / src)
-            data = read_jpeg(src, g.scene_id)
-            put(rel, publish(data, g.context_frames[k], g.front_camera) if publish is not None else data)
+            data = published(g.context_frames[k], g.front_camera) if published is not None else None
+            if data is None:
+                src = str(g.image_paths[k])  # a path, or an object's URI for logs on object storage
+                if not is_remote(src) and not os.path.isabs(src) and image_root is not None:
+                    src = str(Path(image_root) / src)
+                data = read_jpeg(src, g.scene_id)
+                data = publish(data, g.context_frames[k], g.front_camera) if publish is not None else data
+            put(rel, data)
             done.append(rel)
     return done
 
