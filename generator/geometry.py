@@ -86,7 +86,11 @@ class SE3:
 
     @classmethod
     def from_quat(cls, q_wxyz, t) -> "SE3":
-        return cls(quat_wxyz_to_matrix(np.asarray(q_wxyz, dtype=np.float64)), np.asarray(t, dtype=np.float64))
+        q = np.asarray(q_wxyz, dtype=np.float64)
+        norm = float(np.linalg.norm(q)) if q.shape == (4,) else 0.0
+        if not np.isfinite(norm) or norm < 1e-9:
+            raise ValueError(f"rotation quaternion must be 4 finite values, not all 0; got {q.tolist()}")
+        return cls(quat_wxyz_to_matrix(q), np.asarray(t, dtype=np.float64))
 
     @classmethod
     def from_matrix(cls, T) -> "SE3":

@@ -151,6 +151,31 @@ def test_calibration_of_the_wrong_shape(ns):
     assert "(2, 3)" in str(err)
 
 
+def test_malformed_sensor_pose_fails_its_scene_each_time(ns):
+    """A calibrated_sensor row whose rotation is no rotation (a zero quaternion), used by one LiDAR keyframe of
+    scene A: scene A fails naming the row, again when asked again (a sensor pose is kept for reuse only once
+    it is built), and scene B loads, its sweeps sharing one pose per sensor."""
+    sd_rows = ns.table("sample_data")
+    target = ns.sample_data_of(ns.scene_a(), "LIDAR_TOP")[3]
+    cs_rows = ns.table("calibrated_sensor")
+    bad = dict(next(c for c in cs_rows if c["token"] == target["calibrated_sensor_token"]))
+    bad["token"], bad["rotation"] = "bad-rotation", [0.0, 0.0, 0.0, 0.0]
+    ns.write_table("calibrated_sensor", cs_rows + [bad])
+    for r in sd_rows:
+        if r["token"] == target["token"]:
+            r["calibrated_sensor_token"] = "bad-rotation"
+    ns.write_table("sample_data", sd_rows)
+    expect_a_fails_b_loads(ns, r"calibrated_sensor bad-rotation \(LIDAR_TOP\) is malformed", "calibrated_sensor.json")
+    src = ns.source()
+    a, b = src.scene_ids()
+    for _ in range(2):
+        with pytest.raises(SourceError, match="bad-rotation"):
+            src.load_scene(a)
+    frames = src.load_scene(b).frames
+    poses = {id(f.ego_SE3_lidar) for f in frames} | {id(w.ego_SE3_lidar) for f in frames for w in f.lidar_sweeps}
+    assert len(frames) > 10 and len(poses) == 1
+
+
 def test_scene_without_ego_poses(ns):
     mine = {sd["ego_pose_token"] for sd in ns.sample_data_of(ns.scene_a())}
     ns.write_table("ego_pose", [p for p in ns.table("ego_pose") if p["token"] not in mine])

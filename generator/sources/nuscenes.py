@@ -61,6 +61,7 @@ class NuScenesSource(LogSource):
         if max_sweeps < 0:
             raise ValueError(f"max_sweeps must be >= 0, got {max_sweeps}")
         self.max_sweeps = int(max_sweeps)
+        self._sensor_poses: dict[str, SE3] = {}  # calibrated_sensor token -> pose: one per sensor of a log
 
         self.version = version
         self.cfg = cfg or KeyframeConfig()
@@ -207,9 +208,15 @@ class NuScenesSource(LogSource):
         return se3
 
     def _calib(self, scene: str, sd: dict) -> tuple[SE3, dict]:
+        """The sensor's pose on the ego and its calibrated_sensor row; the pose built once per sensor (the
+        sweeps of a log share it: a scene asks about a thousand times)."""
         cs = self.nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
+        pose = self._sensor_poses.get(cs["token"])
+        if pose is not None:
+            return pose, cs
         try:
-            return SE3.from_quat(cs["rotation"], cs["translation"]), cs
+            pose = self._sensor_poses[cs["token"]] = SE3.from_quat(cs["rotation"], cs["translation"])
+            return pose, cs
         except (ValueError, KeyError) as err:
             raise SourceError(f"calibrated_sensor {cs['token']} ({sd.get('channel')}) is malformed: {err}",
                               scene=scene, file=self._table_file("calibrated_sensor"), stage="read") from None
