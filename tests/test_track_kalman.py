@@ -417,6 +417,17 @@ def test_sparse_association_equals_the_dense_hungarian(monkeypatch, path):
         assert set(zip(got_d, got_t)) == set(zip(ref_d, ref_t))
 
 
+def test_index_labels_are_numpys_unique():
+    """``_labels`` (a frame's detection or track indices -> sorted distinct values and each one's rank) gives what
+    ``np.unique(..., return_inverse=True)`` gives, by a table instead of a sort."""
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 300):
+        idx = rng.integers(0, max(n // 2, 1) + 3, n)
+        vals, inv = K._labels(idx)
+        want_vals, want_inv = np.unique(idx, return_inverse=True)
+        assert np.array_equal(vals, want_vals) and np.array_equal(inv, want_inv) and inv.dtype.kind == "i"
+
+
 @pytest.mark.slow
 def test_a_crowded_frame_is_associated_in_bounded_memory():
     """100,000 pedestrians in a frame: the dense association built a 74.5 GiB cost matrix. Now its memory grows

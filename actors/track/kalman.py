@@ -131,21 +131,28 @@ def _pairs(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarr
     md = meas[dets, :3]  # (D, 3): x, y, r
     dcls = cls[dets]
     if len(dets) * len(tracks) <= _DENSE_PAIRS:
-        cand = [np.divmod(np.arange(len(dets) * len(tracks)), len(tracks))]
-    else:
-        from scipy.spatial import cKDTree  # here: only crowded frames need it
-
-        radius = np.sqrt(gate * (st[:, 2].max() + md[:, 2].max()))
+        # every pair as (D, T) arrays: the same arithmetic as the pairs below, pairs in the same (row-major) order
+        dx, dy = md[:, 0, None] - st[None, :, 0], md[:, 1, None] - st[None, :, 1]
+        d2, s = dx * dx + dy * dy, st[None, :, 2] + md[:, 2, None]
+        m = d2 / s
+        ok = (m <= gate) & (dcls[:, None] == st[None, :, 3])
         if reach_m is not None:
-            radius = min(radius, reach_m.max() + np.sqrt(gate * md[:, 2].max()))
-        k = min(_NEAREST, len(tracks))
-        _, near = cKDTree(st[:, :2]).query(md[:, :2], k=k, distance_upper_bound=radius * (1 + 1e-9))
-        near = near.reshape(len(dets), k)
-        found = near < len(tracks)  # a missing neighbour is reported as index T
-        di_all = np.repeat(np.arange(len(dets)), found.sum(axis=1))
-        ti_all = near[found].astype(np.int64)
-        step = 1 << 20  # pairs tested at a time
-        cand = [(di_all[i:i + step], ti_all[i:i + step]) for i in range(0, len(di_all), step)]
+            ok &= d2 <= (reach_m[None, :] + np.sqrt(gate * md[:, 2, None])) ** 2
+        di, ti = np.nonzero(ok)
+        return di, ti, m[di, ti] + 2 * np.log(s[di, ti])
+    from scipy.spatial import cKDTree  # here: only crowded frames need it
+
+    radius = np.sqrt(gate * (st[:, 2].max() + md[:, 2].max()))
+    if reach_m is not None:
+        radius = min(radius, reach_m.max() + np.sqrt(gate * md[:, 2].max()))
+    k = min(_NEAREST, len(tracks))
+    _, near = cKDTree(st[:, :2]).query(md[:, :2], k=k, distance_upper_bound=radius * (1 + 1e-9))
+    near = near.reshape(len(dets), k)
+    found = near < len(tracks)  # a missing neighbour is reported as index T
+    di_all = np.repeat(np.arange(len(dets)), found.sum(axis=1))
+    ti_all = near[found].astype(np.int64)
+    step = 1 << 20  # pairs tested at a time
+    cand = [(di_all[i:i + step], ti_all[i:i + step]) for i in range(0, len(di_all), step)]
     out_d, out_t, out_c = [], [], []
     for di, ti in cand:
         dx, dy = md[di, 0] - st[ti, 0], md[di, 1] - st[ti, 1]
@@ -168,8 +175,8 @@ def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> t
     allowed pairs is one problem, solved by ``linear_sum_assignment`` on its dense block (forbidden cells at
     ``_BIG``), or, for a block of more than ``_MAX_BLOCK`` cells (a crowd), by
     ``scipy.sparse.csgraph.min_weight_full_bipartite_matching`` on its pairs alone (``_sparse_match``)."""
-    rows, r = np.unique(di, return_inverse=True)
-    cols, k = np.unique(ti, return_inverse=True)
+    rows, r = _labels(di)
+    cols, k = _labels(ti)
     if len(rows) == len(di) and len(cols) == len(ti):
         return di, ti  # no conflicts: every allowed pair is the assignment
     if len(rows) * len(cols) <= _ONE_BLOCK:
@@ -202,6 +209,14 @@ def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> t
         out_d.append(a)
         out_t.append(b)
     return np.concatenate(out_d), np.concatenate(out_t)
+
+
+def _labels(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(idx, return_inverse=True)`` for small non-negative indices (a frame's detections or tracks), by a
+    table instead of a sort: this runs for every frame's assignment."""
+    seen = np.zeros(int(idx.max()) + 1, dtype=bool)
+    seen[idx] = True
+    return np.flatnonzero(seen), (np.cumsum(seen) - 1)[idx]
 
 
 def _dense(rows: np.ndarray, r: np.ndarray, cols: np.ndarray, k: np.ndarray, c: np.ndarray):
