@@ -27,7 +27,8 @@ setting is worth (schemas/config.py quotes these figures).
 Each case also runs the AB3DMOT reference (``tests/support/ab3dmot.py``: the published algorithm written from its
 paper, test-only: 3D Kalman filter, 3D IoU + Hungarian, min_hits 3, max_age 2) on the same detections, with the
 seconds each tracker spends (the tracker alone: detection is replayed) and, at the end, a per-class table.
-On the AV2 cases it also prints validate's identity figures (merged tracks, bridge boxes) beside the number of
+On the AV2 cases it also prints validate's identity figures (merged tracks, their foreign boxes: boxes of another
+identity than most of their track's, bridge boxes) beside the number of
 identities an oracle confuses (``support.track.oracle_confusions``: each frame's detections given to the true
 boxes, knowing every object's place): merges the noise makes unavoidable.
 Takes about four minutes on one core.
@@ -109,8 +110,8 @@ def run_case(name: str, tracking: dict, gen_root: Path, thresholds: int, replay:
              per_class: list | None = None, identity: list | None = None) -> tuple[str, float]:
     """One case with drivegen's tracker (``tracking``) or, with ``reference``, the AB3DMOT reference
     (tests/support/ab3dmot.py): (its line, the seconds spent in the tracker alone). ``per_class`` gets
-    (class, AMOTA, MOTA, IDSW, FP) rows; ``identity``, on the AV2 log, (merged tracks, bridge boxes, identities
-    an oracle confuses: ``support.track.oracle_confusions``)."""
+    (class, AMOTA, MOTA, IDSW, FP) rows; ``identity``, on the AV2 log, (merged tracks, foreign boxes, bridge boxes,
+    identities an oracle confuses: ``support.track.oracle_confusions``)."""
     from actors.track.pubtracker import track_scene
     from schemas.config import TrackingConfig
 
@@ -149,7 +150,8 @@ def run_case(name: str, tracking: dict, gen_root: Path, thresholds: int, replay:
 
         scene = src.load_scene(src.scene_ids()[0])
         ti = t["identity"]["all"]
-        identity += [ti["merged_tracks"], ti["bridge_boxes"], len(oracle_confusions(scene, detector(scene.frames)))]
+        identity += [ti["merged_tracks"], ti["foreign_boxes"], ti["bridge_boxes"],
+                     len(oracle_confusions(scene, detector(scene.frames)))]
     if per_class is not None:
         num = lambda v: float("nan") if v is None else float(v)  # noqa: E731 (the devkit gives None for NaN)
         per_class += [(c, num(v["amota"]), num(v["mota"]), num(v["ids"]), num(v["fp"]))
@@ -197,12 +199,13 @@ def main() -> int:
             print(f"{line}   ({time.perf_counter() - t0:.0f} s)", flush=True)
     if any(r["identity"] for r in rows.values()):
         print("\nidentities on the AV2 log (validate, every class, any range): drivegen's Kalman tracker's merged "
-              "tracks and bridge boxes; the identities an oracle confuses (each frame's detections given to the "
-              "true boxes nearest in all)")
+              "tracks, their foreign boxes (another identity than most of the track's boxes) and bridge boxes; the "
+              "identities an oracle confuses (each frame's detections given to the true boxes nearest in all)")
         for c, r in rows.items():
             if r["identity"]:
-                print(f"{c:18s} merged tracks {r['identity'][0]:3d}   bridge boxes {r['identity'][1]:3d}   "
-                      f"oracle {r['identity'][2]:3d}")
+                merged, foreign, bridge, oracle = r["identity"]
+                print(f"{c:18s} merged tracks {merged:3d}   foreign boxes {foreign:4d}   bridge boxes {bridge:3d}   "
+                      f"oracle {oracle:3d}")
     if not a.no_reference:
         print("\nper class (devkit, classes with ground truth): drivegen's Kalman tracker | AB3DMOT reference")
         print(f"{'case':18s} {'class':11s} {'AMOTA':>6s} {'MOTA':>6s} {'IDSW':>5s} {'FP':>5s} | "

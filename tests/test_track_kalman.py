@@ -304,6 +304,8 @@ def test_av2_with_a_real_detectors_errors_meets_the_goal(av2_log, tmp_path):
     # merged tracks (validate, every class): 7 before the twice-annotated car was detected once, now 5, pedestrians
     # and bicycles 0.6-0.9 m apart that an oracle knowing their true places confuses too at 0.3 m of noise
     assert k["identity"]["all"]["merged_tracks"] <= 5, k["identity"]
+    # ... single swapped boxes for the most part: 22 boxes of another identity in the 5 tracks (of 9,000 and more)
+    assert k["identity"]["all"]["foreign_boxes"] <= 22, k["identity"]
     # the published AB3DMOT algorithm (a test-only reference written from its paper) on the same boxes: drivegen's
     # tracker is at least as good on every class with ground truth (measured AB3DMOT: 0.622, 83 IDSW)
     r = tracking_metrics(tracked_run_folder(tmp_path / "ref", src, cfg, detector=replay, tracker=ab3dmot_scene), 40)

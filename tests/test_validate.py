@@ -321,9 +321,17 @@ def test_track_identity_counts_merges_bridges_and_splits():
                   "track_id": pa.array([r[2] for r in rows], pa.int64()), "class_name": [r[3] for r in rows],
                   "instance_token": [r[4] for r in rows]})
     got = track_identity(t.take(np.random.default_rng(0).permutation(t.num_rows)))  # any row order
-    assert got["all"] == {"tracks": 5, "identities": 5, "merged_tracks": 1, "bridge_boxes": 2, "split_identities": 1}
-    assert got["per_class"]["traffic_cone"] == {"tracks": 2, "identities": 1, "merged_tracks": 0, "bridge_boxes": 0,
-                                                "split_identities": 1}
+    assert got["all"] == {"tracks": 5, "identities": 5, "merged_tracks": 1, "foreign_boxes": 2, "bridge_boxes": 2,
+                          "split_identities": 1}
+    assert got["per_class"]["traffic_cone"] == {"tracks": 2, "identities": 1, "merged_tracks": 0, "foreign_boxes": 0,
+                                                "bridge_boxes": 0, "split_identities": 1}
+    # one swapped box in a long track: one merged track, one foreign box (the track's own identity is its majority)
+    swap = [("s0", f, 7, "bicycle", "g" if f != 4 else "h") for f in range(9)] + [("s0", 4, 8, "bicycle", "g")]
+    t2 = pa.table({"scene_id": [r[0] for r in swap], "frame_index": pa.array([r[1] for r in swap], pa.int32()),
+                   "track_id": pa.array([r[2] for r in swap], pa.int64()), "class_name": [r[3] for r in swap],
+                   "instance_token": [r[4] for r in swap]})
+    one = track_identity(t2)["all"]
+    assert one["merged_tracks"] == 1 and one["foreign_boxes"] == 1 and one["split_identities"] == 1
     assert track_identity(t.set_column(4, "instance_token", pa.array([""] * t.num_rows))) is None
 
 

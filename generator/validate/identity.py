@@ -5,6 +5,9 @@ Where the detection backend carries the logs' identities (``labels``: each box k
 ``instance_token``; a coasted box has none), a track should carry exactly one identity:
 
 * **merged track**: a track whose boxes carry two or more identities (two objects became one track);
+* **foreign box**: a box whose identity is not its track's own (the identity most of the track's boxes carry;
+  a tie goes to the first in token order): how much of a merged track is another object's, from one swapped
+  box to half the track;
 * **bridge box**: a box without identity lying, within its track, between boxes of two different identities
   (boxes the tracker invented to join them, which then give the first object a path it never drove);
 * **split identity**: an identity spread over two or more tracks (the object's track was broken).
@@ -22,8 +25,8 @@ from generator.attributes.arrays import codes, column, dense_pair_codes, to_nump
 
 
 def track_identity(objects: pa.Table) -> dict | None:
-    """Per class and in all: tracks, identities, merged tracks, bridge boxes, split identities (see the module
-    docstring); None when no box carries an identity."""
+    """Per class and in all: tracks, identities, merged tracks, foreign boxes, bridge boxes, split identities (see
+    the module docstring); None when no box carries an identity."""
     tok = pc.fill_null(column(objects, "instance_token"), "")
     has = to_numpy(pc.not_equal(tok, ""), bool, fill=False)
     tracked = to_numpy(column(objects, "track_id"), np.int64) >= 0
@@ -44,9 +47,16 @@ def track_identity(objects: pa.Table) -> dict | None:
     id_code = np.where(has_k, id_code, -1)
 
     # merged tracks: distinct identities per track
-    pairs = np.unique(np.stack([track[has_k], id_code[has_k]], axis=1), axis=0)
+    pairs, pair_boxes = np.unique(np.stack([track[has_k], id_code[has_k]], axis=1), axis=0, return_counts=True)
     ids_per_track = np.bincount(pairs[:, 0], minlength=n_tracks)
     merged = ids_per_track >= 2
+    # foreign boxes: identified boxes other than their track's own identity (its most frequent; pairs come
+    # sorted by track then identity, the stable sort keeps the first identity of a tie)
+    by_count = np.lexsort((-pair_boxes, pairs[:, 0]))
+    lead = by_count[np.r_[True, pairs[by_count[1:], 0] != pairs[by_count[:-1], 0]]] if len(pairs) else by_count
+    own = np.full(n_tracks, -1)
+    own[pairs[lead, 0]] = pairs[lead, 1]
+    foreign = has_k & (id_code != own[track])
     # split identities: distinct tracks per identity
     per_id = np.bincount(pairs[:, 1], minlength=int(id_code.max()) + 1 if len(pairs) else 0)
     split_ids = np.flatnonzero(per_id >= 2)
@@ -75,7 +85,8 @@ def track_identity(objects: pa.Table) -> dict | None:
 
     def figures(sel_track, sel_box, sel_id) -> dict:
         return {"tracks": int(sel_track.sum()), "identities": int(sel_id[per_id > 0].sum()),
-                "merged_tracks": int((merged & sel_track).sum()), "bridge_boxes": int((bridge & sel_box).sum()),
+                "merged_tracks": int((merged & sel_track).sum()), "foreign_boxes": int((foreign & sel_box).sum()),
+                "bridge_boxes": int((bridge & sel_box).sum()),
                 "split_identities": int(sel_id[split_ids].sum()) if len(split_ids) else 0}
 
     all_t, all_b, all_i = np.ones(n_tracks, bool), np.ones(len(keep), bool), np.ones(len(per_id), bool)

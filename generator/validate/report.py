@@ -130,12 +130,14 @@ def to_markdown(r: dict) -> str:
     if ident is not None:
         L += ["", "## Track identities (every class, any range)", "",
               "The logs' own identity of each box (`instance_token`) against its track: a merged track carries "
-              "two or more identities, a bridge box (no identity) lies in a track between two different ones, a "
-              "split identity spans two or more tracks.", "",
-              "| Class | Tracks | Identities | Merged tracks | Bridge boxes | Split identities |", "|---|---|---|---|---|---|"]
+              "two or more identities, a foreign box carries another identity than most of its track's boxes, a "
+              "bridge box (no identity) lies in a track between two different ones, a split identity spans two "
+              "or more tracks.", "",
+              "| Class | Tracks | Identities | Merged tracks | Foreign boxes | Bridge boxes | Split identities |",
+              "|---|---|---|---|---|---|---|"]
         for c, m in [*ident["per_class"].items(), ("all", ident["all"])]:
-            L.append(f"| {c} | {m['tracks']} | {m['identities']} | {m['merged_tracks']} | {m['bridge_boxes']} | "
-                     f"{m['split_identities']} |")
+            L.append(f"| {c} | {m['tracks']} | {m['identities']} | {m['merged_tracks']} | {m['foreign_boxes']} | "
+                     f"{m['bridge_boxes']} | {m['split_identities']} |")
     if a is not None:
         L += ["", "## Label noise (QA re-run on the labels)", "", a.get("note", ""), ""]
         if a.get("by_question_type"):
