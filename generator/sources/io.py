@@ -10,6 +10,7 @@ runs the same checks without keeping the points, for sources that check their fi
 from __future__ import annotations
 
 import os
+from io import BytesIO
 
 import numpy as np
 
@@ -206,7 +207,11 @@ def jpeg_problem(data: bytes) -> str | None:
 def image_file_problem(path: str) -> str | None:
     """``jpeg_problem`` of the file at ``path`` when it is a JPEG (by content or by name), else None."""
     with open(path, "rb") as fh:
-        data = fh.read()
+        return image_problem(fh.read(), path)
+
+
+def image_problem(data: bytes, path: str) -> str | None:
+    """``jpeg_problem`` of an image file's bytes when it is a JPEG (by content or by its ``path``), else None."""
     return jpeg_problem(data) if is_jpeg(data) or path.lower().endswith((".jpg", ".jpeg")) else None
 
 
@@ -251,9 +256,10 @@ def read_lidar_records(path: str, lidar_format: str, ego_SE3_lidar: SE3, record_
     return pts
 
 
-def _image_path(frame: Frame, camera: str) -> str:
-    """The path of a frame's image of ``camera``, after the checks that need no decoding: calibrated, present,
-    and whole when it is a JPEG (``jpeg_problem``: OpenCV would decode a truncated one as grey)."""
+def _image_file(frame: Frame, camera: str) -> tuple[str, bytes]:
+    """(path, bytes) of a frame's image of ``camera``, read once, after the checks that need no decoding:
+    calibrated, present, and whole when it is a JPEG (``jpeg_problem``: OpenCV would decode a truncated one as
+    grey)."""
     if camera not in frame.cameras:
         raise _err(frame, "", f"no calibration for camera {camera!r}; cameras: {sorted(frame.cameras)}")
     path = frame.image_paths.get(camera, "")
@@ -261,10 +267,12 @@ def _image_path(frame: Frame, camera: str) -> str:
         raise _err(frame, path, f"the log has no image for camera {camera!r}")
     if not os.path.isfile(path):
         raise _err(frame, path, f"image of camera {camera!r} is missing")
-    problem = image_file_problem(path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    problem = image_problem(data, path)
     if problem:
         raise _err(frame, path, f"image of camera {camera!r} is unreadable: {problem}; restore it from the log")
-    return path
+    return path, data
 
 
 def _check_image_size(frame: Frame, camera: str, path: str, height: int, width: int) -> None:
@@ -279,8 +287,8 @@ def load_image(frame: Frame, camera: str) -> np.ndarray:
     (by content) must be whole (``jpeg_problem``)."""
     import cv2
 
-    path = _image_path(frame, camera)
-    img = cv2.imread(path, cv2.IMREAD_COLOR)
+    path, data = _image_file(frame, camera)
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)  # turned by EXIF as cv2.imread does
     if img is None:
         raise _err(frame, path, f"image of camera {camera!r} is unreadable (not a decodable image)")
     _check_image_size(frame, camera, path, *img.shape[:2])
@@ -296,9 +304,9 @@ def image_shape(frame: Frame, camera: str) -> tuple[int, int]:
     image by its EXIF orientation, so are height and width here."""
     from PIL import Image, UnidentifiedImageError  # here: only perception without pixels needs Pillow
 
-    path = _image_path(frame, camera)
+    path, data = _image_file(frame, camera)
     try:
-        with Image.open(path) as im:
+        with Image.open(BytesIO(data)) as im:
             width, height = im.size
             if im.getexif().get(_EXIF_ORIENTATION) in _TRANSPOSED:
                 width, height = height, width
