@@ -53,7 +53,7 @@ def track_identity(objects: pa.Table) -> dict | None:
     # foreign boxes: identified boxes other than their track's own identity (its most frequent; pairs come
     # sorted by track then identity, the stable sort keeps the first identity of a tie)
     by_count = np.lexsort((-pair_boxes, pairs[:, 0]))
-    lead = by_count[np.r_[True, pairs[by_count[1:], 0] != pairs[by_count[:-1], 0]]] if len(pairs) else by_count
+    lead = by_count[np.r_[True, pairs[by_count[1:], 0] != pairs[by_count[:-1], 0]]]  # (an identified box exists)
     own = np.full(n_tracks, -1)
     own[pairs[lead, 0]] = pairs[lead, 1]
     foreign = has_k & (id_code != own[track])

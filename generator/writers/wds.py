@@ -85,7 +85,7 @@ def image_member(frame_index: int, camera: str) -> str:
     return f"f{int(frame_index):06d}.{cam}.jpeg"
 
 
-def shard_images(shards: Iterable[bytes], wanted: set[str]) -> dict[str, bytes]:
+def shard_members(shards: Iterable[bytes], wanted: set[str]) -> dict[str, bytes]:
     """The image members named in ``wanted`` (``image_member`` names) found in a scene's shards (each given as its
     bytes), as written: published (blurred, re-encoded) as the run's ``anonymize`` said. An image that several
     samples share is the same bytes in each; the first is taken."""

@@ -72,16 +72,16 @@ def bench_part(part, cfg: PipelineConfig, splits: list[str] | None = None, image
 def shard_images(reader: RunReader, scene_id: str, groups, cfg: PipelineConfig):
     """``scene_images``'s ``published``: the groups' context images from the scene's WebDataset shards, which
     hold them blurred as ``cfg.anonymize`` says when the run wrote them with that setting (the same images, the
-    same publisher: the same bytes; ``tests/test_bench_export.py`` compares), so they are not decoded, blurred
+    same publisher: the same bytes; ``tests/test_stride_qa_fidelity.py`` compares), so they are not decoded, blurred
     and encoded again; None when the shards were written otherwise or are absent."""
-    from generator.writers.wds import image_member, shard_images as members
+    from generator.writers.wds import image_member, shard_members
 
     owner = reader.table_owner("wds")
     files = reader.files("wds", [scene_id])
     if not files or owner.config().anonymize != cfg.anonymize:
         return None
     wanted = {image_member(f, g.front_camera) for g in groups for f in g.context_frames}
-    found = members((owner.store.read_bytes(f) for f in files), wanted)
+    found = shard_members((owner.store.read_bytes(f) for f in files), wanted)
     return lambda frame_index, camera: found.get(image_member(frame_index, camera))
 
 
