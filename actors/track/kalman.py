@@ -130,14 +130,8 @@ def _pairs(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarr
     st = state[tracks][:, [X, Y, PPP, CLS]]  # (T, 4)
     md = meas[dets, :3]  # (D, 3): x, y, r
     dcls = cls[dets]
-    if len(dets) * len(tracks) <= _DENSE_PAIRS:
-        # every pair as (D, T) arrays: the same arithmetic as the pairs below, pairs in the same (row-major) order
-        dx, dy = md[:, 0, None] - st[None, :, 0], md[:, 1, None] - st[None, :, 1]
-        d2, s = dx * dx + dy * dy, st[None, :, 2] + md[:, 2, None]
-        m = d2 / s
-        ok = (m <= gate) & (dcls[:, None] == st[None, :, 3])
-        if reach_m is not None:
-            ok &= d2 <= (reach_m[None, :] + np.sqrt(gate * md[:, 2, None])) ** 2
+    if len(dets) * len(tracks) <= _DENSE_PAIRS:  # every pair, as (D, T) arrays
+        m, s, ok = _tested(md[:, None], dcls[:, None], st[None], gate, None if reach_m is None else reach_m[None])
         di, ti = np.nonzero(ok)
         return di, ti, m[di, ti] + 2 * np.log(s[di, ti])
     from scipy.spatial import cKDTree  # here: only crowded frames need it
@@ -152,21 +146,26 @@ def _pairs(dets: np.ndarray, tracks: np.ndarray, meas: np.ndarray, cls: np.ndarr
     di_all = np.repeat(np.arange(len(dets)), found.sum(axis=1))
     ti_all = near[found].astype(np.int64)
     step = 1 << 20  # pairs tested at a time
-    cand = [(di_all[i:i + step], ti_all[i:i + step]) for i in range(0, len(di_all), step)]
-    out_d, out_t, out_c = [], [], []
-    for di, ti in cand:
-        dx, dy = md[di, 0] - st[ti, 0], md[di, 1] - st[ti, 1]
-        d2, s = dx * dx + dy * dy, st[ti, 2] + md[di, 2]
-        m = d2 / s
-        ok = (m <= gate) & (dcls[di] == st[ti, 3])
-        if reach_m is not None:
-            ok &= d2 <= (reach_m[ti] + np.sqrt(gate * md[di, 2])) ** 2
+    out_d, out_t, out_c = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0)]
+    for i in range(0, len(di_all), step):
+        di, ti = di_all[i:i + step], ti_all[i:i + step]
+        m, s, ok = _tested(md[di], dcls[di], st[ti], gate, None if reach_m is None else reach_m[ti])
         out_d.append(di[ok])
         out_t.append(ti[ok])
         out_c.append((m + 2 * np.log(s))[ok])
-    if not out_d:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     return np.concatenate(out_d), np.concatenate(out_t), np.concatenate(out_c)
+
+
+def _tested(md: np.ndarray, dcls: np.ndarray, st: np.ndarray, gate: float, reach_m: np.ndarray | None):
+    """Pairs of detections (``md`` [..., x, y, r], classes ``dcls``) and tracks (``st`` [..., x, y, Ppp, class],
+    ``reach_m``), broadcast against each other: (squared Mahalanobis distance m, innovation variance s, allowed)."""
+    dx, dy = md[..., 0] - st[..., 0], md[..., 1] - st[..., 1]
+    d2, s = dx * dx + dy * dy, st[..., 2] + md[..., 2]
+    m = d2 / s
+    ok = (m <= gate) & (dcls == st[..., 3])
+    if reach_m is not None:
+        ok &= d2 <= (reach_m + np.sqrt(gate * md[..., 2])) ** 2
+    return m, s, ok
 
 
 def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> tuple[np.ndarray, np.ndarray]:
