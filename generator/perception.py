@@ -169,7 +169,7 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
                     from actors.segment import build_segmenter
 
                     segmenter = build_segmenter(cfg.segmentation)
-                for owner, (masks, scores) in zip(seg_owner, segmenter.segment_many(seg_items)):
+                for owner, (masks, scores) in zip(seg_owner, segmenter.segment_crops(seg_items)):
                     per_cam[owner]["masks"], per_cam[owner]["scores"] = masks, scores
             done.append(rows.submit(_frame_rows, fr, boxes, per_cam, cfg))
         for fut in done:

@@ -158,6 +158,62 @@ _BOX_FIELDS = Boxes3D.fields()
 
 
 @dataclass(frozen=True)
+class CropMasks:
+    """M binary masks of one image of ``height`` x ``width`` pixels, each held as a crop of the image that
+    contains all its pixels: mask m is ``crops[m]`` ((h, w) bool) with its top-left pixel at ``origins[m]``
+    (x0, y0), False elsewhere. A mask covers a small part of its image (a 1600 x 900 camera's object masks a
+    few percent): a dense (M, H, W) array costs M full images to allocate, scan and encode, the crops only
+    their own pixels. ``dense()`` gives that array, ``from_dense`` the crops of one (each cut to its mask's
+    bounding box; an empty mask has a (0, 0) crop at (0, 0))."""
+
+    height: int
+    width: int
+    origins: np.ndarray  # (M, 2) int64 x0, y0
+    crops: tuple  # M (h, w) bool arrays
+
+    def __post_init__(self):
+        o = np.asarray(self.origins, dtype=np.int64).reshape(-1, 2)
+        if len(o) != len(self.crops):
+            raise ValueError(f"CropMasks: {len(o)} origins for {len(self.crops)} crops")
+        for (x0, y0), c in zip(o.tolist(), self.crops):
+            if c.ndim != 2 or x0 < 0 or y0 < 0 or x0 + c.shape[1] > self.width or y0 + c.shape[0] > self.height:
+                raise ValueError(f"CropMasks: a crop of shape {c.shape} at (x0, y0) = ({x0}, {y0}) leaves the "
+                                 f"{self.width} x {self.height} image")
+        object.__setattr__(self, "origins", o)
+
+    def __len__(self) -> int:
+        return len(self.crops)
+
+    @classmethod
+    def from_dense(cls, masks: np.ndarray) -> CropMasks:
+        """The crops of (M, H, W) (or (H, W)) bool masks."""
+        m = np.asarray(masks, dtype=bool)
+        if m.ndim == 2:
+            m = m[None]
+        if m.ndim != 3:
+            raise ValueError(f"masks must be (H, W) or (M, H, W), got shape {m.shape}")
+        origins = np.zeros((len(m), 2), np.int64)
+        crops = []
+        for i, mask in enumerate(m):
+            ys = np.flatnonzero(mask.any(axis=1))
+            if not len(ys):
+                crops.append(np.zeros((0, 0), bool))
+                continue
+            band = mask[ys[0]:ys[-1] + 1]
+            xs = np.flatnonzero(band.any(axis=0))
+            crops.append(band[:, xs[0]:xs[-1] + 1])
+            origins[i] = xs[0], ys[0]
+        return cls(m.shape[1], m.shape[2], origins, tuple(crops))
+
+    def dense(self) -> np.ndarray:
+        """(M, H, W) bool."""
+        out = np.zeros((len(self), self.height, self.width), dtype=bool)
+        for k, ((x0, y0), c) in enumerate(zip(self.origins.tolist(), self.crops)):
+            out[k, y0:y0 + c.shape[0], x0:x0 + c.shape[1]] = c
+        return out
+
+
+@dataclass(frozen=True)
 class LidarSweep:
     """One earlier LiDAR sweep of a frame's sensor (multi-sweep models, motion from sweeps): the file
     (``lidar_format`` as ``Frame``), its capture time, and the ego pose and LiDAR mounting at that time, so

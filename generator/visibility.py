@@ -29,40 +29,40 @@ from __future__ import annotations
 import numpy as np
 
 from generator.projection import box_iou_xyxy
+from generator.types import CropMasks
 from schemas.config import VisibilityConfig
 
 DROP_REASONS = ("zero_size_box", "behind_camera", "outside_image", "too_few_lidar_points", "box_too_small",
                 "image_unavailable", "empty_mask", "low_box_iou", "low_coverage", "low_mask_score")
 
 
-def mask_boxes_and_coverage(masks: np.ndarray, boxes_xyxy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """masks (M, H, W) bool, projected boxes (M, 4) -> (tight mask boxes (M, 4) [x1, y1, x2+1, y2+1] pixel
-    edges, NaN when empty; coverage (M,) = |mask ∩ box| / |mask|, NaN when empty; mask areas (M,))."""
-    m = np.asarray(masks, dtype=bool)
-    n = len(m)
+def mask_boxes_and_coverage(masks: np.ndarray | CropMasks, boxes_xyxy: np.ndarray
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """masks (M, H, W) bool or their ``CropMasks``, projected boxes (M, 4) -> (tight mask boxes (M, 4)
+    [x1, y1, x2+1, y2+1] pixel edges, NaN when empty; coverage (M,) = |mask ∩ box| / |mask|, NaN when empty;
+    mask areas (M,)). Each mask is read in its crop alone."""
+    cm = masks if isinstance(masks, CropMasks) else CropMasks.from_dense(masks)
+    n = len(cm)
     if n == 0:
         return np.zeros((0, 4)), np.zeros(0), np.zeros(0, dtype=np.int64)
-    H, W = m.shape[1:]
-    rows = m.any(axis=2)  # (M, H)
-    has = rows.any(axis=1)
-    y1 = np.argmax(rows, axis=1)
-    y2 = H - np.argmax(rows[:, ::-1], axis=1)
-    # columns and area from each mask's band of rows alone (a mask is a small part of its image)
-    cols = np.zeros((n, W), dtype=bool)
-    area = np.zeros(n, dtype=np.int64)
-    for i in np.flatnonzero(has):
-        band = m[i, y1[i]:y2[i]]
-        cols[i] = band.any(axis=0)
-        area[i] = np.count_nonzero(band)
-    x1 = np.argmax(cols, axis=1)
-    x2 = W - np.argmax(cols[:, ::-1], axis=1)
-    mb = np.stack([x1, y1, x2, y2], axis=1).astype(np.float64)
-    mb[~has] = np.nan
+    H, W = cm.height, cm.width
     # Pixels inside each projected box: pixel centres (x + 0.5, y + 0.5) within [x1, x2) x [y1, y2).
     b = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
     lo = np.clip(np.ceil(np.nan_to_num(b[:, :2], nan=0.0) - 0.5), 0, [W, H]).astype(np.int64)
     hi = np.clip(np.ceil(np.nan_to_num(b[:, 2:], nan=0.0) - 0.5), 0, [W, H]).astype(np.int64)
-    inside = np.array([m[i, lo[i, 1]:hi[i, 1], lo[i, 0]:hi[i, 0]].sum() for i in range(n)], dtype=np.float64)
+    mb = np.full((n, 4), np.nan)
+    area = np.zeros(n, dtype=np.int64)
+    inside = np.zeros(n, dtype=np.float64)
+    for i, ((x0, y0), c) in enumerate(zip(cm.origins.tolist(), cm.crops)):
+        ys = np.flatnonzero(c.any(axis=1))
+        if not len(ys):
+            continue
+        xs = np.flatnonzero(c[ys[0]:ys[-1] + 1].any(axis=0))
+        mb[i] = x0 + xs[0], y0 + ys[0], x0 + xs[-1] + 1, y0 + ys[-1] + 1
+        area[i] = np.count_nonzero(c)
+        (bx0, by0), (bx1, by1) = lo[i] - (x0, y0), hi[i] - (x0, y0)  # the box in the crop's pixels
+        inside[i] = np.count_nonzero(c[max(by0, 0):max(by1, 0), max(bx0, 0):max(bx1, 0)])
+    has = area > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         cov = np.where(has, inside / np.maximum(area, 1), np.nan)
     return mb, cov, area
@@ -88,14 +88,14 @@ def mask_reasons(mask_area: np.ndarray, box_iou: np.ndarray, coverage: np.ndarra
     return np.select(conds, ["empty_mask", "low_box_iou", "low_coverage", "low_mask_score"], default="").astype(object)
 
 
-def decide_visibility(geom_reason: np.ndarray, box2d_xyxy: np.ndarray, masks: np.ndarray | None,
+def decide_visibility(geom_reason: np.ndarray, box2d_xyxy: np.ndarray, masks: np.ndarray | CropMasks | None,
                       mask_score: np.ndarray | None, cfg: VisibilityConfig, image_ok: bool = True) -> dict:
     """Decisions for the N objects of one camera.
 
-    geom_reason (N,) from ``geometric_reasons``; box2d_xyxy (N, 4) projected boxes; masks (K, H, W) bool and
-    mask_score (K,) for the K objects that pass the geometric checks, in order (only those are segmented),
-    or None when the camera has no image (geometry-only decision); image_ok False = the image exists but
-    could not be read.
+    geom_reason (N,) from ``geometric_reasons``; box2d_xyxy (N, 4) projected boxes; masks (K, H, W) bool (or
+    their ``CropMasks``) and mask_score (K,) for the K objects that pass the geometric checks, in order (only
+    those are segmented), or None when the camera has no image (geometry-only decision); image_ok False = the
+    image exists but could not be read.
     Returns dict of arrays: visible (N,) bool, drop_reason (N,) object (None when visible), mask_box_xyxy
     (N, 4), box_iou (N,), coverage (N,), mask_score (N,) (NaN where no mask was made).
     """

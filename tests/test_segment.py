@@ -6,6 +6,7 @@ import pytest
 
 from actors.segment import build_segmenter, rle
 from actors.segment.cpu import mask_from_points
+from generator.types import CropMasks
 from schemas.config import SegmentationConfig
 
 
@@ -53,6 +54,47 @@ def test_rle_encodes_each_mask_band_as_the_whole_mask():
         m = _sparse_masks(rng, int(rng.integers(1, 6)), int(rng.integers(1, 70)), int(rng.integers(1, 70)))
         whole = mask_utils.encode(np.asfortranarray(m.transpose(1, 2, 0).astype(np.uint8)))
         assert [r["counts"] for r in rle.encode(m)] == [r["counts"].decode("ascii") for r in whole]
+
+
+def test_rle_of_crops_equals_pycocotools_on_whole_masks():
+    """``encode`` counts each mask's runs in its crop: equal to pycocotools' encoding of the whole masks where
+    runs cross from one column's bottom row to the next column's top (full-height crops), where the image's
+    first or last pixel is set, and for crops with empty margins as the cpu segmenter draws them."""
+    from pycocotools import mask as mask_utils
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        n, h, w = int(rng.integers(1, 5)), int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        m = rng.random((n, h, w)) < rng.uniform(0.3, 0.95)  # dense: runs span columns
+        m[0, -1, -1] = m[0, 0, 0] = True
+        if n > 1:
+            m[1] = False
+        whole = [r["counts"].decode("ascii") for r in
+                 mask_utils.encode(np.asfortranarray(m.transpose(1, 2, 0).astype(np.uint8)))]
+        assert [r["counts"] for r in rle.encode(m)] == whole
+        # the same masks as crops larger than their pixels (False margins), at their origins
+        origins = np.zeros((n, 2), np.int64)
+        crops = tuple(m[i] for i in range(n))
+        assert [r["counts"] for r in rle.encode(CropMasks(h, w, origins, crops))] == whole
+    H, W = 90, 160  # a segmenter's crops: each mask in its box's crop
+    img = np.zeros((H, W, 3), np.uint8)
+    boxes = np.array([[10.0, 20, 60, 70], [100, 0, 160, 90], [150, 85, 170, 95], [0, 0, 0, 0]])
+    pts = [_ring_points(15, 25, 55, 65), _ring_points(105, 0, 160, 90), _ring_points(150, 85, 160, 90),
+           np.zeros((0, 2))]
+    seg = build_segmenter(SegmentationConfig(backend="cpu"))
+    (crops, scores), = seg.segment_crops([(img, boxes, pts)])
+    dense, dense_scores = seg(img, boxes, pts)
+    assert isinstance(crops, CropMasks) and np.array_equal(crops.dense(), dense)
+    assert np.array_equal(scores, dense_scores) and dense[:3].any(axis=(1, 2)).all() and not dense[3].any()
+    whole = mask_utils.encode(np.asfortranarray(dense.transpose(1, 2, 0).astype(np.uint8)))
+    assert [r["counts"] for r in rle.encode(crops)] == [r["counts"].decode("ascii") for r in whole]
+
+
+def test_crop_masks_refuse_a_crop_outside_the_image():
+    with pytest.raises(ValueError, match="leaves the 10 x 5 image"):
+        CropMasks(5, 10, np.array([[8, 0]]), (np.ones((2, 3), bool),))
+    with pytest.raises(ValueError, match="2 origins for 1 crops"):
+        CropMasks(5, 10, np.zeros((2, 2)), (np.ones((2, 3), bool),))
 
 
 def test_cpu_mask_closes_lidar_rows_into_the_silhouette():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from generator.types import CropMasks
 from generator.visibility import (DROP_REASONS, decide_visibility, geometric_reasons, mask_boxes_and_coverage,
                                   mask_reasons)
 from schemas.config import VisibilityConfig
@@ -41,8 +42,20 @@ def test_mask_boxes_from_row_bands_equal_the_whole_mask_definitions():
             ys, xs = np.nonzero(masks[i])
             if len(ys):
                 assert list(mb[i]) == [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+                (bx1, by1), (bx2, by2) = (np.clip(np.ceil(boxes[i].reshape(2, 2) - 0.5), 0, [W, H])).astype(int)
+                assert cov[i] == masks[i, by1:by2, bx1:bx2].sum() / len(ys)  # pixel centres inside the box
             else:
                 assert np.isnan(mb[i]).all() and np.isnan(cov[i])
+        # the same masks as crops with empty margins (as the cpu segmenter draws them): the same figures
+        y0, x0 = int(rng.integers(0, H)), int(rng.integers(0, W))
+        origins = np.tile([x0, y0], (n, 1))
+        crops = tuple(m[y0:, x0:] for m in masks)
+        inner = masks.copy()
+        inner[:, :y0] = False
+        inner[:, :, :x0] = False
+        for got, want in zip(mask_boxes_and_coverage(CropMasks(H, W, origins, crops), boxes),
+                             mask_boxes_and_coverage(inner, boxes)):
+            assert np.array_equal(got, want, equal_nan=True)
 
 
 def test_geometric_reasons_in_order():

@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from generator.types import CropMasks
 from schemas.config import SegmentationConfig
 
 
@@ -39,3 +40,8 @@ class Segmenter(ABC):
     def segment_many(self, items: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Several images: ``items`` = [(image, boxes_xyxy, points_uv), ...]. Backends may batch."""
         return [self(*it) for it in items]
+
+    def segment_crops(self, items: list[tuple]) -> list[tuple[CropMasks, np.ndarray]]:
+        """``segment_many`` with each image's masks as ``CropMasks`` (what perception keeps). Here cut from the
+        dense masks; a backend that draws its masks in crops gives them as they are."""
+        return [(CropMasks.from_dense(m), s) for m, s in self.segment_many(items)]

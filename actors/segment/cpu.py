@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from actors.segment.base import Segmenter, check_prompts
+from generator.types import CropMasks
 
 POINTS_REF = 10.0
 FILL_REF = 0.5
@@ -83,13 +84,22 @@ class CpuSegmenter(Segmenter):
     name = "cpu"
 
     def __call__(self, image, boxes_xyxy, points_uv=None):
+        masks, scores = self.crops(image, boxes_xyxy, points_uv)
+        return masks.dense(), scores
+
+    def crops(self, image, boxes_xyxy, points_uv=None) -> tuple[CropMasks, np.ndarray]:
+        """The masks of one image as ``CropMasks`` (each drawn in its box's crop), and their scores."""
         boxes, pts = check_prompts(image, boxes_xyxy, points_uv)
         H, W = image.shape[:2]
-        masks = np.zeros((len(boxes), H, W), dtype=bool)
+        origins = np.zeros((len(boxes), 2), np.int64)
+        crops = []
         scores = np.zeros(len(boxes))
         c = self.cfg.cpu
         for m, (b, p) in enumerate(zip(boxes, pts)):
-            crop, (x0, y0), s = mask_from_points(image, b, p, H, W, c.dilate_px, c.close_px, c.grabcut_iterations)
-            masks[m, y0:y0 + crop.shape[0], x0:x0 + crop.shape[1]] = crop
-            scores[m] = s
-        return masks, scores
+            crop, origins[m], scores[m] = mask_from_points(image, b, p, H, W, c.dilate_px, c.close_px,
+                                                          c.grabcut_iterations)
+            crops.append(crop)
+        return CropMasks(H, W, origins, tuple(crops)), scores
+
+    def segment_crops(self, items):
+        return [self.crops(*it) for it in items]
