@@ -157,18 +157,28 @@ def box_corners(center_m: np.ndarray, size_lwh_m: np.ndarray, yaw_rad: np.ndarra
 
 
 def points_in_boxes(points: np.ndarray, center_m: np.ndarray, size_lwh_m: np.ndarray, yaw_rad: np.ndarray) -> np.ndarray:
-    """Membership mask (N_boxes, N_points) of (P, 3) points inside yaw-only boxes (same frame).
+    """Membership mask (N_boxes, N_points) of (P, 3) points inside yaw-only boxes (same frame); see
+    ``points_in_boxes_pairs``, which gives the same membership as (box, point) pairs."""
+    box, pt = points_in_boxes_pairs(points, center_m, size_lwh_m, yaw_rad)
+    out = np.zeros((len(np.asarray(center_m).reshape(-1, 3)), len(points)), dtype=bool)
+    out[box, pt] = True
+    return out
+
+
+def points_in_boxes_pairs(points: np.ndarray, center_m: np.ndarray, size_lwh_m: np.ndarray, yaw_rad: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(box, point) index pairs of (P, 3) points inside yaw-only boxes (same frame), sorted by box, then by
+    point: box b's points are ``point[box == b]`` in the sweep's order.
 
     A box holds a few hundred of a sweep's tens of thousands of points, so the exact test runs only on the points
     whose x lies within the box's half-diagonal of its centre (points sorted by x once, each box's range found by
-    binary search): the same mask as testing every pair, at a fraction of the cost."""
+    binary search): the same membership as testing every pair, at a fraction of the cost."""
     p = np.asarray(points, dtype=np.float64)[:, :3]
     c = np.asarray(center_m, dtype=np.float64).reshape(-1, 3)
     s = np.asarray(size_lwh_m, dtype=np.float64).reshape(-1, 3)
     yaw = np.asarray(yaw_rad, dtype=np.float64).reshape(-1)
-    out = np.zeros((len(c), len(p)), dtype=bool)
     if len(c) == 0 or len(p) == 0:
-        return out
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.argsort(p[:, 0], kind="stable")  # NaN x last: never inside a finite range
     xs = p[order, 0]
     reach = np.hypot(s[:, 0], s[:, 1]) / 2 * (1 + 1e-9) + 1e-9  # |rotated offset| <= half-diagonal, with rounding
@@ -184,8 +194,9 @@ def points_in_boxes(points: np.ndarray, center_m: np.ndarray, size_lwh_m: np.nda
     ly = -d[:, 0] * sn + d[:, 1] * cy
     half = s[box] / 2
     inside = (np.abs(lx) <= half[:, 0]) & (np.abs(ly) <= half[:, 1]) & (np.abs(d[:, 2]) <= half[:, 2])
-    out[box[inside], pt[inside]] = True
-    return out
+    box, pt = box[inside], pt[inside]
+    by = np.lexsort((pt, box))
+    return box[by], pt[by]
 
 
 def project_to_image(points_cam: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from actors.segment import reads_pixels, rle
 from actors.track.pubtracker import track_scene
-from generator.geometry import points_in_boxes, project_to_image
+from generator.geometry import points_in_boxes_pairs, project_to_image
 from generator.projection import corners_in_camera, project_boxes
 from generator.types import Boxes3D, DrivegenError, Frame, FrameIssue, Scene
 from generator.visibility import decide_visibility, geometric_reasons
@@ -238,8 +238,11 @@ def _frame_inputs(fr: Frame, boxes: Boxes3D, cfg: PipelineConfig, lidar_bad: boo
         except DrivegenError as err:
             issues.append(FrameIssue.of(fr, "visibility", "lidar_unavailable", err, file=fr.lidar_path))
     if pts is not None:
-        member = points_in_boxes(pts, safe.center_m, safe.size_lwh_m, safe.yaw_rad) & size_ok[:, None]
-        counted = member.sum(axis=1).astype(np.int32)
+        in_box, member = points_in_boxes_pairs(pts, safe.center_m, safe.size_lwh_m, safe.yaw_rad)
+        keep = size_ok[in_box]
+        in_box, member = in_box[keep], member[keep]  # box b's points: member[first[b]:first[b + 1]]
+        first = np.searchsorted(in_box, np.arange(len(boxes) + 1))
+        counted = np.diff(first).astype(np.int32)
         boxes.num_lidar_pts = np.where(boxes.num_lidar_pts >= 0, boxes.num_lidar_pts, counted).astype(np.int32)
     per_cam = []
     seg_items, seg_owner = [], []
@@ -267,7 +270,8 @@ def _frame_inputs(fr: Frame, boxes: Boxes3D, cfg: PipelineConfig, lidar_bad: boo
                         uv = [np.zeros((0, 2))] * len(ok_idx)
                     else:
                         cam_SE3_ego = cam.ego_SE3_cam.inverse()
-                        uv = [project_to_image(cam_SE3_ego.transform_points(pts[member[i]]), cam.K)[0] for i in ok_idx]
+                        uv = [project_to_image(cam_SE3_ego.transform_points(pts[member[first[i]:first[i + 1]]]),
+                                               cam.K)[0] for i in ok_idx]
                 else:
                     uv = None
                 seg_items.append((img, box2d[ok_idx], uv))

@@ -274,7 +274,7 @@ def test_points_in_boxes_equals_the_every_pair_test():
     """``points_in_boxes`` tests only the points within a box's half-diagonal in x; its mask equals the plain test
     of every point against every box, for points on the boxes' corners and faces, NaN points and boxes, flat boxes
     and empty inputs."""
-    from generator.geometry import points_in_boxes
+    from generator.geometry import points_in_boxes, points_in_boxes_pairs
 
     def every_pair(p, c, s, yaw):
         d = p[None, :, :3] - c[:, None, :]
@@ -298,6 +298,10 @@ def test_points_in_boxes_equals_the_every_pair_test():
             s[0, :2] = 0.0
         got = points_in_boxes(p, c, s, yaw)
         assert got.shape == (n_box, n_pts)
-        np.testing.assert_array_equal(got, every_pair(p, c, s, yaw))
+        want = every_pair(p, c, s, yaw)
+        np.testing.assert_array_equal(got, want)
+        box, pt = points_in_boxes_pairs(p, c, s, yaw)  # the pairs: by box, each box's points in sweep order
+        wb, wp = np.nonzero(want)
+        assert np.array_equal(box, wb) and np.array_equal(pt, wp)
         inside += int(got.sum())
     assert inside > 1000  # the trials do put points inside boxes
