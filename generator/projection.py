@@ -33,6 +33,17 @@ def hull_boxes_in_canvas(uv: np.ndarray, valid: np.ndarray, width_px: int, heigh
     """
     n = uv.shape[0]
     out = np.full((n, 4), np.nan)
+    # Two cases need no geometry: a hull whose points all lie in the canvas is its own intersection with it
+    # (bounds: the points' extremes), and one whose points all lie beyond one edge of it misses it (NaN).
+    # Only the boxes the image truncates are clipped by GEOS.
+    ux, uy = uv[..., 0], uv[..., 1]
+    x_lo, x_hi = np.where(valid, ux, np.inf).min(axis=1), np.where(valid, ux, -np.inf).max(axis=1)
+    y_lo, y_hi = np.where(valid, uy, np.inf).min(axis=1), np.where(valid, uy, -np.inf).max(axis=1)
+    some = valid.any(axis=1)  # (a NaN coordinate makes every comparison False: GEOS decides)
+    inside = some & (x_lo >= 0) & (y_lo >= 0) & (x_hi <= width_px) & (y_hi <= height_px)
+    beyond = some & ((x_lo > width_px) | (y_lo > height_px) | (x_hi < 0) | (y_hi < 0))
+    out[inside] = np.column_stack([x_lo, y_lo, x_hi, y_hi])[inside]
+    valid = valid & ~(inside | beyond)[:, None]
     rows, cols = np.nonzero(valid)
     if len(rows) == 0:
         return out
