@@ -7,8 +7,9 @@ at 2 Hz, 16 anchors, ``--tracks`` objects with mask RLE strings of realistic len
    scene's shards), and
 2. for the same batches, times a bare ``pyarrow.parquet.write_table`` of the same QA rows.
 
-Everything runs on one core (Arrow's CPU and I/O pools set to 1 thread). Goals (task brief): >= 10 M QA per
-minute per core for regeneration, and generate+write <= 2x the bare write of the same rows.
+Everything runs on one core (Arrow's CPU and I/O pools set to 1 thread). Goals (issue #36, goal 1; the task
+brief's first were 10 M and 2x): >= 20 M QA per minute per core for regeneration, and generate + write <= 1.5x
+the bare write of the same rows.
 
     python bench/regenerate.py [--scenes 350] [--tracks 30] [--repeat 2] [--keep DIR]
 """
@@ -268,7 +269,7 @@ def main(argv=None) -> int:
               f"{nbytes / rows:.0f} B/row in memory (per scene); CPU seconds of this process (Arrow pools: 1 thread)")
         print(f"regenerate (fastest of {args.repeat} rounds): read {b['read']:.2f} s + generate_qa {b['gen']:.2f} s + "
               f"write and commit {b['write']:.2f} s, {b['cpu']:.2f} CPU s in all ({b['wall']:.2f} s wall)")
-        print(f"  -> {rows / b['cpu'] * 60 / 1e6:.1f} M QA/min/core end to end (goal >= 10); generate_qa alone "
+        print(f"  -> {rows / b['cpu'] * 60 / 1e6:.1f} M QA/min/core end to end (goal >= 20); generate_qa alone "
               f"{rows / b['i_gen'] * 60 / 1e6:.1f} M QA/min/core ({rows / b['i_gen'] / 1e6:.2f} M rows/s)")
         print(f"bare pyarrow write of the same rows (that round): {b['i_bare']:.2f} s as one file per batch "
               f"({rows / b['i_bare'] / 1e6:.2f} M rows/s), {b['i_bare_scene']:.2f} s as one file per scene "
@@ -276,7 +277,7 @@ def main(argv=None) -> int:
               "pq.write_table's default options)")
         med = {k: float(np.median([r[k] for r in rounds])) for k in ("ratio_gw", "ratio_e2e", "ratio_e2e_plain")}
         each = ", ".join(f"{r['ratio_e2e']:.2f}" for r in rounds)
-        print(f"ratio to the bare per-scene write, median of {args.repeat} rounds (goal <= 2): "
+        print(f"ratio to the bare per-scene write, median of {args.repeat} rounds (goal <= 1.5): "
               f"generate + write {med['ratio_gw']:.2f}x; read + generate + write {med['ratio_e2e']:.2f}x "
               f"(each round, with reading: {each}); with reading vs the plain-string default write "
               f"{med['ratio_e2e_plain']:.2f}x")
