@@ -268,6 +268,10 @@ def test_sam2_batched_decode_equals_one_call_per_image(nuscenes_demo):
             assert np.allclose(s1, s2, atol=1e-4), (cap, s1, s2)
             assert not len(b) or (m1 != m2).mean() < 1e-4, (cap, (m1 != m2).mean())  # float summation order only
             assert all(m.any() for m in m1)  # a non-trivial comparison: every mask has pixels
+    # what perception asks for: the same masks as crops (cut from the dense masks once)
+    crops = seg.segment_crops([(im, b, p) for im, (b, p) in zip(imgs, prompts)])
+    for (m1, s1), (c2, s2) in zip(per_image, crops):
+        assert isinstance(c2, CropMasks) and np.array_equal(c2.dense(), m1) and np.allclose(s1, s2, atol=1e-6)
 
 
 def test_points_in_boxes_equals_the_every_pair_test():
