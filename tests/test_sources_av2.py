@@ -217,3 +217,20 @@ def test_frames_list_their_earlier_sweeps(scene, av2_log):
     assert AV2Source(av2_log.parent, max_sweeps=0).load_scene(LOG).frames[with_lidar[1]].lidar_sweeps == []
     near = AV2Source(av2_log.parent, max_sweeps=5).load_scene(LOG).frames[with_lidar[1] + 5]  # 5 frames back
     assert [s.lidar_path for s in near.lidar_sweeps] == [second.lidar_path]
+
+
+def test_a_run_with_the_labels_detector_lists_no_sweeps(av2_log):
+    """Only detectors stack earlier sweeps: a source opened for the 'labels' backend lists none (their poses are
+    a good part of loading), one opened for a LiDAR detector lists them, and the frames table, what a run
+    writes, is the same either way. An explicit ``max_sweeps`` wins."""
+    from schemas.config import parse_config
+
+    labels, lidar = parse_config({}), parse_config({"detection": {"backend": "lidar"}})
+    assert labels.detection.backend == "labels"
+    quick, full = open_source("av2", av2_log.parent, labels), open_source("av2", av2_log.parent, lidar)
+    assert quick.describe()["max_sweeps"] == 0 and full.describe()["max_sweeps"] == 10
+    a, b = quick.load_scene(LOG), full.load_scene(LOG)
+    assert all(f.lidar_sweeps == [] for f in a.frames) and any(f.lidar_sweeps for f in b.frames)
+    assert frames_table(a).equals(frames_table(b))
+    chosen = open_source("av2", av2_log.parent, labels, max_sweeps=3)
+    assert any(f.lidar_sweeps for f in chosen.load_scene(LOG).frames)

@@ -80,6 +80,13 @@ def _labels_required(cfg) -> bool:
     return getattr(getattr(cfg, "detection", None), "backend", None) == "labels"
 
 
+def _sweep_options(cfg, kw: dict) -> dict:
+    """``kw`` with ``max_sweeps`` 0 when ``cfg``'s detector is 'labels' and the caller did not choose: only a
+    detector stacks earlier sweeps, and listing them costs a pose per sweep (about a third of a generated scene's
+    loading). The frames table has no sweeps, so the run's files are the same either way."""
+    return {"max_sweeps": 0, **kw} if _labels_required(cfg) else kw
+
+
 def _detect_version(dataroot: Path) -> str:
     """The single table folder (``<dataroot>/<version>/scene.json``) under a nuScenes dataroot."""
     found = sorted(p.parent.name for p in dataroot.glob("*/scene.json"))
@@ -105,7 +112,7 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
     nuscenes: ``path`` is the dataroot; keywords ``version`` (default: the only table folder present),
     ``scenes`` (names or tokens), ``check_files``, ``max_sweeps``. av2: ``path`` is a folder of logs or
     one log folder; keywords ``check_files``, ``max_sweeps``. ``max_sweeps``: earlier LiDAR sweeps listed per
-    frame (``Frame.lidar_sweeps``, default 10).
+    frame (``Frame.lidar_sweeps``, default 10; 0 when ``cfg``'s detection backend is 'labels', which reads none).
     Both: ``limits`` (a ``SourceLimitsConfig``, default ``cfg.sources``); av2: ``require_labels`` (default:
     ``cfg``'s detection backend is 'labels'; nuScenes samples always carry their annotation list).
     """
@@ -122,7 +129,7 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
                 raise SourceError(f"logs on object storage need their nuScenes version: pass --version (version=) "
                                   f"for {path}", file=str(path), stage="open")
             version = _detect_version(Path(path))
-        return NuScenesSource(path, version=version, cfg=kf, limits=limits, **kw)
+        return NuScenesSource(path, version=version, cfg=kf, limits=limits, **_sweep_options(cfg, kw))
     if kind == "av2":
         from generator.sources.av2 import AV2Source
 
@@ -131,7 +138,8 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
         unknown = sorted(set(kw) - {"max_sweeps"})
         if unknown:
             raise TypeError(f"av2 source takes no options {unknown}")
-        return AV2Source(path, cfg=kf, limits=limits, require_labels=require_labels, check_files=check_files, **kw)
+        return AV2Source(path, cfg=kf, limits=limits, require_labels=require_labels, check_files=check_files,
+                         **_sweep_options(cfg, kw))
     if kind == "jaad":
         from generator.sources.jaad import JaadSource
 
