@@ -81,8 +81,8 @@ def _ranges(idx: np.ndarray) -> str:
 
 
 def _check_points(frame: Frame, path: str, xyz: np.ndarray, ring: np.ndarray | None = None) -> None:
-    bad = ~np.isfinite(xyz).all(axis=1)
-    if bad.any():
+    if not np.isfinite(xyz).all():  # (the whole array first: a third of the time of a test per point)
+        bad = ~np.isfinite(xyz).all(axis=1)
         raise _err(frame, path, f"LiDAR sweep has {int(bad.sum())} points with NaN/inf coordinates (of {len(xyz)}; "
                                 f"the first is point {int(np.argmax(bad))}): the file is corrupt")
     gap = sweep_gaps(xyz[:, :2], ring, _limits(frame))
