@@ -262,3 +262,22 @@ def test_more_ray_cpus_than_cores_is_warned_about():
     assert text and "ray.num_cpus=1000 on a machine with 2 CPUs" in text
     assert oversubscribed(parse_config({"ray": {"num_cpus": 2}}), cores=2) is None
     assert oversubscribed(parse_config({}), cores=2) is None
+
+
+def test_a_text_parsed_again_gives_an_equal_config_of_its_own():
+    """``config_from_yaml`` keeps the configs it parsed (a run's workers read the same config.yaml scene after
+    scene): the same text gives an equal config, and changing one config changes no other, not even the next
+    one parsed from that text; a bad text is refused every time."""
+    from schemas.config import config_from_yaml
+
+    text = parse_config({"qa": {"seed": 7}}).to_yaml().encode()
+    a = config_from_yaml(text, "a.yaml")
+    a.qa.seed = 99
+    a.anonymize.jpeg_quality = 11
+    b, c = config_from_yaml(text, "b.yaml"), config_from_yaml(text, "c.yaml")
+    assert b.qa.seed == c.qa.seed == 7 and b.anonymize.jpeg_quality == PipelineConfig().anonymize.jpeg_quality
+    b.tracking.max_age_s = 123.0
+    assert config_from_yaml(text).tracking.max_age_s != 123.0 and b is not c
+    for where in ("x.yaml", "y.yaml"):
+        with pytest.raises(ConfigError, match=where):
+            config_from_yaml(b"seed: [1", where)
