@@ -173,13 +173,16 @@ def points_in_boxes_pairs(points: np.ndarray, center_m: np.ndarray, size_lwh_m: 
     A box holds a few hundred of a sweep's tens of thousands of points, so the exact test runs only on the points
     whose x lies within the box's half-diagonal of its centre (points sorted by x once, each box's range found by
     binary search): the same membership as testing every pair, at a fraction of the cost."""
-    p = np.asarray(points, dtype=np.float64)[:, :3]
+    given = np.asarray(points)
+    p = given.astype(np.float64, copy=False)[:, :3]
     c = np.asarray(center_m, dtype=np.float64).reshape(-1, 3)
     s = np.asarray(size_lwh_m, dtype=np.float64).reshape(-1, 3)
     yaw = np.asarray(yaw_rad, dtype=np.float64).reshape(-1)
     if len(c) == 0 or len(p) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(p[:, 0], kind="stable")  # NaN x last: never inside a finite range
+    # NaN x last: never inside a finite range. Ties in any order (the pairs are sorted by box and point at the
+    # end); a float32 sweep sorted in float32 (3x faster than float64, the same order)
+    order = np.argsort(np.ascontiguousarray(given[:, 0]) if given.dtype == np.float32 else p[:, 0])
     xs = p[order, 0]
     reach = np.hypot(s[:, 0], s[:, 1]) / 2 * (1 + 1e-9) + 1e-9  # |rotated offset| <= half-diagonal, with rounding
     lo = np.searchsorted(xs, c[:, 0] - reach, side="left")

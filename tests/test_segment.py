@@ -276,8 +276,8 @@ def test_sam2_batched_decode_equals_one_call_per_image(nuscenes_demo):
 
 def test_points_in_boxes_equals_the_every_pair_test():
     """``points_in_boxes`` tests only the points within a box's half-diagonal in x; its mask equals the plain test
-    of every point against every box, for points on the boxes' corners and faces, NaN points and boxes, flat boxes
-    and empty inputs."""
+    of every point against every box, for points on the boxes' corners and faces, NaN points and boxes, flat boxes,
+    points sharing their x, float32 sweeps and empty inputs."""
     from generator.geometry import points_in_boxes, points_in_boxes_pairs
 
     def every_pair(p, c, s, yaw):
@@ -300,9 +300,13 @@ def test_points_in_boxes_equals_the_every_pair_test():
             p[-1], c[-1] = np.nan, np.nan
         if k and trial % 6 == 0:
             s[0, :2] = 0.0
+        if n_pts > 100:  # points sharing their x: ties in the sort by x
+            p[50:100, 0] = p[50, 0]
+        if trial % 2:  # a float32 sweep (as LiDAR files hold them; sorted in its own precision)
+            p = p.astype(np.float32)
         got = points_in_boxes(p, c, s, yaw)
         assert got.shape == (n_box, n_pts)
-        want = every_pair(p, c, s, yaw)
+        want = every_pair(p.astype(np.float64), c, s, yaw)
         np.testing.assert_array_equal(got, want)
         box, pt = points_in_boxes_pairs(p, c, s, yaw)  # the pairs: by box, each box's points in sweep order
         wb, wp = np.nonzero(want)
