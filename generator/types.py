@@ -255,6 +255,7 @@ class Frame:
     is_anchor: bool = False  # a 1 Hz keyframe that anchors QA (see generator.sources.keyframes)
     limits: SourceLimitsConfig | None = None
     lidar_sweeps: list[LidarSweep] | None = None
+    lidar_checked: int = 0  # size of the LiDAR file the source found sound (``sources.io.check_lidar``); 0: none
 
 
 @dataclass

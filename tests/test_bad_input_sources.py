@@ -126,6 +126,36 @@ def test_truncated_lidar_file(ns):
     assert e.value.scene == lazy.scene_ids()[0] and e.value.file.endswith(sd["filename"])
 
 
+def test_a_sweep_checked_at_load_is_not_checked_again(ns, monkeypatch):
+    """A source that checks its files when a scene loads marks each sound sweep (``Frame.lidar_checked``), and
+    ``load_lidar_ego`` then reads its points without checking them again (the same points); a sweep that failed
+    the check is not marked and still fails when read; one of another size after the load is checked again."""
+    import generator.sources.io as sio
+
+    sd = ns.sample_data_of(ns.scene_a(), "LIDAR_TOP")
+    bad = ns.own(sd[3]["filename"])
+    rec = np.fromfile(bad, np.float32).reshape(-1, 5)
+    rec[7, 0] = np.nan
+    rec.tofile(bad)
+    src = ns.source()
+    frames = src.load_scene(src.scene_ids()[0]).frames
+    assert [f.frame_index for f in frames if not f.lidar_checked] == [3]
+    lazy = NuScenesSource(ns.root, ns.version, check_files=False).load_scene(src.scene_ids()[0]).frames
+    assert not any(f.lidar_checked for f in lazy)
+    calls = []
+    monkeypatch.setattr(sio, "_check_points", lambda *a, **k: calls.append(a[1]))
+    assert np.array_equal(load_lidar_ego(frames[2]), load_lidar_ego(lazy[2])) and len(calls) == 1
+    monkeypatch.undo()
+    with pytest.raises(SourceError, match="NaN"):
+        load_lidar_ego(frames[3])
+    moved = ns.own(sd[5]["filename"])
+    rec = np.fromfile(moved, np.float32).reshape(-1, 5)[:-100]  # whole records, another size, one NaN point
+    rec[0, 2] = np.inf
+    rec.tofile(moved)
+    with pytest.raises(SourceError, match="NaN/inf"):
+        load_lidar_ego(frames[5])
+
+
 def test_missing_image(ns):
     sd = ns.sample_data_of(ns.scene_a(), "CAM_BACK_LEFT")[7]
     (ns.root / sd["filename"]).unlink()

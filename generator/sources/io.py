@@ -5,7 +5,9 @@ for that scene and goes on with the others. A LiDAR file is checked against the 
 (``Frame.limits``, the config's ``sources`` section) before it is used: its size before it is read (empty,
 larger than ``max_lidar_file_bytes``), then its points (finite coordinates, a complete revolution:
 ``min_lidar_azimuth_coverage``, every ring of a nuScenes-format sweep: ``lidar_rings``). ``check_lidar``
-runs the same checks without keeping the points, for sources that check their files when a scene loads.
+runs the same checks without keeping the points, for sources that check their files when a scene loads, and
+records a sound file's size on its frame (``Frame.lidar_checked``): ``load_lidar_ego`` then reads its points
+without checking them a second time, unless the file's size has changed since.
 """
 from __future__ import annotations
 
@@ -90,7 +92,7 @@ def _check_points(frame: Frame, path: str, xyz: np.ndarray, ring: np.ndarray | N
         raise _err(frame, path, gap)
 
 
-def _read_nuscenes_bin(frame: Frame, path: str) -> np.ndarray:
+def _read_nuscenes_bin(frame: Frame, path: str, checked_bytes: int = 0) -> np.ndarray:
     """(N, 4) float32 x, y, z, intensity in the LiDAR frame, checked. The nuScenes layout (what the devkit's
     ``LidarPointCloud.from_file`` reads): float32 records of x, y, z, intensity, ring index."""
     record_bytes = 4 * NUSCENES_RECORD_FLOATS
@@ -101,16 +103,17 @@ def _read_nuscenes_bin(frame: Frame, path: str) -> np.ndarray:
     if not path.endswith(".bin"):
         raise _err(frame, path, "nuScenes LiDAR files must end in .bin")
     rec = np.fromfile(path, dtype=np.float32, count=size // 4).reshape(-1, NUSCENES_RECORD_FLOATS)
-    _check_points(frame, path, rec[:, :3], rec[:, 4])
+    if size != checked_bytes:
+        _check_points(frame, path, rec[:, :3], rec[:, 4])
     return rec[:, :4]
 
 
-def _read_av2_feather(frame: Frame, path: str) -> np.ndarray:
+def _read_av2_feather(frame: Frame, path: str, checked_bytes: int = 0) -> np.ndarray:
     """(N, 4) float32 x, y, z, intensity in the ego frame, checked."""
     import pyarrow as pa
     import pyarrow.feather as feather
 
-    _check_size(frame, path)
+    size = _check_size(frame, path)
     try:
         table = feather.read_table(path, columns=list(AV2_LIDAR_COLUMNS))
     except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as err:
@@ -118,26 +121,30 @@ def _read_av2_feather(frame: Frame, path: str) -> np.ndarray:
                                 f"{err}") from None
     pts = np.stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.float32)
                     for c in AV2_LIDAR_COLUMNS], axis=1) if table.num_rows else np.zeros((0, 4), np.float32)
-    _check_points(frame, path, pts[:, :3])
+    if size != checked_bytes:
+        _check_points(frame, path, pts[:, :3])
     return pts
 
 
 _READERS = {"nuscenes_bin": _read_nuscenes_bin, "av2_feather": _read_av2_feather}
 
 
-def _read_checked(frame: Frame) -> np.ndarray:
+def _read_checked(frame: Frame, checked_bytes: int = 0) -> np.ndarray:
     path = frame.lidar_path
     reader = _READERS.get(frame.lidar_format)
     if reader is None:
         raise _err(frame, path, f"unknown lidar_format {frame.lidar_format!r}; known: {sorted(_READERS)}")
     if not path or not os.path.isfile(path):
         raise _err(frame, path, "LiDAR file is missing")
-    return reader(frame, path)
+    return reader(frame, path, checked_bytes)
 
 
 def check_lidar(frame: Frame) -> None:
-    """Raise ``SourceError`` when the frame's LiDAR file would not load (see the module docstring)."""
+    """Raise ``SourceError`` when the frame's LiDAR file would not load (see the module docstring); record its
+    size as sound (``frame.lidar_checked``) otherwise."""
+    frame.lidar_checked = 0
     _read_checked(frame)
+    frame.lidar_checked = os.path.getsize(frame.lidar_path)
 
 
 def load_lidar_ego(frame: Frame) -> np.ndarray:
@@ -145,9 +152,10 @@ def load_lidar_ego(frame: Frame) -> np.ndarray:
 
     'nuscenes_bin': float32 x5 records in the LiDAR frame (the devkit's layout), moved by
     ``frame.ego_SE3_lidar``; 'av2_feather': AV2 sweep (x, y, z float16, intensity uint8), already in the ego
-    frame. The file is checked first (module docstring).
+    frame. The file is checked first (module docstring), its points unless ``check_lidar`` found the file, at its
+    present size, sound when the scene loaded.
     """
-    pts = _read_checked(frame)
+    pts = _read_checked(frame, frame.lidar_checked)
     if frame.lidar_format == "nuscenes_bin":
         pts = pts.copy()
         pts[:, :3] = frame.ego_SE3_lidar.transform_points(pts[:, :3]).astype(np.float32)
