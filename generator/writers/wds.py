@@ -223,8 +223,10 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
     order = np.argsort(kf, kind="stable")
     kf_sorted = kf[order]
     cuts = np.flatnonzero(np.diff(kf_sorted)) + 1
-    # the rows as they go into JSON (cleaned once, in Arrow), and the few grounding fields the images need
-    published = json_ready(table, publish.dropped_keys if publish is not None else ())
+    # the rows as they go into JSON (cleaned once, in Arrow, in sample order: each sample's rows are a slice), and
+    # the few grounding fields the images need
+    published = json_ready(table, publish.dropped_keys if publish is not None else ()).take(pa.array(order))
+    bounds = np.r_[0, cuts, len(order)]
     groups = np.split(order, cuts)
     group_images = _sample_images(table, order, cuts)
     last_use: dict[tuple[int, str], int] = {}  # an image's last sample: neighbouring keyframes share context frames
@@ -232,7 +234,7 @@ def build_samples(table: pa.Table, scene_id: str, image_root: str | os.PathLike 
         last_use.update(dict.fromkeys(images, n))
     done: dict[tuple[int, str], bytes] = {}  # published image bytes, kept until their last sample
     for n, (idx, images) in enumerate(zip(groups, group_images)):
-        rows = published.take(pa.array(idx)).to_pylist()
+        rows = published.slice(bounds[n], bounds[n + 1] - bounds[n]).to_pylist()
         keyframe = int(kf[idx[0]])
         sample = {"__key__": sample_key(scene_id, keyframe)}
         listing = []
