@@ -92,8 +92,8 @@ def _check_points(frame: Frame, path: str, xyz: np.ndarray, ring: np.ndarray | N
         raise _err(frame, path, gap)
 
 
-def _read_nuscenes_bin(frame: Frame, path: str, checked_bytes: int = 0) -> np.ndarray:
-    """(N, 4) float32 x, y, z, intensity in the LiDAR frame, checked. The nuScenes layout (what the devkit's
+def _read_nuscenes_bin(frame: Frame, path: str, checked_bytes: int = 0) -> tuple[np.ndarray, int]:
+    """((N, 4) float32 x, y, z, intensity in the LiDAR frame, the file's size), checked. The nuScenes layout (what the devkit's
     ``LidarPointCloud.from_file`` reads): float32 records of x, y, z, intensity, ring index."""
     record_bytes = 4 * NUSCENES_RECORD_FLOATS
     size = _check_size(frame, path)
@@ -105,11 +105,11 @@ def _read_nuscenes_bin(frame: Frame, path: str, checked_bytes: int = 0) -> np.nd
     rec = np.fromfile(path, dtype=np.float32, count=size // 4).reshape(-1, NUSCENES_RECORD_FLOATS)
     if size != checked_bytes:
         _check_points(frame, path, rec[:, :3], rec[:, 4])
-    return rec[:, :4]
+    return rec[:, :4], size
 
 
-def _read_av2_feather(frame: Frame, path: str, checked_bytes: int = 0) -> np.ndarray:
-    """(N, 4) float32 x, y, z, intensity in the ego frame, checked."""
+def _read_av2_feather(frame: Frame, path: str, checked_bytes: int = 0) -> tuple[np.ndarray, int]:
+    """((N, 4) float32 x, y, z, intensity in the ego frame, the file's size), checked."""
     import pyarrow as pa
     import pyarrow.feather as feather
 
@@ -123,13 +123,14 @@ def _read_av2_feather(frame: Frame, path: str, checked_bytes: int = 0) -> np.nda
                     for c in AV2_LIDAR_COLUMNS], axis=1) if table.num_rows else np.zeros((0, 4), np.float32)
     if size != checked_bytes:
         _check_points(frame, path, pts[:, :3])
-    return pts
+    return pts, size
 
 
 _READERS = {"nuscenes_bin": _read_nuscenes_bin, "av2_feather": _read_av2_feather}
 
 
-def _read_checked(frame: Frame, checked_bytes: int = 0) -> np.ndarray:
+def _read_checked(frame: Frame, checked_bytes: int = 0) -> tuple[np.ndarray, int]:
+    """(points, file size) of the frame's LiDAR file; its points checked unless the file has ``checked_bytes``."""
     path = frame.lidar_path
     reader = _READERS.get(frame.lidar_format)
     if reader is None:
@@ -143,8 +144,7 @@ def check_lidar(frame: Frame) -> None:
     """Raise ``SourceError`` when the frame's LiDAR file would not load (see the module docstring); record its
     size as sound (``frame.lidar_checked``) otherwise."""
     frame.lidar_checked = 0
-    _read_checked(frame)
-    frame.lidar_checked = os.path.getsize(frame.lidar_path)
+    frame.lidar_checked = _read_checked(frame)[1]  # the size of the file whose points were checked
 
 
 def load_lidar_ego(frame: Frame) -> np.ndarray:
@@ -155,7 +155,7 @@ def load_lidar_ego(frame: Frame) -> np.ndarray:
     frame. The file is checked first (module docstring), its points unless ``check_lidar`` found the file, at its
     present size, sound when the scene loaded.
     """
-    pts = _read_checked(frame, frame.lidar_checked)
+    pts = _read_checked(frame, frame.lidar_checked)[0]
     if frame.lidar_format == "nuscenes_bin":
         pts = pts.copy()
         pts[:, :3] = frame.ego_SE3_lidar.transform_points(pts[:, :3]).astype(np.float32)
