@@ -236,9 +236,9 @@ def boxes_by_frame(objects: pa.Table | None) -> dict[int, Boxes3D]:
     yaw = to_numpy(objects.column("yaw_ego_rad"), np.float64, fill=np.nan)
     cls = np.asarray(objects.column("class_name").to_pylist(), dtype=object)
     ok = np.isfinite(center).all(1) & np.isfinite(size).all(1) & np.isfinite(yaw)
-    frames = np.unique(fi)
     order = np.argsort(fi, kind="stable")  # each frame's rows in table order, as a mask per frame would give
-    bounds = np.r_[np.searchsorted(fi[order], frames), len(fi)]
+    frames, starts = np.unique(fi[order], return_index=True)
+    bounds = np.r_[starts, len(fi)]
     out = {}
     for k, f in enumerate(frames.tolist()):
         s = order[bounds[k]:bounds[k + 1]]
