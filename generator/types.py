@@ -6,6 +6,7 @@ centre at the geometric centre. Global (city) quantities are derived with ``Fram
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -204,6 +205,27 @@ class CropMasks:
             crops.append(band[:, xs[0]:xs[-1] + 1])
             origins[i] = xs[0], ys[0]
         return cls(m.shape[1], m.shape[2], origins, tuple(crops))
+
+    @cached_property
+    def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every run of set pixels down a crop's column, of all masks, in (mask, column, row) order:
+        (mask (R,), column (R,), first row (R,), one past its last row (R,)), columns and rows in the mask's
+        crop. Found with one ``diff`` over every crop's columns laid end to end, each padded with a False pixel
+        above and below: a mask's own numpy calls would cost more than its pixels (an image has a few masks, a
+        scene thousands). Computed once per object (the RLE encoder and the visibility filter both read it)."""
+        hw = np.array([c.shape for c in self.crops], np.int64).reshape(-1, 2)
+        col_len = hw[:, 0] + 2
+        off = np.r_[0, np.cumsum(hw[:, 1] * col_len)]
+        buf = np.zeros(int(off[-1]) + 1, np.int8)
+        for k, c in enumerate(self.crops):
+            if c.size:
+                buf[off[k]:off[k + 1]].reshape(c.shape[1], c.shape[0] + 2)[:, 1:-1] = c.T
+        d = np.diff(buf)
+        start = np.flatnonzero(d == 1) + 1  # a run's first pixel, as a position in buf
+        length = np.flatnonzero(d == -1) + 1 - start  # its end is the next fall, in the same padded column
+        mask = np.searchsorted(off, start, side="right") - 1
+        col, row = np.divmod(start - off[mask], col_len[mask])
+        return mask, col, row - 1, row - 1 + length
 
     def dense(self) -> np.ndarray:
         """(M, H, W) bool."""

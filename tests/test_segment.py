@@ -90,6 +90,27 @@ def test_rle_of_crops_equals_pycocotools_on_whole_masks():
     assert [r["counts"] for r in rle.encode(crops)] == [r["counts"].decode("ascii") for r in whole]
 
 
+def test_rle_keeps_apart_masks_whose_runs_meet():
+    """All masks' runs are found in one array: a mask's last run ending where the next mask's first run starts
+    (one column's bottom, the next column's top) stays two masks' runs, and empty masks between them keep
+    their one run of 0s."""
+    from pycocotools import mask as mask_utils
+
+    H, W = 6, 5
+    a, b = np.zeros((H, W), bool), np.zeros((H, W), bool)
+    a[3:, 1] = True  # down to column 1's bottom
+    b[:2, 2] = True  # from column 2's top
+    full = np.ones((H, W), bool)
+    m = np.stack([a, np.zeros((H, W), bool), b, full, a])
+    whole = [r["counts"].decode("ascii") for r in
+             mask_utils.encode(np.asfortranarray(m.transpose(1, 2, 0).astype(np.uint8)))]
+    assert [r["counts"] for r in rle.encode(m)] == whole
+    crops = CropMasks(H, W, np.array([[1, 3], [0, 0], [2, 0], [0, 0]]),
+                      (np.ones((3, 1), bool), np.zeros((0, 0), bool), np.ones((2, 1), bool), full))
+    assert [r["counts"] for r in rle.encode(crops)] == whole[:4]
+    assert np.array_equal(rle.decode(rle.encode(crops)), m[:4])
+
+
 def test_crop_masks_refuse_a_crop_outside_the_image():
     with pytest.raises(ValueError, match="leaves the 10 x 5 image"):
         CropMasks(5, 10, np.array([[8, 0]]), (np.ones((2, 3), bool),))

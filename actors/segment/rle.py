@@ -23,32 +23,38 @@ def encode(masks: np.ndarray | CropMasks) -> list[dict]:
     H, W = cm.height, cm.width
     if len(cm) == 0:
         return []
-    uncompressed = [{"size": [H, W], "counts": _counts(c, x0, y0, H, W)}
-                    for (x0, y0), c in zip(cm.origins.tolist(), cm.crops)]
+    uncompressed = [{"size": [H, W], "counts": c} for c in _counts(cm)]
     rles = mask_utils.frPyObjects(uncompressed, H, W)
     return [{"size": [H, W], "counts": r["counts"].decode("ascii")} for r in rles]
 
 
-def _counts(crop: np.ndarray, x0: int, y0: int, H: int, W: int) -> list[int]:
-    """Uncompressed COCO RLE counts (alternating runs of 0s and 1s, starting with 0s) of the (H, W) mask that
-    is ``crop`` at (x0, y0) and False elsewhere."""
-    h, w = crop.shape
-    if not crop.any():
-        return [H * W]
-    col = np.zeros((w, h + 2), np.int8)  # the crop's columns, each padded with a 0 above and below
-    col[:, 1:-1] = crop.T
-    d = np.diff(col, axis=1)
-    sx, sy = np.nonzero(d == 1)  # run starts (column, row), in column-major order
-    ex, ey = np.nonzero(d == -1)  # run ends, one past the run's last row
-    starts = (x0 + sx) * H + y0 + sy
-    ends = (x0 + ex) * H + y0 + ey
-    join = np.flatnonzero(ends[:-1] == starts[1:])  # a run down to the image's bottom row going on at the top
-    starts, ends = np.delete(starts, join + 1), np.delete(ends, join)
-    runs = np.empty(2 * len(starts) + 1, np.int64)
-    runs[0:-1:2] = starts - np.r_[0, ends[:-1]]
-    runs[1::2] = ends - starts
-    runs[-1] = H * W - ends[-1]
-    return runs[:-1].tolist() if runs[-1] == 0 else runs.tolist()  # no run of 0s after the image's last pixel
+def _counts(cm: CropMasks) -> list[list[int]]:
+    """Per mask, its uncompressed COCO RLE counts (alternating runs of 0s and 1s, starting with 0s) in the
+    (H, W) image: the crop's pixels, False elsewhere; from the runs of all masks at once (``CropMasks.runs``)."""
+    H = cm.height
+    mask, col, r0, r1 = cm.runs
+    starts = (cm.origins[mask, 0] + col) * H + cm.origins[mask, 1] + r0
+    ends = starts + (r1 - r0)
+    # a run down to the image's bottom row going on at the next column's top is one run (of one mask)
+    join = np.flatnonzero((ends[:-1] == starts[1:]) & (mask[:-1] == mask[1:]))
+    starts, ends, mask = np.delete(starts, join + 1), np.delete(ends, join), np.delete(mask, join + 1)
+    n = len(cm)
+    nruns = np.bincount(mask, minlength=n)
+    first = np.r_[0, np.cumsum(nruns)[:-1]]  # each mask's first run
+    some = nruns > 0
+    prev_end = np.r_[0, ends[:-1]]
+    prev_end[first[some]] = 0  # a mask's first run of 0s starts at the image's first pixel
+    last_end = np.zeros(n, np.int64)
+    last_end[some] = ends[first[some] + nruns[some] - 1]
+    tail = H * cm.width - last_end  # the run of 0s after a mask's last run: none when it ends at the last pixel
+    out_off = np.r_[0, np.cumsum(2 * nruns + (tail > 0))]
+    flat = np.empty(int(out_off[-1]), np.int64)
+    pos = out_off[mask] + 2 * (np.arange(len(starts)) - first[mask])
+    flat[pos] = starts - prev_end[:len(starts)]
+    flat[pos + 1] = ends - starts
+    flat[out_off[1:][tail > 0] - 1] = tail[tail > 0]
+    values, b = flat.tolist(), out_off.tolist()
+    return [values[b[k]:b[k + 1]] for k in range(n)]
 
 
 def decode(rles: list[dict] | dict) -> np.ndarray:
