@@ -50,18 +50,22 @@ def mask_boxes_and_coverage(masks: np.ndarray | CropMasks, boxes_xyxy: np.ndarra
     b = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
     lo = np.clip(np.ceil(np.nan_to_num(b[:, :2], nan=0.0) - 0.5), 0, [W, H]).astype(np.int64)
     hi = np.clip(np.ceil(np.nan_to_num(b[:, 2:], nan=0.0) - 0.5), 0, [W, H]).astype(np.int64)
+    # from the masks' runs down their crops' columns (``CropMasks.runs``), all masks at once
+    mask, col, r0, r1 = cm.runs
+    area = np.bincount(mask, weights=r1 - r0, minlength=n).astype(np.int64)
     mb = np.full((n, 4), np.nan)
-    area = np.zeros(n, dtype=np.int64)
-    inside = np.zeros(n, dtype=np.float64)
-    for i, ((x0, y0), c) in enumerate(zip(cm.origins.tolist(), cm.crops)):
-        ys = np.flatnonzero(c.any(axis=1))
-        if not len(ys):
-            continue
-        xs = np.flatnonzero(c[ys[0]:ys[-1] + 1].any(axis=0))
-        mb[i] = x0 + xs[0], y0 + ys[0], x0 + xs[-1] + 1, y0 + ys[-1] + 1
-        area[i] = np.count_nonzero(c)
-        (bx0, by0), (bx1, by1) = lo[i] - (x0, y0), hi[i] - (x0, y0)  # the box in the crop's pixels
-        inside[i] = np.count_nonzero(c[max(by0, 0):max(by1, 0), max(bx0, 0):max(bx1, 0)])
+    some = np.flatnonzero(np.bincount(mask, minlength=n) > 0)
+    if len(some):
+        first = np.searchsorted(mask, some)  # runs come in (mask, column, row) order
+        last = np.searchsorted(mask, some, side="right") - 1
+        (x0, y0), (f, l) = cm.origins[some].T, (first, last)
+        mb[some] = np.column_stack([x0 + col[f], y0 + np.minimum.reduceat(r0, f), x0 + col[l] + 1,
+                                    y0 + np.maximum.reduceat(r1, f)])
+    # the box in each run's crop pixels, from its first row and column (a slice of the crop from there)
+    bx = np.maximum(lo[mask] - cm.origins[mask], 0), np.maximum(hi[mask] - cm.origins[mask], 0)
+    in_col = (col >= bx[0][:, 0]) & (col < bx[1][:, 0])
+    rows_in = np.clip(np.minimum(r1, bx[1][:, 1]) - np.maximum(r0, bx[0][:, 1]), 0, None)
+    inside = np.bincount(mask, weights=np.where(in_col, rows_in, 0), minlength=n)
     has = area > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         cov = np.where(has, inside / np.maximum(area, 1), np.nan)
