@@ -31,8 +31,8 @@ import pyarrow as pa
 
 from actors.segment import reads_pixels, rle
 from actors.track.pubtracker import track_scene
-from generator.geometry import points_in_boxes_pairs, project_to_image
-from generator.projection import corners_in_camera, project_boxes
+from generator.geometry import box_corners, points_in_boxes_pairs, project_to_image
+from generator.projection import corners_in_camera, project_corners
 from generator.types import Boxes3D, DrivegenError, Frame, FrameIssue, Scene
 from generator.visibility import decide_visibility, geometric_reasons
 from schemas.config import PipelineConfig
@@ -246,10 +246,12 @@ def _frame_inputs(fr: Frame, boxes: Boxes3D, cfg: PipelineConfig, lidar_bad: boo
         boxes.num_lidar_pts = np.where(boxes.num_lidar_pts >= 0, boxes.num_lidar_pts, counted).astype(np.int32)
     per_cam = []
     seg_items, seg_owner = [], []
+    corners_ego = box_corners(safe.center_m, safe.size_lwh_m, safe.yaw_rad)  # the same in every camera
     for cam_name in cams:
         cam = fr.cameras[cam_name]
-        box2d, depth, in_image = project_boxes(safe, cam)
-        front = (corners_in_camera(safe, cam)[..., 2] > vcfg.min_depth_m).any(axis=1)
+        pc = corners_in_camera(safe, cam, corners_ego)
+        box2d, depth, in_image = project_corners(pc, safe.center_m, cam)
+        front = (pc[..., 2] > vcfg.min_depth_m).any(axis=1)
         geo = geometric_reasons(size_ok, front, in_image, boxes.num_lidar_pts, box2d, vcfg)
         rec = dict(camera=cam_name, box2d=box2d, depth=depth, geo=geo, masks=None, scores=None, image_ok=True)
         path = fr.image_paths.get(cam_name, "")

@@ -18,9 +18,10 @@ from generator.geometry import box_corners, project_to_image
 from generator.types import Boxes3D, CameraCalib
 
 
-def corners_in_camera(boxes: Boxes3D, cam: CameraCalib) -> np.ndarray:
-    """(N, 8, 3) box corners in the optical frame of ``cam`` (boxes are in the ego frame)."""
-    corners = box_corners(boxes.center_m, boxes.size_lwh_m, boxes.yaw_rad)
+def corners_in_camera(boxes: Boxes3D, cam: CameraCalib, corners_ego: np.ndarray | None = None) -> np.ndarray:
+    """(N, 8, 3) box corners in the optical frame of ``cam`` (boxes are in the ego frame). ``corners_ego``: the
+    boxes' ``box_corners`` when the caller has them (one frame's boxes go into every camera)."""
+    corners = box_corners(boxes.center_m, boxes.size_lwh_m, boxes.yaw_rad) if corners_ego is None else corners_ego
     cam_SE3_ego = cam.ego_SE3_cam.inverse()
     return cam_SE3_ego.transform_points(corners.reshape(-1, 3)).reshape(-1, 8, 3)
 
@@ -65,11 +66,17 @@ def project_boxes(boxes: Boxes3D, cam: CameraCalib, min_depth_m: float = 0.0):
     depth of the box centre along the optical axis (negative behind the camera); in_image (N,) bool:
     some part of the box is in front of the camera and the clipped 2D box has positive area).
     """
-    n = len(boxes)
-    if n == 0:
+    if len(boxes) == 0:
         return np.full((0, 4), np.nan), np.zeros(0), np.zeros(0, dtype=bool)
-    pc = corners_in_camera(boxes, cam)
-    depth_c = cam.ego_SE3_cam.inverse().transform_points(boxes.center_m)[:, 2]
+    return project_corners(corners_in_camera(boxes, cam), boxes.center_m, cam, min_depth_m)
+
+
+def project_corners(pc: np.ndarray, center_m: np.ndarray, cam: CameraCalib, min_depth_m: float = 0.0):
+    """``project_boxes`` of boxes given by their corners in the camera's optical frame (``corners_in_camera``,
+    (N, 8, 3)) and their centres in the ego frame (N, 3): for a caller that reads the corners too."""
+    if len(pc) == 0:
+        return np.full((0, 4), np.nan), np.zeros(0), np.zeros(0, dtype=bool)
+    depth_c = cam.ego_SE3_cam.inverse().transform_points(center_m)[:, 2]
     front = pc[..., 2] > min_depth_m
     uv, _ = project_to_image(np.where(front[..., None], pc, 1.0), cam.K)
     box2d = hull_boxes_in_canvas(uv, front, cam.width_px, cam.height_px)
