@@ -154,3 +154,34 @@ def test_a_pose_whose_rotation_is_no_rotation_is_refused():
             else:
                 with pytest.raises(ValueError, match="orthonormal"):
                     SE3(M, np.ones(3))
+
+
+def test_sweep_gaps_gives_the_answer_of_every_point(monkeypatch):
+    """``sweep_gaps`` looks at every n-th point first and passes a sweep whose sample is complete: the answer
+    (None or the message) must be that of all the points, for sweeps complete, cut in a sector, missing rings
+    or sparse at the threshold."""
+    from generator.sources import io
+
+    rng = np.random.default_rng(5)
+    limits = SourceLimitsConfig(min_lidar_azimuth_coverage=0.9, lidar_rings=32)
+    answers = []
+    for k in range(60):
+        n = int(rng.integers(5_000, 40_000))
+        az = rng.uniform(-np.pi, np.pi, n)
+        if k % 3 == 1:  # cut: a sector lost
+            az = az[(az < np.pi - rng.uniform(0, 1.0))]
+        if k % 5 == 2:  # sparse: a few hundred points, bins near the threshold
+            az = az[:int(rng.integers(300, 700))]
+        if k % 2 == 0:  # a sector with one point per bin: the sample misses most of them, all the points do not
+            sector = int(rng.integers(20, 60))
+            az = np.r_[az[az < np.pi - np.radians(sector)], np.pi - np.radians(np.arange(sector) + 0.5)]
+        ring = rng.integers(0, 32 if k % 4 else 30, len(az)).astype(np.float32)
+        if k % 8 == 4:  # rings 30 and 31 on a point each
+            ring[rng.integers(0, len(az), 2)] = [30, 31]
+        xy = np.column_stack([np.cos(az), np.sin(az)]).astype(np.float32) * rng.uniform(2, 60, (len(az), 1))
+        sampled = io.sweep_gaps(xy, ring, limits)
+        with monkeypatch.context() as m:
+            m.setattr(io, "_SAMPLE_POINTS", 10 ** 9)
+            assert sampled == io.sweep_gaps(xy, ring, limits)
+        answers.append(sampled is None)
+    assert any(answers) and not all(answers)  # both answers came up

@@ -48,6 +48,9 @@ def _check_size(frame: Frame, path: str) -> int:
     return size
 
 
+_SAMPLE_POINTS = 4096  # sweep_gaps looks at every n-th point first
+
+
 def sweep_gaps(xy: np.ndarray, ring: np.ndarray | None, limits: SourceLimitsConfig) -> str | None:
     """What is missing from a sweep, or None when it is complete. ``xy`` (N, 2) point coordinates around the
     sensor (LiDAR frame; AV2: ego frame, the sensors sit on its roof), ``ring`` (N,) ring indices or None.
@@ -57,6 +60,9 @@ def sweep_gaps(xy: np.ndarray, ring: np.ndarray | None, limits: SourceLimitsConf
     every ring 0..lidar_rings-1 (a sweep stored ring by ring and cut loses its upper rings)."""
     if len(xy) == 0:
         return "incomplete sweep: no points"
+    step = max(1, len(xy) // _SAMPLE_POINTS)
+    if step > 1 and not sweep_gaps(xy[::step], None if ring is None else ring[::step], limits):
+        return None  # every n-th point is complete: so are all of them (the same answer at a fraction of the cost)
     az = np.arctan2(xy[:, 1], xy[:, 0])
     bins = np.minimum(((az + np.pi) * (AZIMUTH_BINS / (2 * np.pi))).astype(np.int64), AZIMUTH_BINS - 1)
     covered = int(np.count_nonzero(np.bincount(bins, minlength=AZIMUTH_BINS)))
