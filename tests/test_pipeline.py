@@ -488,3 +488,37 @@ def test_consecutive_cpu_stages_are_one_ray_task():
     mixed = [st("load"), st("detect", True), st("perceive", True), st("attributes"), st("qa")]
     assert names(segments(mixed)) == [["load"], ["detect"], ["perceive"], ["attributes", "qa"]]
     assert names(segments([st("detect", True)])) == [["detect"]] and segments([]) == []
+
+
+def test_settle_heap_freezes_what_lives_at_the_second_scene_and_collects_the_first_scenes_garbage():
+    """``settle_heap`` (called as a process begins each scene) freezes, once, at the second scene, what the
+    process holds then; the first scene's garbage cycles are collected first, not frozen; objects made later
+    stay in the collector's sight. In a fresh interpreter: the freeze is process-wide."""
+    import subprocess
+
+    code = """
+import gc, weakref
+from generator.pipeline.core import settle_heap
+
+class Node:
+    pass
+
+assert gc.get_freeze_count() == 0
+assert settle_heap() is False and gc.get_freeze_count() == 0  # the first scene: nothing frozen
+kept = Node()
+a, b = Node(), Node()
+a.other, b.other = b, a  # the first scene's garbage: a cycle nothing refers to
+dead = weakref.ref(a)
+del a, b
+assert settle_heap() is True and gc.get_freeze_count() > 0
+assert dead() is None, "the first scene's garbage was frozen"
+tracked = lambda o: any(x is o for x in gc.get_objects())
+later = Node()
+assert not tracked(kept) and tracked(later)
+frozen = gc.get_freeze_count()
+assert settle_heap() is False and gc.get_freeze_count() == frozen  # once per process
+print("ok")
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -174,6 +174,27 @@ def cached_model(stage: Stage, cfg: PipelineConfig) -> Any:
     return _MODEL_CACHE[key]
 
 
+_SCENES_BEGUN = [0]  # scenes (or tasks) this process has begun: see settle_heap
+
+
+def settle_heap() -> bool:
+    """Called as a process begins each scene (or each task of scenes). At the second, once per process, what
+    the process holds then (imports, cached models and sources, templates: objects that live as long as it) is
+    moved out of the garbage collector's sight (``gc.collect()``, then ``gc.freeze()``): Python's full
+    collections otherwise walk those hundreds of thousands of objects again and again as each scene allocates
+    (measured: 70-80 ms a generated scene, about 0.5 ms after). The collection first frees the first scene's
+    garbage, which is never frozen; frozen objects are still freed when nothing refers to them (only cycles
+    among them stay). Returns True for the call that froze."""
+    import gc
+
+    _SCENES_BEGUN[0] += 1
+    if _SCENES_BEGUN[0] != 2:
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
+
+
 def apply_stage(stage: Stage, work: SceneWork, env: StageEnv, mark: bool = True) -> SceneWork:
     """Run one stage on one scene; an exception becomes the scene's error and drops its outputs."""
     if work.error is not None:

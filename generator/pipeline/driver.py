@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from generator.numerics import numpy_pinned, ray_env_vars
-from generator.pipeline.core import SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model, finish_scene
+from generator.pipeline.core import (SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model, finish_scene,
+                                     settle_heap)
 from generator.runfolder import LockLostError, RunReader, RunStore, remove_leftovers, write_error
 from generator.runfolder.commit import count_attempts
 from schemas import layout
@@ -324,10 +325,12 @@ def finished_ids(store: RunStore) -> set[str]:
 
 def _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:
     for sid in pending:
+        settle_heap()
         work = SceneWork(sid, source, epoch)
         for st in stages:
             apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
         _count(tally, bar, finish_scene(work, StageEnv(cfg, store), write))
+        del work  # garbage before the next scene begins (settle_heap keeps what is alive then)
 
 
 def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:

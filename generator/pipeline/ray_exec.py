@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 import numpy as np
 import ray
 
-from generator.pipeline.core import SceneWork, Stage, StageEnv, apply_stage, cached_model, finish_scene
+from generator.pipeline.core import SceneWork, Stage, StageEnv, apply_stage, cached_model, finish_scene, settle_heap
 from generator.runfolder import RunStore
 from schemas.config import PipelineConfig
 
@@ -66,6 +66,7 @@ def _task_segment(batch: dict, stages: list[Stage], cfg: PipelineConfig, store: 
     for the next model stage, or, with ``write``, finished here (written and committed) into its summary row.
     Only model stages (actors) hand a scene over between processes."""
     fit_threads()
+    settle_heap()
     if begin is not None:
         works = [SceneWork(str(s), *begin) for s in batch["scene_id"]]
     else:
