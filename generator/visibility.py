@@ -53,20 +53,20 @@ def mask_boxes_and_coverage(masks: np.ndarray | CropMasks, boxes_xyxy: np.ndarra
     # from the masks' runs down their crops' columns (``CropMasks.runs``), all masks at once
     mask, col, r0, r1 = cm.runs
     area = np.bincount(mask, weights=r1 - r0, minlength=n).astype(np.int64)
+    has = area > 0
     mb = np.full((n, 4), np.nan)
-    some = np.flatnonzero(np.bincount(mask, minlength=n) > 0)
-    if len(some):
+    if has.any():
+        some = np.flatnonzero(has)
         first = np.searchsorted(mask, some)  # runs come in (mask, column, row) order
         last = np.searchsorted(mask, some, side="right") - 1
-        (x0, y0), (f, l) = cm.origins[some].T, (first, last)
-        mb[some] = np.column_stack([x0 + col[f], y0 + np.minimum.reduceat(r0, f), x0 + col[l] + 1,
-                                    y0 + np.maximum.reduceat(r1, f)])
+        x0, y0 = cm.origins[some].T
+        mb[some] = np.column_stack([x0 + col[first], y0 + np.minimum.reduceat(r0, first), x0 + col[last] + 1,
+                                    y0 + np.maximum.reduceat(r1, first)])
     # the box in each run's crop pixels, from its first row and column (a slice of the crop from there)
     bx = np.maximum(lo[mask] - cm.origins[mask], 0), np.maximum(hi[mask] - cm.origins[mask], 0)
     in_col = (col >= bx[0][:, 0]) & (col < bx[1][:, 0])
     rows_in = np.clip(np.minimum(r1, bx[1][:, 1]) - np.maximum(r0, bx[0][:, 1]), 0, None)
     inside = np.bincount(mask, weights=np.where(in_col, rows_in, 0), minlength=n)
-    has = area > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         cov = np.where(has, inside / np.maximum(area, 1), np.nan)
     return mb, cov, area

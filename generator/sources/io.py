@@ -99,8 +99,8 @@ def _check_points(frame: Frame, path: str, xyz: np.ndarray, ring: np.ndarray | N
 
 
 def _read_nuscenes_bin(frame: Frame, path: str, checked_bytes: int = 0) -> tuple[np.ndarray, int]:
-    """((N, 4) float32 x, y, z, intensity in the LiDAR frame, the file's size), checked. The nuScenes layout (what the devkit's
-    ``LidarPointCloud.from_file`` reads): float32 records of x, y, z, intensity, ring index."""
+    """((N, 4) float32 x, y, z, intensity in the LiDAR frame, the file's size), checked. The nuScenes layout
+    (what the devkit's ``LidarPointCloud.from_file`` reads): float32 records of x, y, z, intensity, ring index."""
     record_bytes = 4 * NUSCENES_RECORD_FLOATS
     size = _check_size(frame, path)
     if size % record_bytes:
