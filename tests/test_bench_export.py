@@ -125,6 +125,42 @@ def test_files_are_what_the_toolkit_reads(bench):
         assert all(set(q["gt_value"]) == {"velocity"} for q in ego)
 
 
+def test_annotation_files_are_the_records_as_json_dumps_writes_them(tmp_path):
+    """``merge_bench`` writes each horizon's records one at a time, a group's closing keys rendered once: the files
+    are byte for byte ``json.dumps(records, indent=1, ensure_ascii=False)`` of the records as numbered, for parts
+    that keep a group's keys once (``shared``) and for parts of before, whose records carry them each."""
+    from generator.families.stride_qa.bench_export import GROUP_KEYS, merge_bench
+
+    rel = next(iter(RELATIONS))
+
+    def shared(k: int) -> dict:
+        rle = {"t-1.0": {"size": [9, 16], "counts": "a"}}
+        return dict(zip(GROUP_KEYS, ([f"images/CAM_FRONT/s_{k:06d}.jpg"] * 4, rle, k, "car", "vehicle", rel,
+                                     bool(k % 2), "val", {"scene_id": "s", "ids": [k]})))
+
+    def q(text: str, value: float) -> dict:
+        return {"qa_category": "distance", "question": text, "gt": f"{value} m", "gt_value": {"distance": value},
+                "unit": {"distance": "m"}}
+
+    groups = [{"sheet": {"relation": rel, "oov": False, "object_type": "vehicle"}, "shared": shared(k),
+               "questions": [[t, q(f"Wie weit ist Region [{k}]? é{t}", 1.5 * k + t)] for t in (0, 1, 1, 3)]}
+              for k in range(3)]
+    old = {"sheet": {"relation": rel, "oov": True, "object_type": "vehicle"},
+           "questions": [[2, {**q("before", 2.0), **shared(7)}], [0, {**q("before", 3.0), **shared(7)}]]}
+    parts = [{"groups": groups[:2]}, {"groups": [old, groups[2]]}]
+    merge_bench(iter(parts), tmp_path)
+    expected: dict[int, list] = {t: [] for t in range(4)}
+    n = 0
+    for m, grp in enumerate(groups[:2] + [old, groups[2]]):
+        for t, rec in grp["questions"]:
+            expected[t].append({"question_id": f"q{n:08d}_g{m:05d}", "group_id": f"g{m:05d}", **rec,
+                                **grp.get("shared", {})})
+            n += 1
+    for t in range(4):
+        text = (tmp_path / "annotation_files" / f"strideqa_bench_t{t}.json").read_text(encoding="utf-8")
+        assert text == json.dumps(expected[t], indent=1, ensure_ascii=False), t
+
+
 def test_values_match_the_scripted_trajectories(bench):
     _, bench_dir, _ = bench
     per_t = _load(bench_dir)

@@ -482,10 +482,16 @@ def bench_image_name(g: Group, k: int) -> str:
     return f"images/{g.front_camera}/{safe_name(g.scene_id)}_{g.context_frames[k]:06d}.jpg"
 
 
+# the keys that close every annotation record, the same in every question of its group: a part keeps them once per
+# group (``scene_record``'s ``shared``), the list writer renders them once per group (``_record_text``)
+GROUP_KEYS = ("images", "rle", "region_id", "object_class", "object_type", "relation", "oov", "split", "token_info")
+
+
 def scene_record(groups: list[Group], decimals: int = 2) -> dict:
     """One scene's groups as a part of the export (``generator.runfolder.parts``; JSON-able): per group its
-    annotation-sheet row and its questions ``[t, record]``, both without the ids ``merge_bench`` numbers over the
-    export. Every record carries the four context images, the RLE per bucket and the target's region number at
+    annotation-sheet row, its questions ``[t, record]``, both without the ids ``merge_bench`` numbers over the
+    export, and the ``GROUP_KEYS`` every one of its records ends with (``shared``: kept once, not in each of ~11
+    records). Every record carries the four context images, the RLE per bucket and the target's region number at
     the keyframe (``region_id``, the QA's ``Region [X]``). The ego-speed questions do not depend on the target:
     they are asked once per keyframe, in its first group (13 questions; its other groups have the 9 about their
     target)."""
@@ -502,17 +508,16 @@ def scene_record(groups: list[Group], decimals: int = 2) -> dict:
         questions = []
         for q in group_questions(g, decimals, ego=keyframe not in ego_asked):
             t = q.pop("t")
-            questions.append([t, {**q, "images": images, "rle": rle, "region_id": g.region_id,
-                                  "object_class": g.class_name,
-                                  "object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
-                                  "relation": TOOLKIT_RELATION[g.scenario],
-                                  "oov": g.oov, "split": g.split, "token_info": token_info}])
+            questions.append([t, q])
         ego_asked.add(keyframe)
+        shared = dict(zip(GROUP_KEYS, (images, rle, g.region_id, g.class_name,
+                                       OBJECT_TYPES.get(g.class_name, g.class_name), TOOLKIT_RELATION[g.scenario],
+                                       g.oov, g.split, token_info)))
         out.append({"sheet": {"object_type": OBJECT_TYPES.get(g.class_name, g.class_name),
                               "relation": TOOLKIT_RELATION[g.scenario], "oov": g.oov, "scene_id": g.scene_id,
                               "keyframe_index": g.keyframe_index, "track_id": g.track_id, "region_id": g.region_id,
                               "class_name": g.class_name, "instance_token": g.instance_token, "split": g.split},
-                    "questions": questions})
+                    "questions": questions, "shared": shared})
     return {"groups": out}
 
 
@@ -534,8 +539,9 @@ def _number(parts, record: Callable[[int, dict], None], sheet_row: Callable[[dic
     for part in parts:
         for grp in part["groups"]:
             gid = f"g{m:05d}"
+            shared = grp.get("shared") or {}  # parts built before the group's fields were kept once: in each q
             for t, q in grp["questions"]:
-                record(t, {"question_id": f"q{n:08d}_{gid}", "group_id": gid, **q})
+                record(t, {"question_id": f"q{n:08d}_{gid}", "group_id": gid, **q, **shared})
                 n += 1
             sheet_row({"group_id": gid, **grp["sheet"]})
             m += 1
@@ -589,15 +595,41 @@ def scene_images(groups: list[Group], put: Callable[[str, bytes], None], image_r
     return done
 
 
-def _json_list_writer(path: Path):
-    """Write a JSON list to ``path`` one element at a time, byte for byte as ``json.dumps(items, indent=1,
-    ensure_ascii=False)`` writes the whole list."""
+def _items_text(d: dict) -> str:
+    """The lines of ``d``'s items as ``json.dumps(d, indent=1, ensure_ascii=False)`` writes them (inside its
+    braces)."""
+    return json.dumps(d, indent=1, ensure_ascii=False)[2:-2] if d else ""
+
+
+def _record_text(tails: dict) -> Callable[[dict], str]:
+    """``record_text(item)``: ``json.dumps(item, indent=1, ensure_ascii=False)`` of an annotation record, with the
+    ``GROUP_KEYS`` that close it rendered once while they are the very same objects as the record before's (a
+    group's ``shared`` values, which ``_number`` gives each of its records), kept in ``tails`` (shared by the
+    horizons' files): Python's encoder with an indent runs in Python, and these are most of a record."""
+    n_tail = len(GROUP_KEYS)
+
+    def record_text(item: dict) -> str:
+        keys = list(item)
+        if len(keys) <= n_tail or tuple(keys[-n_tail:]) != GROUP_KEYS:
+            return json.dumps(item, indent=1, ensure_ascii=False)
+        tail = [item[k] for k in GROUP_KEYS]
+        last = tails.get("values")
+        if last is None or any(a is not b for a, b in zip(last, tail)):
+            tails.update(values=tail, text=_items_text(dict(zip(GROUP_KEYS, tail))))
+        return "{\n" + _items_text({k: item[k] for k in keys[:-n_tail]}) + ",\n" + tails["text"] + "\n}"
+
+    return record_text
+
+
+def _json_list_writer(path: Path, tails: dict):
+    """Write a JSON list of annotation records to ``path`` one at a time, byte for byte as ``json.dumps(items,
+    indent=1, ensure_ascii=False)`` writes the whole list (``_record_text``, with the cache ``tails``)."""
     fh = path.open("w", encoding="utf-8")
     state = {"n": 0}
+    text = _record_text(tails)
 
-    def add(item) -> None:
-        text = json.dumps(item, indent=1, ensure_ascii=False).replace("\n", "\n ")
-        fh.write(("[\n " if state["n"] == 0 else ",\n ") + text)
+    def add(item: dict) -> None:
+        fh.write(("[\n " if state["n"] == 0 else ",\n ") + text(item).replace("\n", "\n "))
         state["n"] += 1
 
     def close() -> None:
@@ -617,7 +649,8 @@ def merge_bench(parts: Iterable[dict], out_dir: str | os.PathLike, drops: Counte
     out = Path(out_dir)
     ann = out / ANNOTATION_DIR
     ann.mkdir(parents=True, exist_ok=True)
-    writers = {t: _json_list_writer(ann / f"strideqa_bench_t{t}.json") for t in range(4)}
+    tails: dict = {}  # a group's closing keys, rendered once for its questions of every horizon
+    writers = {t: _json_list_writer(ann / f"strideqa_bench_t{t}.json", tails) for t in range(4)}
     sheet: list[dict] = []
     counts = {"questions": 0}
 
