@@ -42,7 +42,19 @@ def finished(minimal_logs, tmp_path_factory) -> Path:
     res = drivegen("run", "--source", "nuscenes", "--data", minimal_logs, "--version", SYNTH_VERSION, "--out", out,
                    "--scenes", 4, "--local", "--no-progress")
     assert res.returncode == 0, res.stderr[-3000:]
+    (out.parent / "stderr.txt").write_text(res.stderr)
     return out
+
+
+def test_scenes_build_their_parts_as_they_are_committed(finished):
+    """Each scene's parts are built by the worker that committed it: the end of the run builds none, and each part
+    carries the key of its scene's manifest (``build_parts`` keeps them all)."""
+    stderr = (finished.parent / "stderr.txt").read_text()
+    assert "parts of 4 scene(s): 0 built, 16 kept" in stderr
+    reader = RunReader(str(finished))
+    from generator.pipeline.exports import finalize_parts
+
+    assert build_parts(reader.store, reader.scene_ids(), finalize_parts(reader.config())) == {"built": 0, "kept": 16}
 
 
 def test_parts_merge_to_the_whole_run_files(finished, tmp_path):
@@ -81,7 +93,7 @@ def test_killed_finalize_resumed_builds_only_missing_parts(finished, tmp_path):
     specs_run = RunReader(str(run))
     from generator.pipeline.exports import finalize_parts
 
-    specs = finalize_parts(specs_run, specs_run.config())
+    specs = finalize_parts(specs_run.config())
     assert build_scene_parts(str(run), scenes[:2], specs) == {"built": 2 * len(specs), "kept": 0}
     kept_before = {p: p.stat().st_mtime_ns for p in (run / "parts").rglob("*.json")}
     res = drivegen("run", "--resume", run, "--local", "--no-progress")
@@ -98,7 +110,7 @@ def test_a_part_whose_scene_changed_is_built_again(finished, tmp_path):
     shutil.copytree(finished, run)
     store = RunStore(str(run))
     reader = RunReader(store)
-    specs = __import__("generator.pipeline.exports", fromlist=["x"]).finalize_parts(reader, reader.config())
+    specs = __import__("generator.pipeline.exports", fromlist=["x"]).finalize_parts(reader.config())
     sid = reader.scene_ids()[0]
     assert build_parts(store, reader.scene_ids(), specs) == {"built": 0, "kept": 4 * len(specs)}
     manifest = run / "manifest" / f"{sid}.json"

@@ -151,6 +151,34 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     assert check_run(out) == ["manifest lists a missing file: qa/train-s-1-00000.parquet"]
 
 
+def toy_part(part, cfg):
+    """A toy end-of-run part: the scene's QA row count; a scene named 'late-*' cannot build it."""
+    if part.scene_id.startswith("late"):
+        raise ValueError("its inputs are not there yet")
+    return {"rows": part.reader.read_scene("qa", part.scene_id).num_rows}
+
+
+def test_a_committed_scene_builds_its_parts_and_a_failed_part_is_left_to_the_end(tmp_path, caplog):
+    """The worker that commits a scene builds its end-of-run parts (``part_specs``), so the end of the run only
+    merges; a part that fails there leaves its scene committed and is built (and named) at the end of the run."""
+    from generator.runfolder.parts import PartSpec, build_parts, part_file
+    from schemas.errors import RunFolderError
+
+    out = tmp_path / "run"
+    store = RunStore(out)
+    spec = PartSpec("toy", f"{__name__}:toy_part")
+    with caplog.at_level("WARNING", logger="drivegen.pipeline"):
+        res = run_pipeline(store, {"kind": "toy"}, toy_cfg(), ["s-0", "late-1"], toy_stages(), toy_write,
+                           executor="local", progress=False, part_specs=(spec,))
+    assert res.exit_code == 0 and res.summary.scenes.ok == 2
+    assert json.loads((out / part_file("toy", "s-0")).read_text())["record"] == {"rows": 3}
+    assert not (out / part_file("toy", "late-1")).exists()
+    assert "scene late-1: its end-of-run parts were not built with it (RunFolderError" in caplog.text
+    assert build_parts(store, ["s-0"], [spec]) == {"built": 0, "kept": 1}  # nothing left for the end
+    with pytest.raises(RunFolderError, match="scene late-1: building its toy part failed: ValueError"):
+        build_parts(store, ["s-0", "late-1"], [spec])
+
+
 def test_unfinished_attempt_leftovers_are_replaced(tmp_path):
     """A worker died after committing some files of a scene but before its manifest: the next attempt
     rewrites the same names and removes files only the dead attempt produced."""

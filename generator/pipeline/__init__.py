@@ -199,18 +199,23 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                                                         "parent": None}
         state.update(epoch=lock.epoch, config_key=config_key(cfg), source_key=source_key(desc))
         store.write_json(layout.RUN_STATE, state)
-        if (desc or {}).get("kind") in CAMERA_ONLY_KINDS:  # videos: the camera stages
+        part_specs: list = []  # the end-of-run parts a scene's worker builds once it is committed
+        camera_only = (desc or {}).get("kind") in CAMERA_ONLY_KINDS
+        if camera_only:  # videos: the camera stages
             from generator.pipeline import video
 
             stages = stages if stages is not None else video.stages(cfg)
             write = write or video.write_video
-            finalize = finalize or video.finalize
         elif stages is None or write is None or finalize is None:
-            from generator.pipeline import exports, stages as real
+            from generator.pipeline import stages as real
 
             stages = stages if stages is not None else real.default_stages(cfg)
             write = write or real.write_scene
-            finalize = finalize or functools.partial(exports.finalize_run, source=src)
+        if finalize is None:  # the run's own end: its parts are built scene by scene as they are committed
+            from generator.pipeline import exports
+
+            part_specs = exports.finalize_parts(cfg, camera_only)
+            finalize = video.finalize if camera_only else functools.partial(exports.finalize_run, source=src)
         finalize = _still_described(finalize, lock)
         started = False
         if executor == "ray":
@@ -221,7 +226,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         try:
             return run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
                                 progress=progress, finalize=finalize, work=work, report=report, timings=timings,
-                                started_at=started_at)
+                                started_at=started_at, part_specs=tuple(part_specs))
         finally:
             if started:
                 import ray

@@ -15,6 +15,7 @@ stages pass the scene through untouched, and the commit step writes ``errors/<sc
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 import time
 import traceback
@@ -27,8 +28,11 @@ import pyarrow as pa
 from generator.perception import Detections, PerceptionResult
 from generator.runfolder import RunStore, commit_scene, config_key, make_fence, rollback_pending, write_error
 from generator.runfolder.commit import mark_attempt
+from generator.runfolder.parts import build_scene_parts
 from generator.types import Scene
 from schemas.config import PipelineConfig
+
+log = logging.getLogger("drivegen.pipeline")
 
 
 # ------------------------------------------------------------------------------------------ stage outputs
@@ -135,11 +139,13 @@ class SceneWork:
 
 @dataclass
 class StageEnv:
-    """What a stage function gets besides the scene: the config, the run folder and its (cached) model."""
+    """What a stage function gets besides the scene: the config, the run folder and its (cached) model; for the
+    write, the end-of-run parts to build once the scene is committed (``part_specs``: ``finish_scene``)."""
 
     cfg: PipelineConfig
     store: RunStore
     model: Any = None
+    part_specs: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -220,9 +226,10 @@ def apply_stage(stage: Stage, work: SceneWork, env: StageEnv, mark: bool = True)
 def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, StageEnv, Path], None],
                  stage_name: str = "write") -> dict:
     """The last step of every scene, on the worker that finished it: ``write`` builds the scene's files in
-    a staging folder, ``generator.runfolder.commit_scene`` puts them in place (fenced by the run epoch); a
-    failed scene gets its ERRORS row instead. Returns the small summary row the driver sees: scene_id,
-    status ('ok'|'failed'|'stale'), info (JSON)."""
+    a staging folder, ``generator.runfolder.commit_scene`` puts them in place (fenced by the run epoch), then the
+    scene's end-of-run parts are built (``env.part_specs``, ``build_committed_parts``); a failed scene gets its
+    ERRORS row instead. Returns the small summary row the driver sees: scene_id, status ('ok'|'failed'|'stale'),
+    info (JSON)."""
     from generator.runfolder import StaleWriterError
 
     fence = make_fence(env.store, work.epoch)
@@ -243,6 +250,7 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
             manifest = commit_scene(env.store, work.scene_id, staging, counts=work.counts, timings_s=work.timings_s,
                                     config=config_key(env.cfg), epoch=work.epoch, fence=fence,
                                     extra={**work.manifest_info, "stage_spans_unix": spans})
+            build_committed_parts(env, work.scene_id)
             return {"scene_id": work.scene_id, "status": "ok",
                     "info": json.dumps({"counts": manifest["counts"], "timings_s": manifest["timings_s"],
                                         "files": len(manifest["files"])}, default=_jsonable)}
@@ -260,6 +268,20 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
         return {"scene_id": work.scene_id, "status": "stale", "info": json.dumps({"error": str(err)})}
     write_error(env.store, work.error.row())
     return {"scene_id": work.scene_id, "status": "failed", "info": json.dumps({"error": work.error.row()})}
+
+
+def build_committed_parts(env: StageEnv, scene_id: str) -> None:
+    """The end-of-run parts (``generator.runfolder.parts``) of a scene just committed, built by the worker that
+    wrote it while its files are fresh, so that the end of the run only merges (it builds what is missing or
+    stale, keyed by the scene's manifest). Never fails the committed scene: a part that cannot be built here is
+    logged and left to the end of the run, which builds it again and names its error."""
+    if not env.part_specs:
+        return
+    try:
+        build_scene_parts(env.store, [scene_id], list(env.part_specs))
+    except Exception as err:  # noqa: BLE001 - the scene stays committed; the end of the run retries and reports
+        log.warning("scene %s: its end-of-run parts were not built with it (%s: %s); the end of the run builds "
+                    "them", scene_id, type(err).__name__, str(err).splitlines()[0][:300] if str(err) else "")
 
 
 def _short(scene_id: str) -> str:

@@ -229,13 +229,16 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
                  write: Callable, *, epoch: int | None = None, executor: str = "ray", progress: bool = True,
                  finalize: Callable[[RunStore, RunSummary], None] | None = None,
                  work: dict[str, float] | None = None, report: Callable[[RunStore], str] | None = None,
-                 timings: dict[str, float] | None = None, started_at: float | None = None) -> RunResult:
+                 timings: dict[str, float] | None = None, started_at: float | None = None,
+                 part_specs: tuple = ()) -> RunResult:
     """Run ``stages`` then ``write`` on every scene of ``scene_ids`` not yet finished in ``store``, the
     heaviest first by ``work`` (``longest_first``; None keeps the order).
 
     ``source`` is the log source's JSON description (``source.json``), ``epoch`` the run epoch of the lock
     the caller holds, ``executor`` 'ray' (Ray must be initialised, see ``ensure_ray``) or 'local'
-    (in-process, same stages, no Ray). ``finalize(store, summary)`` runs at the end (card, bench export), then
+    (in-process, same stages, no Ray). ``part_specs``: the end-of-run parts (``generator.runfolder.parts``) that
+    ``finalize`` merges, built by each scene's worker once the scene is committed (``core.build_committed_parts``).
+    ``finalize(store, summary)`` runs at the end (card, bench export), then
     ``report(store)`` (the HTML report; returns its one-line description, raises ``DrivegenError`` when it
     cannot be written: the run's data stay as they are).
     ``timings`` (phases the caller timed before: logs, Ray start) and ``started_at`` (``time.perf_counter()`` at
@@ -265,9 +268,9 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     cleanup: OSError | None = None
     try:
         if executor == "local":
-            _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch)
+            _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs)
         elif executor == "ray":
-            _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch)
+            _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs)
         else:
             raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
     finally:
@@ -323,17 +326,17 @@ def finished_ids(store: RunStore) -> set[str]:
     return {m["scene_id"] for m in RunReader(store, require=False).iter_manifests()}
 
 
-def _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:
+def _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs=()) -> None:
     for sid in pending:
         settle_heap()
         work = SceneWork(sid, source, epoch)
         for st in stages:
             apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
-        _count(tally, bar, finish_scene(work, StageEnv(cfg, store), write))
+        _count(tally, bar, finish_scene(work, StageEnv(cfg, store, part_specs=part_specs), write))
         del work  # garbage before the next scene begins (settle_heap keeps what is alive then)
 
 
-def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> None:
+def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs=()) -> None:
     from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
 
     configure_data_context(progress_bars=False)
@@ -346,7 +349,7 @@ def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch) -> N
         store.delete_dir(layout.ATTEMPTS_DIR)
         if round_no:
             log.warning("round %d: streaming %d unfinished scene(s) again", round_no + 1, len(remaining))
-        ds = build_dataset(remaining, source, stages, write, cfg, store, epoch)
+        ds = build_dataset(remaining, source, stages, write, cfg, store, epoch, part_specs)
         try:
             for row in iter_summaries(ds):
                 _count(tally, bar, row)

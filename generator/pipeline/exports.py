@@ -285,9 +285,11 @@ def add_run_card(reader: RunReader, summary: RunSummary, parts: bool = False) ->
             sp: sum(k.get(sp, 0) for f in stats["qa_counts"].values() for k in f.values()) for sp in stats["splits"]})
 
 
-def finalize_parts(reader: RunReader, cfg: PipelineConfig, camera_only: bool = False) -> list:
-    """The per-scene parts the end of a run builds (``generator.runfolder.parts.PartSpec``): the card's, each
-    enabled family export's that declares one (``Export.part``), and the report's."""
+def finalize_parts(cfg: PipelineConfig, camera_only: bool = False) -> list:
+    """The per-scene parts the end of a run merges (``generator.runfolder.parts.PartSpec``): the card's, each
+    enabled family export's that declares one (``Export.part``), and the report's. Each scene's worker builds its
+    own once the scene is committed (``generator.pipeline.core.build_committed_parts``); ``finalize_run`` builds
+    what is missing."""
     from generator.runfolder.parts import PartSpec
     from schemas.families import families
 
@@ -315,7 +317,7 @@ def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only:
 
     reader = RunReader(store, require=False)
     cfg = reader.config()
-    specs = finalize_parts(reader, cfg, camera_only)
+    specs = finalize_parts(cfg, camera_only)
     build_parts(store, reader.scene_ids(), specs)
     add_run_card(reader, summary, parts=bool(specs) and specs[0].name == CARD_PART)
     results: dict[str, dict[str, dict]] = {}

@@ -8,11 +8,13 @@ small merge, so that it runs on the cluster and the driver never holds a run's r
 1. ``PartSpec.build(part, cfg, **options)`` is a pure function of one committed scene (``Part.reader``: a reader
    of that scene alone, whose cost does not grow with the run) and the run's config; it returns a JSON-able
    record (Arrow tables under ``"tables"``), or None when the scene has nothing for it.
-2. ``build_parts`` builds every spec's part of every committed scene: as Ray tasks over batches of scenes when
-   Ray is up (the run's own Ray: the parts are built where the scenes' files are read), in-process otherwise.
-   Each part records a ``key``, the hash of its scene's manifest, of the config and of the builder's options: a
-   part whose key matches is done, so a finalize killed midway and run again (``drivegen run --resume``) builds
-   only the parts it had not written; a scene committed again, or another config, gets its part built again.
+2. The worker that commits a scene builds its parts right after (``generator.pipeline.core.build_committed_parts``:
+   its files are fresh there, and the end of the run reads no scene again); ``build_parts``, at the end of the
+   run, builds every part that is still missing or stale: as Ray tasks over batches of scenes when Ray is up, in
+   this process otherwise. Each part records a ``key``, the hash of its scene's manifest, of the config and of
+   the builder's options: a part whose key matches is done, so a finalize killed midway and run again (``drivegen
+   run --resume``) builds only the parts it had not written; a scene committed again, or another config, gets its
+   part built again.
    A part's JSON is written last (atomically): a part whose JSON is there is whole.
 3. ``read_parts`` yields the parts one at a time in scene order, for the merges (``generator.writers.card.
    merge_stats``, the families' exports): the driver holds their sums, never the run's rows.
@@ -84,11 +86,12 @@ def _build_one(spec: PartSpec, reader: RunReader, scene_id: str, cfg, put) -> di
                              file=reader.store.uri_of(layout.manifest_file(scene_id))) from err
 
 
-def build_scene_parts(run: str, scene_ids: list[str], specs: list[PartSpec]) -> dict[str, int]:
-    """Build the missing or stale parts of ``scene_ids`` (a Ray task, or in-process); {"built": n, "kept": n}."""
+def build_scene_parts(run: str | RunStore, scene_ids: list[str], specs: list[PartSpec]) -> dict[str, int]:
+    """Build the missing or stale parts of ``scene_ids`` (a Ray task, the worker that committed the scene, or
+    in-process); {"built": n, "kept": n}."""
     from generator.runfolder.commit import config_key
 
-    store = RunStore(run)
+    store = run if isinstance(run, RunStore) else RunStore(run)
     cfg = RunReader(store, require=False, scenes=[]).config()
     ckey = config_key(cfg)
     out = {"built": 0, "kept": 0}
@@ -142,7 +145,8 @@ def build_parts(store: RunStore, scene_ids: list[str], specs: list[PartSpec]) ->
         for i in range(0, len(scene_ids), 64):
             for k, v in build_scene_parts(store.uri, scene_ids[i:i + 64], specs).items():
                 totals[k] += v
-    log.info("parts of %d scene(s): %d built, %d kept from an earlier finalize, in %.1f s", len(scene_ids),
+    log.info("parts of %d scene(s): %d built, %d kept (built as their scenes were committed, or by an earlier "
+             "end of the run), in %.1f s", len(scene_ids),
              totals["built"], totals["kept"], time.perf_counter() - t0)
     return totals
 
