@@ -206,7 +206,9 @@ def ray2():
     """Embedded Ray with 2 CPUs (the smallest machine the default must complete on)."""
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    # address "local": a new instance, never one another test started on this machine (the suite runs on two
+    # pytest-xdist workers; without an address Ray may join the cluster the other worker's test has up)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     yield
     ray.shutdown()
 
