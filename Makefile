@@ -8,8 +8,8 @@ VENV ?= $(HOME)/.cache/drivegen/venv
 export DRIVEGEN_VENV := $(VENV)
 OUT ?= out
 PYTEST_ARGS ?=
-# the suite on two pytest-xdist workers (a Ray test waits on its cluster a third of its time: 25 -> 18.5 minutes
-# on 2 cores); PYTEST_WORKERS=0 runs it in one process
+# the suite on two pytest-xdist workers, each taking the next test as it frees (a Ray test waits on its cluster a
+# third of its time: 25 -> 15.6 minutes on 2 cores, 2026-11-28); PYTEST_WORKERS=0 runs it in one process
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup run test quick bench clean
