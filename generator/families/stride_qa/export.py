@@ -81,8 +81,20 @@ def shard_images(reader: RunReader, scene_id: str, groups, cfg: PipelineConfig):
     if not files or owner.config().anonymize != cfg.anonymize:
         return None
     wanted = {image_member(f, g.front_camera) for g in groups for f in g.context_frames}
-    found = shard_members((owner.store.read_bytes(f) for f in files), wanted)
+    found = shard_members(_shards(owner.store, files), wanted)
     return lambda frame_index, camera: found.get(image_member(frame_index, camera))
+
+
+def _shards(store: RunStore, files: list[str]):
+    """The shards as ``shard_members`` reads them: a local one as its open file (tar headers and the wanted
+    members read, the rest of its tens of MB skipped), a remote one as its bytes (one download, where each seek
+    would be a request)."""
+    for f in files:
+        if store.is_local:
+            with open(store.full(f), "rb") as fh:
+                yield fh
+        else:
+            yield store.read_bytes(f)
 
 
 def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
