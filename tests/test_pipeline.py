@@ -206,8 +206,8 @@ def ray2():
     """Embedded Ray with 2 CPUs (the smallest machine the default must complete on)."""
     if ray.is_initialized():
         ray.shutdown()
-    # address "local": a new instance, never one another test started on this machine (the suite runs on two
-    # pytest-xdist workers; without an address Ray may join the cluster the other worker's test has up)
+    # address "local": a new instance, never one another test started on this machine (with PYTEST_WORKERS=2 the
+    # suite runs on two pytest-xdist workers; without an address Ray may join the other worker's cluster)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     yield
     ray.shutdown()

@@ -33,7 +33,6 @@ fixed so the same input gives the same bytes, and a rewritten scene loses its st
 """
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import math
@@ -85,16 +84,16 @@ def image_member(frame_index: int, camera: str) -> str:
     return f"f{int(frame_index):06d}.{cam}.jpeg"
 
 
-def shard_members(shards: Iterable[bytes | BinaryIO], wanted: set[str]) -> dict[str, bytes]:
-    """The image members named in ``wanted`` (``image_member`` names) found in a scene's shards (each given as its
-    bytes, or as a seekable binary file: then only the headers and the wanted members are read), as written:
-    published (blurred, re-encoded) as the run's ``anonymize`` said. An image that several samples share is the
-    same bytes in each; the first is taken."""
+def shard_members(shards: Iterable[BinaryIO], wanted: set[str]) -> dict[str, bytes]:
+    """The image members named in ``wanted`` (``image_member`` names) found in a scene's shards (each a seekable
+    binary file: only the headers and the wanted members are read), as written: published (blurred, re-encoded)
+    as the run's ``anonymize`` said. An image that several samples share is the same bytes in each; the first is
+    taken."""
     import tarfile
 
     found: dict[str, bytes] = {}
-    for data in shards:
-        with tarfile.open(fileobj=io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data) as tf:
+    for fh in shards:
+        with tarfile.open(fileobj=fh) as tf:
             for info in tf:
                 name = info.name.split(".", 1)[-1]  # the sample key holds no dot
                 if name in wanted and name not in found and info.isfile():

@@ -4,6 +4,7 @@ committed file by file into a folder drivegen owns (``generator.pipeline.exports
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections import Counter
@@ -86,15 +87,15 @@ def shard_images(reader: RunReader, scene_id: str, groups, cfg: PipelineConfig):
 
 
 def _shards(store: RunStore, files: list[str]):
-    """The shards as ``shard_members`` reads them: a local one as its open file (tar headers and the wanted
-    members read, the rest of its tens of MB skipped), a remote one as its bytes (one download, where each seek
-    would be a request)."""
+    """The shards as ``shard_members`` reads them: a local one as the store's open file (tar headers and the
+    wanted members read, the rest of its tens of MB skipped), a remote one downloaded once into memory (each
+    seek would be a request)."""
     for f in files:
         if store.is_local:
-            with open(store.full(f), "rb") as fh:
+            with store.fs.open_input_file(store.full(f)) as fh:
                 yield fh
         else:
-            yield store.read_bytes(f)
+            yield io.BytesIO(store.read_bytes(f))
 
 
 def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConfig | None = None,
