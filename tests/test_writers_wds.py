@@ -76,6 +76,47 @@ def test_deterministic_and_rewrite_removes_stale(scene):
     assert not list((out / "wds").glob(".*"))
 
 
+def test_shards_are_the_bytes_webdatasets_own_writer_gives(scene, tmp_path):
+    """drivegen writes the members with ``tarfile`` as ``webdataset.TarWriter(mtime=0, encoder=False)`` does:
+    the same samples through the library's writer give the same file, and another owner would not."""
+    import tarfile
+
+    import webdataset as wds
+
+    from generator.writers.wds import build_samples
+
+    t, _, root, out = scene
+    ours = write_wds_shards(t, out, "scene.v1/a", WriterConfig(wds_max_samples=100), image_root=root)
+    assert len(ours) == 1
+    samples = list(build_samples(t, "scene.v1/a", root))
+    theirs = tmp_path / "theirs.tar"
+    w = wds.TarWriter(str(theirs), mtime=0.0, encoder=False)
+    for sample in samples:
+        w.write(sample)
+    w.close()
+    assert ours[0].read_bytes() == theirs.read_bytes()
+    with tarfile.open(ours[0]) as tar:  # the check can fail: the members' owner is part of the bytes
+        assert {m.uname for m in tar.getmembers()} == {"bigdata"}
+    other = tmp_path / "other.tar"
+    w = wds.TarWriter(str(other), mtime=0.0, encoder=False, user="someone")
+    for sample in samples:
+        w.write(sample)
+    w.close()
+    assert other.read_bytes() != theirs.read_bytes()
+
+
+def test_writing_shards_does_not_import_torch():
+    """The default CPU pipeline's writers leave torch unloaded (the ``webdataset`` package imports it)."""
+    import subprocess
+    import sys
+
+    from support.pipeline import REPO
+
+    code = "import sys, generator.writers.wds, generator.pipeline.stages; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr[-2000:]
+
+
 def test_byte_bound_rolls_over(scene):
     t, imgs, root, out = scene
     per_image = np.mean([len(v) for v in imgs.values()])

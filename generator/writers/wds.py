@@ -1,6 +1,7 @@
 """QA rows -> WebDataset shards named by scene (``OUT/wds/<safe scene>-<k:05d>.tar``).
 
-One sample per keyframe. Its members (``<key>.<suffix>``, written by ``webdataset.TarWriter``):
+One sample per keyframe. Its members (``<key>.<suffix>``, written as ``webdataset.TarWriter`` writes them,
+below):
 
 * ``json``: ``{"scene_id", "keyframe_index", "timestamp_us", "images": [...], "qas": [...]}``; ``qas`` are
   the keyframe's QA rows as ``schemas.tables.QA`` dicts (groundings with boxes and COCO RLE masks),
@@ -30,14 +31,22 @@ Naming, chosen so both readers handle it with their defaults:
 Shards hold at most ``WriterConfig.wds_max_samples`` samples and roll over before
 ``wds_max_bytes``; each is written under a temporary name and renamed into place, tar member times are
 fixed so the same input gives the same bytes, and a rewritten scene loses its stale higher shards.
+
+``TarWriter`` writes a sample with the standard library's ``tarfile`` exactly as ``webdataset.TarWriter(path,
+mtime=0.0, encoder=False)`` does (its members sorted by suffix, mode 0444, owner ``bigdata``, time 0.0 in a PAX
+record; a stream; tests/test_writers_wds.py compares the bytes). The library itself is not imported to write: its
+package imports torch when torch is installed (about 1.4 CPU seconds and 180 MiB in every writing process,
+measured 2026-11-28), which the default CPU pipeline never needs. Readers use the library as before.
 """
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
 import os
 import re
+import tarfile
 import uuid
 from pathlib import Path
 from typing import BinaryIO, Iterable
@@ -45,7 +54,6 @@ from typing import BinaryIO, Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import webdataset as wds
 
 from generator.sources.io import is_jpeg, jpeg_problem
 from generator.sources.remote import is_remote, read_log_file
@@ -296,6 +304,34 @@ def _sample_images(table: pa.Table, order: np.ndarray, cuts: np.ndarray) -> list
     return out
 
 
+class TarWriter:
+    """Samples (``{"__key__": key, suffix: bytes, ...}``) into a tar file at ``path``, member by member as
+    ``webdataset.TarWriter(path, mtime=0.0, encoder=False)`` writes them (module docstring); ``close()`` ends it."""
+
+    def __init__(self, path: str | os.PathLike):
+        self._file = open(path, "wb")
+        self._tar = tarfile.open(fileobj=self._file, mode="w|")
+
+    def write(self, sample: dict) -> None:
+        key = sample["__key__"]
+        for suffix in sorted(sample):
+            if suffix.startswith("_"):
+                continue
+            data = sample[suffix]
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(f"WebDataset member {key}.{suffix} must be bytes, got {type(data).__name__}")
+            info = tarfile.TarInfo(f"{key}.{suffix}")
+            # mtime a float, as the library passes it: tarfile then adds a PAX record "mtime=0.0" to each member
+            info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 0.0, 0o444, "bigdata", "bigdata"
+            self._tar.addfile(info, io.BytesIO(data))
+
+    def close(self) -> None:
+        try:
+            self._tar.close()
+        finally:
+            self._file.close()
+
+
 def _sample_bytes(sample: dict) -> int:
     return sum(len(v) + _TAR_OVERHEAD for k, v in sample.items() if not k.startswith("__"))
 
@@ -340,7 +376,7 @@ def write_wds_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
                 finish()
             if writer is None:
                 tmp = wds_dir / f".{safe_name(scene_id)}.{uuid.uuid4().hex}.tar.tmp"
-                writer = wds.TarWriter(str(tmp), mtime=0.0, encoder=False)
+                writer = TarWriter(tmp)
                 n = size = 0
             writer.write(sample)
             n += 1
