@@ -19,6 +19,8 @@ Each model actor (``generator.pipeline.ray_exec``):
 """
 from __future__ import annotations
 
+import sys
+
 ROW_COUNTS = ("qa", "objects", "projections")  # the manifest counts that are a table's committed rows
 
 
@@ -69,11 +71,8 @@ class ActorMetrics:
 
     def record(self, seconds: float) -> None:
         self.busy.inc(max(seconds, 1e-9), tags=self.tags)
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                self.gpu.set(float(torch.cuda.memory_allocated()), tags=self.tags)
-        except ImportError:
-            pass
+        # torch holds GPU memory only where a model loaded it: importing it here would cost a CPU actor seconds
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            self.gpu.set(float(torch.cuda.memory_allocated()), tags=self.tags)
 
