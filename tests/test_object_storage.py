@@ -83,3 +83,35 @@ def test_run_folder_on_s3_equals_local(s3_server, synth_root, tmp_path):
 def test_unreachable_and_missing_buckets_are_named(s3_server, tmp_path):
     r = drivegen("inspect", "s3://no-such-bucket-here/run")
     assert r.returncode == 2 and "no-such-bucket-here" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_export_reads_the_shards_of_a_run_on_s3(s3_server, minimal_logs, tmp_path):
+    """The STRIDE-QA-Bench export takes its context images from the run's WebDataset shards; on ``s3://`` each
+    shard is downloaded once (``export._shards``' remote branch). The same run folder, local and copied to S3,
+    exports the same files."""
+    from pyarrow import fs as pafs
+
+    from generator.families.stride_qa.export import export_bench
+    from generator.pipeline import run
+    from schemas.config import parse_config
+
+    local = tmp_path / "run"
+    res = run(str(local), source="nuscenes", data=str(minimal_logs), version=SYNTH_VERSION, scenes=2,
+              cfg=parse_config({"writers": {"card": False}, "report": {"on_run": False}}), executor="local",
+              progress=False)
+    assert res.exit_code == 0, res.summary
+    assert list((local / "wds").glob("*.tar"))
+    bucket = s3_server.new_bucket()
+    pafs.copy_files(str(local), f"{bucket}/runs/w", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=s3_server.filesystem())
+    a = export_bench(str(local), out=str(tmp_path / "from-local"))
+    b = export_bench(f"s3://{bucket}/runs/w", out=str(tmp_path / "from-s3"))
+    assert a["groups"] == b["groups"] > 0
+    files = {p.relative_to(tmp_path / "from-local"): p.read_bytes()
+             for p in sorted((tmp_path / "from-local").rglob("*")) if p.is_file()}
+    assert any(p.suffix in (".jpg", ".jpeg") for p in files)
+    for rel, data in files.items():
+        if rel.name != "export_summary.json":  # it names the run it came from
+            assert (tmp_path / "from-s3" / rel).read_bytes() == data, rel
+    assert sorted(p.relative_to(tmp_path / "from-s3") for p in (tmp_path / "from-s3").rglob("*") if p.is_file()) \
+        == sorted(files)
