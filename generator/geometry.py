@@ -165,14 +165,29 @@ def points_in_boxes(points: np.ndarray, center_m: np.ndarray, size_lwh_m: np.nda
     return out
 
 
+_X_CELL_M = 0.25  # cell width of ``points_in_boxes_pairs``' candidate search
+_NO_CELL = np.iinfo(np.int16).max  # the key of a NaN x
+
+
+def _x_keys(x: np.ndarray, nan_key: int) -> np.ndarray:
+    """int16 keys of ``x``: its cell of ``_X_CELL_M``, clipped (infinities included) to the int16 range below
+    ``_NO_CELL``; ``nan_key`` where x is NaN."""
+    with np.errstate(invalid="ignore"):
+        cell = np.floor(np.asarray(x, dtype=np.float64) / _X_CELL_M)
+    return np.where(np.isnan(cell), nan_key, np.clip(cell, -_NO_CELL, _NO_CELL - 1)).astype(np.int16)
+
+
 def points_in_boxes_pairs(points: np.ndarray, center_m: np.ndarray, size_lwh_m: np.ndarray, yaw_rad: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
     """(box, point) index pairs of (P, 3) points inside yaw-only boxes (same frame), sorted by box, then by
     point: box b's points are ``point[box == b]`` in the sweep's order.
 
     A box holds a few hundred of a sweep's tens of thousands of points, so the exact test runs only on the points
-    whose x lies within the box's half-diagonal of its centre (points sorted by x once, each box's range found by
-    binary search): the same membership as testing every pair, at a fraction of the cost."""
+    whose x lies in the cells of ``_X_CELL_M`` that the box's half-diagonal around its centre reaches (points
+    ordered by cell once, each box's range found by binary search): the same membership as testing every pair,
+    at a fraction of the cost. Cells are 16-bit keys, which numpy's stable sort orders by radix in linear time
+    (0.23 ms for a 33,000-point sweep against 1.9 ms for sorting its x with the SIMD sorts pinned off,
+    ``generator.numerics``)."""
     given = np.asarray(points)
     p = given.astype(np.float64, copy=False)[:, :3]
     c = np.asarray(center_m, dtype=np.float64).reshape(-1, 3)
@@ -180,14 +195,17 @@ def points_in_boxes_pairs(points: np.ndarray, center_m: np.ndarray, size_lwh_m: 
     yaw = np.asarray(yaw_rad, dtype=np.float64).reshape(-1)
     if len(c) == 0 or len(p) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    # NaN x last: never inside a finite range. Ties in any order (the pairs are sorted by box and point at the
-    # end); a float32 sweep sorted in float32 (3x faster than float64, the same order)
-    order = np.argsort(np.ascontiguousarray(given[:, 0]) if given.dtype == np.float32 else p[:, 0])
-    xs = p[order, 0]
+    # A NaN x gets the last key, which no box range reaches; beyond +-8 km points share the end cells (more
+    # candidates there, the exact test decides); a box whose range is NaN has none. The pairs are sorted by box
+    # and point at the end.
+    keys = _x_keys(p[:, 0], _NO_CELL)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
     reach = np.hypot(s[:, 0], s[:, 1]) / 2 * (1 + 1e-9) + 1e-9  # |rotated offset| <= half-diagonal, with rounding
-    lo = np.searchsorted(xs, c[:, 0] - reach, side="left")
-    hi = np.searchsorted(xs, c[:, 0] + reach, side="right")
-    n = np.maximum(hi - lo, 0)
+    x_lo, x_hi = c[:, 0] - reach, c[:, 0] + reach
+    lo = np.searchsorted(keys, _x_keys(x_lo, _NO_CELL - 1), side="left")
+    hi = np.searchsorted(keys, _x_keys(x_hi, _NO_CELL - 1), side="right")
+    n = np.where(np.isnan(x_lo) | np.isnan(x_hi), 0, np.maximum(hi - lo, 0))
     box = np.repeat(np.arange(len(c)), n)
     pos = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)  # lo[b] .. hi[b]-1 per box
     pt = order[pos]

@@ -296,9 +296,10 @@ def test_sam2_batched_decode_equals_one_call_per_image(nuscenes_demo):
 
 
 def test_points_in_boxes_equals_the_every_pair_test():
-    """``points_in_boxes`` tests only the points within a box's half-diagonal in x; its mask equals the plain test
+    """``points_in_boxes`` tests only the points in the x cells a box's half-diagonal reaches; its mask equals the plain test
     of every point against every box, for points on the boxes' corners and faces, NaN points and boxes, flat boxes,
-    points sharing their x, float32 sweeps and empty inputs."""
+    points sharing their x, infinite x, a box and points beyond the search cells' range, float32 sweeps and empty
+    inputs."""
     from generator.geometry import points_in_boxes, points_in_boxes_pairs
 
     def every_pair(p, c, s, yaw):
@@ -321,6 +322,9 @@ def test_points_in_boxes_equals_the_every_pair_test():
             p[-1], c[-1] = np.nan, np.nan
         if k and trial % 6 == 0:
             s[0, :2] = 0.0
+        if n_pts > 10 and n_box > 1 and trial % 5 == 0:  # infinite x; a box and a point beyond the cells' +-8 km
+            c[1, 0] = 9e3
+            p[-5], p[-4:-1, 0] = c[1], (np.inf, -np.inf, 9e3 + 0.1)
         if n_pts > 100:  # points sharing their x: ties in the sort by x
             p[50:100, 0] = p[50, 0]
         if trial % 2:  # a float32 sweep (as LiDAR files hold them; sorted in its own precision)
