@@ -271,8 +271,7 @@ def _frame_inputs(fr: Frame, boxes: Boxes3D, cfg: PipelineConfig, lidar_bad: boo
                     if member is None:
                         uv = [np.zeros((0, 2))] * len(ok_idx)
                     else:
-                        cam_SE3_ego = cam.ego_SE3_cam.inverse()
-                        uv = [project_to_image(cam_SE3_ego.transform_points(pts[member[first[i]:first[i + 1]]]),
+                        uv = [project_to_image(cam.cam_SE3_ego.transform_points(pts[member[first[i]:first[i + 1]]]),
                                                cam.K)[0] for i in ok_idx]
                 else:
                     uv = None

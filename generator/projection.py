@@ -22,8 +22,7 @@ def corners_in_camera(boxes: Boxes3D, cam: CameraCalib, corners_ego: np.ndarray 
     """(N, 8, 3) box corners in the optical frame of ``cam`` (boxes are in the ego frame). ``corners_ego``: the
     boxes' ``box_corners`` when the caller has them (one frame's boxes go into every camera)."""
     corners = box_corners(boxes.center_m, boxes.size_lwh_m, boxes.yaw_rad) if corners_ego is None else corners_ego
-    cam_SE3_ego = cam.ego_SE3_cam.inverse()
-    return cam_SE3_ego.transform_points(corners.reshape(-1, 3)).reshape(-1, 8, 3)
+    return cam.cam_SE3_ego.transform_points(corners.reshape(-1, 3)).reshape(-1, 8, 3)
 
 
 def hull_boxes_in_canvas(uv: np.ndarray, valid: np.ndarray, width_px: int, height_px: int) -> np.ndarray:
@@ -76,7 +75,7 @@ def project_corners(pc: np.ndarray, center_m: np.ndarray, cam: CameraCalib, min_
     (N, 8, 3)) and their centres in the ego frame (N, 3): for a caller that reads the corners too."""
     if len(pc) == 0:
         return np.full((0, 4), np.nan), np.zeros(0), np.zeros(0, dtype=bool)
-    depth_c = cam.ego_SE3_cam.inverse().transform_points(center_m)[:, 2]
+    depth_c = cam.cam_SE3_ego.transform_points(center_m)[:, 2]
     front = pc[..., 2] > min_depth_m
     uv, _ = project_to_image(np.where(front[..., None], pc, 1.0), cam.K)
     box2d = hull_boxes_in_canvas(uv, front, cam.width_px, cam.height_px)

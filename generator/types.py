@@ -81,6 +81,11 @@ class CameraCalib:
             raise ValueError(f"camera {self.name}: image size must be positive, got {self.width_px}x{self.height_px}")
         object.__setattr__(self, "K", K)
 
+    @cached_property
+    def cam_SE3_ego(self) -> SE3:
+        """The inverse of ``ego_SE3_cam`` (ego frame -> this camera's optical frame), computed once."""
+        return self.ego_SE3_cam.inverse()
+
 
 @dataclass
 class Boxes3D:

@@ -108,7 +108,7 @@ def frame_input(frame: Frame, points: np.ndarray, use_camera: bool, box_type_3d,
             if not path:
                 raise DrivegenError(f"camera model needs an image for {name}; the log has none", scene=frame.scene_id,
                                     stage="detect")
-            cam_SE3_lidar = cam.ego_SE3_cam.inverse().compose(frame.ego_SE3_lidar)
+            cam_SE3_lidar = cam.cam_SE3_ego.compose(frame.ego_SE3_lidar)
             images[name] = dict(img_path=path, cam2img=cam.K.tolist(), lidar2cam=cam_SE3_lidar.as_matrix(),
                                 cam2ego=cam.ego_SE3_cam.as_matrix())
         info["images"] = images
