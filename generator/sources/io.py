@@ -98,17 +98,38 @@ def _check_points(frame: Frame, path: str, xyz: np.ndarray, ring: np.ndarray | N
         raise _err(frame, path, gap)
 
 
+def _bin_records(path: str, size: int, record_dim: int, err) -> np.ndarray:
+    """(N, record_dim) float32 records of a nuScenes-layout LiDAR file of ``size`` bytes; ``err(what)``: the error
+    to raise when the size is not whole records."""
+    if size % (4 * record_dim):
+        raise err(f"LiDAR file is truncated or corrupt: {size} bytes is not a multiple of the {4 * record_dim}-byte "
+                  f"point record ({record_dim} float32 values"
+                  + ("; nuScenes: x, y, z, intensity, ring)" if record_dim == NUSCENES_RECORD_FLOATS else ")"))
+    return np.fromfile(path, dtype=np.float32, count=size // 4).reshape(-1, record_dim)
+
+
+def _feather_points(path: str, dtype, err) -> np.ndarray:
+    """(N, 4) x, y, z, intensity as ``dtype`` of an AV2 LiDAR feather file (ego frame); ``err(what)``: the error
+    to raise when it cannot be read."""
+    import pyarrow as pa
+    import pyarrow.feather as feather
+
+    try:
+        table = feather.read_table(path, columns=list(AV2_LIDAR_COLUMNS))
+    except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as e:
+        raise err(f"unreadable AV2 LiDAR feather (needs columns {list(AV2_LIDAR_COLUMNS)}): {e}") from None
+    if not table.num_rows:
+        return np.zeros((0, 4), dtype)
+    return np.stack([table.column(c).to_numpy(zero_copy_only=False).astype(dtype) for c in AV2_LIDAR_COLUMNS], axis=1)
+
+
 def _read_nuscenes_bin(frame: Frame, path: str, checked_bytes: int = 0) -> tuple[np.ndarray, int]:
     """((N, 4) float32 x, y, z, intensity in the LiDAR frame, the file's size), checked. The nuScenes layout
     (what the devkit's ``LidarPointCloud.from_file`` reads): float32 records of x, y, z, intensity, ring index."""
-    record_bytes = 4 * NUSCENES_RECORD_FLOATS
     size = _check_size(frame, path)
-    if size % record_bytes:
-        raise _err(frame, path, f"LiDAR file is truncated or corrupt: {size} bytes is not a multiple of the "
-                                f"{record_bytes}-byte nuScenes point record (float32 x, y, z, intensity, ring)")
     if not path.endswith(".bin"):
         raise _err(frame, path, "nuScenes LiDAR files must end in .bin")
-    rec = np.fromfile(path, dtype=np.float32, count=size // 4).reshape(-1, NUSCENES_RECORD_FLOATS)
+    rec = _bin_records(path, size, NUSCENES_RECORD_FLOATS, lambda what: _err(frame, path, what))
     if size != checked_bytes:
         _check_points(frame, path, rec[:, :3], rec[:, 4])
     return rec[:, :4], size
@@ -116,17 +137,8 @@ def _read_nuscenes_bin(frame: Frame, path: str, checked_bytes: int = 0) -> tuple
 
 def _read_av2_feather(frame: Frame, path: str, checked_bytes: int = 0) -> tuple[np.ndarray, int]:
     """((N, 4) float32 x, y, z, intensity in the ego frame, the file's size), checked."""
-    import pyarrow as pa
-    import pyarrow.feather as feather
-
     size = _check_size(frame, path)
-    try:
-        table = feather.read_table(path, columns=list(AV2_LIDAR_COLUMNS))
-    except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as err:
-        raise _err(frame, path, f"unreadable AV2 LiDAR feather (needs columns {list(AV2_LIDAR_COLUMNS)}): "
-                                f"{err}") from None
-    pts = np.stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.float32)
-                    for c in AV2_LIDAR_COLUMNS], axis=1) if table.num_rows else np.zeros((0, 4), np.float32)
+    pts = _feather_points(path, np.float32, lambda what: _err(frame, path, what))
     if size != checked_bytes:
         _check_points(frame, path, pts[:, :3])
     return pts, size
@@ -246,21 +258,9 @@ def read_lidar_records(path: str, lidar_format: str, ego_SE3_lidar: SE3, record_
     if not path or not os.path.isfile(path):
         raise err("LiDAR file is missing")
     if lidar_format == "nuscenes_bin":
-        size = os.path.getsize(path)
-        if size % (4 * record_dim):
-            raise err(f"LiDAR file is truncated or corrupt: {size} bytes is not a multiple of {record_dim} float32 "
-                      f"values per point")
-        pts = np.fromfile(path, dtype=np.float32).reshape(-1, record_dim)
+        pts = _bin_records(path, os.path.getsize(path), record_dim, err)
     else:
-        import pyarrow as pa
-        import pyarrow.feather as feather
-
-        try:
-            table = feather.read_table(path, columns=list(AV2_LIDAR_COLUMNS))
-        except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as e:
-            raise err(f"unreadable AV2 LiDAR feather (needs columns {list(AV2_LIDAR_COLUMNS)}): {e}") from None
-        ego = np.stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.float64) for c in AV2_LIDAR_COLUMNS],
-                       axis=1) if table.num_rows else np.zeros((0, 4))
+        ego = _feather_points(path, np.float64, err)
         pts = np.zeros((len(ego), record_dim), dtype=np.float32)
         pts[:, :3] = ego_SE3_lidar.inverse().transform_points(ego[:, :3])
         pts[:, 3] = ego[:, 3]
