@@ -17,7 +17,7 @@ import time
 import pytest
 
 from actors.device import device_note, resolve_device
-from generator.pipeline.core import Stage
+from generator.pipeline.core import SceneFinish, Stage
 from schemas.config import PipelineConfig
 
 # the cluster tests start Ray and are marked slow; the device-rule tests take microseconds and run in `make quick`
@@ -97,7 +97,8 @@ def _run(address: str | None, tmp_path, n_scenes: int, pool: int, stage_actors: 
         store = RunStore(str(tmp_path / "out"))
         # ``ray.stage_actors`` takes model stage names only: the probe then stands in for the perceive stage
         stages = [STAGES[0], dataclasses.replace(STAGES[1], name="perceive")] if stage_actors else STAGES
-        ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, stages, _write_counts, cfg, store)
+        ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, stages, SceneFinish(_write_counts), cfg,
+                           store)
         rows = list(iter_summaries(ds))
     finally:
         ray.shutdown()

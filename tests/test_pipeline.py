@@ -19,7 +19,7 @@ from ray import cloudpickle
 from schemas.summary import QACounts, SceneCounts
 from support.pipeline import LocalCluster, assert_same_rows, drivegen, link_synth_cache, write_config
 from generator.pipeline import RunStore, run_pipeline
-from generator.pipeline.core import Stage
+from generator.pipeline.core import SceneFinish, Stage
 from generator.runfolder import RunReader, read_table
 from schemas import layout
 from schemas.config import PipelineConfig
@@ -332,7 +332,7 @@ def test_ray_work_keeps_to_its_cpus(ray2, tmp_path):
     assert ray.get(ray.remote(num_cpus=2)(threads).remote()) == (2, 2)
     store = RunStore(tmp_path / "run")
     for actor, reserved in ((False, False), (True, True), (False, False)):
-        ds = build_dataset(["s-0"], {"kind": "toy"}, toy_stages(actor), toy_write, toy_cfg(), store)
+        ds = build_dataset(["s-0"], {"kind": "toy"}, toy_stages(actor), SceneFinish(toy_write), toy_cfg(), store)
         assert ds.context.op_resource_reservation_enabled is reserved
         ratio = ds.context.downstream_capacity_backpressure_ratio
         assert (ratio == ray.data.context.DEFAULT_DOWNSTREAM_CAPACITY_BACKPRESSURE_RATIO) if reserved else ratio is None

@@ -270,6 +270,20 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
     return {"scene_id": work.scene_id, "status": "failed", "info": json.dumps({"error": work.error.row()})}
 
 
+@dataclass(frozen=True)
+class SceneFinish:
+    """How a scene ends on the worker that ran its last stage (``finish_scene``): ``write(work, env, staging)``
+    builds its files; once they are committed, the end-of-run parts ``part_specs`` (``generator.runfolder.parts``)
+    are built from them. What a driver hands its executor for the end of every scene."""
+
+    write: Callable[[SceneWork, StageEnv, Path], None]
+    part_specs: tuple = ()
+
+    def __call__(self, work: SceneWork, cfg: PipelineConfig, store: RunStore) -> dict:
+        """``finish_scene`` of ``work``: its summary row."""
+        return finish_scene(work, StageEnv(cfg, store, part_specs=self.part_specs), self.write)
+
+
 def build_committed_parts(env: StageEnv, scene_id: str) -> None:
     """The end-of-run parts (``generator.runfolder.parts``) of a scene just committed, built by the worker that
     wrote it while its files are fresh, so that the end of the run only merges (it builds what is missing or

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from generator.numerics import numpy_pinned, ray_env_vars
-from generator.pipeline.core import (SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model, finish_scene,
+from generator.pipeline.core import (SceneFinish, SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model,
                                      settle_heap)
 from generator.runfolder import LockLostError, RunReader, RunStore, remove_leftovers, write_error
 from generator.runfolder.commit import count_attempts
@@ -265,12 +265,13 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
 
         metrics = RunMetrics(len(pending))
     bar = _Progress(len(pending), progress, metrics)
+    finish = SceneFinish(write, tuple(part_specs))
     cleanup: OSError | None = None
     try:
         if executor == "local":
-            _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs)
+            _run_local(pending, source, stages, finish, cfg, store, tally, bar, epoch)
         elif executor == "ray":
-            _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs)
+            _run_ray(pending, source, stages, finish, cfg, store, tally, bar, epoch)
         else:
             raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
     finally:
@@ -326,17 +327,17 @@ def finished_ids(store: RunStore) -> set[str]:
     return {m["scene_id"] for m in RunReader(store, require=False).iter_manifests()}
 
 
-def _run_local(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs=()) -> None:
+def _run_local(pending, source, stages, finish: SceneFinish, cfg, store, tally, bar, epoch) -> None:
     for sid in pending:
         settle_heap()
         work = SceneWork(sid, source, epoch)
         for st in stages:
             apply_stage(st, work, StageEnv(cfg, store, cached_model(st, cfg)))
-        _count(tally, bar, finish_scene(work, StageEnv(cfg, store, part_specs=part_specs), write))
+        _count(tally, bar, finish(work, cfg, store))
         del work  # garbage before the next scene begins (settle_heap keeps what is alive then)
 
 
-def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch, part_specs=()) -> None:
+def _run_ray(pending, source, stages, finish: SceneFinish, cfg, store, tally, bar, epoch) -> None:
     from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
 
     configure_data_context(progress_bars=False)
@@ -349,7 +350,7 @@ def _run_ray(pending, source, stages, write, cfg, store, tally, bar, epoch, part
         store.delete_dir(layout.ATTEMPTS_DIR)
         if round_no:
             log.warning("round %d: streaming %d unfinished scene(s) again", round_no + 1, len(remaining))
-        ds = build_dataset(remaining, source, stages, write, cfg, store, epoch, part_specs)
+        ds = build_dataset(remaining, source, stages, finish, cfg, store, epoch)
         try:
             for row in iter_summaries(ds):
                 _count(tally, bar, row)

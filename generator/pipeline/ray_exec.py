@@ -31,12 +31,12 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import ray
 
-from generator.pipeline.core import SceneWork, Stage, StageEnv, apply_stage, cached_model, finish_scene, settle_heap
+from generator.pipeline.core import SceneFinish, SceneWork, Stage, StageEnv, apply_stage, cached_model, settle_heap
 from generator.runfolder import RunStore
 from schemas.config import PipelineConfig
 
@@ -60,12 +60,11 @@ def fit_threads() -> int:
 
 
 def _task_segment(batch: dict, stages: list[Stage], cfg: PipelineConfig, store: RunStore,
-                  begin: tuple[dict, int | None] | None = None, write: Callable | None = None,
-                  part_specs: tuple = ()) -> dict:
+                  begin: tuple[dict, int | None] | None = None, finish: SceneFinish | None = None) -> dict:
     """Consecutive CPU stages as ONE task per scene: the scene's work is unpickled once (or, with ``begin`` =
     (source, epoch), started here from its id), goes through ``stages`` in this process, and is pickled once
-    for the next model stage, or, with ``write``, finished here (written, committed, its ``part_specs`` built)
-    into its summary row. Only model stages (actors) hand a scene over between processes."""
+    for the next model stage, or, with ``finish``, finished here (written, committed, its end-of-run parts
+    built) into its summary row. Only model stages (actors) hand a scene over between processes."""
     fit_threads()
     settle_heap()
     if begin is not None:
@@ -75,9 +74,8 @@ def _task_segment(batch: dict, stages: list[Stage], cfg: PipelineConfig, store: 
     for st in stages:
         env = StageEnv(cfg, store, cached_model(st, cfg))
         works = [apply_stage(st, w, env) for w in works]
-    if write is not None:
-        env = StageEnv(cfg, store, part_specs=part_specs)
-        rows = [finish_scene(w, env, write) for w in works]
+    if finish is not None:
+        rows = [finish(w, cfg, store) for w in works]
         return {k: np.array([r[k] for r in rows], dtype=object) for k in ("scene_id", "status", "info")}
     return {"scene_id": np.array([w.scene_id for w in works], dtype=object),
             "work": np.array([w.encode() for w in works], dtype=object)}
@@ -250,19 +248,18 @@ def _max_size(rc, name: str, size: dict[str, int], gpus: dict[str, float], clust
     return max(size[name], int((cluster_gpus_ - others) / gpus[name] + 1e-9))
 
 
-def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], write: Callable,
-                  cfg: PipelineConfig, store: RunStore, epoch: int | None = None,
-                  part_specs: tuple = ()) -> "ray.data.Dataset":
-    """The lazy Dataset: scenes -> stages -> write/commit (and the scene's ``part_specs``) -> summary rows
-    (scene_id, status, info)."""
+def build_dataset(scene_ids: list[str], source: dict, stages: list[Stage], finish: SceneFinish,
+                  cfg: PipelineConfig, store: RunStore, epoch: int | None = None) -> "ray.data.Dataset":
+    """The lazy Dataset: scenes -> stages -> ``finish`` (write, commit, the scene's end-of-run parts) -> summary
+    rows (scene_id, status, info)."""
     with warnings.catch_warnings():
         # Retry limits (max_retries / max_restarts / max_task_retries) have no named parameter in Ray 2.60;
         # they still go through ``**ray_remote_args``, which warns about its removal in 2.64 (pinned 2.60).
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated", category=DeprecationWarning)
-        return _build(scene_ids, source, stages, write, cfg, store, epoch, tuple(part_specs))
+        return _build(scene_ids, source, stages, finish, cfg, store, epoch)
 
 
-def _build(scene_ids, source, stages, write, cfg, store, epoch, part_specs):
+def _build(scene_ids, source, stages, finish, cfg, store, epoch):
     rc = cfg.ray
     res = plan_resources(rc, stages, float(ray.cluster_resources().get("CPU", 0.0)), cluster_gpus())
     for note in res.notes:
@@ -305,8 +302,7 @@ def _build(scene_ids, source, stages, write, cfg, store, epoch, part_specs):
         else:
             ds = ds.map_batches(_task_segment, fn_kwargs={
                 "stages": seg, "cfg": cfg, "store": store, "begin": (source, epoch) if i == 0 else None,
-                "write": write if i == len(parts) - 1 else None,
-                "part_specs": part_specs if i == len(parts) - 1 else ()}, **task_args)
+                "finish": finish if i == len(parts) - 1 else None}, **task_args)
     return ds
 
 
