@@ -77,7 +77,7 @@ def test_deterministic_and_rewrite_removes_stale(scene):
 
 
 def test_shards_are_the_bytes_webdatasets_own_writer_gives(scene, tmp_path):
-    """drivegen writes the members with ``tarfile`` as ``webdataset.TarWriter(mtime=0, encoder=False)`` does:
+    """drivegen writes the members with ``tarfile`` as ``webdataset.TarWriter(mtime=0.0, encoder=False)`` does:
     the same samples through the library's writer give the same file, and another owner would not."""
     import tarfile
 

@@ -32,8 +32,8 @@ Shards hold at most ``WriterConfig.wds_max_samples`` samples and roll over befor
 ``wds_max_bytes``; each is written under a temporary name and renamed into place, tar member times are
 fixed so the same input gives the same bytes, and a rewritten scene loses its stale higher shards.
 
-``TarWriter`` writes a sample with the standard library's ``tarfile`` exactly as ``webdataset.TarWriter(path,
-mtime=0.0, encoder=False)`` does (its members sorted by suffix, mode 0444, owner ``bigdata``, time 0.0 in a PAX
+``write_sample`` adds a sample to a ``tarfile`` stream exactly as ``webdataset.TarWriter(path, mtime=0.0,
+encoder=False)`` does (its members sorted by suffix, mode 0444, owner ``bigdata``, time 0.0 in a PAX
 record; a stream; tests/test_writers_wds.py compares the bytes). The library itself is not imported to write: its
 package imports torch when torch is installed (about 1.4 CPU seconds and 180 MiB in every writing process,
 measured 2026-11-28), which the default CPU pipeline never needs. Readers use the library as before.
@@ -97,8 +97,6 @@ def shard_members(shards: Iterable[BinaryIO], wanted: set[str]) -> dict[str, byt
     binary file: only the headers and the wanted members are read), as written: published (blurred, re-encoded)
     as the run's ``anonymize`` said. An image that several samples share is the same bytes in each; the first is
     taken."""
-    import tarfile
-
     found: dict[str, bytes] = {}
     for fh in shards:
         with tarfile.open(fileobj=fh) as tf:
@@ -304,32 +302,20 @@ def _sample_images(table: pa.Table, order: np.ndarray, cuts: np.ndarray) -> list
     return out
 
 
-class TarWriter:
-    """Samples (``{"__key__": key, suffix: bytes, ...}``) into a tar file at ``path``, member by member as
-    ``webdataset.TarWriter(path, mtime=0.0, encoder=False)`` writes them (module docstring); ``close()`` ends it."""
-
-    def __init__(self, path: str | os.PathLike):
-        self._file = open(path, "wb")
-        self._tar = tarfile.open(fileobj=self._file, mode="w|")
-
-    def write(self, sample: dict) -> None:
-        key = sample["__key__"]
-        for suffix in sorted(sample):
-            if suffix.startswith("_"):
-                continue
-            data = sample[suffix]
-            if not isinstance(data, (bytes, bytearray, memoryview)):
-                raise TypeError(f"WebDataset member {key}.{suffix} must be bytes, got {type(data).__name__}")
-            info = tarfile.TarInfo(f"{key}.{suffix}")
-            # mtime a float, as the library passes it: tarfile then adds a PAX record "mtime=0.0" to each member
-            info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 0.0, 0o444, "bigdata", "bigdata"
-            self._tar.addfile(info, io.BytesIO(data))
-
-    def close(self) -> None:
-        try:
-            self._tar.close()
-        finally:
-            self._file.close()
+def write_sample(tar: tarfile.TarFile, sample: dict) -> None:
+    """Add a sample (``{"__key__": key, suffix: bytes, ...}``) to ``tar`` (opened ``"w|"``), member by member as
+    ``webdataset.TarWriter(path, mtime=0.0, encoder=False)`` writes them (module docstring)."""
+    key = sample["__key__"]
+    for suffix in sorted(sample):
+        if suffix.startswith("_"):
+            continue
+        data = sample[suffix]
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"WebDataset member {key}.{suffix} must be bytes, got {type(data).__name__}")
+        info = tarfile.TarInfo(f"{key}.{suffix}")
+        # mtime a float, as the library passes it: tarfile then adds a PAX record "mtime=0.0" to each member
+        info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 0.0, 0o444, "bigdata", "bigdata"
+        tar.addfile(info, io.BytesIO(data))
 
 
 def _sample_bytes(sample: dict) -> int:
@@ -376,9 +362,9 @@ def write_wds_shards(table: pa.Table, out_dir: str | os.PathLike, scene_id: str,
                 finish()
             if writer is None:
                 tmp = wds_dir / f".{safe_name(scene_id)}.{uuid.uuid4().hex}.tar.tmp"
-                writer = TarWriter(tmp)
+                writer = tarfile.open(tmp, mode="w|")  # opens and closes the file itself
                 n = size = 0
-            writer.write(sample)
+            write_sample(writer, sample)
             n += 1
             size += b
         if writer is not None:
