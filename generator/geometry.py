@@ -169,12 +169,12 @@ _X_CELL_M = 0.25  # cell width of ``points_in_boxes_pairs``' candidate search
 _NO_CELL = np.iinfo(np.int16).max  # the key of a NaN x
 
 
-def _x_keys(x: np.ndarray, nan_key: int) -> np.ndarray:
+def _x_keys(x: np.ndarray) -> np.ndarray:
     """int16 keys of ``x``: its cell of ``_X_CELL_M``, clipped (infinities included) to the int16 range below
-    ``_NO_CELL``; ``nan_key`` where x is NaN."""
+    ``_NO_CELL``; ``_NO_CELL`` where x is NaN."""
     with np.errstate(invalid="ignore"):
         cell = np.floor(np.asarray(x, dtype=np.float64) / _X_CELL_M)
-    return np.where(np.isnan(cell), nan_key, np.clip(cell, -_NO_CELL, _NO_CELL - 1)).astype(np.int16)
+    return np.where(np.isnan(cell), _NO_CELL, np.clip(cell, -_NO_CELL, _NO_CELL - 1)).astype(np.int16)
 
 
 def points_in_boxes_pairs(points: np.ndarray, center_m: np.ndarray, size_lwh_m: np.ndarray, yaw_rad: np.ndarray
@@ -198,13 +198,13 @@ def points_in_boxes_pairs(points: np.ndarray, center_m: np.ndarray, size_lwh_m: 
     # A NaN x gets the last key, which no box range reaches; beyond +-8 km points share the end cells (more
     # candidates there, the exact test decides); a box whose range is NaN has none. The pairs are sorted by box
     # and point at the end.
-    keys = _x_keys(p[:, 0], _NO_CELL)
+    keys = _x_keys(p[:, 0])
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     reach = np.hypot(s[:, 0], s[:, 1]) / 2 * (1 + 1e-9) + 1e-9  # |rotated offset| <= half-diagonal, with rounding
     x_lo, x_hi = c[:, 0] - reach, c[:, 0] + reach
-    lo = np.searchsorted(keys, _x_keys(x_lo, _NO_CELL - 1), side="left")
-    hi = np.searchsorted(keys, _x_keys(x_hi, _NO_CELL - 1), side="right")
+    lo = np.searchsorted(keys, _x_keys(x_lo), side="left")
+    hi = np.searchsorted(keys, _x_keys(x_hi), side="right")
     n = np.where(np.isnan(x_lo) | np.isnan(x_hi), 0, np.maximum(hi - lo, 0))
     box = np.repeat(np.arange(len(c)), n)
     pos = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(lo, n)  # lo[b] .. hi[b]-1 per box
