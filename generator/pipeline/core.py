@@ -139,13 +139,11 @@ class SceneWork:
 
 @dataclass
 class StageEnv:
-    """What a stage function gets besides the scene: the config, the run folder and its (cached) model; for the
-    write, the end-of-run parts to build once the scene is committed (``part_specs``: ``finish_scene``)."""
+    """What a stage function gets besides the scene: the config, the run folder and its (cached) model."""
 
     cfg: PipelineConfig
     store: RunStore
     model: Any = None
-    part_specs: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -224,10 +222,10 @@ def apply_stage(stage: Stage, work: SceneWork, env: StageEnv, mark: bool = True)
 
 # --------------------------------------------------------------------------------------------- commit
 def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, StageEnv, Path], None],
-                 stage_name: str = "write") -> dict:
+                 stage_name: str = "write", part_specs: tuple = ()) -> dict:
     """The last step of every scene, on the worker that finished it: ``write`` builds the scene's files in
     a staging folder, ``generator.runfolder.commit_scene`` puts them in place (fenced by the run epoch), then the
-    scene's end-of-run parts are built (``env.part_specs``, ``build_committed_parts``); a failed scene gets its
+    scene's end-of-run parts ``part_specs`` are built (``build_committed_parts``); a failed scene gets its
     ERRORS row instead. Returns the small summary row the driver sees: scene_id, status ('ok'|'failed'|'stale'),
     info (JSON)."""
     from generator.runfolder import StaleWriterError
@@ -250,7 +248,7 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
             manifest = commit_scene(env.store, work.scene_id, staging, counts=work.counts, timings_s=work.timings_s,
                                     config=config_key(env.cfg), epoch=work.epoch, fence=fence,
                                     extra={**work.manifest_info, "stage_spans_unix": spans})
-            build_committed_parts(env, work.scene_id)
+            build_committed_parts(env.store, work.scene_id, part_specs)
             return {"scene_id": work.scene_id, "status": "ok",
                     "info": json.dumps({"counts": manifest["counts"], "timings_s": manifest["timings_s"],
                                         "files": len(manifest["files"])}, default=_jsonable)}
@@ -281,18 +279,18 @@ class SceneFinish:
 
     def __call__(self, work: SceneWork, cfg: PipelineConfig, store: RunStore) -> dict:
         """``finish_scene`` of ``work``: its summary row."""
-        return finish_scene(work, StageEnv(cfg, store, part_specs=self.part_specs), self.write)
+        return finish_scene(work, StageEnv(cfg, store), self.write, part_specs=self.part_specs)
 
 
-def build_committed_parts(env: StageEnv, scene_id: str) -> None:
+def build_committed_parts(store: RunStore, scene_id: str, part_specs: tuple) -> None:
     """The end-of-run parts (``generator.runfolder.parts``) of a scene just committed, built by the worker that
     wrote it while its files are fresh, so that the end of the run only merges (it builds what is missing or
     stale, keyed by the scene's manifest). Never fails the committed scene: a part that cannot be built here is
     logged and left to the end of the run, which builds it again and names its error."""
-    if not env.part_specs:
+    if not part_specs:
         return
     try:
-        build_scene_parts(env.store, [scene_id], list(env.part_specs))
+        build_scene_parts(store, [scene_id], list(part_specs))
     except Exception as err:  # noqa: BLE001 - the scene stays committed; the end of the run retries and reports
         log.warning("scene %s: its end-of-run parts were not built with it (%s: %s); the end of the run builds "
                     "them", scene_id, type(err).__name__, str(err).splitlines()[0][:300] if str(err) else "")
