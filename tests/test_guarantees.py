@@ -377,6 +377,26 @@ def test_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finished,
         {k: v for k, v in before.items() if k not in ("_lock.json",)}
 
 
+def test_clean_up_removes_every_temporary_name_the_check_flags(tmp_path):
+    """A driver killed while a committed scene's parts were written left a bench image's temporary name under
+    parts/ on S3; the resumed run's clean-up listed only some folders, so the check flagged it after a
+    successful resume. The clean-up now removes a killed writer's name wherever the check finds one."""
+    from generator.runfolder.commit import remove_leftovers
+
+    store = RunStore(tmp_path / "run")
+    killed = [layout.tmp_name(rel) for rel in ("parts/bench/images/CAM_FRONT/scene-0000_000015.jpg",
+                                               "parts/card/scene-0000.json", "report/index.html",
+                                               "qa/train-scene-0000-00000.parquet", "summary.json")]
+    for rel in killed + ["parts/bench/notes.tmp"]:  # the last one is not a name drivegen writes
+        store.mkdirs(str(Path(rel).parent))
+        store.write_bytes(rel, b"x")
+    flagged = sorted(p.rsplit(": ", 1)[1] for p in RunReader(store, require=False).check() if "temporary" in p)
+    assert flagged == sorted(killed)
+    assert sorted(remove_leftovers(store)) == sorted(killed)
+    assert not any("temporary" in p for p in RunReader(store, require=False).check())
+    assert store.exists("parts/bench/notes.tmp")
+
+
 def test_the_lock_heartbeat_is_not_a_leftover(tmp_path):
     """The holder's heartbeat rewrites the lock through a temporary name. A fresh run's clean-up used to
     delete that file mid-write ("removed 1 leftover(s) of an interrupted writer" on a brand-new folder, and

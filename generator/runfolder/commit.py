@@ -245,8 +245,8 @@ def count_attempts(store: RunStore, scene_id: str) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------ leftovers
 def remove_leftovers(store: RunStore) -> list[str]:
     """Remove what killed writers of THIS run folder can leave behind, and nothing else: scenes half
-    committed (their intent's files), drivegen's own temporary names in the layout's folders, staging
-    folders and attempt markers. Only safe while holding the run's lock. Returns what was removed."""
+    committed (their intent's files), drivegen's own temporary names wherever they are in the folder,
+    staging folders and attempt markers. Only safe while holding the run's lock. Returns what was removed."""
     removed: list[str] = []
     for rel in store.list(layout.PENDING_DIR):
         scene = store.read_json(rel).get("scene_id")
@@ -255,14 +255,12 @@ def remove_leftovers(store: RunStore) -> list[str]:
             rollback_pending(store, scene)
         else:
             store.delete(rel)
-    folders = ["", layout.MANIFEST_DIR, layout.ERRORS_DIR, layout.PENDING_DIR, layout.CARD_DIR, layout.VALIDATE_DIR,
-               *sorted({e.folder for _, e in family_exports()}), *{t.folder for t in layout.TABLES.values()},
-               "perception"]
-    for folder in folders:
-        for rel in store.list(folder, recursive=bool(folder)):
-            if layout.is_leftover_tmp_name(rel):
-                store.delete(rel)
-                removed.append(rel)
+    # the whole folder, as the reader's check does: a killed writer's temporary name can be anywhere drivegen
+    # writes (a scene's tables, the end-of-run parts and their images, the report), and none is a user's
+    for rel in store.list("", recursive=True):
+        if layout.is_leftover_tmp_name(rel) and not rel.startswith(layout.STAGING_DIR + "/"):
+            store.delete(rel)
+            removed.append(rel)
     for rel in store.list_dirs(layout.STAGING_DIR):
         store.delete_dir(rel)
         removed.append(rel + "/")
