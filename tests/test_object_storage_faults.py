@@ -113,6 +113,33 @@ def test_wrong_credentials_are_named_not_a_bug(s3_server, tmp_path, argv):
     assert "access refused" in r.stderr or "InvalidAccessKeyId" in r.stderr or "ACCESS_DENIED" in r.stderr, r.stderr
 
 
+# ------------------------------------------------------------------------------------------ writes
+def test_a_file_is_one_upload_under_its_own_name(s3_server, tmp_path):
+    """An object appears only once its upload completes, so a file is uploaded under its own name in one
+    request (a temporary name cost an upload in three requests, a copy and a delete, and was left behind by a
+    killed writer). A write refused leaves the earlier file of that name as it was, and nothing else."""
+    bucket = s3_server.new_bucket()
+    proxy = CuttableProxy(s3_server.endpoint)
+    store = RunStore(f"s3://{bucket}/run?endpoint_override=127.0.0.1:{proxy.port}&scheme=http")
+    store.mkdirs("manifest")
+    staged = tmp_path / "shard.parquet"
+    staged.write_bytes(b"PAR1" * 1000)
+    proxy.requests.clear()
+    store.write_json("manifest/a.json", {"x": 1})
+    store.commit_file(staged, "manifest/b.parquet")
+    store.copy("manifest/a.json", "manifest/c.json")
+    assert proxy.requests == [f"PUT /{bucket}/run/manifest/{name}" for name in ("a.json", "b.parquet", "c.json")]
+    assert store.list("manifest") == ["manifest/a.json", "manifest/b.parquet", "manifest/c.json"]
+    assert store.read_json("manifest/c.json") == {"x": 1}
+
+    proxy.deny()  # S3's answer to wrong credentials (a cut link is retried for seconds: the same outcome)
+    with pytest.raises(RunFolderError, match="manifest/a.json"):
+        store.write_json("manifest/a.json", {"x": 2})
+    assert RunStore(f"s3://{bucket}/run").read_json("manifest/a.json") == {"x": 1}
+    assert RunStore(f"s3://{bucket}/run").list("manifest") == ["manifest/a.json", "manifest/b.parquet",
+                                                               "manifest/c.json"]
+
+
 # ------------------------------------------------------------------------------------------ an outage
 @pytest.mark.slow
 def test_an_outage_while_scenes_write_fails_clearly_and_resume_is_exact(s3_server, minimal_logs, tmp_path):

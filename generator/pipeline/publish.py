@@ -16,7 +16,7 @@ unchanged (the Hugging Face Hub's Parquet configs, WebDataset tars), written exa
 
 **Exactly once, resumable.** The plan (every file, its rows) follows from the run's manifests, the seed and the
 target alone. The marker is written first with ``"state": "writing"`` and the plan's files, then each file is
-built in memory and written under a temporary name and renamed into place (``RunStore.write_bytes``), then
+built in memory and written atomically (``RunStore.write_bytes``), then
 ``SHA256SUMS`` and the marker with ``"state": "done"``. A publish killed midway and run again with the same
 RUN, seed and target keeps the files already in place (a file at its final name is whole) and writes the
 rest, which are the same bytes: the same rows in the same order through the same writer. A different plan

@@ -1,10 +1,13 @@
 """``RunStore``: the run folder on any filesystem pyarrow supports (local path, ``file://``, ``s3://``, ``gs://``).
 
-The one place that touches a run folder's bytes. Every write is atomic: written under a temporary name
-(``schemas.layout.tmp_name``) and moved into place, so a reader sees either nothing or the whole file. On a
-local filesystem the move is a ``rename`` after an fsync; on object stores (S3/GCS), where an object only
-appears once its upload completes, the move is copy+delete and the manifest is what makes a scene visible
-(``generator.runfolder.commit``). Paths inside the store are relative and '/'-separated (``schemas.layout``).
+The one place that touches a run folder's bytes. Every write is atomic, so a reader sees either nothing or the
+whole file. On a local filesystem (and any other one pyarrow opens) a file is written under a temporary name
+(``schemas.layout.tmp_name``) and moved into place: a ``rename`` after an fsync. On object stores (S3, GCS) an
+object appears only once its upload completes, so a file is uploaded under its own name: a temporary name would
+add a copy and a delete per file (S3 has no rename) and leave a name to clean up when a writer is killed. S3 is
+opened with ``allow_delayed_open``, so a file smaller than a multipart part is one PutObject, not three requests.
+The manifest is what makes a scene visible (``generator.runfolder.commit``). Paths inside the store are relative
+and '/'-separated (``schemas.layout``).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ class RunStore:
         uri = str(uri)
         try:
             if "://" in uri:
-                self.fs, base = pafs.FileSystem.from_uri(uri)
+                self.fs, base = pafs.FileSystem.from_uri(_with_delayed_open(uri))
             else:
                 self.fs, base = pafs.LocalFileSystem(), os.path.abspath(uri)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as err:
@@ -39,6 +42,8 @@ class RunStore:
         self.uri = uri if "://" in uri else base
         self.base = base.rstrip("/") or "/"
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+        # an upload under the file's own name is atomic (the object appears when it completes)
+        self.uploads_atomic = isinstance(self.fs, _OBJECT_STORES)
         self._made: set[str] = set()  # folders this object created or found (no create_dir call each write)
 
     def __reduce__(self):
@@ -138,7 +143,7 @@ class RunStore:
         parent = str(PurePosixPath(rel).parent)
         parent = "" if parent in ("", ".") else parent
         self.mkdirs(parent)
-        tmp = tmp_name(rel)
+        tmp = rel if self.uploads_atomic else tmp_name(rel)
         if self.is_local and not os.path.isdir(self.full(parent)):  # removed since it was made (by another writer)
             self._made.discard(parent)
             self.mkdirs(parent)
@@ -153,12 +158,13 @@ class RunStore:
             else:
                 with self.fs.open_output_stream(self.full(tmp)) as fh:
                     fh.write(data)
-                self.fs.move(self.full(tmp), self.full(rel))
+                if tmp != rel:
+                    self.fs.move(self.full(tmp), self.full(rel))
         except OSError as err:  # read-only filesystem, permissions, a full disk: name the file
-            self._delete_quiet(tmp)
+            self._delete_tmp(tmp, rel)
             raise self._write_error(rel, err) from None
         except BaseException:
-            self._delete_quiet(tmp)
+            self._delete_tmp(tmp, rel)
             raise
 
     def write_json(self, rel: str, obj, durable: bool = True) -> None:
@@ -188,13 +194,14 @@ class RunStore:
             parent = str(PurePosixPath(rel).parent)
             if parent not in ("", "."):
                 self.mkdirs(parent)
-            tmp = tmp_name(rel)
+            tmp = rel if self.uploads_atomic else tmp_name(rel)
             try:
                 with open(local, "rb") as src, self.fs.open_output_stream(self.full(tmp)) as dst:
                     shutil.copyfileobj(src, dst, 8 << 20)
-                self.fs.move(self.full(tmp), self.full(rel))
+                if tmp != rel:
+                    self.fs.move(self.full(tmp), self.full(rel))
             except BaseException:
-                self._delete_quiet(tmp)
+                self._delete_tmp(tmp, rel)
                 raise
 
     def copy(self, src_rel: str, dst_rel: str) -> None:
@@ -203,7 +210,7 @@ class RunStore:
         copy on object storage (S3's CopyObject). Atomic: the copy appears under its name whole."""
         parent = str(PurePosixPath(dst_rel).parent)
         self.mkdirs("" if parent in ("", ".") else parent)
-        tmp = tmp_name(dst_rel)
+        tmp = dst_rel if self.uploads_atomic else tmp_name(dst_rel)
         try:
             if self.is_local:
                 if os.path.exists(self.full(dst_rel)) and os.path.samefile(self.full(src_rel), self.full(dst_rel)):
@@ -215,9 +222,10 @@ class RunStore:
                 os.replace(self.full(tmp), self.full(dst_rel))
             else:
                 self.fs.copy_file(self.full(src_rel), self.full(tmp))
-                self.fs.move(self.full(tmp), self.full(dst_rel))
+                if tmp != dst_rel:
+                    self.fs.move(self.full(tmp), self.full(dst_rel))
         except OSError as err:
-            self._delete_quiet(tmp)
+            self._delete_tmp(tmp, dst_rel)
             raise self._write_error(dst_rel, err) from None
 
     def delete(self, rel: str) -> None:
@@ -229,6 +237,12 @@ class RunStore:
             self.fs.delete_dir(self.full(rel_dir))
         except (FileNotFoundError, OSError):
             pass
+
+    def _delete_tmp(self, tmp: str, rel: str) -> None:
+        """After a failed write: its temporary file goes; a failed upload under the file's own name left none
+        (an earlier file of that name stays as it was)."""
+        if tmp != rel:
+            self._delete_quiet(tmp)
 
     def _delete_quiet(self, rel: str) -> None:
         try:
@@ -282,3 +296,17 @@ def _json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# Filesystems whose uploads appear whole or not at all (GCS only where pyarrow was built with it).
+_OBJECT_STORES = tuple(getattr(pafs, name) for name in ("S3FileSystem", "GcsFileSystem") if hasattr(pafs, name))
+
+
+def _with_delayed_open(uri: str) -> str:
+    """``uri`` with ``allow_delayed_open=true`` when it is an S3 URI that does not set it: pyarrow then uploads a
+    file smaller than a multipart part with one PutObject when it is closed (without it: create, upload a part,
+    complete; measured on moto's server)."""
+    scheme, _, rest = uri.partition("://")
+    if scheme != "s3" or "allow_delayed_open=" in rest:
+        return uri
+    return f"{uri}{'&' if '?' in rest else '?'}allow_delayed_open=true"

@@ -62,6 +62,7 @@ class CuttableProxy:
         self.held = threading.Event()  # set when a request matching ``hold_request`` arrived
         self._cut_at: tuple[tuple[bytes, ...], list[int]] | None = None
         self.was_cut = threading.Event()  # set when ``cut_at`` cut the link
+        self.requests: list[str] = []  # "METHOD /path?query" of each request that went through, in order
         self.restore()
 
     def cut_at(self, *parts: bytes, after: int = 0) -> None:
@@ -146,6 +147,8 @@ class CuttableProxy:
     def _pipe(self, a: socket.socket, b: socket.socket, outbound: bool) -> None:
         try:
             while data := a.recv(1 << 16):
+                if outbound and data[:8].split(b" ", 1)[0] in _METHODS:
+                    self.requests.append(data.split(b"\r\n", 1)[0].rsplit(b" ", 1)[0].decode("latin-1"))
                 at = self._cut_at if outbound else None
                 if at is not None and all(p in data[:512] for p in at[0]):
                     if at[1][0] == 0:
@@ -168,6 +171,9 @@ class CuttableProxy:
                     c.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+_METHODS = {b"GET", b"HEAD", b"PUT", b"POST", b"DELETE"}
 
 
 def _free_port() -> int:

@@ -330,7 +330,7 @@ def check_export_folder(store) -> list[str]:
 
 
 def write_export(store, records: dict[str, dict[str, dict]], source: str = "", image_root: str = "") -> dict:
-    """Write ``records`` into ``store`` (each file atomically: temporary name, then renamed), the marker last;
+    """Write ``records`` into ``store`` (each file atomically: ``RunStore.write_bytes``), the marker last;
     files of an earlier export that this one lacks are removed, nothing else. Returns the marker."""
     old = check_export_folder(store)
     files = []
