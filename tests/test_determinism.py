@@ -1,9 +1,9 @@
 """Same logs and config, same bytes (README "What drivegen guarantees").
 
 End to end: every data file of a run (the tables its manifests list, WebDataset shards, the families' exports,
-the dataset card) has the same SHA-256 whether the run went in-process, through Ray with one or two worker
-processes, or had its driver's process group SIGKILLed after the first committed scene and was finished with
-``--resume``; on the generated logs and on the real AV2 excerpt.
+the dataset card) has the same SHA-256 whether the run went in-process, through Ray with two worker processes,
+or through Ray with one and had its driver's process group SIGKILLed after the first committed scene and was
+finished with ``--resume``; on the generated logs and on the real AV2 excerpt.
 
 The two causes, each shown failing without its fix:
   * numpy chose a SIMD or the C library's ``arctan2`` by where malloc put the output (``generator.numerics``);
@@ -191,13 +191,13 @@ def test_same_bytes_in_process_on_one_or_two_workers_and_resumed(logs, synth_roo
     r = drivegen("run", "--out", tmp_path / "local", *args, "--local", "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     runs["in-process"] = data_checksums(tmp_path / "local")
-    for n, cfg in cfgs.items():
-        out = tmp_path / f"ray{n}"
-        r = drivegen("run", "--out", out, *args, "--config", cfg, "--no-progress", timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        runs[f"Ray, {n} worker(s)"] = data_checksums(out)
-    _killed_then_resumed(tmp_path / "resumed", args, cfgs[2])
-    runs["killed + resumed"] = data_checksums(tmp_path / "resumed")
+    out = tmp_path / "ray2"
+    r = drivegen("run", "--out", out, *args, "--config", cfgs[2], "--no-progress", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs["Ray, 2 workers"] = data_checksums(out)
+    # one worker: the run killed and resumed (a separate uninterrupted one-worker run added ~20 s and no cause)
+    _killed_then_resumed(tmp_path / "resumed", args, cfgs[1])
+    runs["Ray, 1 worker, killed + resumed"] = data_checksums(tmp_path / "resumed")
 
     base = runs["in-process"]
     assert any(k.startswith("qa/") for k in base) and any(k.startswith("perception/objects/") for k in base)
