@@ -123,6 +123,42 @@ def test_a_part_whose_scene_changed_is_built_again(finished, tmp_path):
         list(read_parts(store, "bench", reader.scene_ids()))
 
 
+def test_the_builders_of_a_scene_read_each_file_once(finished, tmp_path, monkeypatch):
+    """The builders of one scene's parts read overlapping tables (frames by four of them, the QA rows by two);
+    their reader reads each file once, whole, and serves the others from it: on object storage each read is a
+    few requests. The parts are the ones built before."""
+    from collections import Counter
+
+    from generator.pipeline.exports import finalize_parts
+
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    store = RunStore(str(run))
+    reader = RunReader(store)
+    sid = reader.scene_ids()[0]
+    before = {p: p.read_bytes() for p in (run / "parts").rglob(f"{sid}.*")}
+    for p in before:
+        p.unlink()
+    reads: Counter = Counter()
+    real = RunStore.read_parquet
+
+    def counted(self, rel, schema=None, columns=None):
+        reads.update([rel] if isinstance(rel, str) else rel)
+        return real(self, rel, schema, columns)
+
+    monkeypatch.setattr(RunStore, "read_parquet", counted)
+    specs = finalize_parts(reader.config())
+    assert build_scene_parts(store, [sid], specs) == {"built": len(specs), "kept": 0}
+    tables = {f for f in reads if not f.startswith("parts/")}
+    assert {f.split("/")[0] for f in tables} >= {"qa", "perception", "labels", "attributes"}
+    assert {f: n for f, n in reads.items() if n > 1} == {}
+    import json
+
+    for p, data in before.items():  # the same records (a part's key hashes the manifest, unchanged here)
+        got = p.read_bytes()
+        assert (json.loads(got) if p.suffix == ".json" else got) == (json.loads(data) if p.suffix == ".json" else data)
+
+
 def test_the_driver_keeps_sums_not_rows():
     """The driver's tally adds each scene's counts once (a retried block's second report is not counted) and
     keeps nothing of a scene but its id."""

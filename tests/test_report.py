@@ -136,9 +136,10 @@ def report(labelled_run, tmp_path_factory) -> Path:
     return out
 
 
-def test_report_is_self_contained_and_paged(report, labelled_run):
+def test_report_is_self_contained_and_paged(report, labelled_run, monkeypatch):
     """Only relative links to files inside the report; pages hold at most rows_per_page samples; each family's
-    sample is drawn from that family, as many as samples_per_family allows."""
+    sample is drawn from that family, as many as samples_per_family allows. A scene's QA rows and labels are read
+    for the sample pages once, not once per family (8 and 7 reads of each scene's files before)."""
     _, fam, _, family_of = qa_counts(labelled_run)
     pages = sorted(report.glob("*.html"))
     shown = Counter()
@@ -156,7 +157,20 @@ def test_report_is_self_contained_and_paged(report, labelled_run):
             assert ids and {family_of[i] for i in ids} == {family}
             shown[family] += len(ids)
     assert shown == {f: min(n, CFG.samples_per_family) for f, n in fam.items()}
+    from generator.runfolder import RunStore
+
+    reads: Counter = Counter()
+    real = RunStore.read_parquet
+
+    def counted(self, rel, schema=None, columns=None):
+        reads.update([rel] if isinstance(rel, str) else rel)
+        return real(self, rel, schema, columns)
+
+    monkeypatch.setattr(RunStore, "read_parquet", counted)
     again = build_report(str(labelled_run), str(report.parent / "again"), CFG)
+    assert len(shown) > 2 and reads  # several families' pages
+    assert {f: n for f, n in reads.items() if f.startswith("labels/") and n > 1} == {}
+    assert {f: n for f, n in reads.items() if f.startswith("qa/") and n > 2} == {}  # the statistics, the samples
     assert sorted(p.name for p in (report.parent / "again").glob("*.html")) == [p.name for p in pages]
     assert again.samples == sum(shown.values())
 

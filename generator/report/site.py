@@ -156,8 +156,9 @@ class _Site:
             self._videos(stats)
         else:
             self._scenes(stats)
+        cards = self._cards([row for rows in stats.sample.values() for row in rows])
         for fam, rows in stats.sample.items():
-            self._samples(fam, rows, page_names[fam], stats.by_family[fam])
+            self._samples(fam, [cards[k] for k in rows], page_names[fam], stats.by_family[fam])
 
     # ---- index.html
     def _index(self, stats: RunStats, page_names: dict[str, list[str]]) -> None:
@@ -218,8 +219,9 @@ class _Site:
                    more=max(0, len(stats.scenes) - self.cfg.max_scenes))
 
     # ---- samples-<family>-<k>.html
-    def _samples(self, family: str, rows: list[tuple[str, int]], names: list[str], family_total: int) -> None:
-        per = self.cfg.rows_per_page
+    def _cards(self, rows: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
+        """The card of each sampled (scene, QA row) of every family: each scene's QA rows and labels read once
+        (they were read once per family and scene)."""
         by_scene: dict[str, list[int]] = defaultdict(list)
         for sid, i in rows:
             by_scene[sid].append(i)
@@ -234,7 +236,10 @@ class _Site:
                 others = others[others != i]
                 cards[(sid, i)] = self._card(row, qa.take(pa.array(others[:8])).to_pylist() if len(others) else [],
                                              len(others), labels)
-        ordered = [cards[k] for k in rows]
+        return cards
+
+    def _samples(self, family: str, ordered: list[dict], names: list[str], family_total: int) -> None:
+        per = self.cfg.rows_per_page
         self.samples += len(ordered)
         for k, name in enumerate(names):
             self._page(name, "samples.html", title=f"{family}: samples {k * per + 1}-{min(len(ordered), (k + 1) * per)}",

@@ -96,7 +96,8 @@ def build_scene_parts(run: str | RunStore, scene_ids: list[str], specs: list[Par
     ckey = config_key(cfg)
     out = {"built": 0, "kept": 0}
     for sid in scene_ids:
-        one = RunReader(store, require=False, scenes=[sid])  # the builders' reader: this scene alone
+        # the builders' reader: this scene alone, each table read once for all of them
+        one = RunReader(store, require=False, scenes=[sid], keep_tables=True)
         manifest = one.manifest(sid)
         if manifest is None:
             continue

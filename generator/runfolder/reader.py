@@ -42,11 +42,16 @@ class SceneEntry:
 class RunReader:
     """``RunReader(uri_or_store)``: the committed content of a run folder."""
 
-    def __init__(self, run: str | RunStore, require: bool = True, scenes: list[str] | None = None):
+    def __init__(self, run: str | RunStore, require: bool = True, scenes: list[str] | None = None,
+                 keep_tables: bool = False):
         """``scenes``: read only these scenes' manifests (a task that works on a few scenes of a large run: its
-        cost does not grow with the run); the reader then knows no other finished scene."""
+        cost does not grow with the run); the reader then knows no other finished scene. ``keep_tables``: each
+        table's files are read once, whole, and kept; later reads of them (other columns) are served from memory
+        (the builders of one scene's parts read overlapping tables; keep such a reader only as long as its scenes
+        are worked on)."""
         self.store = run if isinstance(run, RunStore) else RunStore(run)
         self._only = None if scenes is None else list(scenes)
+        self._kept: dict[tuple, pa.Table] | None = {} if keep_tables else None
         if require and not self.is_run_folder():
             raise RunFolderError(f"{self.store.uri} is not a drivegen run folder (no {layout.CONFIG}, "
                                  f"{layout.RUN_STATE} or {layout.MANIFEST_DIR}/ inside); pass the --out folder of "
@@ -208,7 +213,18 @@ class RunReader:
             return None
         t = layout.table(table_name)
         try:
-            return owner.store.read_parquet(files, schema, columns)
+            if self._kept is None or schema is not None:
+                return owner.store.read_parquet(files, schema, columns)
+            key = (owner.store.uri, tuple(files))
+            if key not in self._kept:
+                self._kept[key] = owner.store.read_parquet(files)
+            whole = self._kept[key]
+            if columns is None:
+                return whole
+            unknown = [c for c in columns if c not in whole.column_names]
+            if unknown:
+                raise ValueError(f"columns {unknown} are not in {t.folder}")
+            return whole.select(list(columns))
         except (OSError, ValueError, pa.ArrowException) as err:
             raise RunFolderError(f"cannot read {t.folder} of {owner.uri}: {err}", file=owner.store.uri_of(t.folder)) from None
 
