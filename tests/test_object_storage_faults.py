@@ -140,6 +140,30 @@ def test_a_file_is_one_upload_under_its_own_name(s3_server, tmp_path):
                                                                "manifest/c.json"]
 
 
+def test_a_run_file_is_read_without_asking_first_whether_it_exists(s3_server):
+    """A reader read each of the run's JSON files (config, source, manifests, parts) after asking whether it
+    existed: one request more a file, many times a scene. Now a present file is pyarrow's two (its size, its
+    bytes) and a missing one a single 404, which is read as missing and nothing else."""
+    from generator.runfolder import RunReader
+
+    bucket = s3_server.new_bucket()
+    proxy = CuttableProxy(s3_server.endpoint)
+    store = RunStore(f"s3://{bucket}/run?endpoint_override=127.0.0.1:{proxy.port}&scheme=http")
+    store.write_bytes(layout.CONFIG, b"qa:\n  seed: 3\n")
+    store.write_json(layout.manifest_file("s1"), {"scene_id": "s1", "files": []})
+    proxy.requests.clear()
+    reader = RunReader(store, scenes=["s1", "s2"], require=False)
+    assert reader.config().qa.seed == 3 and reader.source() is None and reader.scene_ids() == ["s1"]
+    heads = [r for r in proxy.requests if r.startswith("HEAD ")]
+    gets = [r for r in proxy.requests if r.startswith("GET ")]
+    # config.yaml and s1's manifest: a HEAD and a GET each; source.json, run.json (for a parent) and s2's
+    # manifest: one HEAD each
+    assert len(gets) == 2 and len(heads) == 5, proxy.requests
+    proxy.deny()  # not a missing file: a refusal is named, never read as "no config"
+    with pytest.raises(RunFolderError):
+        RunReader(store, require=False).source()
+
+
 # ------------------------------------------------------------------------------------------ an outage
 @pytest.mark.slow
 def test_an_outage_while_scenes_write_fails_clearly_and_resume_is_exact(s3_server, minimal_logs, tmp_path):

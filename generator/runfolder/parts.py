@@ -104,13 +104,12 @@ def build_scene_parts(run: str | RunStore, scene_ids: list[str], specs: list[Par
         for spec in specs:
             rel = part_file(spec.name, sid)
             key = part_key(manifest, ckey, spec)
-            if store.exists(rel):
-                try:
-                    if store.read_json(rel).get("key") == key:
-                        out["kept"] += 1
-                        continue
-                except (ValueError, OSError):
-                    pass  # unreadable: built again
+            try:
+                if store.read_json(rel).get("key") == key:
+                    out["kept"] += 1
+                    continue
+            except (ValueError, OSError):
+                pass  # not built yet (FileNotFoundError), or unreadable: built (again)
             folder = f"{layout.PARTS_DIR}/{spec.name}"
             record = _build_one(spec, one, sid, cfg, lambda r, data, _f=folder: store.write_bytes(f"{_f}/{r}", data))
             tables = {}

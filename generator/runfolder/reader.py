@@ -67,10 +67,11 @@ class RunReader:
 
     # ---- the run's own files
     def _json(self, rel: str, default=None):
-        if not self.store.exists(rel):
-            return default
+        # read, not asked first whether it exists: on object storage that question is one more request a file
         try:
             return self.store.read_json(rel)
+        except FileNotFoundError:  # only a missing file (a network error is another OSError)
+            return default
         except (ValueError, OSError) as err:
             raise RunFolderError(f"{self.store.uri_of(rel)} is unreadable: {err}",
                                  file=self.store.uri_of(rel)) from None
@@ -80,7 +81,10 @@ class RunReader:
         return self._json(layout.RUN_STATE, {}) or {}
 
     def config_text(self) -> bytes | None:
-        return self.store.read_bytes(layout.CONFIG) if self.store.exists(layout.CONFIG) else None
+        try:
+            return self.store.read_bytes(layout.CONFIG)
+        except FileNotFoundError:
+            return None
 
     def config(self) -> PipelineConfig:
         """The run's PipelineConfig (``config.yaml``); the defaults when the folder has none."""
@@ -132,13 +136,16 @@ class RunReader:
 
     # ---- finished scenes
     def _manifest_paths(self) -> list[str]:
-        if self._only is not None:
-            return [rel for rel in map(layout.manifest_file, self._only) if self.store.exists(rel)]
+        if self._only is not None:  # a scene without a manifest is skipped when it is read (_read_manifest)
+            return list(map(layout.manifest_file, self._only))
         return [rel for rel in self.store.list(layout.MANIFEST_DIR)
                 if rel.endswith(".json") and not layout.is_tmp_name(rel)]
 
-    def _read_manifest(self, rel: str) -> dict:
+    def _read_manifest(self, rel: str) -> dict | None:
+        """The manifest at ``rel``; None when there is none (a scene not finished)."""
         m = self._json(rel)
+        if m is None:
+            return None
         if not isinstance(m, dict) or "scene_id" not in m:
             raise RunFolderError(f"{self.store.uri_of(rel)}: not a drivegen manifest", file=self.store.uri_of(rel))
         return m
@@ -148,7 +155,8 @@ class RunReader:
         out: dict[str, SceneEntry] = {}
         for rel in self._manifest_paths():
             m = self._read_manifest(rel)
-            out[m["scene_id"]] = SceneEntry(m["scene_id"], m)
+            if m is not None:
+                out[m["scene_id"]] = SceneEntry(m["scene_id"], m)
         return dict(sorted(out.items()))
 
     def iter_manifests(self):
@@ -158,7 +166,9 @@ class RunReader:
             yield from self.manifests()
             return
         for rel in sorted(self._manifest_paths()):
-            yield self._read_manifest(rel)
+            m = self._read_manifest(rel)
+            if m is not None:
+                yield m
 
     def refresh(self) -> "RunReader":
         """Forget cached manifests (after more scenes were committed)."""
