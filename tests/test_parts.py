@@ -13,7 +13,7 @@ import pytest
 from generator.pipeline import SYNTH_VERSION
 from generator.runfolder import RunReader, RunStore
 from generator.runfolder.parts import build_parts, build_scene_parts, part_file, read_parts
-from support.pipeline import drivegen
+from support.pipeline import count_parquet_reads, drivegen
 
 # the end-of-run outputs whose bytes must not depend on how they were built (card/stats.json also holds this
 # command's figures of the run; its statistics are compared below)
@@ -127,8 +127,6 @@ def test_the_builders_of_a_scene_read_each_file_once(finished, tmp_path, monkeyp
     """The builders of one scene's parts read overlapping tables (frames by four of them, the QA rows by two);
     their reader reads each file once, whole, and serves the others from it: on object storage each read is a
     few requests. The parts are the ones built before."""
-    from collections import Counter
-
     from generator.pipeline.exports import finalize_parts
 
     run = tmp_path / "run"
@@ -139,14 +137,7 @@ def test_the_builders_of_a_scene_read_each_file_once(finished, tmp_path, monkeyp
     before = {p: p.read_bytes() for p in (run / "parts").rglob(f"{sid}.*")}
     for p in before:
         p.unlink()
-    reads: Counter = Counter()
-    real = RunStore.read_parquet
-
-    def counted(self, rel, schema=None, columns=None):
-        reads.update([rel] if isinstance(rel, str) else rel)
-        return real(self, rel, schema, columns)
-
-    monkeypatch.setattr(RunStore, "read_parquet", counted)
+    reads = count_parquet_reads(monkeypatch)
     specs = finalize_parts(reader.config())
     assert build_scene_parts(store, [sid], specs) == {"built": len(specs), "kept": 0}
     tables = {f for f in reads if not f.startswith("parts/")}

@@ -19,6 +19,7 @@ import pytest
 
 from generator.report import build_report
 from schemas.config import ReportConfig
+from support.pipeline import count_parquet_reads
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package 'chromium'; "
@@ -157,16 +158,7 @@ def test_report_is_self_contained_and_paged(report, labelled_run, monkeypatch):
             assert ids and {family_of[i] for i in ids} == {family}
             shown[family] += len(ids)
     assert shown == {f: min(n, CFG.samples_per_family) for f, n in fam.items()}
-    from generator.runfolder import RunStore
-
-    reads: Counter = Counter()
-    real = RunStore.read_parquet
-
-    def counted(self, rel, schema=None, columns=None):
-        reads.update([rel] if isinstance(rel, str) else rel)
-        return real(self, rel, schema, columns)
-
-    monkeypatch.setattr(RunStore, "read_parquet", counted)
+    reads = count_parquet_reads(monkeypatch)
     again = build_report(str(labelled_run), str(report.parent / "again"), CFG)
     assert len(shown) > 2 and reads  # several families' pages
     assert {f: n for f, n in reads.items() if f.startswith("labels/") and n > 1} == {}

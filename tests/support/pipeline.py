@@ -108,6 +108,23 @@ LIGHT = {"segmentation": {"cameras": ["CAM_FRONT", "CAM_BACK"]}, "writers": {"we
          "report": {"on_run": False}}
 
 
+def count_parquet_reads(monkeypatch) -> dict[str, int]:
+    """From now on (for the test), how many times each run file is read as Parquet (``RunStore.read_parquet``)."""
+    from collections import Counter
+
+    from generator.runfolder import RunStore
+
+    reads: Counter = Counter()
+    real = RunStore.read_parquet
+
+    def counted(self, rel, schema=None, columns=None):
+        reads.update([rel] if isinstance(rel, str) else rel)
+        return real(self, rel, schema, columns)
+
+    monkeypatch.setattr(RunStore, "read_parquet", counted)
+    return reads
+
+
 def qa_keys(out) -> list[tuple[str, str]]:
     """Sorted (scene_id, qa_id) of the committed QA rows."""
     t = read_table(str(out), "qa")
