@@ -14,48 +14,21 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from generator.synth import MINIMAL_SCENES, make_dataset  # noqa: E402
+from support.s3 import moto_env, start_moto_server  # noqa: E402  (the tests' moto server, the same way)
 
 VERSION = "v1.0-drivegen"
 _REQUEST = re.compile(r'"(GET|HEAD|PUT|POST|DELETE) ')
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _moto(log: Path) -> tuple[subprocess.Popen, str]:
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists():
-        sys.exit(f"{exe} is missing: moto[server] is a test dependency (pip install -e '.[test]')")
-    port = _free_port()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=fh, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    while True:
-        try:
-            urllib.request.urlopen(endpoint, timeout=1).read()
-            return proc, endpoint
-        except OSError:
-            if proc.poll() is not None or time.monotonic() - t0 > 30:
-                proc.kill()
-                sys.exit(f"moto_server did not start on {endpoint}: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
 
 
 def _requests(log: Path, start: int) -> Counter:
@@ -78,10 +51,11 @@ def main(argv=None) -> int:
     if not (logs / VERSION).is_dir():
         make_dataset(logs, num_scenes=b, seed=0, version=VERSION, **MINIMAL_SCENES)
     moto_log = work / "moto.log"
-    proc, endpoint = _moto(moto_log)
-    env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
-           "TQDM_DISABLE": "1"}
+    try:
+        proc, endpoint = start_moto_server(moto_log)
+    except RuntimeError as err:
+        sys.exit(str(err))
+    env = {**os.environ, **moto_env(endpoint), "TQDM_DISABLE": "1"}
     try:
         import boto3
 

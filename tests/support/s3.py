@@ -182,13 +182,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
+def start_moto_server(log: Path) -> tuple[subprocess.Popen, str]:
+    """moto's S3 server on a free port of 127.0.0.1, its request log in ``log``: (process, endpoint URL).
+    RuntimeError naming the cause when it is not installed or does not answer within 30 s."""
     exe = Path(sys.executable).with_name("moto_server")
     if not exe.exists():
-        pytest.fail(f"{exe} is missing: moto[server] is a test dependency (pip install -e '.[test]')")
+        raise RuntimeError(f"{exe} is missing: moto[server] is a test dependency (pip install -e '.[test]')")
     port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=fh, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
@@ -196,14 +196,27 @@ def s3_server(tmp_path_factory):
     while True:
         try:
             urllib.request.urlopen(endpoint, timeout=1).read()
-            break
+            return proc, endpoint
         except OSError:
             if proc.poll() is not None or time.monotonic() - t0 > 30:
                 proc.kill()
-                pytest.fail(f"moto_server did not start on {endpoint}: {log.read_text()[-2000:]}")
+                raise RuntimeError(f"moto_server did not start on {endpoint}: {log.read_text()[-2000:]}") from None
             time.sleep(0.2)
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+# the credentials moto accepts, and the variables that point clients at a server
+def moto_env(endpoint: str) -> dict[str, str]:
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    try:
+        proc, endpoint = start_moto_server(tmp_path_factory.mktemp("moto") / "moto.log")
+    except RuntimeError as err:
+        pytest.fail(str(err))
+    env = moto_env(endpoint)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
