@@ -143,7 +143,7 @@ class RunStore:
         parent = str(PurePosixPath(rel).parent)
         parent = "" if parent in ("", ".") else parent
         self.mkdirs(parent)
-        tmp = rel if self.uploads_atomic else tmp_name(rel)
+        tmp = self._write_name(rel)
         if self.is_local and not os.path.isdir(self.full(parent)):  # removed since it was made (by another writer)
             self._made.discard(parent)
             self.mkdirs(parent)
@@ -194,7 +194,7 @@ class RunStore:
             parent = str(PurePosixPath(rel).parent)
             if parent not in ("", "."):
                 self.mkdirs(parent)
-            tmp = rel if self.uploads_atomic else tmp_name(rel)
+            tmp = self._write_name(rel)
             try:
                 with open(local, "rb") as src, self.fs.open_output_stream(self.full(tmp)) as dst:
                     shutil.copyfileobj(src, dst, 8 << 20)
@@ -210,7 +210,7 @@ class RunStore:
         copy on object storage (S3's CopyObject). Atomic: the copy appears under its name whole."""
         parent = str(PurePosixPath(dst_rel).parent)
         self.mkdirs("" if parent in ("", ".") else parent)
-        tmp = dst_rel if self.uploads_atomic else tmp_name(dst_rel)
+        tmp = self._write_name(dst_rel)
         try:
             if self.is_local:
                 if os.path.exists(self.full(dst_rel)) and os.path.samefile(self.full(src_rel), self.full(dst_rel)):
@@ -237,6 +237,11 @@ class RunStore:
             self.fs.delete_dir(self.full(rel_dir))
         except (FileNotFoundError, OSError):
             pass
+
+    def _write_name(self, rel: str) -> str:
+        """The name a file of ``rel`` is written under: ``rel`` itself on object storage (an upload appears whole),
+        a temporary name moved into place elsewhere."""
+        return rel if self.uploads_atomic else tmp_name(rel)
 
     def _delete_tmp(self, tmp: str, rel: str) -> None:
         """After a failed write: its temporary file goes; a failed upload under the file's own name left none
