@@ -229,13 +229,8 @@ class RunReader:
             if key not in self._kept:
                 self._kept[key] = owner.store.read_parquet(files)
             whole = self._kept[key]
-            if columns is None:
-                return whole
-            unknown = [c for c in columns if c not in whole.column_names]
-            if unknown:
-                raise ValueError(f"columns {unknown} are not in {t.folder}")
-            return whole.select(list(columns))
-        except (OSError, ValueError, pa.ArrowException) as err:
+            return whole if columns is None else whole.select(list(columns))
+        except (OSError, ValueError, KeyError, pa.ArrowException) as err:  # KeyError: a column it lacks
             raise RunFolderError(f"cannot read {t.folder} of {owner.uri}: {err}", file=owner.store.uri_of(t.folder)) from None
 
     def read_scene(self, table_name: str, scene_id: str, columns: list[str] | None = None) -> pa.Table | None:
