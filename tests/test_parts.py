@@ -5,6 +5,7 @@ sums, not rows."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -22,8 +23,6 @@ OUTPUTS = ("bench", "intention", "README.md")
 
 def _sums(run: Path, tops=OUTPUTS) -> dict[str, str]:
     """sha256 of each file; an export summary's without the run folder it names (a copied run has another)."""
-    import json
-
     out = {}
     for top in tops:
         p = run / top
@@ -143,8 +142,6 @@ def test_the_builders_of_a_scene_read_each_file_once(finished, tmp_path, monkeyp
     tables = {f for f in reads if not f.startswith("parts/")}
     assert {f.split("/")[0] for f in tables} >= {"qa", "perception", "labels", "attributes"}
     assert {f: n for f, n in reads.items() if n > 1} == {}
-    import json
-
     for p, data in before.items():  # the same records (a part's key hashes the manifest, unchanged here)
         got = p.read_bytes()
         assert (json.loads(got) if p.suffix == ".json" else got) == (json.loads(data) if p.suffix == ".json" else data)
@@ -153,8 +150,6 @@ def test_the_builders_of_a_scene_read_each_file_once(finished, tmp_path, monkeyp
 def test_the_driver_keeps_sums_not_rows():
     """The driver's tally adds each scene's counts once (a retried block's second report is not counted) and
     keeps nothing of a scene but its id."""
-    import json
-
     from generator.pipeline.driver import Tally
 
     t = Tally()
