@@ -45,7 +45,7 @@ TYPES = {qt.name: qt for qt in (
               doc="'it will step into the ego vehicle's path' | 'it will stay out of the ego vehicle's path'")),
         None, "bool", doc="the pedestrian enters the ego's path within the horizon",
         reading=Relation(("step into", "steps into", "walk into", "walks into", "cross", "crosses", "enters"),
-                         ("stay out", "stays out"))),
+                         ("stay out", "stays out", "stays clear", "stay clear"))),
     QuestionType(NAME, "risk_region", "qualitative", _ONE + (
         Field("horizon", "text", doc="the risk horizon, e.g. '3 seconds'"),
         Field("where_phrase", "text", answer=True,
