@@ -61,10 +61,10 @@ class PieConfig(_Model):
     profile: Literal["paper", "benchmark"] = "paper"
     """How action samples are cut. 'paper' (default): the paper's text (the fields above). 'benchmark': as the
     public PedestrianActionBenchmark cuts them for JAAD (``BENCHMARK_ACTION``: observation 16 boxes, TTE
-    30-60, overlap 0.8, behaviour pedestrians only unless ``include_bystanders`` is true (JAAD_all), the track cut
-    at its event box, tracks shorter than 76
-    boxes up to it dropped, windows over box positions; a pedestrian without a crossing point has its event at
-    its third-to-last box), sample for sample, so that results compare with published JAAD figures. Risk
+    30-60, overlap 0.8, behaviour pedestrians only unless ``include_bystanders`` is true (JAAD_all), the track
+    cut at its event box, tracks shorter than 76 boxes up to it dropped, windows over box positions; a
+    pedestrian without a crossing point has its event at its third-to-last box), sample for sample, so that
+    results compare with published JAAD figures. Risk
     samples keep the paper's rules in either profile (the benchmark has no risk task). A setting a profile would
     not use is refused by name (``ignored_by_profile``); 3D logs always use the paper's profile (``log_config``),
     and ``export_pie --run`` says so when the config asks for 'benchmark'."""
