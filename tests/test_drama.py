@@ -420,7 +420,9 @@ def test_scorer_is_perfect_on_ground_truth_and_worse_under_each_corruption(expor
     # the run folder as target gives the same samples
     store, _ = generated_run
     from_run = _score(gt, store.local_root, tmp_path)
-    assert from_run["samples"] == perfect["samples"] and from_run["OD"] == pytest.approx(1.0)
+    assert from_run["samples"] == perfect["samples"] and from_run["num_problems"] == 0
+    for m in METRICS:  # issue 55: the export's A.2 action texts against the run's short names were 98.3 % F1
+        assert from_run[m] == pytest.approx(1.0), (m, from_run[m])
 
     def corrupt(fn):
         pred = copy.deepcopy(gt)
@@ -455,6 +457,144 @@ def test_scorer_is_perfect_on_ground_truth_and_worse_under_each_corruption(expor
     assert r["action_exact_vocab_accuracy"] == 0 and r["action_token_f1"] < 0.5
     text = __import__("generator.validate.score", fromlist=["scorer"]).scorer("drama-x").to_text(r)
     assert "token F1" in text and "exact-vocab" in text
+
+
+def _b1(samples: dict) -> dict:
+    """App. B.1 predictions (what the public scripts read) of A.2 samples, boxes as they are."""
+    out = {}
+    for sid, smp in samples.items():
+        d = {"Risk": smp["Risk"], "Suggested_action": smp["suggested_action"]}
+        for group, name in (("Pedestrians", "pedestrian"), ("Cyclists", "cyclist")):
+            for k, o in smp[group].items():
+                d[f"{name}_{k}"] = {"Intent": list(o["Intent"]), "Bounding_box": [list(o["Box"])]}
+        out[sid] = d
+    return out
+
+
+def _objects_of(sample: dict) -> int:
+    return len(sample["Pedestrians"]) + len(sample["Cyclists"])
+
+
+def test_public_protocol_partial_predictions_as_the_scripts(export_dir, tmp_path):
+    """Issue 55 (a) and (c) on a generated run's export: with samples missing from the predictions, DRAMA-X's
+    public scripts score only the first len(predictions) ground-truth samples (OD skips a missing sample,
+    intents count it wrong), at IoU 0.25 / 0.6; the paper protocol scores every sample at 0.5 / 0.3, one-to-one.
+    Boxes of the first third are shifted by 0.4 of their width (IoU 0.6 / 1.4 = 0.43: a detection at 0.25, not
+    at 0.5; an intent match at 0.3, not at 0.6). The expected figures are counted from the samples here."""
+    from generator.cli import main
+
+    gt = _samples(export_dir)
+    order = list(gt)
+    n = len(order)
+    assert n >= 12
+    shifted = set(order[: n // 3])
+    missing = {order[1], order[n // 2], order[-1]}
+    pred = _b1({sid: gt[sid] for sid in order if sid not in missing})
+    for sid in shifted - missing:
+        for k, d in pred[sid].items():
+            if isinstance(d, dict):
+                (x1, y1, x2, y2), = d["Bounding_box"]
+                w = x2 - x1
+                d["Bounding_box"] = [[x1 + 0.4 * w, y1, x2 + 0.4 * w, y2]]
+    p = tmp_path / "partial.json"
+    p.write_text(json.dumps(pred))
+    window = order[: n - 3]  # the first len(predictions) ground-truth samples
+    od_objects = sum(_objects_of(gt[s]) for s in window if s not in missing)
+    intent_objects = sum(_objects_of(gt[s]) for s in window)
+    intent_right = sum(_objects_of(gt[s]) for s in window if s not in missing and s not in shifted)
+    from generator.validate.score import scorer
+
+    pub = scorer("drama-x").score(str(p), str(export_dir), protocol="public")
+    assert (pub["samples_evaluated"], pub["objects"], pub["intent_objects"]) == (n - 3, od_objects, intent_objects)
+    assert pub["OD"] == pytest.approx(1.0)  # every predicted sample's boxes at IoU >= 0.25
+    assert pub["LIP"] == pytest.approx(intent_right / intent_objects) == pub["VIP"] == pub["intent_overall"]
+    paper = scorer("drama-x").score(str(p), str(export_dir))
+    all_objects = sum(_objects_of(gt[s]) for s in order)
+    detected = sum(_objects_of(gt[s]) for s in order if s not in missing and s not in shifted)
+    matched = sum(_objects_of(gt[s]) for s in order if s not in missing)
+    assert (paper["protocol"], paper["objects"]) == ("paper", all_objects)
+    assert paper["OD"] == pytest.approx(detected / all_objects) and paper["LIP"] == pytest.approx(matched / all_objects)
+    # the thresholds from the command line, and the protocol named in the output
+    out = tmp_path / "s"
+    assert main(["score", "drama-x", str(export_dir), "--pred", str(p), "--protocol", "public", "--od-iou", "0.5",
+                 "--out", str(out)]) == 0
+    doc = json.loads((out / "score.json").read_text())
+    assert (doc["protocol"], doc["od_iou"], doc["match_iou"]) == ("public", 0.5, 0.6)
+    shifted_objects = sum(_objects_of(gt[s]) for s in shifted - missing if s in window)
+    assert doc["OD"] == pytest.approx((od_objects - shifted_objects) / od_objects)
+    assert main(["score", "drama-x", str(export_dir), "--pred", str(p), "--match-iou", "1.5"]) == 2
+
+
+def test_public_protocol_one_box_for_two_pedestrians(export_dir, tmp_path, capsys):
+    """Issue 55 (b): one predicted box covering two ground-truth pedestrians detects both in the public scripts
+    (best IoU per object, no one-to-one matching: 100 %) and one of them in the paper protocol (Hungarian: 50 %).
+    The pair is a generated pedestrian and a second one beside it, 10 % of its width to the right; the box
+    predicted lies between them."""
+    from generator.cli import main
+    from generator.families.drama_x.export import write_export
+    from generator.runfolder import RunStore
+
+    gt = _samples(export_dir)
+    sid, smp = next((k, v) for k, v in gt.items() if v["Pedestrians"])
+    (pid, ped), = list(smp["Pedestrians"].items())[:1]
+    x1, y1, x2, y2 = ped["Box"]
+    dx = round(0.1 * (x2 - x1))
+    pair = {**smp, "Pedestrians": {pid: ped, "twin": {**ped, "Box": [x1 + dx, y1, x2 + dx, y2]}}, "Cyclists": {}}
+    scene = smp["scene_id"]
+    write_export(RunStore(str(tmp_path / "pair")), {scene: {sid: pair}})
+    one_box = {sid: {"Risk": smp["Risk"], "Suggested_action": smp["suggested_action"],
+                     "pedestrian": {"Intent": list(ped["Intent"]),
+                                    "Bounding_box": [[x1 + dx // 2, y1, x2 + dx // 2, y2]]}}}
+    p = tmp_path / "one_box.json"
+    p.write_text(json.dumps(one_box))
+    assert main(["score", "drama-x", str(tmp_path / "pair"), "--pred", str(p), "--protocol", "public"]) == 0
+    out = capsys.readouterr().out
+    assert "protocol: public" in out and "OD                         100.0 % of 2 objects" in out
+    assert "intent LIP / VIP / overall 100.0 % / 100.0 % / 100.0 %" in out
+    assert main(["score", "drama-x", str(tmp_path / "pair"), "--pred", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "protocol: paper" in out and "OD                         50.0 %" in out
+
+
+def test_public_protocol_rows_of_the_docs_table_by_hand(tmp_path):
+    """docs/families/drama-x.md's table of differences, worked by hand on a two-sample export: the combined
+    intent figure, A.2 predictions (no box for the scripts), normalised coordinates (x by 1520, y by 2704), a
+    lower-case ``bounding_box`` (the scripts stop on the sample) and the risk text rule."""
+    from generator.families.drama_x.export import write_export
+    from generator.runfolder import RunStore
+    from generator.validate.score import scorer
+
+    def smp(scene, frame, peds, risk="Yes"):
+        return {"scene_id": scene, "frame_index": frame, "image_path": "x.jpg", "video_path": "", "camera": "front",
+                "Risk": risk, "suggested_action": "stop", "Cyclists": {},
+                "Pedestrians": {k: {"Box": b, "Intent": i} for k, (b, i) in peds.items()}}
+
+    left_towards = ["goes to the left", "moves towards ego vehicle"]
+    a, b = [100, 100, 200, 300], [400, 100, 500, 300]
+    gt = {"s_0000": smp("s", 0, {"1": (a, left_towards), "2": (b, left_towards)}),
+          "s_0001": smp("s", 1, {"3": ([152, 540, 456, 1081], left_towards)}, risk="No")}
+    write_export(RunStore(str(tmp_path / "x")), {"s": gt})
+
+    def run(pred, protocol="public"):
+        p = tmp_path / "p.json"
+        p.write_text(json.dumps(pred))
+        return scorer("drama-x").score(str(p), str(tmp_path / "x"), protocol=protocol)
+
+    pred = {"s_0000": {"Risk": "Yes, it is risky", "pedestrian_1": {"Intent": left_towards, "Bounding_box": [a]},
+                       "pedestrian_2": {"Intent": ["goes to the left", "stationary"], "Bounding_box": [b]}},
+            "s_0001": {"Risk": "no", "person": {"Intent": left_towards, "Bounding_box": [0.1, 0.2, 0.3, 0.4]}}}
+    r = run(pred)
+    assert (r["OD"], r["LIP"], r["VIP"], r["intent_overall"]) == (1.0, 1.0, pytest.approx(2 / 3), pytest.approx(5 / 6))
+    assert r["risk_balanced_accuracy"] == 1.0 and r["risk_samples"] == 2  # "Yes, it is risky" reads Yes
+    p = run(pred, "paper")  # the normalised box scored as pixels: missed; both intents right for 1 of 3 objects
+    assert p["intent_combined"] == pytest.approx(1 / 3) and p["OD"] == pytest.approx(2 / 3)
+    assert p["problem_counts"]["unknown risk label"] == 2
+    pred["s_0000"]["pedestrian_1"] = {"Intent": left_towards, "bounding_box": [a]}  # the scripts index Bounding_box
+    r = run(pred)
+    assert r["objects"] == 2 and r["OD"] == 0.5  # s_0000 stopped at its first object: 1 counted, missed; s_0001 1
+    assert r["problem_counts"]["the public scripts stop on this sample"] == 1
+    r = run(gt)  # App. A.2 samples: no Bounding_box for the scripts
+    assert r["OD"] == 0.0 and r["problem_counts"]["A.2 sample (no box for the public scripts)"] == 2
 
 
 def test_scorer_reports_malformed_predictions(export_dir, tmp_path):
@@ -498,12 +638,12 @@ def test_score_command(export_dir, tmp_path, capsys):
     pred.write_text(json.dumps(_samples(export_dir)))
     assert main(["score", "drama-x", str(export_dir), "--pred", str(pred), "--out", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
-    assert "OD (IoU >= 0.5)            100.0 %" in out and "exact-vocab" in out
+    assert "OD                         100.0 %" in out and "exact-vocab" in out and "protocol: paper" in out
     assert json.loads((tmp_path / "s" / "score.json").read_text())["LIP"] == 1.0
     # an export folder as --pred (its samples, what the public scripts read from its drama_x.json): was "is a
     # directory"; a folder that is no export is refused by name
     assert main(["score", "drama-x", str(export_dir), "--pred", str(export_dir), "--out", str(tmp_path / "f")]) == 0
-    assert "OD (IoU >= 0.5)            100.0 %" in capsys.readouterr().out
+    assert "OD                         100.0 %" in capsys.readouterr().out
     (tmp_path / "empty").mkdir()
     assert main(["score", "drama-x", str(export_dir), "--pred", str(tmp_path / "empty")]) == 2
     assert "not a DRAMA-X export" in capsys.readouterr().err

@@ -608,6 +608,96 @@ def test_real_jaad_benchmark_profile(real):
     assert stats["benchmark: fewer than 76 boxes up to the event"] == 192
 
 
+def _benchmark_samples_from_xml(root: Path) -> dict[str, set[tuple]]:
+    """The PedestrianActionBenchmark's JAAD action samples by ``sample_type`` ('beh' = JAAD_beh, 'all' =
+    JAAD_all), by its rules read from its public code and written again here over the XMLs, independently of
+    drivegen's reader: ``jaad_data.JAAD`` (the videos of ``split_ids/default/{train,val,test}.txt``; a track's
+    id is its first box's ``id``, its boxes in file order; ``_get_crossing``: ids containing 'p' (people groups)
+    skipped, with 'beh' ids without 'b' too; the event is the attributes' ``crossing_point`` for a 'b' id, else
+    -1, which keeps the boxes up to the third-to-last, else those up to the event's box; fewer than
+    ``obs_length + time_to_event[1]`` = 76 boxes: none; label ``int(crossing > 0)`` for 'b' ids, else 0) and
+    ``ActionPredict.get_data_sequence`` (obs 16, TTE [30, 60], overlap 0.8: window starts
+    ``range(L - 16 - 60, L - 16 - 30 + 1, int(0.2 * 16))``, TTE ``L - (i + 16)``). -> {sample_type: {(video,
+    id, frames, label, tte)}}."""
+    import xml.etree.ElementTree as ET
+
+    videos = []
+    for split in ("train", "val", "test"):
+        videos += [v.strip() for v in (root / "split_ids" / "default" / f"{split}.txt").read_text().splitlines()
+                   if v.strip()]
+    out: dict[str, set] = {"all": set(), "beh": set()}
+    for vid in sorted(videos):
+        if not (root / "annotations" / f"{vid}.xml").exists():  # the excerpt holds videos 0001-0250 only
+            continue
+        tracks = {}
+        for t in ET.parse(root / "annotations" / f"{vid}.xml").findall("./track"):
+            boxes = t.findall("./box")
+            pid = boxes[0].find('./attribute[@name="id"]').text
+            tracks[pid] = [int(b.get("frame")) for b in boxes]
+        attrs = {p.get("id"): p.attrib for p in
+                 ET.parse(root / "annotations_attributes" / f"{vid}_attributes.xml").findall("./pedestrian")}
+        for pid in sorted(tracks):
+            if "p" in pid:
+                continue
+            frames = tracks[pid]
+            event = int(attrs[pid]["crossing_point"]) if "b" in pid else -1
+            end = -3 if event == -1 else frames.index(event)
+            frames = frames[:end + 1]
+            if len(frames) < 76:
+                continue
+            label = int(int(attrs[pid]["crossing"]) > 0) if "b" in pid else 0
+            n = len(frames)
+            for i in range(n - 16 - 60, n - 16 - 30 + 1, 3):
+                sample = (vid, pid, tuple(frames[i:i + 16]), label, n - (i + 16))
+                out["all"].add(sample)
+                if "b" in pid:
+                    out["beh"].add(sample)
+    return out
+
+
+def _drivegen_samples(samples: pa.Table) -> set[tuple]:
+    rows = samples.filter(pa.compute.is_valid(samples.column("split"))).to_pylist()
+    return {(r["video_id"], r["ped_id"], tuple(r["frames"]), r["crossing"], r["tte_frames"]) for r in rows}
+
+
+@needs_jaad
+@pytest.mark.slow
+def test_real_jaad_benchmark_profile_gives_jaad_all_and_jaad_beh_window_for_window(real):
+    """Issue 55: ``pie.profile: benchmark`` with ``include_bystanders: true`` is the benchmark's JAAD_all, and
+    unset (its default ``sample_type: beh``) its JAAD_beh, window for window on the shared videos 0001-0250
+    against the benchmark's rules over the XMLs (``_benchmark_samples_from_xml``); unsplit videos, which the
+    benchmark does not read, are drivegen's own extra (split null) and left out of the comparison."""
+    t = real[0]
+    sets, references = {}, _benchmark_samples_from_xml(JAAD)
+    for name, bystanders in (("all", True), ("beh", None)):
+        s, _ = build_samples(t.videos, t.boxes, t.pedestrians, t.vehicle,
+                             PieConfig(profile="benchmark", include_bystanders=bystanders), tasks=("action",))
+        sets[name] = _drivegen_samples(s)
+        reference = references[name]
+        assert sets[name] == reference, (name, len(sets[name]), len(reference),
+                                         sorted(sets[name] ^ reference)[:3])
+    beh_ids = {(v, p) for v, p, *_ in sets["beh"]}
+    extra = {(v, p) for v, p, *_ in sets["all"]} - beh_ids
+    assert len(sets["all"]) > len(sets["beh"]) and extra and all(not p.endswith("b") for _, p in extra)
+    print(f"JAAD_all {len(sets['all'])} samples, JAAD_beh {len(sets['beh'])} (split videos of 0001-0250)")
+
+
+def test_profile_settings_it_would_not_use_are_refused_by_name():
+    """Issue 55: a ``pie:`` setting the chosen profile would not use is refused, naming it; what a profile uses
+    is accepted (the bystanders under either profile, risk settings, the paper's own windows)."""
+    for field, value in (("tte_max_frames", 60), ("tte_min_frames", 20), ("observation_frames", 16),
+                         ("overlap", 0.8)):
+        with pytest.raises(ConfigError, match=f"pie.{field}: {value}"):
+            parse_config({"pie": {"profile": "benchmark", field: value}})
+        assert getattr(parse_config({"pie": {field: value}}).pie, field) == value  # the paper's profile uses it
+    for ok in ({"include_bystanders": True}, {"include_bystanders": False}, {"risk_horizon_frames": 60},
+               {"tte_sigma": 0.5}):
+        assert parse_config({"pie": {"profile": "benchmark", **ok}}).pie.profile == "benchmark"
+    cfg = PieConfig(profile="benchmark")
+    assert (cfg.bystanders("action"), cfg.bystanders("risk")) == (False, True)
+    assert PieConfig().bystanders("action") and not PieConfig(include_bystanders=False).bystanders("risk")
+
+
 # ------------------------------------------------------------------------------------------ from 3D logs
 def _scripted_entry_s(sc, j, cfg: PieConfig, body) -> float:
     """The script's own time (20 Hz grid) at which agent ``j`` first stands where the ego is going to drive:
@@ -867,7 +957,15 @@ def test_benchmark_profile_cuts_action_samples_as_the_public_benchmark_by_hand()
     assert gap[-1]["boxes_px"][5] == [260.0, 500.0, 310.0, 650.0]  # frame 80's box
     assert {r["event_frame"] for r in gap} == {120} and {r["crossing"] for r in gap} == {1}
     assert stats["benchmark: fewer than 76 boxes up to the event"] == 1
-    assert stats["benchmark: not a behaviour pedestrian"] == 1
+    # include_bystanders: true is JAAD_all: the bystander's event is its third-to-last box (frame 117), L = 118,
+    # starts 42, 45, ..., 72, label 0; a 'people' group never gives samples
+    tracks["0_1_6p"] = ("people", list(range(120)), {})
+    s_all, _ = build_samples(*_tables(tracks), PieConfig(profile="benchmark", include_bystanders=True),
+                             tasks=("action",))
+    by_all = s_all.filter(pa.compute.equal(s_all.column("ped_id"), "0_1_5_by")).to_pylist()
+    assert [(r["start_frame"], r["tte_frames"]) for r in by_all] == [(i, 118 - i - 16) for i in range(42, 73, 3)]
+    assert {r["crossing"] for r in by_all} == {0} and {r["event_frame"] for r in by_all} == {117}
+    assert s_all.num_rows == s.num_rows + 11 and "0_1_6p" not in set(s_all.column("ped_id").to_pylist())
     # the paper's profile on the same tracks: other rules, other samples (the check can fail)
     paper, _ = build_samples(*_tables(tracks), PieConfig(), tasks=("action",))
     assert "0_1_1b_start" not in set(paper.column("ped_id").to_pylist())

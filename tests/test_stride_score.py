@@ -103,3 +103,33 @@ def test_unusable_inputs_are_input_errors(tmp_path):
     (preds / "broken_t9.json").write_text("{not json")
     with pytest.raises(InputError, match="broken_t9.json"):
         score(str(preds), str(bench))
+
+
+def test_the_answer_parsers_stay_linear_on_long_answers():
+    """Issue 57 item 11: the toolkit's number pattern (``\\d+\\.?\\d*`` before a unit) backtracks in cubic time
+    (800 digits: 25 s as a distance, 125 s as a velocity); drivegen's is linear. 20,000-digit answers (and
+    long runs of spaces, signs and dots) are read within a generous bound in a child process, which the cubic
+    form would take ages over; the readings of ``score qa`` (tokens, choices, lenient numbers) too."""
+    import subprocess
+    import sys
+
+    code = """
+from generator.qa.answers import parse, parse_lenient, tokens, Clock, Choice, Relation, Numbers
+n = 20_000
+for text in ("1" * n, "1" * n + " x", "1." * (n // 2), " " * n + "1", "-" * n + "1", "1" + " " * n + "k",
+             "1.1" * (n // 3), "region [" * (n // 8)):
+    for q in ("distance", "direction", "velocity"):
+        parse(q, text)
+        parse_lenient(q, text)
+    tokens(text)
+    Clock().read(text)
+    Relation(("left",), ("right",), "pair").read(text, "region1", "region2")
+    Choice((("slow down",), ("stop",))).read(text)
+    Numbers().read(text)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    # the linear forms read what the toolkit's read
+    assert parse("distance", "It is 12.5 m away.") == 12.5 and parse("distance", "1.2.3 m") == 2.3
+    assert parse("direction", "3-5 degrees") == -5.0 and parse("velocity", "5. m/s") == 5.0

@@ -44,6 +44,8 @@ class QuestionType:
     # compares it with the label run's but leaves it out of the agreement share (identical by construction)
     pair_reversed: str = "same"  # the value of the pair (B, A) from (A, B)'s: 'same' or 'opposite' (a bearing
     # turned by 180 degrees)
+    reading: object = None  # how ``drivegen score qa`` reads a model's answer to it (``generator.qa.answers``:
+    # Relation, Choice, Clock, Pair, Numbers); None: yes/no for unit bool, the text itself otherwise
 
     @property
     def key(self) -> tuple[str, str]:

@@ -87,16 +87,26 @@ class DramaX(PaperFamily):
                                  "exact-vocabulary accuracy and token F1")
         parser.add_argument("--bertscore-layers", type=int, default=None,
                             help="drama-x: the model layer BERTScore reads (default: bert-score's choice for the model)")
+        parser.add_argument("--protocol", choices=("paper", "public"), default=None,
+                            help="drama-x: 'paper' (default): the paper's metrics (App. A.3-A.4); 'public': DRAMA-X's "
+                                 "public evaluation scripts case for case (the first len(predictions) samples, one "
+                                 "box may detect several objects; docs/families/drama-x.md lists every difference)")
+        parser.add_argument("--od-iou", type=float, default=None,
+                            help="drama-x: the IoU a detection needs (default: 0.5 paper, 0.25 public)")
+        parser.add_argument("--match-iou", type=float, default=None,
+                            help="drama-x: the IoU an intent's box match needs (default: 0.3 paper, 0.6 public)")
 
     def score_options(self, args):
         from schemas.errors import InputError
 
+        out = {k: getattr(args, k, None) for k in ("protocol", "od_iou", "match_iou")}
+        out = {k: v for k, v in out.items() if v is not None}
         model, layers = getattr(args, "bertscore_model", None), getattr(args, "bertscore_layers", None)
         if model is None and layers is None:
-            return {}
+            return out
         if not model:
             raise InputError("--bertscore-layers needs --bertscore-model")
-        return {"bertscore_model": model, "bertscore_num_layers": layers}
+        return {**out, "bertscore_model": model, "bertscore_num_layers": layers}
 
     def commands(self):
         return ["generator.families.drama_x.export_drama"]

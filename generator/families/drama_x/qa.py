@@ -22,10 +22,11 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
 from generator.families.drama_x.attributes import frame_risk, risk_table
+from generator.qa.answers import Choice, Pair, Relation
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.video import VideoBatch
 from generator.qa.generate import Batch, Plan, keyframe_batch, single, vocabulary
-from generator.families.drama_x.vocab import DRAMA_ACTIONS
+from generator.families.drama_x.vocab import DRAMA_ACTION_A2_TEXT, DRAMA_ACTIONS
 from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL, VRU_CLASSES
 
 NAME = "drama_x"
@@ -37,15 +38,21 @@ TYPES = {qt.name: qt for qt in (
               doc="'moves towards ego vehicle' | 'moves away from ego vehicle' | 'stationary'"),
         Field("intent_phrase", "text", answer=True, doc="both as one phrase, e.g. 'is going to the left, towards "
                                                          "the ego vehicle' or 'is standing still'")),
-        None, "intent", doc="value = 3 x INTENT_LATERAL index + INTENT_VERTICAL index"),
+        None, "intent", doc="value = 3 x INTENT_LATERAL index + INTENT_VERTICAL index",
+        reading=Pair(Choice((("left",), ("right",))), Choice((("towards", "approaching", "closer"), ("away",))),
+                     (INTENT_LATERAL.index("stationary"), INTENT_VERTICAL.index("stationary")),
+                     ("standing still", "stationary", "not moving", "still"))),
     QuestionType(NAME, "risk", "qualitative", _ONE + (
         Field("yes_no", "text", answer=True, doc="'Yes' | 'No'"),
         Field("risk_phrase", "text", answer=True,
               doc="'its path crosses the ego vehicle's path' | 'it stays clear of the ego vehicle's path'")),
-        None, "bool", doc="the VRU's future path enters the ego's future corridor within the horizon"),
+        None, "bool", doc="the VRU's future path enters the ego's future corridor within the horizon",
+        reading=Relation(("crosses", "cross", "enters", "enter", "at risk", "a risk"),
+                         ("stays clear", "stay clear"))),
     QuestionType(NAME, "action", "qualitative", (
         Field("action", "text", answer=True, doc="schemas.vocab.DRAMA_ACTIONS, e.g. 'slow down'"),),
-        None, "action", doc="value = index in schemas.vocab.DRAMA_ACTIONS"),
+        None, "action", doc="value = index in schemas.vocab.DRAMA_ACTIONS",
+        reading=Choice(tuple((a, DRAMA_ACTION_A2_TEXT[a]) for a in DRAMA_ACTIONS))),
 )}
 
 YES_NO = ("Yes", "No")

@@ -146,6 +146,7 @@ def _action(text) -> str:
 
 
 _SHORT_ACTION = {_norm(full): _norm(a) for a, full in DRAMA_ACTION_A2_TEXT.items()}
+_FULL_ACTION = {_norm(a): full for a, full in DRAMA_ACTION_A2_TEXT.items()}
 _VOCABULARY = frozenset(_norm(a) for a in DRAMA_ACTIONS)
 
 
@@ -160,16 +161,40 @@ def _token_f1(pred: str, ref: str) -> float:
     return 2 * prec * rec / (prec + rec)
 
 
-def score(pred_path: str, target: str, splits: list[str] | None = None, *, bertscore_model: str | None = None,
-          bertscore_num_layers: int | None = None, cfg=None) -> dict:
-    """The metrics of the module docstring. ``splits`` keeps samples whose ``split`` field is listed (samples
-    without one are kept: the export does not split frames of one scene)."""
-    from sklearn.metrics import balanced_accuracy_score, f1_score
+PROTOCOLS = ("paper", "public")
+"""``paper`` (default): the paper's metrics (App. A.3-A.4), this module's docstring; ``public``: DRAMA-X's public
+evaluation scripts, case for case (``generator.families.drama_x.score_public``)."""
 
+
+def thresholds(protocol: str, od_iou: float | None, match_iou: float | None, cfg) -> tuple[float, float]:
+    """The (OD, intent-matching) IoU thresholds of ``protocol``, unless given: the paper's ``drama_x.od_iou`` /
+    ``match_iou`` (0.5 / 0.3) or the scripts' (0.25 / 0.6). InputError for an unknown protocol or a threshold
+    outside (0, 1]."""
+    from generator.families.drama_x.score_public import SCRIPTS_MATCH_IOU, SCRIPTS_OD_IOU
+
+    if protocol not in PROTOCOLS:
+        raise InputError(f"unknown DRAMA-X protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
+    paper = protocol == "paper"
+    od = (cfg.od_iou if paper else SCRIPTS_OD_IOU) if od_iou is None else od_iou
+    match = (cfg.match_iou if paper else SCRIPTS_MATCH_IOU) if match_iou is None else match_iou
+    for name, v in (("--od-iou", od), ("--match-iou", match)):
+        if not (isinstance(v, (int, float)) and 0 < v <= 1):
+            raise InputError(f"{name} must be an IoU in (0, 1], got {v!r}")
+    return float(od), float(match)
+
+
+def score(pred_path: str, target: str, splits: list[str] | None = None, *, protocol: str = "paper",
+          od_iou: float | None = None, match_iou: float | None = None, bertscore_model: str | None = None,
+          bertscore_num_layers: int | None = None, cfg=None) -> dict:
+    """The metrics of the module docstring (``protocol`` 'paper') or of the public scripts ('public',
+    ``score_public``); ``od_iou`` / ``match_iou`` replace the protocol's thresholds. ``splits`` keeps samples
+    whose ``split`` field is listed (samples without one are kept: the export does not split frames of one
+    scene)."""
     from generator.families.drama_x.attributes import iou_matrix, match_boxes
     from generator.families.drama_x.config import DramaXConfig
 
     cfg = cfg or DramaXConfig()
+    od_thr, match_thr = thresholds(protocol, od_iou, match_iou, cfg)
     gt, kind = _target_samples(target)
     if splits:
         gt = {k: v for k, v in gt.items() if v.get("split") in (None, *splits)}
@@ -184,9 +209,15 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
 
     for sid in sorted(set(pred) - set(gt)):
         problem(sid, "", "no such sample in the target", "unknown sample")
+    head = {"family": NAME, "target": target, "target_kind": kind, "protocol": protocol,
+            "od_iou": od_thr, "match_iou": match_thr}
+    if protocol == "public":
+        result = _score_public(gt, pred, od_thr, match_thr, problem, bertscore_model, bertscore_num_layers)
+        return {**head, **result, "problems": problems, "problem_counts": dict(n_problems),
+                "num_problems": sum(n_problems.values())}
     n_gt = od = lip = vip = both = 0
     risk_true, risk_pred = [], []
-    exact, tok, cands, refs = [], [], [], []
+    cands, refs = [], []
     for sid in sorted(gt):
         g = gt[sid]
         p = pred.get(sid)
@@ -216,9 +247,9 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
             gb = np.array([o["Box"] for _, o in gts], dtype=np.float64)
             pb = np.array(pboxes)
             iou = iou_matrix(gb, pb)
-            od_pairs, _ = match_boxes(gb, pb, cfg.od_iou, cost=1.0 - iou)
+            od_pairs, _ = match_boxes(gb, pb, od_thr, cost=1.0 - iou)
             od += len(od_pairs)
-            for i, j in match_boxes(gb, pb, cfg.match_iou, cost=1.0 - iou)[0]:
+            for i, j in match_boxes(gb, pb, match_thr, cost=1.0 - iou)[0]:
                 gl, gv = gts[i][1]["Intent"]
                 pl, pv = pobjs[j]
                 lip += pl == gl
@@ -241,33 +272,96 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, berts
             pa_ = ""
         elif _action(pa_) not in _VOCABULARY:
             problem(sid, "suggested_action", pa_, "action outside the vocabulary (scored by token F1 only)")
-        exact.append(_action(pa_) == _action(g["suggested_action"]))
-        tok.append(_token_f1(pa_, g["suggested_action"]))
         cands.append(pa_)
         refs.append(g["suggested_action"])
 
-    def share(k, n):
-        return float(k / n) if n else float("nan")
-
     result = {
-        "family": NAME, "target": target, "target_kind": kind, "samples": len(gt), "objects": n_gt,
-        "OD": share(od, n_gt), "LIP": share(lip, n_gt), "VIP": share(vip, n_gt), "intent_combined": share(both, n_gt),
-        "risk_balanced_accuracy": float("nan"), "risk_f1": float("nan"),
-        "action_exact_vocab_accuracy": share(sum(exact), len(exact)),
-        "action_token_f1": float(np.mean(tok)) if tok else float("nan"),
-        "action_metric_note": "exact-vocabulary accuracy and token F1 (stand-ins for the paper's BERTScore F1)",
+        **head, "samples": len(gt), "objects": n_gt,
+        "OD": _share(od, n_gt), "LIP": _share(lip, n_gt), "VIP": _share(vip, n_gt),
+        "intent_combined": _share(both, n_gt),
+        **_risk_metrics(risk_true, risk_pred), **_action_metrics(cands, refs, bertscore_model, bertscore_num_layers),
         "problems": problems, "problem_counts": dict(n_problems), "num_problems": sum(n_problems.values()),
     }
+    return result
+
+
+def _share(k, n) -> float:
+    return float(k / n) if n else float("nan")
+
+
+def _risk_metrics(risk_true: list[bool], risk_pred: list[bool]) -> dict:
+    """Balanced accuracy and positive-class F1 of the per-sample risk (scikit-learn)."""
+    from sklearn.metrics import balanced_accuracy_score, f1_score
+
+    out = {"risk_balanced_accuracy": float("nan"), "risk_f1": float("nan")}
     if risk_true:
         yt, yp = np.array(risk_true), np.array(risk_pred)
         if len(set(yt.tolist())) > 1:
-            result["risk_balanced_accuracy"] = float(balanced_accuracy_score(yt, yp))
+            out["risk_balanced_accuracy"] = float(balanced_accuracy_score(yt, yp))
         else:  # one class present: balanced accuracy is that class's recall
-            result["risk_balanced_accuracy"] = float(np.mean(yp == yt))
-        result["risk_f1"] = float(f1_score(yt, yp, pos_label=True, zero_division=1.0 if not yt.any() else 0.0))
+            out["risk_balanced_accuracy"] = float(np.mean(yp == yt))
+        out["risk_f1"] = float(f1_score(yt, yp, pos_label=True, zero_division=1.0 if not yt.any() else 0.0))
+    return out
+
+
+def _action_metrics(cands: list[str], refs: list[str], bertscore_model, bertscore_num_layers) -> dict:
+    """Exact-vocabulary accuracy and token F1 of the actions, each text read as its action (App. A.2's full
+    form and the short vocabulary name are one answer: an export scored against its own run is 100 %), and
+    BERTScore F1 with a local model, on App. A.2's full form of a vocabulary action."""
+    exact = [_action(c) == _action(r) for c, r in zip(cands, refs)]
+    tok = [_token_f1(_action(c), _action(r)) for c, r in zip(cands, refs)]
+    out = {"action_exact_vocab_accuracy": _share(sum(exact), len(exact)),
+           "action_token_f1": float(np.mean(tok)) if tok else float("nan"),
+           "action_metric_note": "exact-vocabulary accuracy and token F1 (stand-ins for the paper's BERTScore F1)"}
     if bertscore_model:
-        result.update(_bertscore(cands, refs, bertscore_model, bertscore_num_layers))
-    return result
+        out.update(_bertscore([_a2_text(c) for c in cands], [_a2_text(r) for r in refs], bertscore_model,
+                              bertscore_num_layers))
+    return out
+
+
+def _a2_text(text: str) -> str:
+    """App. A.2's full form of a vocabulary action (either spelling), other text as it is."""
+    return _FULL_ACTION.get(_action(text), text)
+
+
+def _score_public(gt: dict, pred: dict, od_thr: float, match_thr: float, problem, bertscore_model,
+                  bertscore_num_layers) -> dict:
+    """The public scripts' figures (``score_public``): OD, LIP, VIP and their overall intent accuracy over the
+    window of the first ``len(pred)`` ground-truth samples; risk and action over the window's predicted
+    samples."""
+    from generator.families.drama_x import score_public as pub
+
+    win = pub.window(gt, pred)
+    for sid, p in pred.items():
+        if isinstance(p, dict) and ("Pedestrians" in p or "Cyclists" in p):
+            problem(sid, "", "an App. A.2 sample: the public scripts read only B.1 objects (Bounding_box)",
+                    "A.2 sample (no box for the public scripts)")
+    stopped: set = set()
+    n_obj, n_det = pub.detection(win, pred, od_thr, stopped)
+    c = pub.intents(win, pred, match_thr, stopped)
+    for sid in sorted(stopped):
+        problem(sid, "", "a prediction the scripts fail on: the rest of the sample is not counted",
+                "the public scripts stop on this sample")
+    risk_true, risk_pred, cands, refs = [], [], [], []
+    for sid, g in win:
+        p = pred.get(sid)
+        if not isinstance(p, dict):
+            if p is None:
+                problem(sid, "", "no prediction for this sample", "missing sample")
+            continue
+        r = pub.risk_label(p.get("Risk"))
+        if r is not None:
+            risk_true.append(str(g.get("Risk", "")).lower() == "yes")
+            risk_pred.append(r == "Yes")
+        ref, act = str(g.get("suggested_action") or "").strip(), p.get("Suggested_action", p.get("suggested_action"))
+        if ref and ref.upper() != "N/A" and isinstance(act, str) and act:
+            cands.append(act)
+            refs.append(ref)
+    return {"samples": len(gt), "samples_evaluated": len(win), "objects": n_obj, "intent_objects": c["lateral"],
+            "OD": _share(n_det, n_obj), "LIP": _share(c["lateral_right"], c["lateral"]),
+            "VIP": _share(c["vertical_right"], c["vertical"]), "intent_overall": _share(c["right"], c["intents"]),
+            **_risk_metrics(risk_true, risk_pred), "risk_samples": len(risk_true),
+            **_action_metrics(cands, refs, bertscore_model, bertscore_num_layers), "action_samples": len(cands)}
 
 
 def _bertscore(cands: list[str], refs: list[str], model: str, num_layers: int | None) -> dict:
@@ -286,13 +380,27 @@ def to_text(result: dict) -> str:
     def pct(v):
         return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f} %"
 
+    public = result.get("protocol") == "public"
     lines = [f"DRAMA-X on {result['target']} ({result['target_kind']}): {result['samples']} samples, "
-             f"{result['objects']} objects",
-             f"  OD (IoU >= 0.5)            {pct(result['OD'])}",
-             f"  intent LIP / VIP / both    {pct(result['LIP'])} / {pct(result['VIP'])} / {pct(result['intent_combined'])}",
-             f"  risk balanced acc. / F1    {pct(result['risk_balanced_accuracy'])} / {pct(result['risk_f1'])}",
-             f"  action exact-vocab acc.    {pct(result['action_exact_vocab_accuracy'])}",
-             f"  action token F1            {pct(result['action_token_f1'])}"]
+             f"{result['objects']} objects"]
+    if public:
+        lines += [f"  protocol: public (DRAMA-X's evaluation scripts, od_intent_eval.py): the first "
+                  f"{result['samples_evaluated']} of {result['samples']} ground-truth samples, one predicted box "
+                  f"may detect several objects, OD IoU >= {result['od_iou']:g}, intents at IoU >= "
+                  f"{result['match_iou']:g}",
+                  f"  OD                         {pct(result['OD'])} of {result['objects']} objects",
+                  f"  intent LIP / VIP / overall {pct(result['LIP'])} / {pct(result['VIP'])} / "
+                  f"{pct(result['intent_overall'])} of {result['intent_objects']} objects"]
+    else:
+        lines += [f"  protocol: paper (App. A.3-A.4: every sample, one-to-one Hungarian matching), OD IoU >= "
+                  f"{result['od_iou']:g}, intents at IoU >= {result['match_iou']:g}",
+                  f"  OD                         {pct(result['OD'])}",
+                  f"  intent LIP / VIP / both    {pct(result['LIP'])} / {pct(result['VIP'])} / "
+                  f"{pct(result['intent_combined'])}"]
+    lines += [
+              f"  risk balanced acc. / F1    {pct(result['risk_balanced_accuracy'])} / {pct(result['risk_f1'])}",
+              f"  action exact-vocab acc.    {pct(result['action_exact_vocab_accuracy'])}",
+              f"  action token F1            {pct(result['action_token_f1'])}"]
     if "action_bertscore_f1" in result:
         lines.append(f"  action BERTScore F1        {pct(result['action_bertscore_f1'])} "
                      f"({result.get('action_bertscore_model')})")

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
+from generator.qa.answers import Choice
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import Batch, Plan, keyframe_batch, vocabulary
 from schemas.vocab import MANEUVERS, SPEED_STATUS
@@ -20,16 +21,25 @@ MANEUVER_PHRASES = {"Straight": "going straight", "Turn Left": "turning left", "
                     "Change Lane Left": "changing lanes to the left",
                     "Change Lane Right": "changing lanes to the right", "Stop": "stopped"}
 SPEED_PHRASES = {"Accelerate": "accelerating", "Decelerate": "decelerating", "Maintain Speed": "keeping its speed"}
+# what ``drivegen score qa`` also reads as each choice (``generator.qa.answers.Choice``)
+_MANEUVER_MORE = {"Straight": ("straight", "goes straight"), "Turn Left": ("turns left",),
+                  "Turn Right": ("turns right",), "Change Lane Left": ("lane change to the left", "change lanes left"),
+                  "Change Lane Right": ("lane change to the right", "change lanes right"),
+                  "Stop": ("stop", "stopping", "standing still")}
+_SPEED_MORE = {"Accelerate": ("speeding up",), "Decelerate": ("slowing down", "braking"),
+               "Maintain Speed": ("maintaining its speed", "constant speed", "keeping speed", "same speed")}
 
 TYPES = {qt.name: qt for qt in (
     QuestionType(NAME, "maneuver", "qualitative", (
         Field("maneuver", "text", answer=True, doc="the atomic maneuver, e.g. 'Turn Left' (schemas.vocab.MANEUVERS)"),
         Field("maneuver_phrase", "text", answer=True, doc="the same as a phrase, e.g. 'turning left'")),
-        None, "maneuver", doc="value = index in schemas.vocab.MANEUVERS"),
+        None, "maneuver", doc="value = index in schemas.vocab.MANEUVERS",
+        reading=Choice(tuple((m, MANEUVER_PHRASES[m]) + _MANEUVER_MORE.get(m, ()) for m in MANEUVERS))),
     QuestionType(NAME, "speed_status", "qualitative", (
         Field("speed_status", "text", answer=True, doc="'Accelerate' | 'Decelerate' | 'Maintain Speed'"),
         Field("speed_phrase", "text", answer=True, doc="'accelerating' | 'decelerating' | 'keeping its speed'")),
-        None, "speed status", doc="value = index in schemas.vocab.SPEED_STATUS"),
+        None, "speed status", doc="value = index in schemas.vocab.SPEED_STATUS",
+        reading=Choice(tuple((s, SPEED_PHRASES[s]) + _SPEED_MORE.get(s, ()) for s in SPEED_STATUS))),
 )}
 
 

@@ -22,6 +22,7 @@ from generator.attributes.arrays import KeyIndex
 from generator.families.intention_drive.attributes import GOALS, KIND, instructions, planning_samples, wholly_ahead
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import Batch, Plan, keyframe_batch, single, vocabulary
+from generator.qa.answers import Numbers
 from generator.qa.render import format_fixed
 from schemas.vocab import MANEUVERS, SPEED_STATUS
 
@@ -34,7 +35,8 @@ _DIRECTION = Field("direction", "text", doc="'left' | 'right'")
 
 
 def _t(name, fields, doc):
-    return QuestionType(NAME, name, "qualitative", tuple(fields) + (_TRAJ,), None, "trajectory", doc=doc)
+    return QuestionType(NAME, name, "qualitative", tuple(fields) + (_TRAJ,), None, "trajectory", doc=doc,
+                        reading=Numbers())
 
 
 TYPES = {qt.name: qt for qt in (

@@ -110,14 +110,17 @@ def action_window_ends(event_frame: int, cfg: PieConfig | None = None) -> tuple[
     return event_frame - tte, tte
 
 
-def benchmark_action_windows(frames: np.ndarray, label: str, attrs: dict | None, stats: Counter
-                             ) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+def benchmark_action_windows(frames: np.ndarray, label: str, attrs: dict | None, stats: Counter,
+                             bystanders: bool = False) -> tuple[np.ndarray | None, np.ndarray | None, int]:
     """``pie.profile: benchmark``: one track's action windows as PedestrianActionBenchmark cuts them for JAAD
     (``BENCHMARK_ACTION``; its ``jaad_data._get_crossing`` and ``ActionPredict.get_data_sequence``).
 
-    - Behaviour pedestrians only (``sample_type: beh``): bystanders give none.
-    - The track is cut at its event box: the box of ``crossing_point``, or, without one (-1), the third-to-last
-      box (the benchmark slices ``[:-2]``). Positions count boxes, not frames: a gap in the track is not seen.
+    - Behaviour pedestrians ('pedestrian' tracks, ids ending in ``b``) only (``sample_type: beh``, JAAD_beh), or
+      with ``bystanders`` also the 'ped' tracks (``sample_type: all``, JAAD_all); never the 'people' groups
+      (ids ending in ``p``), which the benchmark skips in both sets.
+    - The track is cut at its event box: the box of ``crossing_point``, or, without one (-1, and for every
+      bystander, which has no crossing point), the third-to-last box (the benchmark slices ``[:-2]``).
+      Positions count boxes, not frames: a gap in the track is not seen.
     - Tracks with fewer than ``observation + tte_max`` (76) boxes up to the event are dropped.
     - Window starts ``i`` run from ``L - obs - tte_max`` to ``L - obs - tte_min`` inclusive in steps of
       ``int((1 - overlap) * obs)`` (3), with ``L`` the kept boxes; TTE = ``L - (i + obs)`` boxes: 60, 57, ..., 30.
@@ -128,10 +131,10 @@ def benchmark_action_windows(frames: np.ndarray, label: str, attrs: dict | None,
     b = BENCHMARK_ACTION
     obs, lo, hi = b["observation_frames"], b["tte_min_frames"], b["tte_max_frames"]
     step = max(1, int((1.0 - b["overlap"]) * obs))
-    if label != "pedestrian":
+    if label != "pedestrian" and not (bystanders and label == "ped"):
         stats["benchmark: not a behaviour pedestrian"] += 1
         return None, None, -1
-    cp = (attrs or {}).get("crossing_point")
+    cp = (attrs or {}).get("crossing_point") if label == "pedestrian" else None
     if cp is not None and cp != -1:
         at = int(np.searchsorted(frames, cp))
         if at >= frames.size or frames[at] != cp:
@@ -172,7 +175,7 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
             arr = np.full(int(vf[m].max()) + 1, None, dtype=object)
             arr[vf[m]] = va[m]
             ego[str(vid)] = arr
-    keep_labels = ["pedestrian", "ped"] if cfg.include_bystanders else ["pedestrian"]
+    keep_labels = ["pedestrian", "ped"] if any(cfg.bystanders(t) for t in tasks) else ["pedestrian"]
     b = boxes.filter(pc.is_in(boxes.column("label"), pa.array(keep_labels)))
     b = b.sort_by([("video_id", "ascending"), ("ped_id", "ascending"), ("frame", "ascending")])
     vid_a = b.column("video_id").to_numpy(zero_copy_only=False)
@@ -210,10 +213,12 @@ def build_samples(videos: pa.Table, boxes: pa.Table, pedestrians: pa.Table, vehi
         ego_v = ego.get(vid, np.empty(0, dtype=object))
         for task in tasks:
             if task == "action" and cfg.profile == "benchmark":
-                pos, tte, event_pos = benchmark_action_windows(fr, label, a, stats)
+                pos, tte, event_pos = benchmark_action_windows(fr, label, a, stats, cfg.bystanders(task))
                 if pos is None:
                     continue
                 ev = int(fr[event_pos])
+            elif label != "pedestrian" and not cfg.bystanders(task):
+                continue
             elif task == "action":
                 ev = event
                 ends, tte = action_window_ends(event, cfg)

@@ -39,9 +39,13 @@ class PieConfig(_Model):
     """§III-D 1): TTE weights, sigma 0.3"""
     risk_sigma: float = Field(0.5, gt=0)
     """§III-D 2): risk-region weights, sigma 0.5"""
-    include_bystanders: bool = True
-    """JAAD Table I counts 1872 pedestrians for action prediction: more than the 686 with behaviour tags, so the
-    bystanders ('ped' tracks, non-crossing) are sampled too; False keeps only the behavioural ones"""
+    include_bystanders: bool | None = None
+    """Whether the bystanders ('ped' tracks, never crossing; JAAD's 'people' groups never are) give samples.
+    Unset: the profile's own choice. 'paper': yes, for both tasks (JAAD Table I counts 1872 pedestrians for action
+    prediction: more than the 686 with behaviour tags). 'benchmark': its JAAD_beh set for action samples
+    (``sample_type: beh``, its default) and the paper's choice, yes, for risk samples. True: also the
+    benchmark's JAAD_all action set (``sample_type: all``: a bystander's event is its third-to-last box, label
+    0). False: behaviour pedestrians only, for both tasks and both profiles."""
     split_variant: Literal["default", "all_videos", "high_visibility"] = "default"
     """JAAD split_ids/<variant>"""
     box_outside_tolerance_px: float = Field(1.0, ge=0)
@@ -57,10 +61,13 @@ class PieConfig(_Model):
     profile: Literal["paper", "benchmark"] = "paper"
     """How action samples are cut. 'paper' (default): the paper's text (the fields above). 'benchmark': as the
     public PedestrianActionBenchmark cuts them for JAAD (``BENCHMARK_ACTION``: observation 16 boxes, TTE
-    30-60, overlap 0.8, behaviour pedestrians only, the track cut at its event box, tracks shorter than 76
-    boxes up to it dropped, windows over box positions; a pedestrian without a crossing point has its event at
-    its third-to-last box), sample for sample, so that results compare with published JAAD figures. Risk
-    samples keep the paper's rules in either profile (the benchmark has no risk task)."""
+    30-60, overlap 0.8, behaviour pedestrians only unless ``include_bystanders`` is true (JAAD_all), the track
+    cut at its event box, tracks shorter than 76 boxes up to it dropped, windows over box positions; a
+    pedestrian without a crossing point has its event at its third-to-last box), sample for sample, so that
+    results compare with published JAAD figures. Risk
+    samples keep the paper's rules in either profile (the benchmark has no risk task). A setting a profile would
+    not use is refused by name (``ignored_by_profile``); 3D logs always use the paper's profile (``log_config``),
+    and ``export_pie --run`` says so when the config asks for 'benchmark'."""
     require_clips: bool = False
     """``drivegen run --source jaad`` (not from the paper): a video without clips/<video>.mp4 is an error for
     that video (True) or runs from its annotations alone, without frames or image intent (False: the JAAD
@@ -81,12 +88,36 @@ class PieConfig(_Model):
     @model_validator(mode="after")
     def _check(self):
         check_time_steps(self.path_horizon_s, self.path_step_s, "path_horizon_s / path_step_s")
+        ignored = self.ignored_by_profile()
+        if ignored:
+            raise ValueError(
+                f"pie.profile: {self.profile} does not use {', '.join(f'pie.{k}: {v}' for k, v in ignored.items())}"
+                f": its action samples take the benchmark's observation of {BENCHMARK_ACTION['observation_frames']}"
+                f" boxes, overlap {BENCHMARK_ACTION['overlap']} and TTE {BENCHMARK_ACTION['tte_min_frames']}-"
+                f"{BENCHMARK_ACTION['tte_max_frames']} boxes, and its risk samples the paper's defaults; remove "
+                f"{'them' if len(ignored) > 1 else 'it'}, or use pie.profile: paper")
         if self.tte_min_frames > self.tte_max_frames:
             raise ValueError(f"tte_min_frames {self.tte_min_frames} > tte_max_frames {self.tte_max_frames}")
         n = self.risk_reference_width_px / self.risk_region_width_px
         if abs(n - round(n)) > 1e-6 or round(n) < 2:
             raise ValueError(f"risk_reference_width_px / risk_region_width_px must be a whole number >= 2, got {n}")
         return self
+
+    def ignored_by_profile(self) -> dict:
+        """{setting: value} of the settings the chosen profile would not use, each changed from its default
+        (a refused config, ``_check``): under 'benchmark' the action windows are ``BENCHMARK_ACTION``'s and the
+        risk windows keep the paper's defaults (observation_frames, overlap; TTE does not cut risk samples)."""
+        if self.profile != "benchmark":
+            return {}
+        fields = type(self).model_fields
+        return {k: getattr(self, k) for k in ("observation_frames", "overlap", "tte_min_frames", "tte_max_frames")
+                if getattr(self, k) != fields[k].default}
+
+    def bystanders(self, task: str) -> bool:
+        """Whether the bystanders give ``task`` samples (``include_bystanders``, unset: the profile's choice)."""
+        if self.include_bystanders is not None:
+            return self.include_bystanders
+        return not (task == "action" and self.profile == "benchmark")
 
     @property
     def risk_regions(self) -> int:

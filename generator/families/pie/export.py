@@ -118,6 +118,9 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
                                                 or 0)},
             "config": lcfg.model_dump(mode="json"), "counts": sample_counts(samples), "pedestrians": reasons,
             "errors": []}
+    if cfg.profile != lcfg.profile:  # never dropped silently: the summary and the command say it
+        info["profile_note"] = (f"pie.profile: {cfg.profile} applies to JAAD videos only: 3D logs are cut by the "
+                                f"paper's profile at their own frame rate ({lcfg.profile}, log_config)")
     return samples, info
 
 

@@ -76,6 +76,8 @@ def _from_run(args, store, cfg) -> int:
     summary = write_pie_export(store, samples, info)
     shown = {k: summary[k] for k in ("format", "source", "samples", "counts") if k in summary}
     print(json.dumps(shown, indent=2))
+    if info.get("profile_note"):
+        print(f"note: {info['profile_note']}")
     if samples.num_rows == 0:
         print(f"no PIE sample: {info.get('why_empty') or 'no tracked pedestrian has a window in the front camera'}")
     print(f"export: {store.uri_of('')}")

@@ -22,11 +22,20 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, to_numpy
 from generator.families.pie.attributes import path_entry, pedestrian_rows, risk_class, risk_region
+from generator.qa.answers import Choice, Relation
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.video import VideoBatch
 from generator.qa.generate import Batch, Plan, single, vocabulary
 
 NAME = "pie"
+_SIDE_PHRASES = ("just {} of the centre", "a little to the {}", "to the {}", "far to the {}", "at the {} edge of the view")
+WHERE = ("in the centre of the view",) + tuple(p.format(s) for p in _SIDE_PHRASES for s in ("left", "right"))
+_SHORT_WHERE = (("centre", "middle"), ("just {} of centre",), ("slightly to the {}", "slightly {}"), ("on the {}",),
+                ("far {}",), ("{} edge",))
+WHERE_READING = Choice(tuple((w,) + tuple(p.format(s) for p in _SHORT_WHERE[0 if i == 0 else 1 + (i - 1) // 2])
+                             for i, (w, s) in enumerate(zip(WHERE, [""] + ["left", "right"] * 5))))
+"""``drivegen score qa``'s reading of a where-phrase: ``WHERE``'s own or a short form ("On the left.",
+"Far right.", "In the middle.")"""
 _ONE = (Field("region", "text", doc="'Region [X]' of the pedestrian"), Field("class_name", "text"))
 TYPES = {qt.name: qt for qt in (
     QuestionType(NAME, "crossing", "qualitative", _ONE + (
@@ -34,16 +43,17 @@ TYPES = {qt.name: qt for qt in (
         Field("yes_no", "text", answer=True, doc="'Yes' | 'No'"),
         Field("crossing_phrase", "text", answer=True,
               doc="'it will step into the ego vehicle's path' | 'it will stay out of the ego vehicle's path'")),
-        None, "bool", doc="the pedestrian enters the ego's path within the horizon"),
+        None, "bool", doc="the pedestrian enters the ego's path within the horizon",
+        reading=Relation(("step into", "steps into", "walk into", "walks into", "cross", "crosses", "enters"),
+                         ("stay out", "stays out", "stays clear", "stay clear"))),
     QuestionType(NAME, "risk_region", "qualitative", _ONE + (
         Field("horizon", "text", doc="the risk horizon, e.g. '3 seconds'"),
         Field("where_phrase", "text", answer=True,
               doc="'in the centre of the view' | 'just left of the centre' | ... | 'at the right edge of the view'")),
-        None, "risk_class", doc="value = event-risk class (0 = centre of the front view ... 5 = its edges)"),
+        None, "risk_class", doc="value = event-risk class (0 = centre of the front view ... 5 = its edges)",
+        reading=WHERE_READING),
 )}
 
-_SIDE_PHRASES = ("just {} of the centre", "a little to the {}", "to the {}", "far to the {}", "at the {} edge of the view")
-WHERE = ("in the centre of the view",) + tuple(p.format(s) for p in _SIDE_PHRASES for s in ("left", "right"))
 YES_NO = ("Yes", "No")
 CROSSING_PHRASES = ("it will step into the ego vehicle's path", "it will stay out of the ego vehicle's path")
 

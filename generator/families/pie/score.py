@@ -1,5 +1,6 @@
 """``drivegen score pie --pred PRED EXPORT``: a pedestrian behaviour model's predictions on a PIE export
-(``drivegen export_pie``) with the benchmark paper's metrics (seed 001, §III-C..E).
+(``drivegen export_pie``), or on a run folder (its samples built as ``export_pie --run`` builds them), with the
+benchmark paper's metrics (seed 001, §III-C..E).
 
 Predictions: a Parquet file, or a JSON file holding a list of objects (or ``{"predictions": [...]}``), one
 row per sample of the export:
@@ -190,8 +191,12 @@ def read_target(target: str, splits: list[str] | None = None) -> tuple[pa.Table,
 
     store = RunStore(target)
     if not store.exists(EXPORT_SUMMARY):
-        raise InputError(f"{target} is not a PIE export (no {EXPORT_SUMMARY}); make one with drivegen export_pie",
-                         file=store.uri_of(EXPORT_SUMMARY))
+        from generator.runfolder import RunReader
+
+        if RunReader(store, require=False).is_run_folder():  # its samples, as export_pie --run would write them
+            return _run_target(store, splits)
+        raise InputError(f"{target} is not a PIE export (no {EXPORT_SUMMARY}) nor a run folder; make one with "
+                         "drivegen export_pie", file=store.uri_of(EXPORT_SUMMARY))
     try:
         summary = store.read_json(EXPORT_SUMMARY)
     except Exception as err:  # noqa: BLE001 - a torn or foreign file: name it
@@ -210,6 +215,23 @@ def read_target(target: str, splits: list[str] | None = None) -> tuple[pa.Table,
         others.update(store.read_parquet(f, columns=["sample_id"]).column("sample_id").to_pylist())
     summary = {**summary, "_other_split_ids": others}
     return t, summary
+
+
+def _run_target(store, splits: list[str] | None) -> tuple[pa.Table, dict]:
+    """The samples of a run folder (``export.samples_from_run``, built in memory) and their summary."""
+    from generator.families.pie.export import EXPORT_FORMAT, samples_from_run
+    from generator.runfolder import RunReader
+
+    samples, info = samples_from_run(RunReader(store))
+    split = samples.column("split")
+    keep = pc.is_in(split, pa.array(splits, pa.string())) if splits else pa.array([True] * samples.num_rows)
+    keep = pc.fill_null(keep, False)
+    others = set(samples.filter(pc.invert(keep)).column("sample_id").to_pylist())
+    t = samples.filter(keep).select(TARGET_COLUMNS)
+    if t.num_rows == 0:
+        raise InputError(f"{store.uri}: no PIE samples{' of splits ' + str(splits) if splits else ''} in the run "
+                         f"({info.get('why_empty') or 'no tracked pedestrian has a window'})", file=store.uri)
+    return t, {**info, "format": EXPORT_FORMAT, "_other_split_ids": others}
 
 
 def read_predictions(path: str) -> list[dict]:

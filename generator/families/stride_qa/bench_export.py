@@ -1,6 +1,6 @@
-"""STRIDE-QA-Bench export (STRIDE-QA §5.2, App. C): scene groups around one target agent, 13 QA each (the
-four ego-speed questions once per keyframe: in its first group), in the exact files the public
-STRIDE-QA-Bench toolkit reads.
+"""STRIDE-QA-Bench export (STRIDE-QA §5.2, App. C): scene groups around one target agent, 9 QA each, and 13 in
+the first group of a keyframe (the four ego-speed questions once per keyframe: in its first group), in the exact
+files the public STRIDE-QA-Bench toolkit reads.
 
 Format (read from ``turingmotors/STRIDE-QA-Dataset``, folder ``benchmarks/STRIDE-QA-Bench``):
 

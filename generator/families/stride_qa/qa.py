@@ -29,6 +29,7 @@ import numpy as np
 
 from generator.attributes.arrays import column, rank_in_group, to_numpy
 from generator.attributes.compute import clock_from_bearing, pair_relations
+from generator.qa.answers import Clock, Relation
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import (Batch, Plan, attr, clock_text, hash_fields, keyframe_batch, pool_entries, single,
                                    vocabulary, words)
@@ -47,7 +48,25 @@ YES_NO = Field("yes_no", "text", answer=True, doc="'Yes' | 'No' for the type's p
 
 
 def _q(family, name, kind, fields, value_field=None, unit="bool", doc="", **more):
+    more.setdefault("reading", READINGS.get((family, name)))
     return QuestionType(family, name, kind, tuple(fields), value_field, unit, doc, **more)
+
+
+READINGS = {
+    ("object_spatial", "left_of"): Relation(("left",), ("right",), "pair"),
+    ("object_spatial", "in_front_of"): Relation(("in front", "ahead"), ("behind",), "pair"),
+    ("object_spatial", "bigger"): Relation(("bigger", "larger"), ("smaller",), "pair"),
+    ("object_spatial", "taller"): Relation(("taller",), ("shorter",), "pair"),
+    ("object_spatial", "wider"): Relation(("wider", "broader"), ("thinner", "narrower"), "pair"),
+    ("object_spatial", "above"): Relation(("above", "higher"), ("below", "lower", "beneath", "under"), "pair"),
+    ("object_spatial", "closer"): Relation(("closer", "nearer"), ("farther", "further"), "pair"),
+    ("ego_spatial", "left_right"): Relation(("left",), ("right",), "ego"),
+    ("ego_spatial", "front_behind"): Relation(("in front", "ahead"), ("behind",), "ego"),
+    ("ego_spatial", "clock"): Clock(),
+}
+"""How ``drivegen score qa`` reads an answer to each question type (``generator.qa.answers``): the words of
+its predicate (true, then false), read from A's side for a pair ('pair') or the region's for the ego's types
+('ego'); the clock position. The other types are quantities (``generator.qa.answers.parse``)."""
 
 
 _TYPES = [

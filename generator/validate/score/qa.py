@@ -1,25 +1,29 @@
-"""``drivegen score qa --pred ANSWERS RUN [--split test]``: a model's answers to drivegen's own QA shards.
+"""``drivegen score qa --pred ANSWERS RUN [--split test]``: a model's answers to drivegen's own QA shards, judged
+as a careful annotator would judge them.
 
 ``ANSWERS`` (JSON list, JSON Lines or Parquet; ``generator.validate.score.read_predictions``): one row per
 question, ``qa_id`` plus the model's ``answer`` text, or its ``value`` (a number; for yes/no questions also
 true/false or "yes"/"no"); a JSON object ``{qa_id: answer text}`` is read the same way. ``RUN``: the run folder
 (or a regenerated QA folder) whose ``qa`` rows are the truth.
 
-- **Quantitative** questions (``kind``: distance, bearing, size, speed...) are judged with the STRIDE-QA-Bench
-  tolerances for the quantity their ``unit`` states (``generator.qa.answers``: m -> distance ±25 %, degrees ->
-  direction ±10° wrapped, m/s -> speed ±20 % or 0.1 m/s below 0.5 m/s); a ``value`` is taken as it is, an
-  ``answer`` text is parsed as the bench parses it. The truth is the number the row's answer states (its
-  ``qa.decimals`` digits, as the bench export's ``gt_value``), so that the row's own sentence is right.
-- **Yes/no** questions (unit ``bool``): a ``value`` (1/0, true/false, yes/no) against the row's value; an
-  ``answer`` text by its first word (yes / no), else, for the either-or questions ("above or below?"), by the
-  text as a whole.
-- **Categorical** questions (o'clock, maneuver, speed status, intent, action, trajectory, risk class): the
-  ``answer`` text against the row's answer, compared without case, spaces and punctuation, or a numeric
-  ``value`` against the row's value.
+- A ``value`` equal to the row's own stored ``value`` is always right.
+- **Quantitative** questions (unit m, degrees, m/s): the number is read with the STRIDE-QA-Bench parser
+  (``generator.qa.answers.parse``: its units, other units converted), else as a careful reader would
+  (``parse_lenient``: radians, or the answer's one bare number in the question's unit). The truth is the number
+  the row's sentence states (its ``qa.decimals`` digits, as the bench export's ``gt_value``); an answer is right
+  within the bench's tolerance of it (distance ±25 %, direction ±10° wrapped, speed ±20 % or 0.1 m/s below
+  0.5 m/s) or when it equals it at the precision the sentence states ("0.0006 m" for "0.00 m").
+- **Choices** are read by the question type's own reading (``QuestionType.reading``, ``generator.qa.answers``):
+  yes/no as the first 'yes' or 'no' word ("Yes. Its path crosses ..."), else the words of its predicate in
+  any order ("Above.", "On the right.", "Region [3] is below Region [1]"); clock positions ("At 1 o'clock.");
+  a vocabulary's choice by any of its phrases ("Slow down.", "turning left"); DRAMA-X's intent by its lateral and
+  vertical words; a trajectory by its numbers at the truth's precision. An answer that names no choice, or two,
+  is wrong and listed. A type without a reading: yes/no for unit ``bool``, else the text compared without case,
+  spaces and punctuation, or a numeric ``value`` against the row's value.
 
 Per family and question type: questions, answered, correct and the accuracy over the answered ones; questions
-without an answer are listed (up to 50) and enter no rate, answers that cannot be read (no number, a value that
-is no number) are listed and count as wrong.
+without an answer enter no rate, answers that cannot be read count as wrong; both are listed (up to
+``MAX_LISTED``) and counted in full, and so are answers to ids the run does not have.
 """
 from __future__ import annotations
 
@@ -27,10 +31,12 @@ import math
 import re
 from collections import defaultdict
 
-from generator.qa.answers import DISTANCE_REL, QUANTITY_OF_UNIT, parse, success
+from generator.qa.answers import (DISTANCE_REL, QUANTITY_OF_UNIT, Numbers, equal_at_precision, parse,
+                                  parse_lenient, same_at_precision, stated_decimals, success, tokens, yes_no)
 from schemas.errors import InputError
 
-HELP = "answers to drivegen's own QA shards: numbers within STRIDE-QA's tolerances, yes/no and categories"
+HELP = "answers to drivegen's own QA shards, judged as a careful annotator would: numbers, yes/no and choices"
+MAX_LISTED = 50  # problems listed per kind; their counts are always complete
 
 _WORDS = re.compile(r"[^a-z0-9.\-]+")
 
@@ -70,37 +76,91 @@ def _number(v) -> float | None:
         if s in ("no", "false"):
             return 0.0
         try:
-            return float(s)
+            f = float(s)
         except ValueError:
             return None
+        return f if math.isfinite(f) else None
     return None
 
 
-def judge(truth: dict, pred: dict) -> tuple[bool, str | None]:
-    """(correct, why it could not be read or None) of one answer ``pred`` to the QA row ``truth``."""
-    unit, value, has_value = truth["unit"], pred.get("value"), pred.get("value") is not None
+def _regions(truth: dict) -> tuple[str | None, str | None]:
+    """(A, B) of a question about two regions as ``tokens`` writes them (``region3``): A is the first region of
+    the truth's answer (every template names A first), B the question's other region."""
+    ans = [w for w in tokens(truth.get("answer", "")) if w.startswith("region")]
+    a = ans[0] if ans else None
+    other = [w for w in tokens(truth.get("question") or "") if w.startswith("region") and w != a]
+    return a, (other[0] if other else None)
+
+
+def _reading(truth: dict):
+    from generator.qa.families import question_types
+
+    qt = question_types().get((truth.get("family"), truth.get("question_type")))
+    return None if qt is None else qt.reading
+
+
+def judge(truth: dict, pred: dict, reading=False) -> tuple[bool, str | None]:
+    """(correct, why it could not be read or None) of one answer ``pred`` to the QA row ``truth`` (its
+    ``question`` text helps read answers about two regions). ``reading``: the question type's
+    (``QuestionType.reading``; default: looked up from the row's family and type)."""
+    unit, value = truth["unit"], pred.get("value")
+    got_value = _number(value) if value is not None else None
+    if value is not None and got_value is None:
+        return False, f"the value {value!r} is no number"
+    stored = truth.get("value")
+    if got_value is not None and stored is not None and math.isfinite(stored) and \
+            abs(got_value - stored) <= 1e-9 * max(1.0, abs(stored)):
+        return True, None  # the row's own value
+    answer = pred.get("answer")
+    if got_value is None and not isinstance(answer, str):
+        return False, "no answer text and no value"
     if truth["kind"] == "quantitative":
-        q = QUANTITY_OF_UNIT.get(unit)
-        if q is None:  # a unit of no bench quantity: its value, within the distance tolerance
-            num = _number(value) if has_value else None
-            return (num is not None and abs(num - truth["value"]) <= DISTANCE_REL * abs(truth["value"]),
-                    None if num is not None else "no number")
-        got = _number(value) if has_value else parse(q, pred.get("answer"))
-        stated = parse(q, truth["answer"])  # the truth as its sentence states it, as the bench export's gt_value
-        gt = float(truth["value"]) if stated is None else stated
-        return success(q, gt, got), None if got is not None else f"no {q} in the answer"
-    if unit == "bool":
-        if has_value:
-            got = _number(value)
-        else:
-            first = _norm(pred.get("answer", "")).split(" ")[0]
-            got = {"yes": 1.0, "no": 0.0}.get(first)
-            if got is None:  # an either-or question: the statement as a whole
-                return _norm(pred.get("answer", "")) == _norm(truth["answer"]), None
-        return (got is not None and got == float(truth["value"])), None if got is not None else "not yes or no"
-    if has_value and truth["value"] is not None and _number(value) is not None:
-        return _number(value) == float(truth["value"]), None
-    return _norm(pred.get("answer", "")) == _norm(truth["answer"]), None
+        return _judge_quantity(truth, got_value, answer)
+    if reading is False:
+        reading = _reading(truth)
+    if reading is None:
+        if unit == "bool":
+            got = got_value if got_value is not None else yes_no(answer)
+            if got is None:  # an either-or question of a type without a reading: the statement as a whole
+                return _norm(answer) == _norm(truth["answer"]), None
+            return got == float(stored), None
+        if got_value is not None:
+            return stored is not None and got_value == float(stored), None
+        return _norm(answer) == _norm(truth["answer"]), None
+    if isinstance(reading, Numbers):
+        if got_value is not None:
+            return False, "a trajectory needs its waypoints as text"
+        got = reading.read(answer)
+        return same_at_precision(got, reading.read(truth["answer"])), None if got else "no numbers in the answer"
+    if got_value is not None:
+        return stored is not None and got_value == float(stored), None
+    a, b = _regions(truth)
+    got = reading.read(answer, a, b)
+    if got is None:
+        return False, f"no {reading.kind} (or two) in the answer"
+    if unit == "bool" or reading.kind == "clock":
+        return got == float(stored), None
+    want = reading.read(truth["answer"], a, b)  # a choice is compared as the truth's answer states it
+    if want is None:
+        want = None if stored is None else int(stored)
+    return got == want, None
+
+
+def _judge_quantity(truth: dict, got_value: float | None, answer) -> tuple[bool, str | None]:
+    unit = truth["unit"]
+    q = QUANTITY_OF_UNIT.get(unit)
+    if q is None:  # a unit of no bench quantity: its value, within the distance tolerance
+        got = got_value if got_value is not None else _number(answer)
+        return (got is not None and abs(got - truth["value"]) <= DISTANCE_REL * abs(truth["value"]),
+                None if got is not None else "no number")
+    got = got_value if got_value is not None else parse_lenient(q, answer)
+    if got is None:
+        return False, f"no {q} in the answer"
+    stated = parse(q, truth["answer"])  # the truth as its sentence states it, as the bench export's gt_value
+    if stated is None:
+        return success(q, float(truth["value"]), got), None
+    d = stated_decimals(q, truth["answer"])
+    return success(q, stated, got) or (d is not None and equal_at_precision(q, stated, got, d)), None
 
 
 def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
@@ -110,31 +170,40 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     table = RunReader(target).read_table("qa")
     if table is None:
         raise InputError(f"{target}: the run folder has no QA rows", file=str(target))
-    rows = table.select(["qa_id", "split", "family", "kind", "question_type", "answer", "value", "unit"]).to_pylist()
+    rows = table.select(["qa_id", "split", "family", "kind", "question_type", "question", "answer", "value",
+                         "unit"]).to_pylist()
     if splits:
         rows = [r for r in rows if r["split"] in splits]
     problems: list[str] = []
     answers = _answers(read_predictions(pred_path), problems)
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # questions, answered, correct
-    missing = []
+    missing, unreadable = [], []
+    readings: dict = {}
     for r in rows:
-        c = cells[(r["family"], r["question_type"])]
+        key = (r["family"], r["question_type"])
+        c = cells[key]
         c[0] += 1
         pred = answers.get(r["qa_id"])
         if pred is None:
             missing.append(r["qa_id"])
             continue
-        ok, why = judge(r, pred)
+        if key not in readings:
+            readings[key] = _reading(r)
+        ok, why = judge(r, pred, readings[key])
         c[1] += 1
         c[2] += int(ok)
         if why:
-            problems.append(f"{r['qa_id']} ({r['family']}/{r['question_type']}): {why}")
+            unreadable.append(f"{r['qa_id']} ({r['family']}/{r['question_type']}): {why}")
     known = {r["qa_id"] for r in rows}
     unknown = [q for q in answers if q not in known]
-    problems += [f"{q}: no such question{' in the split(s)' if splits else ''}: ignored" for q in unknown[:50]]
-    problems += [f"{q}: no answer" for q in missing[:50]]
-    if len(missing) > 50:
-        problems.append(f"... {len(missing) - 50} more questions without an answer")
+    where = " in the split(s)" if splits else ""
+    for items, more in ((unreadable, "answers that could not be read"),
+                        ([f"{q}: no such question{where}: ignored" for q in unknown], f"answers to ids the run does "
+                                                                                        f"not have{where}"),
+                        ([f"{q}: no answer" for q in missing], "questions without an answer")):
+        problems += items[:MAX_LISTED]
+        if len(items) > MAX_LISTED:
+            problems.append(f"... {len(items) - MAX_LISTED} more {more} ({len(items)} in all)")
     families: dict[str, dict] = {}
     for (fam, qt), (n, answered, correct) in sorted(cells.items()):
         f = families.setdefault(fam, {"questions": 0, "answered": 0, "correct": 0, "types": {}})
@@ -146,7 +215,8 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     for f in families.values():
         f["accuracy"] = f["correct"] / f["answered"] if f["answered"] else None
     return {"predictions": str(pred_path), "target": str(target), "questions": len(rows),
-            "answered": len(rows) - len(missing), "families": families, "problems": problems}
+            "answered": len(rows) - len(missing), "unreadable": len(unreadable), "unknown_ids": len(unknown),
+            "families": families, "problems": problems}
 
 
 def to_text(result: dict) -> str:
@@ -157,6 +227,9 @@ def to_text(result: dict) -> str:
         lines.append(f"  {fam:<20s} {pct(f['accuracy'])} of {f['answered']}")
         for qt, c in f["types"].items():
             lines.append(f"    {qt:<22s} {pct(c['accuracy'])} of {c['answered']}")
+    if result.get("unreadable") or result.get("unknown_ids"):
+        lines.append(f"  {result.get('unreadable', 0)} answer(s) could not be read (wrong); "
+                     f"{result.get('unknown_ids', 0)} answer(s) to ids the run does not have (ignored)")
     if result["problems"]:
-        lines.append(f"  {len(result['problems'])} problem(s), e.g. {result['problems'][0]}")
+        lines.append(f"  {len(result['problems'])} problem(s) listed, e.g. {result['problems'][0]}")
     return "\n".join(lines)
