@@ -22,6 +22,15 @@ MACHINE_OF_THE_DAY = re.compile(r"\b(this machine|on this (?:\d+-core|shared)|to
                                 re.I)
 
 
+# what ties a page to the project's past rather than to what drivegen does now: a date, a commit, a worktree, the
+# sequence of a day, a goal met or missed, a GPU lease (history belongs in docs/changelog.md; dated figures on the
+# benchmarks' own pages, which their scripts write)
+HISTORY = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\bworktrees?\b|"
+                     r"\b(?:later|earlier|on) that day\b|\bthe same day\b|\bat (?:that|this|an earlier) commit\b|"
+                     r"\(goal\b|\bgoals?\s*(?:[<>]=?|≥|≤)|\b(?:meets?|met|missed|misses|short of)\b[^.]{0,40}\bgoals?\b|"
+                     r"\bleases?\b", re.I)
+
+
 def _written_pages() -> list[Path]:
     """The hand-written pages: the README and docs/ without the generated ones (the config reference and the
     benchmarks' own pages, which name their command, date and CPU)."""
@@ -49,6 +58,19 @@ def test_no_page_speaks_of_a_machine_of_the_day():
              for n, line in enumerate(p.read_text().splitlines(), 1) for m in [MACHINE_OF_THE_DAY.search(line)] if m]
     assert found == []
     assert MACHINE_OF_THE_DAY.search("took 24 s on this 2-core machine")  # the check can fail
+
+
+def test_user_pages_tell_no_history():
+    """The README and the hand-written pages say how drivegen works now: no dates, commits, worktrees, goals or
+    leases; that is the changelog's (``docs/changelog.md``, in the site's navigation)."""
+    found = [f"{p.relative_to(ROOT)}:{n}: {m.group(0)}" for p in _written_pages() if p.name != "changelog.md"
+             for n, line in enumerate(p.read_text().splitlines(), 1) for m in HISTORY.finditer(line)]
+    assert found == []
+    assert "changelog.md" in (ROOT / "mkdocs.yml").read_text()
+    for said in ("498 s at 44a586a", "(2026-11-26, H100)", "from a worktree", "later that day",
+                 "7.2 M QA/min/core (goal >= 20)", "meets the first goals", "short of a 20x goal"):
+        assert HISTORY.search(said), said  # the check can fail
+    assert not HISTORY.search("a goal about the target's logged end position; 1,026,085 QA; #263238")
 
 
 @pytest.mark.slow
