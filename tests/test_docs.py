@@ -17,11 +17,17 @@ DOCS = ROOT / "docs"
 MKDOCS = Path(sys.executable).with_name("mkdocs")
 needs_mkdocs = pytest.mark.skipif(not MKDOCS.is_file(), reason="mkdocs is not installed (the 'docs' extra; "
                                                                 "scripts/setup.sh installs it)")
+# what `mkdocs build` says on every build; any other line (a warning, a link to a page the build excludes) is a fault
+ROUTINE_BUILD_LOG = re.compile(r"INFO\s+-\s+(Cleaning site directory|Building documentation to directory: |"
+                               r"Documentation built in )")
+# a line of a built paragraph or list item that begins like a Markdown list item: a list Python-Markdown did not read
+# as one (it needs a blank line before a list, and four spaces to nest one; GitHub's renderer needs neither)
+LITERAL_LIST_ITEM = re.compile(r"\n[ \t]*(?:[-*+]|\d+[.)])[ \t]+\S")
+# a list item indented by one to three spaces: Python-Markdown flattens it into its parent list
+SHALLOW_NESTED_ITEM = re.compile(r"^ {1,3}(?:[-*+]|\d+\.)[ \t]")
 # wording that dates a page to one machine or one day instead of a command, a date and a CPU model
 MACHINE_OF_THE_DAY = re.compile(r"\b(this machine|on this (?:\d+-core|shared)|today|measured here|this session)\b",
                                 re.I)
-
-
 # what ties a page to the project's past rather than to what drivegen does now: a date, a commit, a worktree, the
 # sequence of a day, a goal met or missed, a GPU lease (history belongs in docs/changelog.md; dated figures on the
 # benchmarks' own pages, which their scripts write)
@@ -44,6 +50,32 @@ def _mkdocs(config: Path, site: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env=env)
 
 
+def _build_complaints(log: str) -> list[str]:
+    """What a build said beyond its routine lines (``ROUTINE_BUILD_LOG``)."""
+    return [line for line in log.splitlines() if line.strip() and not ROUTINE_BUILD_LOG.match(line)]
+
+
+def _literal_list_items(html: str) -> list[str]:
+    """The paragraphs and list items of a built page that hold a list item as text (``LITERAL_LIST_ITEM``)."""
+    found = []
+    for m in re.finditer(r"<(p|li)\b[^>]*>(.*?)</\1>", html, re.S):
+        text = re.sub(r"<(ul|ol|pre)\b.*?</\1>", "", m.group(2), flags=re.S)  # a real nested list is no fault
+        if LITERAL_LIST_ITEM.search("\n" + text):
+            found.append(f"<{m.group(1)}>{text[:80]!r}")
+    return found
+
+
+def _shallow_nested_items(page: Path) -> list[str]:
+    """The lines of a Markdown page, outside code blocks, that ``SHALLOW_NESTED_ITEM`` matches."""
+    found, fence = [], False
+    for n, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and SHALLOW_NESTED_ITEM.match(line):
+            found.append(f"{page.relative_to(ROOT)}:{n}: {line.strip()[:60]}")
+    return found
+
+
 def test_readme_is_a_short_front_door():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 200
@@ -58,6 +90,7 @@ def test_no_page_speaks_of_a_machine_of_the_day():
              for n, line in enumerate(p.read_text().splitlines(), 1) for m in [MACHINE_OF_THE_DAY.search(line)] if m]
     assert found == []
     assert MACHINE_OF_THE_DAY.search("took 24 s on this 2-core machine")  # the check can fail
+
 
 
 def test_user_pages_tell_no_history():
@@ -143,9 +176,19 @@ def test_config_reference_is_the_configs_own(monkeypatch):
 @needs_mkdocs
 def test_site_builds_strict_offline(tmp_path):
     """``mkdocs build --strict``: every page in the nav builds, every link and anchor resolves, every included
-    benchmark page exists; the same build fails on a page with a broken link."""
+    benchmark page exists, and the build says nothing beyond its routine lines (no link to a page it excludes);
+    every list renders as a list (no paragraph or list item holds a literal "- " item, no list nested by fewer
+    than four spaces). The same build fails on a page with a broken link, and names a link to an excluded page."""
     res = _mkdocs(ROOT / "mkdocs.yml", tmp_path / "site")
     assert res.returncode == 0, res.stderr[-3000:]
+    assert _build_complaints(res.stderr) == []
+    literal = {str(page.relative_to(tmp_path / "site")): found for page in sorted((tmp_path / "site").rglob("*.html"))
+               for found in [_literal_list_items(page.read_text())] if found}
+    assert literal == {}
+    assert [x for page in sorted(DOCS.rglob("*.md")) for x in _shallow_nested_items(page)] == []
+    assert _literal_list_items("<p>Conventions:\n- The ego frame is x forward.</p>")  # the checks can fail
+    assert _literal_list_items("<ul><li>one\n  1. Clone it.</li></ul>")
+    assert not _literal_list_items("<ul><li>one<ul>\n<li>two</li>\n</ul></li></ul><p>a - b\n-3 m</p>")
     reference = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
     assert "box_iou_min" in reference and "classify_at_s" in reference
     bench = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
@@ -153,9 +196,11 @@ def test_site_builds_strict_offline(tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(DOCS, broken / "docs")
     shutil.copy(ROOT / "mkdocs.yml", broken / "mkdocs.yml")
-    (broken / "docs" / "design.md").write_text((DOCS / "design.md").read_text() + "\nSee [nowhere](nowhere.md).\n")
+    (broken / "docs" / "design.md").write_text((DOCS / "design.md").read_text() + "\nSee [nowhere](nowhere.md) and "
+                                               "[a bench's own page](benchmarks/synth.md).\n")
     res = _mkdocs(broken / "mkdocs.yml", tmp_path / "site2")
     assert res.returncode != 0 and "nowhere.md" in res.stderr
+    assert any("benchmarks/synth.md" in line and "excluded" in line for line in _build_complaints(res.stderr))
 
 
 def test_benchmarks_page_holds_only_what_the_benchmarks_wrote():
