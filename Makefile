@@ -1,4 +1,4 @@
-# The two commands a new user needs (see README):
+# The two commands a new user needs (see README.md):
 #   make run    set up (idempotent) and run the main job on the embedded default into ./out (a second
 #               make run replaces the finished run there; make clean removes it)
 #   make test   set up (idempotent) and run the test suite (the whole of it: what CI runs)

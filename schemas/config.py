@@ -731,7 +731,7 @@ class AnonymizeConfig(_Model):
     metadata written beside them. The paper uses Dashcam Anonymizer (a YOLO model); drivegen uses detectors
     that ship with OpenCV (Haar cascades in ``cv2.data.haarcascades``), run only inside candidate regions
     that the 3D boxes give: heads at the top of pedestrian boxes, plates on the front and rear faces of
-    vehicle boxes. Values below were chosen here and measured on generated logs (README "Anonymisation",
+    vehicle boxes. Values below were chosen here and measured on generated logs (docs/operations/anonymisation.md,
     ``python bench/anonymize.py``; tests/test_anonymize.py)."""
 
     faces: bool = True
@@ -827,7 +827,7 @@ class StageActorsConfig(_Model):
     than the others gets more actors, e.g. ``perceive: {pool_size: 2}`` beside ``detect: {pool_size: 1}``, each
     actor on a GPU of its own. Fractional ``num_gpus`` put several actors on one device (Ray places a fractional
     request on one GPU); on an H100, CenterPoint and SAM sharing one GPU gained nothing over running in turn,
-    while two SAM actors sharing one carried 9-20 % more than one (README, "Models")."""
+    while two SAM actors sharing one carried 9-20 % more than one (docs/changelog.md)."""
 
     pool_size: int | None = Field(None, ge=1)
     """a fixed pool of this many actors (min_size = max_size); None: ray.actor_pool_size, or the bounds below"""
@@ -863,7 +863,7 @@ class RayConfig(_Model):
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
     actor_num_cpus: float = Field(0.5, gt=0)
     """fractional: whole-CPU actors starve the read stage on 2 CPUs; one thread (Ray's cap at floor(CPUs), at
-    least 1) ran SAM on an H100 as fast as seven (docs/models.md)"""
+    least 1) ran SAM on an H100 as fast as seven (docs/changelog.md)"""
     actor_num_gpus: float = Field(1.0, ge=0)
     """used only when the cluster has GPUs"""
     actor_pool_size: int = Field(1, ge=1)

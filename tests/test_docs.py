@@ -35,6 +35,11 @@ HISTORY = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[
                      r"\b(?:later|earlier|on) that day\b|\bthe same day\b|\bat (?:that|this|an earlier) commit\b|"
                      r"\(goal\b|\bgoals?\s*(?:[<>]=?|≥|≤)|\b(?:meets?|met|missed|misses|short of)\b[^.]{0,40}\bgoals?\b|"
                      r"\bleases?\b", re.I)
+# a pointer into drivegen's README: README "Section" (or README, "Section"), which must be one of its headings;
+# README followed by a comma and an unquoted name is a section pointer too, and one that cannot be resolved
+README_SECTION = re.compile(r"""\bREADME\b(?!\.md|'s)(?:,?\s*["'“]([^"'”]+)["'”]|,\s*(?!["'“])([^)"\n]*))""")
+OTHER_READMES = re.compile(r"(?:'s|annotations|data) README\b")  # SAM 2's README, JAAD annotations README
+DOCS_POINTER = re.compile(r"\bdocs/([\w/.-]+\.md)(?:#([\w-]+))?")
 
 
 def _written_pages() -> list[Path]:
@@ -104,6 +109,54 @@ def test_user_pages_tell_no_history():
                  "7.2 M QA/min/core (goal >= 20)", "meets the first goals", "short of a 20x goal"):
         assert HISTORY.search(said), said  # the check can fail
     assert not HISTORY.search("a goal about the target's logged end position; 1,026,085 QA; #263238")
+
+
+
+def _stale_pointers(text: str, where: str) -> list[str]:
+    """The README sections (``README_SECTION``) and docs pages or anchors (``DOCS_POINTER``) ``text`` points to
+    that do not exist."""
+    sections = {h.strip() for h in re.findall(r"^#+ (.+)$", (ROOT / "README.md").read_text(), re.M)}
+    stale = []
+    for m in README_SECTION.finditer(text):
+        if OTHER_READMES.search(text[max(0, m.start() - 20):m.end()]):
+            continue
+        if (m.group(1) or m.group(2) or "").strip() not in sections:
+            stale.append(f"{where}: {m.group(0)!r}")
+    for page, anchor in DOCS_POINTER.findall(text):
+        target = DOCS / page
+        if page.startswith("benchmarks/") and (ROOT / "bench" / f"{Path(page).stem.split('-')[0]}.py").is_file():
+            continue  # a page its bench writes (``--docs``), which may not have been run yet
+        if not target.is_file():
+            stale.append(f"{where}: docs/{page}")
+        elif anchor and anchor not in {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", h).strip().lower())
+                                       for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}:
+            stale.append(f"{where}: docs/{page}#{anchor}")
+    return stale
+
+
+def test_pointers_to_the_readme_and_the_docs_resolve():
+    """Every pointer to a README section or a docs page resolves: in the pages, the code and its comments, every
+    command's help, ``cluster.yaml``, the scripts and the configuration reference."""
+    import contextlib
+    import io
+
+    from generator.cli import build_parser
+    from generator.commands.reference import config_reference
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    stale = [x for f in files if not f.startswith("tests/") and (f.endswith((".py", ".sh", ".md", ".yaml", ".toml"))
+                                                                or f == "Makefile")
+             for x in _stale_pointers((ROOT / f).read_text(), f)]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            stale += _stale_pointers(p.format_help(), f"drivegen {name} -h")
+    stale += _stale_pointers(config_reference(), "the configuration reference")
+    assert stale == []
+    for said in ('(format: README, the family\'s section)', 'README "Anonymisation"', "(README, \"Models\")",
+                 "docs/nowhere.md", "docs/benchmarks.md#no-such-section"):
+        assert _stale_pointers(said, "x"), said  # the check can fail
+    assert _stale_pointers('README "Commands"', "x") == [] and _stale_pointers("SAM 2's README, as", "x") == []
 
 
 @pytest.mark.slow
