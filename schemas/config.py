@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 import yaml
@@ -255,6 +255,16 @@ class LabelNoiseConfig(_Model):
     alone, nothing dropped) detects every annotation; 0.5 as a real detector's non-maximum suppression would.
     Noise-free labels always pass through whole"""
     seed: int = 0
+
+    # the fields whose non-zero value adds noise; the others (scores, ghost_presence, miss_run_s, ...) only shape it
+    RATES: ClassVar[tuple[str, ...]] = ("center_m", "size_frac", "yaw_rad", "velocity_mps", "drop_prob",
+                                        "false_positives_per_frame", "ghosts_per_ha", "miss_runs_per_min")
+
+    @classmethod
+    def rates_on(cls, noise: dict) -> dict[str, float]:
+        """The noise rates that are on in ``noise`` (this model's fields, as ``model_dump`` or a run's
+        ``config.yaml`` give them): empty for noise-free labels."""
+        return {k: noise[k] for k in cls.RATES if noise.get(k)}
 
     @field_validator("fp_score")
     @classmethod
