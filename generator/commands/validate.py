@@ -36,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--min-map", type=float, default=None, help="fail (exit 1) when mAP is below")
     p.add_argument("--min-nds", type=float, default=None, help="fail when NDS is below")
     p.add_argument("--min-amota", type=float, default=None, help="fail when AMOTA is below")
-    p.add_argument("--max-idsw", type=float, default=None, help="fail when ID switches exceed")
+    p.add_argument("--max-idsw", type=int, default=None, help="fail when ID switches exceed")
     p.add_argument("--min-label-agreement", type=float, default=None,
                    help="fail when the share of QA answers within tolerance is below")
     p.add_argument("--quiet", action="store_true", help="do not print the Markdown report")
