@@ -274,20 +274,19 @@ def test_drivegen_run_ends_with_the_report(labelled_run, tmp_path, capsys):
 
 
 def test_validation_metrics_appear_once_validate_has_run(labelled_run, tmp_path):
-    """The Validation section shows what ``drivegen validate`` wrote (validate/report.json), from a real
-    validation of the run against its generated logs; before that it says how to get it."""
-    from generator.validate.report import to_json
-    from generator.validate.run import ValidateOptions, validate_run
+    """``drivegen validate RUN`` refreshes the run's report (``RUN/report``, with the settings it was built
+    with): its Validation section then shows what validate wrote (validate/report.json), from a real validation
+    of the run against its generated logs; before that it says how to get it."""
+    from generator.cli import main as cli
 
     run = tmp_path / "run"
     shutil.copytree(labelled_run, run)
-    build_report(str(run), str(tmp_path / "before"), CFG)
-    assert 'id="no-validation"' in (tmp_path / "before" / "index.html").read_text()
-    r = validate_run(str(run), ValidateOptions(tracking=False, label_agreement=False))
-    (run / "validate").mkdir()
-    (run / "validate" / "report.json").write_text(to_json(r))
-    build_report(str(run), str(tmp_path / "after"), CFG)
-    html = (tmp_path / "after" / "index.html").read_text()
+    build_report(str(run), None, CFG)
+    assert 'id="no-validation"' in (run / "report" / "index.html").read_text()
+    assert cli(["validate", str(run), "--no-tracking", "--no-label-agreement", "--quiet"]) == 0
+    r = json.loads((run / "validate" / "report.json").read_text())
+    html = (run / "report" / "index.html").read_text()
+    assert json.loads((run / "report" / "report.json").read_text())["config"] == CFG.model_dump(mode="json")
     assert 'id="no-validation"' not in html
     det = re.search(r'data-section="detection">(.*?)</table>', html, re.S).group(1)
     shown = dict(re.findall(r'<tr><td>([^<]+)</td><td class="num">([^<]+)</td></tr>', det))

@@ -376,7 +376,7 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 {% endif %}{% endfor %}</div>
 {% if validation.gates %}<table><tr><th>gate</th><th>metric</th><th>value</th><th>threshold</th><th>ok</th></tr>
 {% for k, g in validation.gates.items() %}<tr><td>{{ k }}</td><td>{{ g.metric }}</td><td>{{ g.value }}</td><td>{{ g.threshold }}</td><td>{{ g.ok }}</td></tr>{% endfor %}</table>{% endif %}
-{% else %}<p id="no-validation">Not validated: run <code>drivegen validate RUN</code> (writes validate/report.json), then build the report again.</p>{% endif %}{% endif %}
+{% else %}<p id="no-validation">Not validated: <code>drivegen validate RUN</code> writes validate/report.json and rebuilds this report with it.</p>{% endif %}{% endif %}
 <h2>Errors</h2>
 {% if errors %}<table id="errors"><tr><th>scene</th><th>stage</th><th>type</th><th>file</th><th>message</th><th>attempt</th></tr>
 {% for e in errors %}<tr><td>{{ e.scene_id }}</td><td>{{ e.stage }}</td><td>{{ e.error_type }}</td><td>{{ e.file or "" }}</td>
