@@ -230,10 +230,11 @@ class _Site:
             qa = self.reader.read_scene("qa", sid)
             labels = self.reader.read_scene("labels", sid)
             kf_all = qa.column("keyframe_index").to_numpy()
+            fam_all = qa.column("family").to_numpy(zero_copy_only=False).astype(str)
             for i in idx:
                 row = qa.slice(i, 1).to_pylist()[0]
                 others = np.flatnonzero(kf_all == row["keyframe_index"])
-                others = others[others != i]
+                others = _across_families(others[others != i], fam_all)
                 cards[(sid, i)] = self._card(row, qa.take(pa.array(others[:8])).to_pylist() if len(others) else [],
                                              len(others), labels)
         return cards
@@ -280,6 +281,18 @@ class _Site:
                  for n in [fam.report_sample_note(row, self.run_cfg)] if n]
         return {"qa": row, "images": imgs, "others": others, "n_others": n_others, "ego": ego, "agents": agents,
                 "no_image": no_image, "notes": notes}
+
+
+def _across_families(rows: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """``rows`` (in QA order) reordered so that each family's first row comes first, then each family's second,
+    ...: the first few show every family asked at a keyframe, not the first family's many rows."""
+    if not len(rows):
+        return rows
+    _, first, inv = np.unique(family[rows], return_index=True, return_inverse=True)
+    counts = np.bincount(inv)
+    rank = np.empty(len(rows), np.int64)  # a row's place among its family's rows
+    rank[np.argsort(inv, kind="stable")] = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return rows[np.lexsort((first[inv], rank))]
 
 
 def _validation(v: dict) -> dict:
