@@ -3,6 +3,7 @@ figures are a run's, the site builds offline with no broken link, the configurat
 own, the benchmarks page holds only what the benchmarks wrote, and no page speaks of a machine of the day."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -160,7 +161,8 @@ def test_pointers_to_the_readme_and_the_docs_resolve():
 
 @pytest.mark.slow
 def test_readme_summary_is_what_the_default_run_prints(default_run):
-    """The README's sample summary and report line are what ``make run`` prints, but for the times."""
+    """The README's sample summary and report line are what ``make run`` prints, but for the times, and its picture
+    of the report shows the sample the default run's report draws."""
     from generator.cli import build_parser
     from generator.pipeline.driver import format_summary
 
@@ -177,6 +179,9 @@ def test_readme_summary_is_what_the_default_run_prints(default_run):
             break
     else:
         raise AssertionError("the README's summary has no report line")
+    shot = json.loads((DOCS / "assets" / "report.png.json").read_text())  # what scripts/report_screenshot.sh drew
+    first = re.search(r'data-qa-id="([^"]+)"', (default_run[0] / "report" / shot["page"]).read_text())
+    assert first and first.group(1) == shot["first_qa_id"], "a stale picture: run scripts/report_screenshot.sh"
     for line in block:
         key = line.split(":")[0]
         if key in ("wall time", "report"):  # the times differ; the report line is checked above
