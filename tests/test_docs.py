@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,37 @@ def test_readme_summary_is_what_the_default_run_prints(default_run):
     text = "\n".join(p.read_text() for p in _written_pages())
     said = [b or a for a, b in re.findall(r"`--tracking-thresholds(?: (\d+))?` \(default(?: (\d+))?", text)]
     assert said and all(int(s) == default for s in said), (said, default)
+
+
+@pytest.mark.slow
+def test_templates_guide_example_adds_its_question(default_run, tmp_path):
+    """The QA templates guide's example, run as written on the default run: its template file, ``drivegen
+    regenerate``, then the counts and the before/after row the guide shows."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from generator.cli import main
+
+    guide = (DOCS / "guide" / "templates.md").read_text()
+    yaml_text = re.search(r"```yaml\n(\s*# my_templates/ego_spatial.yaml\n.*?)```", guide, re.S).group(1)
+    (tmp_path / "my_templates").mkdir()
+    (tmp_path / "my_templates" / "ego_spatial.yaml").write_text(textwrap.dedent(yaml_text))
+    out2 = tmp_path / "out2"
+    assert main(["regenerate", str(default_run[0]), "--templates", str(tmp_path / "my_templates"), "--out", str(out2),
+                 "--no-progress"]) == 0
+    cols = ["qa_id", "template_id", "question", "answer"]
+    before, after = (ds.dataset(str(run / "qa")).to_table(columns=cols) for run in (default_run[0], out2))
+    tid = re.search(r"- id: (\S+)", yaml_text).group(1)
+    mine = after.filter(pc.equal(after["template_id"], tid))
+    n, of = map(int, re.search(r"print\(mine.num_rows\)\s+# (\d+) of the run's (\d+) distance questions", guide).groups())
+    distance = pc.sum(pc.match_substring(after["qa_id"], ":ego_spatial:distance:")).as_py()
+    assert (mine.num_rows, distance) == (n, of)
+    assert after.num_rows == before.num_rows == int(re.search(r"regenerated (\d+) QA", guide).group(1))
+    shown = re.findall(r"\{'qa_id': '([^']+)', 'template_id': '([^']+)',\s*'question': '([^']+)', 'answer': '([^']+)'\}",
+                       guide)
+    row = mine.to_pylist()[0]
+    was = before.filter(pc.equal(before["qa_id"], row["qa_id"])).to_pylist()[0]
+    assert [tuple(r.values()) for r in (was, row)] == shown
 
 
 @pytest.mark.slow
