@@ -24,7 +24,7 @@ ROUTINE_BUILD_LOG = re.compile(r"INFO\s+-\s+(Cleaning site directory|Building do
                                r"Documentation built in )")
 # a line of a built paragraph or list item that begins like a Markdown list item: a list Python-Markdown did not read
 # as one (it needs a blank line before a list, and four spaces to nest one; GitHub's renderer needs neither)
-LITERAL_LIST_ITEM = re.compile(r"\n[ \t]*(?:[-*+]|\d+[.)])[ \t]+\S")
+LITERAL_LIST_ITEM = re.compile(r"\n[ \t]*(?:[-*+]|\d+\.)[ \t]+\S")
 # a list item indented by one to three spaces: Python-Markdown flattens it into its parent list
 SHALLOW_NESTED_ITEM = re.compile(r"^ {1,3}(?:[-*+]|\d+\.)[ \t]")
 # wording that dates a page to one machine or one day instead of a command, a date and a CPU model
