@@ -1,4 +1,4 @@
-# The two commands a new user needs (see README):
+# The two commands a new user needs (see README.md):
 #   make run    set up (idempotent) and run the main job on the embedded default into ./out (a second
 #               make run replaces the finished run there; make clean removes it)
 #   make test   set up (idempotent) and run the test suite (the whole of it: what CI runs)
@@ -9,8 +9,7 @@ export DRIVEGEN_VENV := $(VENV)
 OUT ?= out
 PYTEST_ARGS ?=
 # PYTEST_WORKERS=2: the suite on two pytest-xdist workers, each taking the next test as it frees (a Ray test
-# leaves the cores a third idle while it waits on its cluster: 25 -> 15.6-20.5 minutes on 2 cores, 2026-11-28;
-# 20.2 -> 13.8 minutes, 702 tests passing both ways, on a faster machine of the same kind later that day).
+# leaves the cores a third idle while it waits on its cluster: about a third faster on 2 cores).
 # Not the default: under the other worker's load, a Ray Data pool that must grow while scenes queue for it
 # (tests/test_gpu_scheduling.py) failed to in one of three such runs. 0 (default): one process, what CI runs.
 PYTEST_WORKERS ?= 0

@@ -4,7 +4,7 @@
                         [--actor-cpus 0.5,4]
                         [--decode-prompts 0,32] [--decoder-only] [--allow-cpu] [--cameras CAM_FRONT,...]
 
-Needs a CUDA GPU and the CUDA builds of mmcv/mmdet3d/sam2 (README, "Models"). Without one it prints why and
+Needs a CUDA GPU and the CUDA builds of mmcv/mmdet3d/sam2 (docs/models.md). Without one it prints why and
 exits 0 (skipped); ``--allow-cpu`` runs the same code on the CPU as a smoke check (figures meaningless).
 
 Inputs: generated nuScenes-format logs (``--scenes`` of 40 keyframes, 10 Hz sweeps, six 800x450 cameras).
@@ -302,7 +302,7 @@ def main(argv=None) -> int:
     n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if n_gpus == 0 and not a.allow_cpu:
         print("bench/gpu.py: skipped: no CUDA GPU here (torch.cuda.is_available() is False). Run it on a GPU "
-              "machine after building the CUDA ops (README, \"Models\"); --allow-cpu checks the code on the CPU.")
+              "machine after building the CUDA ops (docs/models.md); --allow-cpu checks the code on the CPU.")
         return 0
     try:
         if a.detector == "centerpoint":

@@ -4,12 +4,16 @@
 Exit codes are decided here, once, from the error hierarchy (``schemas.errors``): an ``InputError``
 (config, logs, templates, run folder, arguments) prints its message and exits 2; another ``DrivegenError``
 prints its message and exits 1; anything else is a bug: the traceback is printed and the exit code is 1.
+A reader that closes stdout before the output ends (``drivegen score ... | head``) is neither: the command stops
+quietly with 141, the status of a process that SIGPIPE ends (Python's documented handling of BrokenPipeError).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import os
+import select
 import sys
 import time
 import traceback
@@ -52,7 +56,37 @@ def _plain_help(p: argparse.ArgumentParser) -> None:
             action.help = action.help.replace("``", "")
 
 
+STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a command stopped by its reader leaving
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code (module docstring)."""
+    try:
+        try:
+            return _command(argv)
+        finally:
+            sys.stdout.flush()  # what is still buffered fails here, where it is handled, not at the interpreter's exit
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise
+        # the rest of the output goes nowhere, so that Python's own flush at exit does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return STDOUT_CLOSED
+
+
+def stdout_closed() -> bool:
+    """Whether stdout's reader has gone (a pipe whose read end is closed polls POLLERR): a BrokenPipeError is then
+    that, and not a socket's or a storage's."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # stdout is no file (an in-process caller replaced it)
+        return False
+
+
+def _command(argv: list[str] | None) -> int:
     called_at = time.perf_counter()  # a command called in-process starts here (its parser's imports included)
     from schemas.errors import DrivegenError, InputError, from_os_error
 
@@ -73,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: error: {err}", file=sys.stderr)
         return 1
     except OSError as err:  # the storage's (a disk, an object store), never a bug: schemas.errors.from_os_error
+        if isinstance(err, BrokenPipeError) and stdout_closed():
+            raise  # the output's reader left, the storage did not: main stops quietly
         mapped = from_os_error(err)
         print(f"{name}: error: {mapped}", file=sys.stderr)
         return 2 if isinstance(mapped, InputError) else 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 import yaml
@@ -255,6 +255,16 @@ class LabelNoiseConfig(_Model):
     alone, nothing dropped) detects every annotation; 0.5 as a real detector's non-maximum suppression would.
     Noise-free labels always pass through whole"""
     seed: int = 0
+
+    # the fields whose non-zero value adds noise; the others (scores, ghost_presence, miss_run_s, ...) only shape it
+    RATES: ClassVar[tuple[str, ...]] = ("center_m", "size_frac", "yaw_rad", "velocity_mps", "drop_prob",
+                                        "false_positives_per_frame", "ghosts_per_ha", "miss_runs_per_min")
+
+    @classmethod
+    def rates_on(cls, noise: dict) -> dict[str, float]:
+        """The noise rates that are on in ``noise`` (this model's fields, as ``model_dump`` or a run's
+        ``config.yaml`` give them): empty for noise-free labels."""
+        return {k: noise[k] for k in cls.RATES if noise.get(k)}
 
     @field_validator("fp_score")
     @classmethod
@@ -731,7 +741,7 @@ class AnonymizeConfig(_Model):
     metadata written beside them. The paper uses Dashcam Anonymizer (a YOLO model); drivegen uses detectors
     that ship with OpenCV (Haar cascades in ``cv2.data.haarcascades``), run only inside candidate regions
     that the 3D boxes give: heads at the top of pedestrian boxes, plates on the front and rear faces of
-    vehicle boxes. Values below were chosen here and measured on generated logs (README "Anonymisation",
+    vehicle boxes. Values below were chosen here and measured on generated logs (docs/operations/anonymisation.md,
     ``python bench/anonymize.py``; tests/test_anonymize.py)."""
 
     faces: bool = True
@@ -827,7 +837,7 @@ class StageActorsConfig(_Model):
     than the others gets more actors, e.g. ``perceive: {pool_size: 2}`` beside ``detect: {pool_size: 1}``, each
     actor on a GPU of its own. Fractional ``num_gpus`` put several actors on one device (Ray places a fractional
     request on one GPU); on an H100, CenterPoint and SAM sharing one GPU gained nothing over running in turn,
-    while two SAM actors sharing one carried 9-20 % more than one (README, "Models")."""
+    while two SAM actors sharing one carried 9-20 % more than one (docs/changelog.md)."""
 
     pool_size: int | None = Field(None, ge=1)
     """a fixed pool of this many actors (min_size = max_size); None: ray.actor_pool_size, or the bounds below"""
@@ -863,7 +873,7 @@ class RayConfig(_Model):
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
     actor_num_cpus: float = Field(0.5, gt=0)
     """fractional: whole-CPU actors starve the read stage on 2 CPUs; one thread (Ray's cap at floor(CPUs), at
-    least 1) ran SAM on an H100 as fast as seven (docs/models.md)"""
+    least 1) ran SAM on an H100 as fast as seven (docs/changelog.md)"""
     actor_num_gpus: float = Field(1.0, ge=0)
     """used only when the cluster has GPUs"""
     actor_pool_size: int = Field(1, ge=1)

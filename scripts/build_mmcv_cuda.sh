@@ -12,7 +12,7 @@
 #     defines the same gpuAtomicAdd (THC is gone from recent torch);
 #   * setup.py imports pkg_resources, which setuptools 81 removed: an older setuptools is put first on the path.
 # Measured (issue #12): NVIDIA H200, torch 2.11.0+cu130, nvcc 13.0, 16 cores, TORCH_CUDA_ARCH_LIST=9.0:
-# 200 s; CenterPoint then ran on the GPU inside drivegen's pipeline (README, "Models", GPU figures).
+# 200 s; CenterPoint then ran on the GPU inside drivegen's pipeline (docs/models.md).
 set -euo pipefail
 out=$(mkdir -p "${1:?usage: $0 WHEELDIR [mmcv-2.1.0.tar.gz]}" && cd "$1" && pwd)
 sdist=${2:-}

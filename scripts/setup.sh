@@ -13,8 +13,10 @@ extras="${DRIVEGEN_EXTRAS:-auto}"
 wheels="${DRIVEGEN_WHEELS:-$here/../shared/wheels}"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# open3d needs libusb at import time; a fresh machine lacks it.
-if ! ldconfig -p 2>/dev/null | grep -q 'libusb-1.0.so.0'; then
+# open3d needs libusb at import time; a fresh machine lacks it. The linker cache's listing is read whole: a
+# `ldconfig -p | grep -q` pipeline fails under pipefail when grep stops at its match while ldconfig still writes.
+libs="$(ldconfig -p 2>/dev/null || true)"
+if [[ "$libs" != *libusb-1.0.so.0* ]]; then
   log "installing Debian package libusb-1.0-0 (needed by open3d)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libusb-1.0-0 >/dev/null
@@ -57,7 +59,7 @@ if [ ! -f "$stamp" ]; then
         log "mmdet3d could not be installed; its tests will skip"
       fi
     else
-      log "no mmcv wheel in $wheels: mmdet3d not installed (see README 'Models'); its tests will skip"
+      log "no mmcv wheel in $wheels: mmdet3d not installed (docs/models.md); its tests will skip"
     fi
   fi
   rm -f "$venv"/.drivegen-deps-*

@@ -167,6 +167,33 @@ def test_report_is_self_contained_and_paged(report, labelled_run, monkeypatch):
     assert again.samples == sum(shown.values())
 
 
+def test_other_questions_at_a_keyframe_span_its_families(report, labelled_run):
+    """A sample card's "Other questions at this keyframe" shows each family asked there (the list holds 8), not
+    the first rows of the keyframe, which are all object_spatial ones."""
+    t = pads.dataset(sorted(str(p) for p in (labelled_run / "qa").glob("*.parquet")), format="parquet").to_table(
+        columns=["qa_id", "scene_id", "keyframe_index", "family"]).to_pylist()
+    at = {(r["scene_id"], r["keyframe_index"]) for r in t}
+    families = {k: Counter() for k in at}
+    for r in t:
+        families[(r["scene_id"], r["keyframe_index"])][r["family"]] += 1
+    row = {r["qa_id"]: r for r in t}
+    checked = 0
+    for page in sorted(report.glob("samples-*.html")):
+        for qa_id, card in re.findall(r'<section class="card" data-qa-id="([^"]+)">(.*?)</section>', page.read_text(),
+                                      re.S):
+            r = row[qa_id]
+            there = families[(r["scene_id"], r["keyframe_index"])] - Counter({r["family"]: 1})
+            m = re.search(r"Other questions at this keyframe \((\d+)\)</h4><ul>(.*?)</ul>", card, re.S)
+            if not there:
+                assert m is None, qa_id
+                continue
+            shown = re.findall(r'<li><span class="tag">([^<]+)</span>', m.group(2))
+            assert int(m.group(1)) == sum(there.values()) and len(shown) == min(8, sum(there.values()))
+            assert set(shown) == set(there) or len(set(shown)) == len(shown) == 8, (qa_id, shown, there)
+            checked += len(there) > 1
+    assert checked  # cards whose keyframe has several families
+
+
 @needs_chromium
 def test_report_renders_in_chromium(report, labelled_run, tmp_path):
     index = chromium(report.joinpath("index.html").as_uri(), tmp_path)
@@ -274,20 +301,19 @@ def test_drivegen_run_ends_with_the_report(labelled_run, tmp_path, capsys):
 
 
 def test_validation_metrics_appear_once_validate_has_run(labelled_run, tmp_path):
-    """The Validation section shows what ``drivegen validate`` wrote (validate/report.json), from a real
-    validation of the run against its generated logs; before that it says how to get it."""
-    from generator.validate.report import to_json
-    from generator.validate.run import ValidateOptions, validate_run
+    """``drivegen validate RUN`` refreshes the run's report (``RUN/report``, with the settings it was built
+    with): its Validation section then shows what validate wrote (validate/report.json), from a real validation
+    of the run against its generated logs; before that it says how to get it."""
+    from generator.cli import main as cli
 
     run = tmp_path / "run"
     shutil.copytree(labelled_run, run)
-    build_report(str(run), str(tmp_path / "before"), CFG)
-    assert 'id="no-validation"' in (tmp_path / "before" / "index.html").read_text()
-    r = validate_run(str(run), ValidateOptions(tracking=False, label_agreement=False))
-    (run / "validate").mkdir()
-    (run / "validate" / "report.json").write_text(to_json(r))
-    build_report(str(run), str(tmp_path / "after"), CFG)
-    html = (tmp_path / "after" / "index.html").read_text()
+    build_report(str(run), None, CFG)
+    assert 'id="no-validation"' in (run / "report" / "index.html").read_text()
+    assert cli(["validate", str(run), "--no-tracking", "--no-label-agreement", "--quiet"]) == 0
+    r = json.loads((run / "validate" / "report.json").read_text())
+    html = (run / "report" / "index.html").read_text()
+    assert json.loads((run / "report" / "report.json").read_text())["config"] == CFG.model_dump(mode="json")
     assert 'id="no-validation"' not in html
     det = re.search(r'data-section="detection">(.*?)</table>', html, re.S).group(1)
     shown = dict(re.findall(r'<tr><td>([^<]+)</td><td class="num">([^<]+)</td></tr>', det))

@@ -79,6 +79,8 @@ def test_labels_backend_scores_one_on_generated_logs(sweep_reports):
     assert d["all_classes"]["mAP"] < 1.0  # the devkit's ten-class mean counts absent classes as 0
     assert t["AMOTA"] == pytest.approx(1.0, abs=1e-9) and t["MOTA"] == pytest.approx(1.0, abs=1e-9)
     assert t["recall"] == 1.0 and t["IDSW"] == 0 and t["FRAG"] == 0 and t["fp"] == 0
+    assert all(type(t[k]) is int for k in ("IDSW", "FRAG", "tp", "fp", "fn"))  # counts, not 0.0
+    assert all(type(m["ids"]) is int for m in t["per_class"].values() if m["has_gt"])
     assert t["AMOTP"] == pytest.approx(0.0, abs=1e-6)
     assert t["num_gt_tracks"] > 10
     assert a["agreement"] == 1.0 and a["compared"] > 1000 and a["unmatched_target"] == 0
@@ -304,6 +306,8 @@ def test_cli_writes_reports_and_applies_gates(cli, synth_runs, sweep_reports, tm
                        "--min-nds", 0.9, "--min-amota", 0.999, "--max-idsw", 0, "--min-label-agreement", 0.999)
     assert code == 0, err
     assert json.loads((out / "report.json").read_text())["passed"] is True
+    md = (out / "report.md").read_text()
+    assert "|  | IDSW | 0 |" in md and "| --max-idsw | tracking.IDSW | 0 | 0 | yes |" in md  # a count: never 0.0
 
 
 def test_track_identity_counts_merges_bridges_and_splits():

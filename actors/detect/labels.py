@@ -41,9 +41,7 @@ def frame_rng(seed: int, scene_id: str, frame_index: int) -> np.random.Generator
 
 
 def is_noise_free(noise: LabelNoiseConfig) -> bool:
-    return (noise.center_m == 0 and noise.size_frac == 0 and noise.yaw_rad == 0 and noise.velocity_mps == 0
-            and noise.drop_prob == 0 and noise.false_positives_per_frame == 0 and noise.ghosts_per_ha == 0
-            and noise.miss_runs_per_min == 0)
+    return not any(getattr(noise, k) for k in LabelNoiseConfig.RATES)
 
 
 def _fp_scores(noise: LabelNoiseConfig, rng: np.random.Generator, n: int) -> np.ndarray:

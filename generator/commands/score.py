@@ -22,7 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("family", choices=scorer_names(), help="which family's metrics (qa: answers to a run's QA)")
     p.add_argument("target", help="run folder or the family's export (path or URI)")
-    p.add_argument("--pred", required=True, help="the model's predictions (format: README, the family's section)")
+    p.add_argument("--pred", required=True, help="the model's predictions (format: docs/scoring.md and the family's page in docs/families/)")
     p.add_argument("--out", default=None, help="folder to write score.json into")
     p.add_argument("--split", action="append", default=None, help="score only samples of this split (repeatable)")
     for fam in scorers().values():  # the options a family's scorer adds (e.g. drama-x's --bertscore-model)

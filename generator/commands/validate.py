@@ -36,7 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--min-map", type=float, default=None, help="fail (exit 1) when mAP is below")
     p.add_argument("--min-nds", type=float, default=None, help="fail when NDS is below")
     p.add_argument("--min-amota", type=float, default=None, help="fail when AMOTA is below")
-    p.add_argument("--max-idsw", type=float, default=None, help="fail when ID switches exceed")
+    p.add_argument("--max-idsw", type=int, default=None, help="fail when ID switches exceed")
     p.add_argument("--min-label-agreement", type=float, default=None,
                    help="fail when the share of QA answers within tolerance is below")
     p.add_argument("--quiet", action="store_true", help="do not print the Markdown report")
@@ -92,7 +92,7 @@ def main(args) -> int:
               + "): their objects are scored as missed, so this run is not a pass; fix the inputs and run "
               "`drivegen run --resume`, or validate only the other scenes with --scenes", file=sys.stderr)
     if not args.out:
-        _refresh_card(args.run)
+        _refresh_run_views(args.run)
     if not report["passed"]:
         failed = [f"{k} ({v['metric']} = {v['value']}, threshold {v['threshold']})"
                   for k, v in report["gates"].items() if not v["ok"]]
@@ -101,18 +101,33 @@ def main(args) -> int:
     return 0
 
 
-def _refresh_card(run: str) -> None:
-    """Rewrite the run's dataset card (``README.md``) when it has one, so it carries the figures just written."""
+def _refresh_run_views(run: str) -> None:
+    """Rewrite what shows the run's validation, where the run has it: the dataset card (``README.md``) and the
+    HTML report (``report/``, with the settings it was built with), so both carry the figures just written. A
+    failure is a warning: the validation report itself is written."""
     from generator.pipeline.exports import write_run_card
+    from generator.report import build_report
+    from generator.report.site import MARKER
     from generator.runfolder import RunReader
     from schemas import layout
+    from schemas.config import ReportConfig
 
     reader = RunReader(run)
-    if not reader.store.exists(layout.CARD):
-        return
-    try:
-        write_run_card(reader, reader.summary())
-        log.info("dataset card %s updated with the validation figures", reader.store.uri_of(layout.CARD))
-    except Exception as err:  # noqa: BLE001 - the report is written; a stale card is reported, not fatal
-        print(f"drivegen validate: warning: the dataset card {reader.store.uri_of(layout.CARD)} was not updated: "
-              f"{type(err).__name__}: {err}", file=sys.stderr)
+    views = []
+    if reader.store.exists(layout.CARD):
+        views.append(("dataset card", layout.CARD, lambda: write_run_card(reader, reader.summary())))
+    marker = f"{layout.REPORT_DIR}/{MARKER}"
+
+    def report():
+        built_with = ReportConfig.model_validate(reader.store.read_json(marker).get("config") or {})
+        build_report(reader, reader.store.uri_of(layout.REPORT_DIR), built_with)
+
+    if reader.store.exists(marker):
+        views.append(("report", f"{layout.REPORT_DIR}/index.html", report))
+    for what, path, write in views:
+        try:
+            write()
+            log.info("%s %s updated with the validation figures", what, reader.store.uri_of(path))
+        except Exception as err:  # noqa: BLE001 - the report is written; a stale view is reported, not fatal
+            print(f"drivegen validate: warning: the {what} {reader.store.uri_of(path)} was not updated: "
+                  f"{type(err).__name__}: {err}", file=sys.stderr)

@@ -355,14 +355,16 @@ class PublishResult:
     dest: str
     files: int
     rows: dict
-    written: int  # files this call wrote (the rest were in place from a killed publish)
+    written: int  # files this call wrote, the marker included (the rest were in place from a killed publish)
     seconds: float
     bytes: int
 
     def line(self) -> str:
         rows = ", ".join(f"{c} {sum(v.values())}" for c, v in self.rows.items())
-        return (f"published {self.files} files ({self.bytes / 2**20:.1f} MiB; {self.written} written now) to "
-                f"{self.dest} in {self.seconds:.1f} s: rows {rows}")
+        kept = self.files - self.written
+        note = f", {kept} in place from an interrupted publish" if kept else ""
+        return (f"published {self.files} files ({self.bytes / 2**20:.1f} MiB; {self.written} written now{note}) "
+                f"to {self.dest} in {self.seconds:.1f} s: rows {rows}")
 
 
 def publish(run: str, dest: str, *, seed: int = 0, target_mb: float = DEFAULT_TARGET_MB,
@@ -400,7 +402,9 @@ def publish(run: str, dest: str, *, seed: int = 0, target_mb: float = DEFAULT_TA
     marker.update(state="done", sha256={**sums, CHECKSUMS: _sha256(out, CHECKSUMS)})
     out.write_json(MARKER, marker)
     total = sum(out.size(rel) or 0 for rel in p.files)
-    return PublishResult(out.uri, len(p.files) + 1, p.rows, len(todo) + 2, time.perf_counter() - t0, total)
+    files = len(p.files) + 1  # and the marker
+    kept = len(p.parquet) + len(p.wds) - len(todo)  # shards a killed publish left; the card, sums and marker are new
+    return PublishResult(out.uri, files, p.rows, files - kept, time.perf_counter() - t0, total)
 
 
 def _write_shards(run: str, dest: str, shards: list, workers: int, address: str | None) -> None:

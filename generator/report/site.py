@@ -183,7 +183,7 @@ class _Site:
                    types=types[: self.cfg.max_table_rows], types_more=max(0, len(types) - self.cfg.max_table_rows),
                    splits=sorted(stats.by_split.items()), hist=hist, drops=drops, drops_src=drops_src,
                    errors=errors[: self.cfg.max_table_rows], errors_more=max(0, len(errors) - self.cfg.max_table_rows),
-                   validation=_validation(validation) if validation else None,
+                   validation=_validation(validation) if validation else None, wall_time=_wall_time(summary),
                    config=(r.config_text() or b"(no config.yaml: defaults)").decode("utf-8", "replace"),
                    page_names=page_names, cfg=self.cfg, source=json.dumps(r.source() or {}, indent=1),
                    camera_only=r.camera_only)
@@ -230,10 +230,11 @@ class _Site:
             qa = self.reader.read_scene("qa", sid)
             labels = self.reader.read_scene("labels", sid)
             kf_all = qa.column("keyframe_index").to_numpy()
+            fam_all = qa.column("family").to_numpy(zero_copy_only=False).astype(str)
             for i in idx:
                 row = qa.slice(i, 1).to_pylist()[0]
                 others = np.flatnonzero(kf_all == row["keyframe_index"])
-                others = others[others != i]
+                others = _across_families(others[others != i], fam_all)
                 cards[(sid, i)] = self._card(row, qa.take(pa.array(others[:8])).to_pylist() if len(others) else [],
                                              len(others), labels)
         return cards
@@ -280,6 +281,30 @@ class _Site:
                  for n in [fam.report_sample_note(row, self.run_cfg)] if n]
         return {"qa": row, "images": imgs, "others": others, "n_others": n_others, "ego": ego, "agents": agents,
                 "no_image": no_image, "notes": notes}
+
+
+def _across_families(rows: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """``rows`` (in QA order) reordered so that each family's first row comes first, then each family's second,
+    ...: the first few show every family asked at a keyframe, not the first family's many rows."""
+    if not len(rows):
+        return rows
+    _, first, inv = np.unique(family[rows], return_index=True, return_inverse=True)
+    counts = np.bincount(inv)
+    rank = np.empty(len(rows), np.int64)  # a row's place among its family's rows
+    rank[np.argsort(inv, kind="stable")] = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return rows[np.lexsort((first[inv], rank))]
+
+
+def _wall_time(summary) -> tuple[str, str] | None:
+    """(label, text) of the run's wall time, as ``drivegen run`` prints it with its phases. The report that ``run``
+    writes is built before its own phase is timed: it then gives the time up to the report, and says so (the
+    command's figure adds the report's build time, which ``summary.json`` records after)."""
+    if summary is None or not summary.wall_s:
+        return None
+    text = f"{summary.wall_s:.1f} s{summary.timing_text()}"
+    if "report" in summary.timings:
+        return "run wall time", text
+    return "run wall time up to this report", text + "; drivegen run's wall time adds the report's build"
 
 
 def _validation(v: dict) -> dict:
@@ -345,7 +370,7 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 <tr><th>objects (tracked detections)</th><td class="num" id="objects">{{ stats.objects }}</td></tr>
 <tr><th>QA rows</th><td class="num" id="qa-total">{{ stats.qa_total }}</td></tr>
 <tr><th>projections visible / dropped</th><td class="num">{{ stats.visible }} / {{ stats.drops.values()|sum }}</td></tr>{% endif %}
-{% if summary and summary.wall_s %}<tr><th>run wall time (s)</th><td class="num">{{ "%.1f"|format(summary.wall_s) }}</td></tr>{% endif %}
+{% if wall_time %}<tr><th>{{ wall_time[0] }}</th><td id="wall-time">{{ wall_time[1] }}</td></tr>{% endif %}
 </table>
 <h2>QA per family</h2>
 <table id="qa-by-family"><tr><th>family</th><th>rows</th><th>samples</th></tr>
@@ -376,7 +401,7 @@ _INDEX = """{% extends "base.html" %}{% block page %}index{% endblock %}{% block
 {% endif %}{% endfor %}</div>
 {% if validation.gates %}<table><tr><th>gate</th><th>metric</th><th>value</th><th>threshold</th><th>ok</th></tr>
 {% for k, g in validation.gates.items() %}<tr><td>{{ k }}</td><td>{{ g.metric }}</td><td>{{ g.value }}</td><td>{{ g.threshold }}</td><td>{{ g.ok }}</td></tr>{% endfor %}</table>{% endif %}
-{% else %}<p id="no-validation">Not validated: run <code>drivegen validate RUN</code> (writes validate/report.json), then build the report again.</p>{% endif %}{% endif %}
+{% else %}<p id="no-validation">Not validated: <code>drivegen validate RUN</code> writes validate/report.json and rebuilds this report with it.</p>{% endif %}{% endif %}
 <h2>Errors</h2>
 {% if errors %}<table id="errors"><tr><th>scene</th><th>stage</th><th>type</th><th>file</th><th>message</th><th>attempt</th></tr>
 {% for e in errors %}<tr><td>{{ e.scene_id }}</td><td>{{ e.stage }}</td><td>{{ e.error_type }}</td><td>{{ e.file or "" }}</td>

@@ -38,6 +38,8 @@ TRACKING_CONFIG = "tracking_nips_2019"
 TP_SUMMARY = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
 TRACKING_SUMMARY = ("amota", "amotp", "recall", "motar", "mota", "motp", "mt", "ml", "faf", "tp", "fp", "fn", "ids",
                     "frag", "tid", "lgd", "gt")
+# the summary's counts (the devkit keeps them as floats): reported as integers
+TRACKING_COUNTS = frozenset({"mt", "ml", "tp", "fp", "fn", "ids", "frag", "gt"})
 
 
 def detection_config() -> DetectionConfig:
@@ -125,6 +127,12 @@ class BoxesDetectionEval(DetectionEval):
 def _f(x) -> float | None:
     x = float(x)
     return None if np.isnan(x) else x
+
+
+def tracking_value(name: str, x) -> float | int | None:
+    """A devkit tracking metric as reported: None for NaN, an int for a count (``TRACKING_COUNTS``)."""
+    v = _f(x)
+    return int(round(v)) if v is not None and name in TRACKING_COUNTS else v
 
 
 def false_positives(gt_boxes: EvalBoxes, pred_boxes: EvalBoxes, classes, dist_th_m: float) -> dict[str, int]:

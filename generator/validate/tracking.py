@@ -11,7 +11,7 @@ import os
 import time
 
 from generator.types import DrivegenError
-from generator.validate.metrics import TRACKING_CONFIG, TRACKING_SUMMARY, Tracks, _f, tracking_config
+from generator.validate.metrics import TRACKING_CONFIG, TRACKING_SUMMARY, Tracks, tracking_config, tracking_value
 
 
 class TrackingUnavailable(DrivegenError):
@@ -107,11 +107,11 @@ def evaluate_tracking(tracks_gt: Tracks, tracks_pred: Tracks, config: TrackingCo
             merged.add_label_metric(m, c, v)
     wall = time.perf_counter() - t0
     merged.add_runtime(wall)
-    per_class = {c: {m: _f(merged.label_metrics[m][c]) for m in TRACKING_SUMMARY} for c in classes}
+    per_class = {c: {m: tracking_value(m, merged.label_metrics[m][c]) for m in TRACKING_SUMMARY} for c in classes}
     for c in classes:
         per_class[c]["has_gt"] = c in gt_present
         per_class[c]["num_gt_tracks"] = _count_tracks(tracks_gt, c)
-    out = {m.upper() if m in ("amota", "amotp", "mota", "motp") else m: _f(merged.compute_metric(m))
+    out = {m.upper() if m in ("amota", "amotp", "mota", "motp") else m: tracking_value(m, merged.compute_metric(m))
            for m in TRACKING_SUMMARY}
     out.update({
         "IDSW": out.pop("ids"), "FRAG": out.pop("frag"),

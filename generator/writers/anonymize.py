@@ -24,7 +24,7 @@ say where they are inside those places; no cascade runs over a whole image.
 ``strip_timestamps`` removes ``timestamp_us`` keys (at any depth) and source image paths (nuScenes file names
 hold the log's date and the capture time) from published JSON metadata; ``frame_index``/``keyframe_index`` keep
 the order. Measured on generated logs whose renders paint faces and plates where the boxes say
-(``generator.validate.anonymize``, ``python bench/anonymize.py``; README "Anonymisation").
+(``generator.validate.anonymize``, ``python bench/anonymize.py``; docs/operations/anonymisation.md).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ FACE, PLATE = "face", "plate"
 # keys dropped from published JSON when timestamps are stripped: capture times, and the source image paths
 # whose file names carry them (nuScenes: <log date>__<camera>__<timestamp us>.jpg)
 # What ``python bench/anonymize.py`` measured with the default config on generated logs (2 scenes, 60 images of
-# 800x450, faces and plates painted with exact truth; README "Anonymisation"): the dataset card quotes it.
+# 800x450, faces and plates painted with exact truth; docs/operations/anonymisation.md): the dataset card quotes it.
 # tests/test_anonymize.py re-measures a subset and holds the defaults to thresholds just below these.
 MEASURED_DEFAULT = {"face_recall": 1.000, "plate_recall": 1.000, "blurred_outside_share": 0.964,
                     "image_blurred_share": 0.0083, "images": 60, "size": "800x450",

@@ -42,6 +42,7 @@ import pyarrow.dataset as ds
 import yaml
 
 from schemas import tables as T
+from schemas.config import LabelNoiseConfig
 from schemas.layout import CARD, CARD_DIR, TABLES, split_glob
 from generator.qa.families import registered
 from schemas.vocab import QA_KINDS
@@ -516,8 +517,7 @@ def _provenance(info: dict, licence: dict | None) -> list[str]:
         out += ["**Camera-only logs**: the answers come from the videos' own 2D annotations and, for DRAMA-X "
                 "intent, from their frames (Farneback optical flow), not from a 3D detector.", ""]
     elif prov.get("answers_from_labels"):
-        noise = prov.get("label_noise") or {}
-        noisy = {k: v for k, v in noise.items() if k not in ("seed", "score_min") and v}
+        noisy = LabelNoiseConfig.rates_on(prov.get("label_noise") or {})
         out += ["**The answers come from the logs' own 3D annotations, not from perception**: the detection "
                 "backend is `labels`, which turns each log's annotated boxes into the detections the QA is "
                 "computed from" + (f", with seeded noise ({', '.join(f'{k} {v}' for k, v in noisy.items())})."

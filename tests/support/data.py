@@ -107,8 +107,10 @@ def default_run(tmp_path_factory):
     """The embedded default run as ``make run`` makes it (three generated scenes, seed 0), through the CLI
     in-process with the same stages outside Ray (``drivegen run --out OUT --local``; the report included), made
     once per test run: ``(out, RunSummary, QA rows as pandas, the STRIDE-QA-Bench files {t: rows}, its
-    annotation sheet, the command's wall time measured around it)``. About 25 s on 2 cores: tests that use it
-    are marked slow."""
+    annotation sheet, the command's wall time measured around it, what it printed)``. About 25 s on 2 cores: tests
+    that use it are marked slow."""
+    import contextlib
+    import io
     import json
     import time
 
@@ -118,8 +120,10 @@ def default_run(tmp_path_factory):
     from schemas.summary import RunSummary
 
     out = tmp_path_factory.mktemp("default-run") / "run"
+    printed = io.StringIO()
     t = time.perf_counter()
-    code = main(["run", "--out", str(out), "--local", "--no-progress"])
+    with contextlib.redirect_stdout(printed):
+        code = main(["run", "--out", str(out), "--local", "--no-progress"])
     wall = time.perf_counter() - t
     assert code == 0, (out / "summary.json").read_text() if (out / "summary.json").is_file() else code
     summary = RunSummary.from_json(json.loads((out / "summary.json").read_text()))
@@ -127,4 +131,4 @@ def default_run(tmp_path_factory):
     ann = out / "bench" / "annotation_files"
     bench = {t: json.loads((ann / f"strideqa_bench_t{t}.json").read_text()) for t in range(4)}
     sheet = pd.read_csv(ann / "annotation_sheet.csv")
-    return out, summary, qa, bench, sheet, wall
+    return out, summary, qa, bench, sheet, wall, printed.getvalue()

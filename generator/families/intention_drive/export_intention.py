@@ -1,6 +1,6 @@
 """``drivegen export_intention RUN [--out DIR]``: the run's Intention-Drive planning samples (one per
 ego_intention instruction: images, instruction levels, past states, logged waypoints, success predicate) and
-the objects a trajectory is checked against, as Parquet (README "Intention-Drive"). ``drivegen run`` writes
+the objects a trajectory is checked against, as Parquet (docs/families/intention-drive.md). ``drivegen run`` writes
 the same into RUN/intention when ``writers.intention_export`` is on.
 
 RUN and DIR may be local paths or URIs. DIR must be new, empty, or an earlier such export (only its own files

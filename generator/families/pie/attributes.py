@@ -319,7 +319,7 @@ def video_sample_counts(samples: pa.Table | None) -> dict[str, int]:
 
 
 def sample_counts(samples: pa.Table) -> dict:
-    """Counts the README reports: per task and split; action samples per TTE bucket x label; risk classes."""
+    """The counts an export's summary reports: per task and split; action samples per TTE bucket x label; risk classes."""
     out: dict = {}
     for task in sorted(set(samples.column("task").to_pylist())):
         t = samples.filter(pc.equal(samples.column("task"), task))

@@ -5,7 +5,7 @@ split, which a PIE/JAAD model's data loader can be pointed at, plus ``export_sum
     OUT/risk/{train,val,test,unsplit}.parquet      event risk samples (6 classes, 0 = image centre)
     OUT/export_summary.json                        format, source, config, counts, files, per-video errors
 
-Columns: ``schemas.tables.PIE_SAMPLES`` (README, "PIE/JAAD"). Videos outside the split lists
+Columns: ``schemas.tables.PIE_SAMPLES`` (docs/families/pie.md). Videos outside the split lists
 go to ``unsplit``.
 
 The files are written through a run-folder store (``generator.runfolder.RunStore``: atomic, any filesystem),

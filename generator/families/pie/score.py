@@ -293,7 +293,7 @@ def _confidence(task: str, row: dict, k: int) -> tuple[np.ndarray | None, str | 
 
 
 def score(pred_path: str, target: str, splits: list[str] | None = None, cfg: PieConfig | None = None) -> dict:
-    """The metrics of the predictions in ``pred_path`` on the PIE export ``target`` (README, PIE/JAAD)."""
+    """The metrics of the predictions in ``pred_path`` on the PIE export ``target`` (docs/families/pie.md)."""
     samples, summary = read_target(target, splits)
     if cfg is None:
         try:
