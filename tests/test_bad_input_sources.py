@@ -242,9 +242,9 @@ def test_filename_outside_the_dataroot(ns, name):
 
 def test_corrupt_table_file_fails_at_open(ns):
     (ns.root / ns.version / "sample.json").write_text("[{not json")
-    with pytest.raises(SourceError, match="could not be loaded") as e:
+    with pytest.raises(SourceError, match="could not be loaded: sample.json is not a JSON array") as e:
         ns.source()
-    assert e.value.file.endswith(ns.version)
+    assert e.value.file.endswith(f"{ns.version}/sample.json")
 
 
 # --------------------------------------------------------------------------------------------------- AV2

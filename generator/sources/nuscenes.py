@@ -1,5 +1,9 @@
 """nuScenes-format logs through nuscenes-devkit (the real dataset or drivegen's generated logs).
 
+No process loads the whole table set: it is converted once into a scene index
+(``generator.sources.nuscenes_index``); the source reads the scene list from it, and a scene's load reads that
+scene's rows and runs the devkit over them (the devkit's own records and de-normalisation, one scene at a time).
+
 Frames are the scene's samples (2 Hz keyframes): the LIDAR_TOP sweep, the six cameras and the ego pose of
 the LIDAR_TOP sample_data. Camera extrinsics are motion-compensated into the LiDAR sample's ego frame
 (``ego_SE3_cam = inv(city_SE3_ego@lidar) o city_SE3_ego@camera o ego_SE3_cam(calibrated_sensor)``), the
@@ -19,6 +23,7 @@ from generator.sources.base import LogSource
 from generator.sources.io import check_lidar, image_file_problem
 from generator.sources.keyframes import select_anchors
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
+from generator.sources.nuscenes_index import MAP_RESOLUTION_M, SceneIndex, scene_devkit
 from generator.sources.remote import RemoteRoot, is_remote
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
 from schemas.vocab import NUSCENES_CAMERAS
@@ -35,7 +40,8 @@ def nuscenes_taxonomy() -> frozenset[str]:
 
 
 class NuScenesSource(LogSource):
-    """nuScenes tables at ``dataroot/version`` read with ``nuscenes.NuScenes``.
+    """nuScenes tables at ``dataroot/version``, through their scene index (converted on first use: see
+    ``generator.sources.nuscenes_index``) and ``nuscenes.NuScenes`` over one scene's rows at a time.
 
     ``scenes``: optional scene names or tokens to restrict to. ``scene_ids()`` are scene names.
     ``check_files``: ``load_scene`` checks that every image exists and is whole (a JPEG's structure,
@@ -56,8 +62,6 @@ class NuScenesSource(LogSource):
 
     def __init__(self, dataroot, version: str = "v1.0-mini", cfg: KeyframeConfig | None = None, scenes=None,
                  check_files: bool = True, limits: SourceLimitsConfig | None = None, max_sweeps: int = 10):
-        from nuscenes import NuScenes
-
         if max_sweeps < 0:
             raise ValueError(f"max_sweeps must be >= 0, got {max_sweeps}")
         self.max_sweeps = int(max_sweeps)
@@ -68,34 +72,34 @@ class NuScenesSource(LogSource):
         self.limits = limits or SourceLimitsConfig()
         self.check_files = check_files
         self.remote = None
-        if is_remote(dataroot):  # tables mirrored into this node's cache now, sensor files as scenes load
+        if is_remote(dataroot):  # tables mirrored into this node's cache now, sensor files and maps as scenes load
             self.remote = RemoteRoot(str(dataroot), self.limits)
             self.remote.folder(version)
             self.dataroot = self.remote.mirror
-            self._fetch_maps()
         else:
             self.dataroot = Path(os.path.abspath(dataroot))
         table_root = self.dataroot / version
         if not (table_root / "scene.json").is_file():
             raise SourceError(f"no nuScenes tables for version {version!r} (scene.json missing)",
                               file=str(table_root), stage="open")
-        try:
-            self.nusc = NuScenes(version=version, dataroot=str(self.dataroot), verbose=False)
-        except (KeyError, AssertionError, ValueError, OSError) as err:  # json.JSONDecodeError is a ValueError
-            raise SourceError(f"nuScenes tables could not be loaded: {type(err).__name__}: {err}",
-                              file=str(table_root), stage="open") from None
-        self._by_name = {}
-        for rec in self.nusc.scene:
-            if rec["name"] in self._by_name:
-                raise SourceError(f"two scenes are named {rec['name']!r}", scene=rec["name"],
+        self.index = SceneIndex.open(table_root, self.limits)  # converted once per table set (its module docstring)
+        scenes_t = self.index.scenes
+        names, tokens = scenes_t.column("name").to_pylist(), scenes_t.column("token").to_pylist()
+        self._row: dict[str, int] = {}  # scene name -> its position in the scene table (and the index)
+        for i, name in enumerate(names):
+            if not isinstance(name, str):
+                raise SourceError(f"row {i} of the scene table has no name (field 'name')", scene=tokens[i],
                                   file=str(table_root / "scene.json"), stage="open")
-            self._by_name[rec["name"]] = rec
-        by_token = {rec["token"]: rec["name"] for rec in self.nusc.scene}
+            if name in self._row:
+                raise SourceError(f"two scenes are named {name!r}", scene=name,
+                                  file=str(table_root / "scene.json"), stage="open")
+            self._row[name] = i
+        self._tokens, self._name_of = tokens, dict(zip(tokens, names))
         if scenes is None:
-            self._ids = [rec["name"] for rec in self.nusc.scene]
+            self._ids = list(names)
         else:
-            wanted = [by_token.get(s, s) for s in scenes]
-            unknown = [s for s in wanted if s not in self._by_name]
+            wanted = [self._name_of.get(s, s) for s in scenes]
+            unknown = [s for s in wanted if s not in self._row]
             if unknown:
                 raise SourceError(f"unknown scenes {unknown}", file=str(table_root / "scene.json"), stage="open")
             self._ids = list(dict.fromkeys(wanted))
@@ -106,13 +110,11 @@ class NuScenesSource(LogSource):
         return list(self._ids)
 
     def work_estimates(self) -> dict[str, float]:
-        """Keyframes + annotated boxes per scene, from the tables (a scene's stages scale with both: the frames
-        read and the objects tracked, segmented and asked about)."""
-        boxes: dict[str, int] = {}
-        for sample in self.nusc.sample:
-            boxes[sample["scene_token"]] = boxes.get(sample["scene_token"], 0) + len(sample["anns"])
-        return {sid: float(self._by_name[sid]["nbr_samples"] + boxes.get(self._by_name[sid]["token"], 0))
-                for sid in self._ids}
+        """Keyframes + annotated boxes per scene, from the scene index (a scene's stages scale with both: the
+        frames read and the objects tracked, segmented and asked about)."""
+        samples = self.index.scenes.column("nbr_samples").fill_null(0).to_pylist()
+        boxes = self.index.scenes.column("annotations").to_pylist()
+        return {sid: float(samples[self._row[sid]] + boxes[self._row[sid]]) for sid in self._ids}
 
     def describe(self) -> dict:
         return {"kind": self.name, "dataroot": self.remote.uri if self.remote else str(self.dataroot),
@@ -123,30 +125,26 @@ class NuScenesSource(LogSource):
     def drivable_map(self, scene_id: str) -> dict | None:
         """The scene's log's semantic-prior map (``map.json``; drivable surface and sidewalks at 0.1 m/pixel),
         when its PNG is there."""
-        rec = self._by_name.get(scene_id)
-        if rec is None:
+        i = self._row.get(scene_id)
+        filename = None if i is None else self.index.scenes.column("map_filename")[i].as_py()
+        if not filename:
             return None
-        for m in self.nusc.map:
-            if rec["log_token"] in m.get("log_tokens", ()):
-                path = self.dataroot / m["filename"]
-                if self.remote is not None:
-                    self.remote.fetch_all([m["filename"]])
-                if path.is_file():
-                    return {"path": str(path), "resolution_m": float(m["mask"].resolution),
-                            "kind": f"nuScenes {m.get('category', 'map')}"}
-        return None
+        path = self.dataroot / filename
+        if self.remote is not None:
+            self.remote.fetch_all([filename])
+        if not path.is_file():
+            return None
+        category = self.index.scenes.column("map_category")[i].as_py()
+        return {"path": str(path), "resolution_m": MAP_RESOLUTION_M, "kind": f"nuScenes {category or 'map'}"}
 
     def load_scene(self, scene_id: str) -> Scene:
-        rec = self._by_name.get(scene_id)
-        if rec is None:
-            name = {r["token"]: r["name"] for r in self.nusc.scene}.get(scene_id)
-            rec = self._by_name.get(name)
-        if rec is None:
+        name = scene_id if scene_id in self._row else self._name_of.get(scene_id)
+        if name is None:
             raise SourceError(f"unknown scene {scene_id!r}", scene=scene_id,
                               file=str(self.dataroot / self.version / "scene.json"), stage="read")
-        name = rec["name"]
         try:
-            scene = self._load(rec)
+            nusc, instance_rows = self._scene_tables(name)
+            scene = self._load(nusc, nusc.get("scene", self._tokens[self._row[name]]), instance_rows)
             return self.remote.loaded(scene) if self.remote is not None else scene
         except SourceError as err:
             raise (self.remote.named(err) if self.remote is not None else err) from None
@@ -161,17 +159,22 @@ class NuScenesSource(LogSource):
     def _table_file(self, table: str) -> str:
         return str(self.dataroot / self.version / f"{table}.json")
 
-    def _fetch_maps(self) -> None:
-        """The map masks the devkit opens with its tables (``map.json``'s filenames), into the node cache."""
-        import json
-
+    def _scene_tables(self, name: str):
+        """The devkit over the scene's rows of the index (``nuscenes_index.scene_devkit``) and the instances'
+        positions in the whole instance table (track ids). Logs on object storage: its maps fetched first (the
+        devkit opens their masks)."""
+        tables, rows = self.index.tables(self._row[name])
+        maps = self._table_file("map")
+        if not tables["map"]:  # the devkit's reverse index needs the map listing the scene's log
+            log_token = tables["scene"][0].get("log_token") if tables["scene"] else None
+            raise SourceError(f"no map lists the scene's log {log_token!r} (field log_tokens)", scene=name,
+                              file=maps, stage="read")
+        if self.remote is not None:  # one that cannot be fetched stays absent: the devkit's error names the file
+            self.remote.fetch_all([m["filename"] for m in tables["map"] if isinstance(m.get("filename"), str)])
         try:
-            maps = json.loads((self.dataroot / self.version / "map.json").read_text())
-        except (OSError, ValueError):
-            return  # the devkit names what is wrong with the tables
-        # one that cannot be fetched stays absent: the devkit's error names the file
-        self.remote.fetch_all([m["filename"] for m in (maps if isinstance(maps, list) else [])
-                               if isinstance(m, dict) and isinstance(m.get("filename"), str) and m["filename"]])
+            return scene_devkit(tables, self.dataroot, self.version), rows["instance"]
+        except AssertionError as err:  # a map mask that is not there
+            raise SourceError(f"{err}", scene=name, file=maps, stage="read") from None
 
     def _path(self, scene: str, sd: dict) -> str:
         """Absolute path of a sample_data file; refuses rows that point outside the dataroot. Logs on object
@@ -191,10 +194,10 @@ class NuScenesSource(LogSource):
             self.remote.fetch_all([rel])
         return full
 
-    def _pose(self, scene: str, sd: dict) -> SE3:
+    def _pose(self, nusc, scene: str, sd: dict) -> SE3:
         tok = sd.get("ego_pose_token", "")
         try:
-            pose = self.nusc.get("ego_pose", tok)
+            pose = nusc.get("ego_pose", tok)
         except KeyError:
             raise SourceError(f"no ego pose {tok!r} for sample_data {sd['token']} ({sd.get('channel')})",
                               scene=scene, file=self._table_file("ego_pose"), stage="read") from None
@@ -207,10 +210,10 @@ class NuScenesSource(LogSource):
                             scene=scene, file=self._table_file("ego_pose"))
         return se3
 
-    def _calib(self, scene: str, sd: dict) -> tuple[SE3, dict]:
+    def _calib(self, nusc, scene: str, sd: dict) -> tuple[SE3, dict]:
         """The sensor's pose on the ego and its calibrated_sensor row; the pose built once per sensor (the
         sweeps of a log share it: a scene asks about a thousand times)."""
-        cs = self.nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
+        cs = nusc.get("calibrated_sensor", sd["calibrated_sensor_token"])
         pose = self._sensor_poses.get(cs["token"])
         if pose is not None:
             return pose, cs
@@ -221,8 +224,10 @@ class NuScenesSource(LogSource):
             raise SourceError(f"calibrated_sensor {cs['token']} ({sd.get('channel')}) is malformed: {err}",
                               scene=scene, file=self._table_file("calibrated_sensor"), stage="read") from None
 
-    def _load(self, rec: dict) -> Scene:
-        nusc, scene = self.nusc, rec["name"]
+    def _load(self, nusc, rec: dict, instance_rows: dict[str, int]) -> Scene:
+        """The scene ``rec`` from ``nusc`` (the devkit over its rows); ``instance_rows``: each instance's position
+        in the whole instance table (its track id)."""
+        scene = rec["name"]
         log = nusc.get("log", rec["log_token"])
         samples = []
         tok = rec["first_sample_token"]
@@ -238,7 +243,7 @@ class NuScenesSource(LogSource):
                               f"no frames to generate QA from; remove the scene or restore its samples",
                               scene=scene, file=self._table_file("scene"), stage="read")
         issues: list[FrameIssue] = []
-        frames = [self._frame(scene, i, s, issues) for i, s in enumerate(samples)]
+        frames = [self._frame(nusc, scene, i, s, issues, instance_rows) for i, s in enumerate(samples)]
         ts = np.array([f.timestamp_us for f in frames], dtype=np.int64)
         if np.any(np.diff(ts) <= 0):
             raise SourceError("sample timestamps are not strictly increasing", scene=scene,
@@ -252,14 +257,13 @@ class NuScenesSource(LogSource):
         return Scene(scene_id=scene, source=self.name, log_name=log["logfile"], frames=frames,
                      anchor_indices=[int(i) for i in anchors], front_camera="CAM_FRONT", issues=issues)
 
-    def _frame(self, scene: str, index: int, sample: dict, issues: list) -> Frame:
-        nusc = self.nusc
+    def _frame(self, nusc, scene: str, index: int, sample: dict, issues: list, instance_rows: dict) -> Frame:
         if LIDAR_CHANNEL not in sample["data"]:
             raise SourceError(f"sample {sample['token']} has no {LIDAR_CHANNEL} keyframe", scene=scene,
                               file=self._table_file("sample_data"), stage="read")
         lidar_sd = nusc.get("sample_data", sample["data"][LIDAR_CHANNEL])
-        city_SE3_ego = self._pose(scene, lidar_sd)
-        ego_SE3_lidar, _ = self._calib(scene, lidar_sd)
+        city_SE3_ego = self._pose(nusc, scene, lidar_sd)
+        ego_SE3_lidar, _ = self._calib(nusc, scene, lidar_sd)
         lidar_path = self._path(scene, lidar_sd)
         ego_SE3_city = city_SE3_ego.inverse()
         cameras, images = {}, {}
@@ -267,8 +271,8 @@ class NuScenesSource(LogSource):
             if cam not in sample["data"]:
                 continue
             sd = nusc.get("sample_data", sample["data"][cam])
-            ego_cam_SE3_cam, cs = self._calib(scene, sd)
-            ego_SE3_cam = ego_SE3_city.compose(self._pose(scene, sd)).compose(ego_cam_SE3_cam)
+            ego_cam_SE3_cam, cs = self._calib(nusc, scene, sd)
+            ego_SE3_cam = ego_SE3_city.compose(self._pose(nusc, scene, sd)).compose(ego_cam_SE3_cam)
             try:
                 cameras[cam] = CameraCalib(cam, np.asarray(cs.get("camera_intrinsic"), dtype=np.float64),
                                            ego_SE3_cam, int(sd["width"]), int(sd["height"]))
@@ -286,8 +290,8 @@ class NuScenesSource(LogSource):
         frame = Frame(scene_id=scene, frame_index=index, timestamp_us=int(sample["timestamp"]), token=sample["token"],
                       city_SE3_ego=city_SE3_ego, ego_SE3_lidar=ego_SE3_lidar, lidar_path=lidar_path,
                       lidar_format="nuscenes_bin", cameras=cameras, image_paths=images,
-                      labels=self._labels(scene, sample, ego_SE3_city), limits=self.limits,
-                      lidar_sweeps=self._sweeps(scene, lidar_sd))
+                      labels=self._labels(nusc, scene, sample, ego_SE3_city, instance_rows), limits=self.limits,
+                      lidar_sweeps=self._sweeps(nusc, scene, lidar_sd))
         if self.check_files:
             try:
                 check_lidar(frame)
@@ -295,22 +299,23 @@ class NuScenesSource(LogSource):
                 issues.append(FrameIssue(index, "load", "lidar_unreadable", err.message, frame.lidar_path))
         return frame
 
-    def _sweeps(self, scene: str, lidar_sd: dict) -> list[LidarSweep]:
+    def _sweeps(self, nusc, scene: str, lidar_sd: dict) -> list[LidarSweep]:
         """Up to ``max_sweeps`` LiDAR sample_data before ``lidar_sd``, newest first, with their poses."""
         out = []
         sd = lidar_sd
         while len(out) < self.max_sweeps and sd.get("prev"):
-            sd = self.nusc.get("sample_data", sd["prev"])
+            sd = nusc.get("sample_data", sd["prev"])
             out.append(LidarSweep(lidar_path=self._path(scene, sd), lidar_format="nuscenes_bin",
-                                  timestamp_us=int(sd["timestamp"]), city_SE3_ego=self._pose(scene, sd),
-                                  ego_SE3_lidar=self._calib(scene, sd)[0]))
+                                  timestamp_us=int(sd["timestamp"]), city_SE3_ego=self._pose(nusc, scene, sd),
+                                  ego_SE3_lidar=self._calib(nusc, scene, sd)[0]))
         return out
 
-    def _labels(self, scene: str, sample: dict, ego_SE3_city: SE3) -> Boxes3D:
-        """The sample's annotations in the ego frame; categories without a detection class are dropped."""
+    def _labels(self, nusc, scene: str, sample: dict, ego_SE3_city: SE3, instance_rows: dict) -> Boxes3D:
+        """The sample's annotations in the ego frame; categories without a detection class are dropped. Track
+        ids: the instances' positions in the whole instance table (``instance_rows``)."""
         from nuscenes.eval.detection.utils import category_to_detection_name
 
-        nusc, taxonomy = self.nusc, nuscenes_taxonomy()
+        taxonomy = nuscenes_taxonomy()
         anns = [nusc.get("sample_annotation", t) for t in sample["anns"]]
         unknown = sorted({a["category_name"] for a in anns} - taxonomy)
         if unknown:
@@ -346,6 +351,6 @@ class NuScenesSource(LogSource):
         return Boxes3D(center_m=center, size_lwh_m=wlh[:, [1, 0, 2]], yaw_rad=yaw,
                        class_name=np.array([c for _, c in keep], dtype=object),
                        velocity_mps=v_ego[:, :2],
-                       track_id=np.array([nusc.getind("instance", t) for t in inst], dtype=np.int64),
+                       track_id=np.array([instance_rows[t] for t in inst], dtype=np.int64),
                        num_lidar_pts=np.array([a.get("num_lidar_pts", -1) for a, _ in keep], dtype=np.int32),
                        instance_token=np.array(inst, dtype=object))

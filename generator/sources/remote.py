@@ -34,6 +34,9 @@ from pathlib import Path
 from generator.types import SourceError
 
 DEFAULT_CACHE_DIR = "~/.cache/drivegen/logs"
+# the nuScenes scene index (generator.sources.nuscenes_index) lives in this folder of the cache root, outside the
+# size bound of the mirrored files (``NodeCache.trim`` never walks it)
+INDEX_DIR = "nuscenes-index"
 log = logging.getLogger("drivegen.sources")
 
 
@@ -169,7 +172,9 @@ class NodeCache:
             return []
         self._walked = time.monotonic()
         files, total = [], 0
-        for dirpath, _, names in os.walk(self.root):
+        for dirpath, dirs, names in os.walk(self.root):
+            if dirpath == str(self.root):
+                dirs[:] = [d for d in dirs if d != INDEX_DIR]
             for name in names:
                 p = Path(dirpath) / name
                 try:
@@ -230,10 +235,10 @@ class RemoteRoot:
             self.local(f)
         return self.mirror / rel
 
-    def list(self, rel: str = "") -> list[str]:
+    def list(self, rel: str = "", allow_empty: bool = False) -> list[str]:
         """Every file under ``uri/rel`` (the root by default), relative to the root, from one recursive listing;
-        SourceError when there are none or the storage cannot be reached (endpoint down, credentials refused,
-        no such bucket)."""
+        SourceError when there are none (``allow_empty``: [] instead) or the storage cannot be reached (endpoint
+        down, credentials refused, no such bucket)."""
         import pyarrow.fs as pafs
 
         where = f"{self.uri}/{rel}".rstrip("/")
@@ -243,7 +248,7 @@ class RemoteRoot:
         except OSError as err:
             raise SourceError(f"cannot list {where}: {err}", file=where, stage="open") from None
         files = sorted(i.path[len(self.base) + 1:] for i in infos if i.type == pafs.FileType.File)
-        if not files:
+        if not files and not allow_empty:
             raise SourceError(f"{where} holds no files: is the URI the logs' root?", file=where, stage="open")
         return files
 
