@@ -111,7 +111,8 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
 
     nuscenes: ``path`` is the dataroot; keywords ``version`` (default: the only table folder present),
     ``scenes`` (names or tokens), ``check_files``, ``max_sweeps``. av2: ``path`` is a folder of logs or
-    one log folder; keywords ``check_files``, ``max_sweeps``. ``max_sweeps``: earlier LiDAR sweeps listed per
+    one log folder; keywords ``check_files``, ``max_sweeps``, ``list_logs`` (default True: every log found
+    now; False: each log looked up as it loads, see ``AV2Source``). ``max_sweeps``: earlier LiDAR sweeps listed per
     frame (``Frame.lidar_sweeps``, default 10; 0 when ``cfg``'s detection backend is 'labels', which reads none).
     Both: ``limits`` (a ``SourceLimitsConfig``, default ``cfg.sources``); av2: ``require_labels`` (default:
     ``cfg``'s detection backend is 'labels'; nuScenes samples always carry their annotation list).
@@ -135,7 +136,7 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
 
         require_labels = kw.pop("require_labels", _labels_required(cfg))
         check_files = kw.pop("check_files", True)
-        unknown = sorted(set(kw) - {"max_sweeps"})
+        unknown = sorted(set(kw) - {"max_sweeps", "list_logs"})
         if unknown:
             raise TypeError(f"av2 source takes no options {unknown}")
         return AV2Source(path, cfg=kf, limits=limits, require_labels=require_labels, check_files=check_files,
@@ -151,7 +152,9 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
 
 def source_from_description(desc: dict) -> LogSource:
     """Rebuild a source from ``LogSource.describe()`` (e.g. on a Ray worker): keyframes, sanity bounds
-    (a description without them, from before they existed, gets the defaults) and options."""
+    (a description without them, from before they existed, gets the defaults) and options. A rebuilt source reads
+    what the scenes it loads need: AV2 logs are looked up one at a time as they load (never the whole listing),
+    nuScenes tables through their scene index (``generator.sources.nuscenes_index``)."""
     d = dict(desc)
     kind = d.pop("kind", None)
     cfg = KeyframeConfig.model_validate(d.pop("keyframes", None) or {})
@@ -159,7 +162,7 @@ def source_from_description(desc: dict) -> LogSource:
     if kind == "nuscenes":
         return open_source("nuscenes", d.pop("dataroot"), cfg, **d)
     if kind == "av2":
-        return open_source("av2", d.pop("root"), cfg, **d)
+        return open_source("av2", d.pop("root"), cfg, list_logs=False, **d)
     if kind == "jaad":
         return open_source("jaad", d["root"], limits=d["limits"])
     raise ValueError(f"cannot rebuild a source from description with kind {kind!r}: {desc}")

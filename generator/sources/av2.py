@@ -121,12 +121,17 @@ class AV2Source(LogSource):
     ``require_labels``: a log without ``annotations.feather`` is an error (the 'labels' detection backend
     needs annotations; without it the log's frames are its LiDAR sweeps, unlabelled). ``max_sweeps``: each frame
     lists the LiDAR sweeps of up to this many frames before it whose sweep file exists (``Frame.lidar_sweeps``,
-    newest first; AV2 sweeps are already in the ego frame of their time)."""
+    newest first; AV2 sweeps are already in the ego frame of their time).
+    ``list_logs``: find every log when the source opens (the driver plans from them; on object storage one
+    recursive listing of the root). False (a source rebuilt on a worker, ``source_from_description``): a log is
+    looked up when it loads (on object storage one listing of its prefix), so a worker never lists the logs it does
+    not load; ``scene_ids`` and ``work_estimates`` still list every log, on first use."""
 
     name = "av2"
 
     def __init__(self, root, cfg: KeyframeConfig | None = None, limits: SourceLimitsConfig | None = None,
-                 require_labels: bool = False, check_files: bool = True, max_sweeps: int = 10):
+                 require_labels: bool = False, check_files: bool = True, max_sweeps: int = 10,
+                 list_logs: bool = True):
         if max_sweeps < 0:
             raise ValueError(f"max_sweeps must be >= 0, got {max_sweeps}")
         self.max_sweeps = int(max_sweeps)
@@ -135,34 +140,66 @@ class AV2Source(LogSource):
         self.require_labels = bool(require_labels)
         self.check_files = bool(check_files)
         self.remote, self._remote_files = None, {}
-        if is_remote(root):  # listed now; a log's files are fetched into this node's cache when it loads
+        self._logs: dict[str, Path] | None = None  # every log, once listed
+        if is_remote(root):  # a log's files are fetched into this node's cache when it loads
             self.remote = RemoteRoot(str(root), self.limits)
             self.root = self.remote.mirror
-            self._logs, self._remote_files = self._remote_logs(self.remote.list(), self.remote.uri)
-            if not self._logs:
-                raise SourceError(f"no AV2 logs (folders with {POSES_FILE} or {ANNOTATIONS_FILE}) found",
-                                  file=self.remote.uri, stage="open")
-            return
-        self.root = Path(os.path.abspath(root))
-        if not self.root.is_dir():
-            raise SourceError("AV2 root folder does not exist", file=str(self.root), stage="open")
-        if _is_log(self.root):
-            self._logs = {self.root.name: self.root}
         else:
-            self._logs = {p.name: p for p in sorted(self.root.iterdir()) if p.is_dir() and _is_log(p)}
-        if not self._logs:
-            raise SourceError(f"no AV2 logs (folders with {POSES_FILE} or {ANNOTATIONS_FILE}) found",
-                              file=str(self.root), stage="open")
+            self.root = Path(os.path.abspath(root))
+            if not self.root.is_dir():
+                raise SourceError("AV2 root folder does not exist", file=str(self.root), stage="open")
+        if list_logs:
+            self._list_logs()
+
+    def _list_logs(self) -> dict[str, Path]:
+        """Every log of the root: one recursive listing of a remote root (each log's files kept), the folders of
+        a local one. SourceError when there is none."""
+        if self._logs is not None:
+            return self._logs
+        if self.remote is not None:
+            logs, self._remote_files = self._remote_logs(self.remote.list(), self.remote.uri)
+            where = self.remote.uri
+        elif _is_log(self.root):
+            logs, where = {self.root.name: self.root}, str(self.root)
+        else:
+            logs = {p.name: p for p in sorted(self.root.iterdir()) if p.is_dir() and _is_log(p)}
+            where = str(self.root)
+        if not logs:
+            raise SourceError(f"no AV2 logs (folders with {POSES_FILE} or {ANNOTATIONS_FILE}) found", file=where,
+                              stage="open")
+        self._logs = logs
+        return logs
+
+    def _log(self, scene_id: str) -> Path | None:
+        """The folder of the log ``scene_id`` (its mirror for a remote root), or None. Without the listing of
+        every log (a source rebuilt on a worker), only that log is looked at: a local folder, or one listing of
+        the log's prefix on object storage, whose files are kept for its load."""
+        if self._logs is not None:
+            return self._logs.get(scene_id)
+        if not scene_id or scene_id in (".", "..") or "/" in scene_id or "\\" in scene_id:
+            return None
+        if self.remote is None:
+            for log in ((self.root,) if self.root.name == scene_id else ()) + (self.root / scene_id,):
+                if log.is_dir() and _is_log(log):
+                    return log
+            return None
+        base = self.remote.uri.rstrip("/").rsplit("/", 1)[-1]
+        for prefix in (scene_id, "") if base == scene_id else (scene_id,):  # "": the root is the log
+            logs, files = self._remote_logs(self.remote.list(prefix, allow_empty=True), self.remote.uri)
+            if scene_id in logs:
+                self._remote_files[scene_id] = files[scene_id]
+                return logs[scene_id]
+        return None
 
     def scene_ids(self) -> list[str]:
-        return list(self._logs)
+        return list(self._list_logs())
 
     def work_estimates(self) -> dict[str, float]:
         """LiDAR sweeps per log (its frames), from the listing: a remote root's was made when the source
         opened, a local log's ``sensors/lidar/`` folder is listed now (no file is read). The annotations
         would cost a read of each log's table."""
         out = {}
-        for sid, log in self._logs.items():
+        for sid, log in self._list_logs().items():
             if self.remote is not None:
                 n = sum(1 for f in self._remote_files.get(sid, []) if "sensors/lidar/" in f)
             else:
@@ -178,7 +215,7 @@ class AV2Source(LogSource):
                 "check_files": self.check_files, "max_sweeps": self.max_sweeps}
 
     def load_scene(self, scene_id: str) -> Scene:
-        log = self._logs.get(scene_id)
+        log = self._log(scene_id)
         if log is None:
             raise SourceError(f"unknown AV2 log {scene_id!r}", scene=scene_id, file=str(self.root), stage="read")
         try:
@@ -204,13 +241,17 @@ class AV2Source(LogSource):
             head, _, rest = rel.partition("/")
             return head if rest and any(rest == m or rest.startswith(m) for m in marks) else None
 
+        owned: dict[str, list[str]] = {}
+        for f in files:  # one pass: each file to its log (a root that is itself a log owns every file)
+            head, _, rest = f.partition("/")
+            owned.setdefault(head if rest else "", []).append(f)
         prefixes = sorted({p for p in map(log_of, files) if p is not None})
-        logs, owned = {}, {}
+        logs, out = {}, {}
         for prefix in prefixes:
             name = prefix or uri.rstrip("/").rsplit("/", 1)[-1]
             logs[name] = self.root / prefix if prefix else self.root
-            owned[name] = [f for f in files if not prefix or f.startswith(prefix + "/")]
-        return logs, owned
+            out[name] = files if not prefix else owned.get(prefix, [])
+        return logs, out
 
     def _load(self, scene: str, log: Path) -> Scene:
         ann_path = log / ANNOTATIONS_FILE
