@@ -165,6 +165,9 @@ def test_the_index_is_made_once_per_table_content(synth_root, tmp_path, limits, 
     root = nxi.index_root(limits)
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(("keys", "locks"))) == \
         sorted([first.name, edited.path.name])  # no temporary folder left
+    (first / nxi.META_FILE).unlink()  # a partial copy of the cache: the folder without its meta.json
+    assert nxi.SceneIndex.open(synth_root / SYNTH_VERSION, limits).path == first and len(made) == 3
+    assert (first / nxi.META_FILE).is_file()
 
 
 def test_converters_that_start_together_make_one_index(synth_root, limits, monkeypatch):

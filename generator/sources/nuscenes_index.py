@@ -388,17 +388,19 @@ def ensure_index(table_root: Path, root: Path) -> Path:
                 tmp = root / f".{key}.{uuid.uuid4().hex[:12]}.tmp"
                 log.info("converting the nuScenes tables of %s into a scene index at %s (once per table set)",
                          table_root, path)
+                if path.exists():  # no meta.json (written last): a partial copy; the lock keeps converters out
+                    log.warning("removing %s: a scene index without %s", path, META_FILE)
+                    shutil.rmtree(path)
                 try:
-                    meta = convert(table_root, tmp)
-                    shutil.rmtree(path, ignore_errors=True)  # a folder without meta.json: an interrupted copy
+                    meta = convert(table_root, tmp)  # meta.json written last: a folder renamed into place is whole
                     os.rename(tmp, path)
+                    log.info("scene index of %s: %d scenes, %d rows, %.1f s", table_root, meta["scenes"],
+                             meta["rows"], meta["seconds"])
                 except OSError:
-                    if not (path / META_FILE).is_file():  # not another node's converter on a shared disk
+                    if not (path / META_FILE).is_file():  # not there first by another node's converter
                         raise
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
-                log.info("scene index of %s: %d scenes, %d rows, %.1f s", table_root, meta["scenes"], meta["rows"],
-                         meta["seconds"])
     if not memo.is_file():
         _write_atomic(memo, key)
     return path
