@@ -85,7 +85,7 @@ ATTRIBUTES = _schema("attributes", [
     pa.field("x_ego_m", f64), pa.field("y_ego_m", f64), pa.field("z_ego_m", f64),
     pa.field("distance_m", f64), pa.field("bearing_deg", f64),  # 0 = forward, CCW positive, [-180, 180]
     pa.field("clock", i8),  # 1..12 o'clock, 12 = straight ahead
-    pa.field("side", s), pa.field("front_back", s),  # 'left'|'right', 'front'|'behind'
+    pa.field("side", s), pa.field("front_back", s),  # 'left'|'right', 'front'|'behind'|'beside' (the ego's length)
     pa.field("length_m", f64), pa.field("width_m", f64), pa.field("height_m", f64),
     pa.field("speed_mps", f64), pa.field("velocity_ego_mps", vec2), pa.field("heading_ego_deg", f64),
     pa.field("ego_speed_mps", f64),

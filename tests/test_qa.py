@@ -74,6 +74,11 @@ def test_hand_computed_values(hand_qa):
     assert q.loc["hand:6:ego_spatial:clock:2"].value == 3 and "3 o'clock" in q.loc["hand:6:ego_spatial:clock:2"].answer
     assert q.loc["hand:6:ego_spatial:clock:3"].value == 5  # (-8, -3): bearing -159.4 -> 5 o'clock
     assert q.loc["hand:6:ego_spatial:front_behind:3"].value == 0.0
+    # the pedestrian (0, -4) is level with the ego's body: beside it (value 2, unit front_behind), not "in front" of
+    # the rear axle nor left out as too close to it (issue #53 finding 3); 5 m ahead at keyframe 4 it is in front
+    r = q.loc["hand:6:ego_spatial:front_behind:2"]
+    assert r.value == 2.0 and r.unit == "front_behind" and "beside the ego vehicle" in r.answer.lower()
+    assert q.loc["hand:4:ego_spatial:front_behind:2"].value == 1.0
     assert q.loc["hand:6:ego_spatial:left_right:1"].value == 1.0
     assert q.loc["hand:6:ego_spatial:height:3"].value == pytest.approx(3.5)
     # object pair: the pair order is drawn by the hash; find the car/truck pair either way
@@ -151,7 +156,7 @@ def test_every_quantitative_answer_states_its_unit_and_value(random_qa):
         assert abs(nums[0] - r.value) <= tol, (r.answer, r.value)
         assert not re.search(UNIT_RE[r.unit], r.question), r.question  # the question does not leak it
     qual = df[df.kind == "qualitative"]
-    assert set(qual.unit) == {"bool", "o'clock"}
+    assert set(qual.unit) == {"bool", "o'clock", "front_behind"}
     yn = qual[qual.answer.str.match(r"^(Yes|No)\b")]
     assert ((yn.answer.str.startswith("Yes")) == (yn.value == 1.0)).all()
     assert 0.3 < (yn.value == 1.0).mean() < 0.7  # the pair order is randomised: answers are balanced

@@ -126,7 +126,7 @@ def attributes(work: SceneWork, env: StageEnv) -> None:
     from generator.attributes import compute_attributes, compute_labels
 
     objects, frames = work.perceived.objects, work.loaded.frames
-    attrs = compute_attributes(objects, frames)
+    attrs = compute_attributes(objects, frames, env.cfg.ego)
     labels = compute_labels(objects, frames, attrs, env.cfg.labels)
     scene = {"frames": frames, "objects": objects, "attributes": attrs, "labels": labels,
              "projections": work.perceived.projections}

@@ -28,8 +28,9 @@ from generator.sources.io import check_lidar
 from generator.sources.keyframes import nearest_frame_rows, select_anchors
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
 from generator.sources.remote import RemoteRoot, is_remote
+from generator.sources.vehicles import ego_body
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
-from schemas.config import KeyframeConfig, SourceLimitsConfig
+from schemas.config import EgoBodyConfig, KeyframeConfig, SourceLimitsConfig
 
 FRONT_CAMERA = "ring_front_center"
 POSES_FILE = "city_SE3_egovehicle.feather"
@@ -170,6 +171,10 @@ class AV2Source(LogSource):
                 n = sum(1 for _ in os.scandir(lidar)) if lidar.is_dir() else 0
             out[sid] = float(n)
         return out
+
+    def ego_body(self) -> EgoBodyConfig:
+        """Argoverse 2's Ford Fusion Hybrid (``generator.sources.vehicles``)."""
+        return ego_body("av2")
 
     def describe(self) -> dict:
         return {"kind": self.name, "root": self.remote.uri if self.remote else str(self.root),

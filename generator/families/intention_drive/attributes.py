@@ -59,6 +59,7 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import (KeyIndex, codes, column, fixed_list_to_numpy, ranges_to_indices,
                                          to_numpy, unique_strings)
+from generator.attributes.compute import IN_FRONT, along_ego
 from generator.attributes.ego import EgoStates, ego_states
 from generator.attributes.labels import ego_labels
 from generator.families.intention_drive.config import IntentionConfig
@@ -289,8 +290,11 @@ def _final_ego(xy: np.ndarray, body: EgoBodyConfig) -> tuple[np.ndarray, np.ndar
 
 def wholly_ahead(s: PlanningSamples, obj: np.ndarray) -> np.ndarray:
     """Objects ``obj`` (indices) whose box lies wholly ahead of the ego's front bumper now: a vehicle to get
-    past, or a target the instructions call "ahead" (one partly beside the ego is "beside us")."""
-    return s.obj_xy[obj, 0] - s.obj_size_lw[obj, 0] / 2 >= s.ego.front_m
+    past, or a target the instructions call "ahead" (one partly beside the ego is "beside us"); the rule of
+    ego_spatial's "in front of" (``generator.attributes.compute.along_ego``)."""
+    code, _ = along_ego(s.obj_xy[obj, 0], s.obj_size_lw[obj, 0], s.obj_size_lw[obj, 1],
+                        np.degrees(s.obj_heading[obj]), s.ego)
+    return code == IN_FRONT
 
 
 def target_gaps(s: PlanningSamples, target: np.ndarray, traj: np.ndarray
