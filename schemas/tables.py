@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from schemas.vocab import JAAD_BEHAVIOUR_TAGS
+from schemas.vocab import JAAD_BEHAVIOUR_TAGS, NO_DETECTION_ISSUES
 
 SCHEMA_VERSION = "1.0"
 
@@ -156,7 +156,19 @@ ISSUES = _schema("issues", [
     pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("stage", s, False),
     pa.field("reason", s, False), pa.field("camera", s), pa.field("file", s), pa.field("message", s, False),
 ], "frame-level problems a stage skipped without failing the scene (unreadable sweep or image, detector "
-   "failure), one row per frame and camera")
+   "failure, a frame outside its log's annotations under the labels backend), one row per frame and camera")
+
+
+def no_detection_rows(issues: pa.Table) -> pa.Array:
+    """Which ``issues`` rows leave their frame without detector output (``schemas.vocab.NO_DETECTION_ISSUES``):
+    its objects are unknown there, not absent."""
+    out = pa.array(np.zeros(issues.num_rows, bool))
+    for stage, reason in NO_DETECTION_ISSUES:
+        m = pc.equal(issues.column("stage"), stage)
+        if reason is not None:
+            m = pc.and_(m, pc.equal(issues.column("reason"), reason))
+        out = pc.or_(out, m)
+    return out
 
 ERRORS = _schema("errors", [
     pa.field("scene_id", s), pa.field("stage", s, False), pa.field("file", s),

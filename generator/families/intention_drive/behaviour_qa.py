@@ -25,11 +25,11 @@ TYPES = {qt.name: qt for qt in (
     QuestionType(NAME, "maneuver", "qualitative", (
         Field("maneuver", "text", answer=True, doc="the atomic maneuver, e.g. 'Turn Left' (schemas.vocab.MANEUVERS)"),
         Field("maneuver_phrase", "text", answer=True, doc="the same as a phrase, e.g. 'turning left'")),
-        None, "maneuver", doc="value = index in schemas.vocab.MANEUVERS"),
+        None, "maneuver", doc="value = index in schemas.vocab.MANEUVERS", pose_only=True),
     QuestionType(NAME, "speed_status", "qualitative", (
         Field("speed_status", "text", answer=True, doc="'Accelerate' | 'Decelerate' | 'Maintain Speed'"),
         Field("speed_phrase", "text", answer=True, doc="'accelerating' | 'decelerating' | 'keeping its speed'")),
-        None, "speed status", doc="value = index in schemas.vocab.SPEED_STATUS"),
+        None, "speed status", doc="value = index in schemas.vocab.SPEED_STATUS", pose_only=True),
 )}
 
 
