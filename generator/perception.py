@@ -36,7 +36,9 @@ from generator.projection import corners_in_camera, project_corners
 from generator.types import Boxes3D, DrivegenError, Frame, FrameIssue, Scene
 from generator.visibility import decide_visibility, geometric_reasons
 from schemas.config import PipelineConfig
+from schemas.errors import UnlabelledFrameError
 from schemas.tables import OBJECTS, PROJECTIONS, RLE, check_schema
+from schemas.vocab import UNLABELLED_ISSUE
 
 
 @dataclass
@@ -70,8 +72,8 @@ def detect_scene(scene: Scene, detector) -> Detections:
             out.append(detector([fr])[0])
         except (DrivegenError, ValueError, OSError) as err:
             # the file the reader names (an earlier sweep the model stacks may be the unreadable one)
-            issues.append(FrameIssue.of(fr, "detect", "detector_input_unreadable", err,
-                                        file=getattr(err, "file", None) or fr.lidar_path))
+            reason = UNLABELLED_ISSUE if isinstance(err, UnlabelledFrameError) else "detector_input_unreadable"
+            issues.append(FrameIssue.of(fr, "detect", reason, err, file=getattr(err, "file", None) or fr.lidar_path))
             out.append(Boxes3D.empty())
     return Detections(out, issues)
 

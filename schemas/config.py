@@ -590,7 +590,8 @@ class RelationMargins(_Model):
     ego_lateral_m: float = Field(0.5, ge=0)
     """ego_spatial left_right: |y|"""
     ego_longitudinal_m: float = Field(0.5, ge=0)
-    """ego_spatial front_behind: |x|"""
+    """ego_spatial front_behind: how far the box's ends are from the ego's bumpers along x (in front / beside /
+    behind, ``generator.attributes.compute.along_ego``)"""
 
 
 class QAConfig(_Model):
@@ -668,8 +669,12 @@ class LabelsConfig(_Model):
 
 class EgoBodyConfig(_Model):
     """The ego vehicle's body in its own frame (nuScenes and AV2: origin at the rear axle, x forward): what the
-    Intention-Drive collision check sweeps and DRAMA-X's corridor is made of. Defaults: the generated logs'
-    ego (``generator.synth.rig`` EGO_SIZE_LWH_M, EGO_CENTER_OFFSET_X_M), a mid-size car."""
+    Intention-Drive collision check sweeps, DRAMA-X's corridor is made of and ego_spatial's in front / beside /
+    behind is measured against. A run whose config leaves this section out takes its logs' vehicle
+    (``generator.sources.vehicles``: nuScenes' Renault Zoe 4.084 x 1.730 m, centre 1.385 m ahead of the rear
+    axle; Argoverse 2's Ford Fusion Hybrid 4.869 x 1.852 m, 1.339 m) and writes it into its config.yaml.
+    Defaults: the generated logs' ego (``generator.synth.rig`` EGO_SIZE_LWH_M, EGO_CENTER_OFFSET_X_M), a
+    mid-size car."""
 
     length_m: float = Field(4.9, gt=0)
     width_m: float = Field(2.0, gt=0)
