@@ -214,8 +214,9 @@ class Relation:
 class Sided:
     """A position relative to the ego, of several (behind / in front / beside), said of the region or of the
     ego: ``options[i]`` are the phrases of position ``i``; ``mirror[i]`` the position the same words give when
-    they are said of the ego ("the ego vehicle is behind Region [0]": Region [0] is in front, ``_ego_first``).
-    A negated phrase ("not behind") names no single position: the answer is not read."""
+    the ego is their subject ("the ego vehicle is behind Region [0]": Region [0] is in front). Without a
+    subject ("Behind it.", "Ahead, that is it.") the words are the region's, as the question asks of it. A
+    negated phrase ("not behind") names no single position: the answer is not read."""
 
     options: tuple[tuple[str, ...], ...]
     mirror: tuple[int, ...]
@@ -228,7 +229,8 @@ class Sided:
         for start, end, i in _find(toks, table):
             if _negated(toks, start):
                 return None
-            said.add(self.mirror[i] if _ego_first(toks, start, end) else i)
+            subject = next((w for w in reversed(toks[:start]) if w == "ego" or w.startswith("region")), None)
+            said.add(self.mirror[i] if subject == "ego" else i)
         return said.pop() if len(said) == 1 else None
 
 
