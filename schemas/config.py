@@ -437,9 +437,11 @@ class OfflineTrackerConfig(_Model):
     """The chi-square quantile of a link's gate: the squared Mahalanobis distance between the first tracklet's end
     state predicted over the gap and the second's start state (position and velocity, 4 degrees of freedom) plus
     the log-size difference (3)."""
-    link_velocity_std_mps: float = Field(1.0, gt=0)
-    """Only tracklet ends whose smoothed velocity is known to this std are linked (a tracklet of one or two boxes,
-    whose velocity is a guess, matches anything within metres: it stays apart and is scored as a short track)."""
+    link_velocity_std_mps: float = Field(4.0, gt=0)
+    link_min_boxes: int = Field(3, ge=1)
+    """Only tracklets of link_min_boxes boxes or more, whose smoothed velocity at the end is known to
+    link_velocity_std_mps, are linked (a tracklet of one or two boxes, whose velocity is a guess, matches anything
+    within metres: it stays apart and is scored as a short track)."""
     static_speed_mps: float = Field(0.5, ge=0)
     """A tracklet end whose smoothed speed is under this is static: between two static ends a link (or a gap the
     online passes bridged) stands only where the two places agree within their own uncertainty, where the log's
@@ -452,7 +454,9 @@ class OfflineTrackerConfig(_Model):
     n the track's detections."""
     hit_ratio_power: float = Field(0.5, ge=0)
     min_track_score: float = Field(0.3, ge=0, le=1)
-    """Tracks scoring under this are dropped."""
+    min_track_hits: int = Field(3, ge=1)
+    """Tracks scoring under min_track_score or with fewer detections than min_track_hits are dropped (a detector's
+    one-off false positives have no track to support them, whatever their score)."""
     smooth_centres: bool = True
     """Detected boxes take the smoothed centre (False: the detector's)."""
     fill_max_gap_s: float = Field(2.0, ge=0, le=MAX_SPAN_S)

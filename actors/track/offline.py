@@ -242,7 +242,7 @@ def _smooth(track, frame, meas_pos, meas_var, t_s, q_track, n_tracks) -> tuple[_
 
 
 # ------------------------------------------------------------------------------------------------------ linking
-def _link(end_row, start_row, sm: _Smoothed, row_frame, t_s, t_cls, log_size, cfg, ground_frame):
+def _link(end_row, start_row, sm: _Smoothed, row_frame, t_s, t_cls, log_size, cfg, ground_frame, linkable):
     """Step 3: successor (T,) of each tracklet (-1 none). ``end_row``/``start_row`` (T,) its last / first grid row,
     ``t_cls`` (T,) class index, ``log_size`` (T, 3) mean log lwh."""
     off = cfg.offline
@@ -260,8 +260,8 @@ def _link(end_row, start_row, sm: _Smoothed, row_frame, t_s, t_cls, log_size, cf
     ps, vs, cs = sm.pos[start_row, :2], sm.vel[start_row, :2], sm.cov[start_row]
     static_e = np.hypot(*ve.T) < off.static_speed_mps
     static_s = np.hypot(*vs.T) < off.static_speed_mps
-    known_e = ce[:, 2] <= off.link_velocity_std_mps ** 2  # ends whose motion is known well enough to link
-    known_s = cs[:, 2] <= off.link_velocity_std_mps ** 2
+    known_e = (ce[:, 2] <= off.link_velocity_std_mps ** 2) & linkable  # ends whose motion is known well enough
+    known_s = (cs[:, 2] <= off.link_velocity_std_mps ** 2) & linkable
     rows, cols, vals = [], [], []
     order = np.argsort(ts_, kind="stable")
     ts_sorted = ts_[order]
@@ -353,7 +353,7 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     """Track one scene offline; the arguments are ``actors.track.kalman.kalman_tracking``'s (``score`` already
     mapped by ``tracking.score_map``). See the module docstring."""
     off, k = cfg.offline, cfg.kalman
-    n, f = len(xy), len(t_s)
+    n, f = len(xy), len(t_s)  # noqa: F841
     frame = np.repeat(np.arange(f), np.diff(frame_start))
     a, b, tracked = _two_pass_links(t_s, frame_start, frame, xy, z, vel, size, yaw, score, cls, cfg, ground_frame,
                                     looked)
@@ -380,8 +380,9 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     log_size = np.zeros((nt, 3))
     np.add.at(log_size, tb, np.log(np.maximum(size[boxes], 1e-3)))
     log_size /= np.bincount(tb, minlength=nt)[:, None]
+    n_boxes = np.bincount(tb, minlength=nt)
     succ = _link(grid.start + grid.length - 1, grid.start, sm, grid.row_frame, t_s, t_cls, log_size, cfg,
-                 ground_frame)
+                 ground_frame, n_boxes >= off.link_min_boxes)
 
     # The static rule inside the passes' tracklets: a gap (missed frames) between two static places is cut.
     box_row = np.full(n, -1, dtype=np.int64)
@@ -441,7 +442,7 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     log_odds = (mean_logit + np.log(hits / (hits + off.length_hits))
                 + off.hit_ratio_power * np.log(hits / np.maximum(grid.length, 1)))
     t_score = 1 / (1 + np.exp(-log_odds))
-    keep_track = t_score >= off.min_track_score
+    keep_track = (t_score >= off.min_track_score) & (hits >= off.min_track_hits)
     # Step 5: one size per rigid track (median of its detections), others keep their boxes' sizes.
     rigid = np.isin(np.array(DETECTION_CLASSES + ("",), dtype=object)[t_cls], list(off.rigid_classes))
     med = np.zeros((n_tracks, 3))
