@@ -207,7 +207,7 @@ def _smooth(track, frame, meas_pos, meas_var, t_s, q_track, n_tracks) -> tuple[_
             xp[i] = fp[j] + fv[j] * d[:, None]
             xv[i] = fv[j]
         qp[i], qv[i], qw[i] = a, b, c
-        m = has[i]
+        m = has[i] & (k > 0)  # a track's first measurement is its initial state (measured once, not twice)
         ri = np.where(m, r[i], 0.0)
         s = a + ri
         k1 = np.where(m, a / s, 0.0)
