@@ -55,7 +55,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
-from scipy.stats import chi2
+from scipy.special import chdtri
 
 from actors.track.kalman import class_table, gate_speeds, kalman_tracking
 from schemas.config import DETECTION_CLASSES, TrackingConfig
@@ -253,8 +253,8 @@ def _link(end_row, start_row, sm: _Smoothed, row_frame, t_s, t_cls, log_size, cf
     te, ts_ = t_s[row_frame[end_row]], t_s[row_frame[start_row]]
     q = class_table(cfg.kalman.process_noise)[t_cls]
     max_speed = gate_speeds(cfg, "max_speed_mps")[t_cls]
-    gate = chi2.ppf(off.link_gate_prob, 7)
-    static_gate = chi2.ppf(off.link_gate_prob, 2)
+    gate = chdtri(7, 1 - off.link_gate_prob)
+    static_gate = chdtri(2, 1 - off.link_gate_prob)
     rs = cfg.kalman.size_std_frac ** 2
     pe, ve, ce = sm.pos[end_row, :2], sm.vel[end_row, :2], sm.cov[end_row]
     ps, vs, cs = sm.pos[start_row, :2], sm.vel[start_row, :2], sm.cov[start_row]
@@ -395,7 +395,7 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
             sa = np.hypot(*sm.vel[ra, :2].T) < off.static_speed_mps
             sb = np.hypot(*sm.vel[rb, :2].T) < off.static_speed_mps
             d2 = ((bottom[b, :2] - bottom[a, :2]) ** 2).sum(axis=1)
-            far = d2 / (2 * meas_var[a] + 1e-12) > chi2.ppf(off.link_gate_prob, 2)
+            far = d2 / (2 * meas_var[a] + 1e-12) > chdtri(2, 1 - off.link_gate_prob)
             cut = gap & sa & sb & far
             ea, eb = a[~cut], b[~cut]
     # Tracks: tracklet chains; a link joins the last box of i to the first box of its successor.
