@@ -83,3 +83,14 @@ def test_av2_merges_only_what_an_oracle_confuses(av2_log):
             sel = np.flatnonzero(b.track_id == t)
             tok = b.instance_token[sel[np.argsort(frame[sel])]].astype(str)
             assert len(set(tok[tok != ""])) <= 1, (centre, t, set(tok))  # one identity: no bridge either
+
+
+def test_runs_track_offline_and_say_so(labelled_run, av2_perceived):
+    """A run's objects table names the tracker that made its track ids: the offline tracker, on the generated logs
+    (the whole pipeline) and on the AV2 excerpt (its perception)."""
+    from generator.runfolder import RunReader
+
+    objects = RunReader(str(labelled_run)).read_table("objects", columns=["tracker"])
+    assert objects.num_rows > 0 and set(objects.column("tracker").to_pylist()) == {"offline"}
+    av2_objects = av2_perceived[1].objects
+    assert av2_objects.num_rows > 0 and set(av2_objects.column("tracker").to_pylist()) == {"offline"}
