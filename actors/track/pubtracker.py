@@ -1,7 +1,8 @@
 """Tracking of one scene, ``track_scene(timestamps_us, detections, cfg, city_SE3_ego) -> list[Boxes3D]`` (pure
-core), with either tracker: ``cfg.mode`` 'kalman' (the default, ``actors.track.kalman``: constant-velocity
-Kalman filters, confirmation, coasting) or 'greedy', CenterPoint's greedy closest-point tracker (PubTracker),
-vectorised, here. Both are followed by the same steps: fragment linking, ``min_hits``, track ids, velocities
+core), with any of the trackers: ``cfg.mode`` 'offline' (the default, ``actors.track.offline``: the whole log in
+both directions, smoothed and scored tracks), 'kalman' (``actors.track.kalman``, online: constant-velocity Kalman
+filters, confirmation, coasting) or 'greedy', CenterPoint's greedy closest-point tracker (PubTracker), vectorised,
+here. Both are followed by the same steps: fragment linking, ``min_hits``, track ids, velocities
 and headings from the tracks.
 
 What the greedy tracker does, frame by frame in time order (one scene at a time):
@@ -272,6 +273,10 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
     input order (unconfirmed tracks and low-score detections no track took are dropped), then the track's
     predicted boxes where a confirmed track coasted (score decayed, ``velocity_mps`` NaN before the velocity
     policy, ``num_lidar_pts`` -1, ``instance_token`` '').
+    'offline' (``actors.track.offline``): each frame holds copies of the input boxes its kept tracks took, in input
+    order, with the smoothed centre, the track's size (rigid classes) and the track's score, then the boxes filled
+    where a track missed the frame (as coasted boxes above, with the track's score).
+    Headings come from motion only where the poses move (without poses a track's motion is the ego's too).
     With ``cfg.heading_from_motion`` the yaws of boxes without detector velocity and without ``instance_token``
     may be turned by pi (``actors.track.heading``); all other yaws of input boxes are returned unchanged.
     """
