@@ -455,8 +455,9 @@ class OfflineTrackerConfig(_Model):
     hit_ratio_power: float = Field(0.5, ge=0)
     min_track_score: float = Field(0.3, ge=0, le=1)
     min_track_hits: int = Field(3, ge=1)
-    """Tracks scoring under min_track_score or with fewer detections than min_track_hits are dropped (a detector's
-    one-off false positives have no track to support them, whatever their score)."""
+    """Tracks scoring under min_track_score, or with fewer detections than min_track_hits and not reaching the log's
+    first or last frame, are dropped (a detector's one-off false positives have no track to support them, whatever
+    their score; an object at the log's edge may go on outside it)."""
     smooth_centres: bool = True
     """Detected boxes take the smoothed centre (False: the detector's)."""
     fill_max_gap_s: float = Field(2.0, ge=0, le=MAX_SPAN_S)

@@ -442,7 +442,11 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     log_odds = (mean_logit + np.log(hits / (hits + off.length_hits))
                 + off.hit_ratio_power * np.log(hits / np.maximum(grid.length, 1)))
     t_score = 1 / (1 + np.exp(-log_odds))
-    keep_track = (t_score >= off.min_track_score) & (hits >= off.min_track_hits)
+    # too few detections drop a track unless it reaches the log's first or last frame (it may go on outside the log)
+    first_f = row_frame[grid.start]
+    last_f = row_frame[grid.start + grid.length - 1]
+    at_edge = (first_f == 0) | (last_f == len(t_s) - 1)
+    keep_track = (t_score >= off.min_track_score) & ((hits >= off.min_track_hits) | at_edge)
     # Step 5: one size per rigid track (median of its detections), others keep their boxes' sizes.
     rigid = np.isin(np.array(DETECTION_CLASSES + ("",), dtype=object)[t_cls], list(off.rigid_classes))
     med = np.zeros((n_tracks, 3))
