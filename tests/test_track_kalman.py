@@ -282,39 +282,21 @@ def test_av2_noisy_labels_meet_the_goal(av2_log, tmp_path):
 def test_av2_with_a_real_detectors_errors_meets_the_goal(av2_log, tmp_path):
     """The real AV2 log through the labels backend with a real detector's errors on top of the validation noise
     (REALISTIC_NOISE: recurring ghosts at fixed places, runs of misses, lower but overlapping false-positive
-    scores): AMOTA >= 0.90, IDSW <= 5 (measured 0.950, 1; greedy 0.848, 22), and at least as good as the AB3DMOT
-    reference on each class (bench/tracking.py prints both)."""
+    scores): AMOTA >= 0.90, IDSW <= 5 (measured 0.950, 1; greedy 0.848, 22). bench/tracking.py sets it beside the
+    offline tracker and the AB3DMOT re-implementation."""
     from generator.sources import open_source
 
     from actors.detect import build_detector
-    from support.ab3dmot import ab3dmot_scene
 
     cfg = parse_config({"detection": {"backend": "labels", "labels": REALISTIC_NOISE}, "tracking": {"mode": "kalman"}})
     src = open_source("av2", av2_log.parent, cfg)
-    boxes = {}
-    detect = build_detector(cfg.detection)
-
-    def replay(frames):  # both trackers see the same detections
-        key = frames[0].scene_id
-        boxes.setdefault(key, detect(frames))
-        return [b.copy() for b in boxes[key]]
-
-    k = tracking_metrics(tracked_run_folder(tmp_path / "run", src, cfg, detector=replay), 40)
+    k = tracking_metrics(tracked_run_folder(tmp_path / "run", src, cfg, detector=build_detector(cfg.detection)), 40)
     assert k["AMOTA"] >= 0.90 and k["IDSW"] <= 5, (k["AMOTA"], k["IDSW"])
     # merged tracks (validate, every class): 7 before the twice-annotated car was detected once, now 5, pedestrians
     # and bicycles 0.6-0.9 m apart that an oracle knowing their true places confuses too at 0.3 m of noise
     assert k["identity"]["all"]["merged_tracks"] <= 5, k["identity"]
     # ... single swapped boxes for the most part: 22 boxes of another identity in the 5 tracks (of 9,000 and more)
     assert k["identity"]["all"]["foreign_boxes"] <= 22, k["identity"]
-    # the published AB3DMOT algorithm (a test-only reference written from its paper) on the same boxes: drivegen's
-    # tracker is at least as good on every class with ground truth (measured AB3DMOT: 0.622, 83 IDSW)
-    r = tracking_metrics(tracked_run_folder(tmp_path / "ref", src, cfg, detector=replay, tracker=ab3dmot_scene), 40)
-    assert r["AMOTA"] < k["AMOTA"]
-    for cls, mine in k["per_class"].items():
-        if mine.get("has_gt"):
-            ref = r["per_class"][cls]
-            ref_ids = float("inf") if ref["ids"] is None else ref["ids"]  # None: the devkit's NaN
-            assert mine["amota"] >= (ref["amota"] or 0.0) and (mine["ids"] or 0) <= ref_ids, (cls, mine, ref)
 
 
 def test_generated_logs_with_noise_and_without_poses(synth_root, tmp_path):
