@@ -93,8 +93,9 @@ def _nullable(v: np.ndarray) -> pa.Array:
     return pa.array(v, pa.float64(), mask=~np.isfinite(v))
 
 
-def objects_table(scene: Scene, boxes: list[Boxes3D], source: str) -> pa.Table:
-    """OBJECTS rows of the tracked boxes (ego frame) with their global poses."""
+def objects_table(scene: Scene, boxes: list[Boxes3D], source: str, tracker: str | None = None) -> pa.Table:
+    """OBJECTS rows of the boxes (ego frame) with their global poses; ``tracker``: the ``tracking.mode`` that gave
+    their track ids (None: boxes no tracker saw, such as raw detections or labels)."""
     counts = [len(b) for b in boxes]
     allb = Boxes3D.concat(boxes)
     n = len(allb)
@@ -121,6 +122,7 @@ def objects_table(scene: Scene, boxes: list[Boxes3D], source: str) -> pa.Table:
         "num_lidar_pts": pa.array(allb.num_lidar_pts, pa.int32()),
         "instance_token": pa.array(allb.instance_token.astype(str).tolist(), pa.string()),
         "source": pa.array([source] * n, pa.string()),
+        "tracker": pa.array([tracker] * n, pa.string()),
     }
     return check_schema(pa.table(cols), OBJECTS, f"objects of scene {scene.scene_id}")
 
@@ -178,8 +180,8 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
             proj_parts.extend(fut.result())
     projections = _projections_table(scene.scene_id, proj_parts)
     reasons = projections.column("drop_reason").drop_null().to_pylist()
-    return PerceptionResult(scene.scene_id, tracked, objects_table(scene, tracked, cfg.detection.backend), projections,
-                            dict(Counter(reasons)), issues)
+    objects = objects_table(scene, tracked, cfg.detection.backend, cfg.tracking.mode)
+    return PerceptionResult(scene.scene_id, tracked, objects, projections, dict(Counter(reasons)), issues)
 
 
 PREFETCH_FRAMES = 2

@@ -68,6 +68,7 @@ OBJECTS = _schema("objects", [
     pa.field("velocity_ego_mps", vec2), pa.field("velocity_global_mps", vec2),  # NaN when unknown
     pa.field("num_lidar_pts", i32), pa.field("instance_token", s),
     pa.field("source", s),  # detection backend: 'lidar' | 'labels' | 'mmdet3d' | 'gt'
+    pa.field("tracker", s),  # the tracker that gave the track ids: 'offline' | 'kalman' | 'greedy'; null: untracked
 ], "3D objects per frame after detection and tracking (also used for ground-truth labels)")
 
 PROJECTIONS = _schema("projections", [

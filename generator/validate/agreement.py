@@ -77,6 +77,7 @@ def labels_to_objects(scene: Scene, frame_indices: np.ndarray | None = None) -> 
         "num_lidar_pts": pa.array(b.num_lidar_pts, pa.int32()),
         "instance_token": pa.array(b.instance_token.astype(str)),
         "source": pa.array(["gt"] * len(b)),
+        "tracker": pa.nulls(len(b), pa.string()),
     })
     return check_schema(t, OBJECTS, f"labels of scene {scene.scene_id}")
 
