@@ -36,7 +36,9 @@ from generator.projection import corners_in_camera, project_corners
 from generator.types import Boxes3D, DrivegenError, Frame, FrameIssue, Scene
 from generator.visibility import decide_visibility, geometric_reasons
 from schemas.config import PipelineConfig
+from schemas.errors import UnlabelledFrameError
 from schemas.tables import OBJECTS, PROJECTIONS, RLE, check_schema
+from schemas.vocab import UNLABELLED_ISSUE
 
 
 @dataclass
@@ -56,12 +58,14 @@ class Detections:
 
     boxes: list[Boxes3D]
     issues: list[FrameIssue] = field(default_factory=list)
+    exact: bool = False
+    """the detector's boxes are the truth (``Detector.exact``): tracking only gives them identities"""
 
 
 def detect_scene(scene: Scene, detector) -> Detections:
     """Detections for every frame; a frame whose input cannot be read gets no boxes and an issue."""
     try:
-        return Detections(list(detector(scene.frames)))
+        return Detections(list(detector(scene.frames)), exact=bool(getattr(detector, "exact", False)))
     except (DrivegenError, ValueError, OSError):
         pass  # find the bad frame(s): one at a time
     out, issues = [], []
@@ -70,10 +74,10 @@ def detect_scene(scene: Scene, detector) -> Detections:
             out.append(detector([fr])[0])
         except (DrivegenError, ValueError, OSError) as err:
             # the file the reader names (an earlier sweep the model stacks may be the unreadable one)
-            issues.append(FrameIssue.of(fr, "detect", "detector_input_unreadable", err,
-                                        file=getattr(err, "file", None) or fr.lidar_path))
+            reason = UNLABELLED_ISSUE if isinstance(err, UnlabelledFrameError) else "detector_input_unreadable"
+            issues.append(FrameIssue.of(fr, "detect", reason, err, file=getattr(err, "file", None) or fr.lidar_path))
             out.append(Boxes3D.empty())
-    return Detections(out, issues)
+    return Detections(out, issues, exact=bool(getattr(detector, "exact", False)))
 
 
 def _fsl(values: np.ndarray, width: int, valid: np.ndarray | None = None) -> pa.Array:
@@ -91,8 +95,9 @@ def _nullable(v: np.ndarray) -> pa.Array:
     return pa.array(v, pa.float64(), mask=~np.isfinite(v))
 
 
-def objects_table(scene: Scene, boxes: list[Boxes3D], source: str) -> pa.Table:
-    """OBJECTS rows of the tracked boxes (ego frame) with their global poses."""
+def objects_table(scene: Scene, boxes: list[Boxes3D], source: str, tracker: str | None = None) -> pa.Table:
+    """OBJECTS rows of the boxes (ego frame) with their global poses; ``tracker``: the ``tracking.mode`` that gave
+    their track ids (None: boxes no tracker saw, such as raw detections or labels)."""
     counts = [len(b) for b in boxes]
     allb = Boxes3D.concat(boxes)
     n = len(allb)
@@ -119,6 +124,7 @@ def objects_table(scene: Scene, boxes: list[Boxes3D], source: str) -> pa.Table:
         "num_lidar_pts": pa.array(allb.num_lidar_pts, pa.int32()),
         "instance_token": pa.array(allb.instance_token.astype(str).tolist(), pa.string()),
         "source": pa.array([source] * n, pa.string()),
+        "tracker": pa.array([tracker] * n, pa.string()),
     }
     return check_schema(pa.table(cols), OBJECTS, f"objects of scene {scene.scene_id}")
 
@@ -149,7 +155,7 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
     lidar_bad = {i.frame_index for i in scene.issues if i.reason == "lidar_unreadable"}  # recorded at load
     unseen = lidar_bad | {i.frame_index for i in detections.issues if i.stage == "detect"}
     tracked = track_scene(scene.timestamps_us, detections.boxes, cfg.tracking, [f.city_SE3_ego for f in scene.frames],
-                          looked=[f.frame_index not in unseen for f in scene.frames])
+                          looked=[f.frame_index not in unseen for f in scene.frames], exact=detections.exact)
     work = [(fr, boxes) for fr, boxes in zip(scene.frames, tracked) if len(boxes)]
     proj_parts: list[dict] = []
     overlap = cfg.segmentation.backend in MODEL_SEGMENTERS
@@ -176,8 +182,8 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
             proj_parts.extend(fut.result())
     projections = _projections_table(scene.scene_id, proj_parts)
     reasons = projections.column("drop_reason").drop_null().to_pylist()
-    return PerceptionResult(scene.scene_id, tracked, objects_table(scene, tracked, cfg.detection.backend), projections,
-                            dict(Counter(reasons)), issues)
+    objects = objects_table(scene, tracked, cfg.detection.backend, cfg.tracking.mode)
+    return PerceptionResult(scene.scene_id, tracked, objects, projections, dict(Counter(reasons)), issues)
 
 
 PREFETCH_FRAMES = 2

@@ -423,14 +423,6 @@ class KalmanTrackerConfig(_Model):
     0.067 MOTA (objects that left) and change nothing elsewhere."""
     coast_trailing_s: float = Field(0.0, ge=0)
     coast_score_half_life_s: float = Field(0.5, gt=0)
-    score_map: list[tuple[float, float]] | None = None
-    """Score calibration. The tracker reads a detection's score as the chance that the box is a real object: at
-    ``high_score`` or above it may start a track, below it only extends a confirmed one, and coasted boxes take
-    the last matched score, decayed. The labels backend and mmdet3d's CenterPoint give such scores in [0, 1]. For
-    a detector whose scores mean something else (logits, another range, over-confident), give knots
-    ``[[detector score, tracker score], ...]``, both increasing, tracker scores in [0, 1]; in between it is
-    linear, outside it the end knots hold. Only the tracker's decisions and coasted boxes use the mapped score:
-    detected boxes keep their own. None: scores as given."""
     coast_min_hit_ratio: float = Field(0.0, ge=0, le=1)
     """Track quality: a confirmed track coasts (gets boxes in the frames it missed) only while its matched
     detections are at least this share of the frames it has lived through (a ghost seen in 60 % of the frames
@@ -438,24 +430,76 @@ class KalmanTrackerConfig(_Model):
     both ways (10 Hz 0.958 instead of 0.962, 2 Hz 0.762 instead of 0.757)."""
 
 
-    @field_validator("score_map")
+class OfflineTrackerConfig(_Model):
+    """The offline tracker (``actors.track.offline``, ``tracking.mode: offline``, the default): the online tracker
+    run forwards and backwards, the tracklets both agree on linked over the whole log, each track smoothed (RTS),
+    sized and scored as a whole. It reads the motion and noise model of ``tracking.kalman`` (``process_noise``,
+    ``position_std_m``, ``position_std_size_frac``, ``size_std_frac``) and the class speeds of
+    ``tracking.max_speed_mps``. Figures quoted are ``python bench/tracking.py``: KITTI sAMOTA / MOTA at 3D IoU
+    0.25 (PointRCNN, five shared val sequences) and the AV2 cases."""
+
+    both_directions: bool = True
+    """Link two boxes only where the online tracker makes them consecutive in a track both forwards and backwards
+    (False: the forward pass alone)."""
+    link_max_gap_s: float = Field(2.0, ge=0, le=MAX_SPAN_S)
+    """The longest gap between two tracklets that a link may bridge."""
+    link_gate_prob: float = Field(0.99, gt=0, lt=1)
+    """The chi-square quantile of a link's gate: the squared Mahalanobis distance between the first tracklet's end
+    state predicted over the gap and the second's start state (position and velocity, 4 degrees of freedom) plus
+    the log-size difference (3)."""
+    link_velocity_std_mps: float = Field(4.0, gt=0)
+    link_min_boxes: int = Field(3, ge=1)
+    """Only tracklets of link_min_boxes boxes or more, whose smoothed velocity at the end is known to
+    link_velocity_std_mps, are linked (a tracklet of one or two boxes, whose velocity is a guess, matches anything
+    within metres: it stays apart and is scored as a short track)."""
+    static_speed_mps: float = Field(0.5, ge=0)
+    """A tracklet end whose smoothed speed is under this is static: between two static ends a link (or a gap the
+    online passes bridged) stands only where the two places agree within their own uncertainty, where the log's
+    poses move (issue #53: a track switched between two parked bicycles 0.75 m apart)."""
+    rigid_classes: list[str] = Field(default_factory=lambda: [c for c in DETECTION_CLASSES if c != "pedestrian"])
+    """Classes whose tracks take one size, the median of their detections' (a pedestrian's box changes as they
+    walk)."""
+    length_hits: float = Field(2.0, ge=0)
+    """Whole-track score = mean detection score x n / (n + length_hits) x (n / frames spanned) ^ hit_ratio_power,
+    n the track's detections."""
+    hit_ratio_power: float = Field(0.5, ge=0)
+    min_track_score: float = Field(0.3, ge=0, le=1)
+    min_track_hits: int = Field(3, ge=1)
+    """Tracks scoring under min_track_score, or with fewer detections than min_track_hits and not reaching the log's
+    first or last frame, are dropped (a detector's one-off false positives have no track to support them, whatever
+    their score; an object at the log's edge may go on outside it)."""
+    smooth_centres: bool = True
+    """Detected boxes take the smoothed centre (False: the detector's)."""
+    fill_max_gap_s: float = Field(2.0, ge=0, le=MAX_SPAN_S)
+    """Missed frames inside a track get boxes on its smoothed path for gaps up to this long."""
+
+    @field_validator("rigid_classes")
     @classmethod
-    def _monotone_map(cls, v):
-        if v is None:
-            return v
-        x, y = [k[0] for k in v], [k[1] for k in v]
-        if (len(v) < 2 or any(b <= a for a, b in zip(x, x[1:])) or any(b < a for a, b in zip(y, y[1:]))
-                or min(y) < 0 or max(y) > 1):
-            raise ValueError(f"score_map: at least two knots [detector score, tracker score], the detector scores "
-                             f"strictly increasing, the tracker scores non-decreasing in [0, 1]; got {v}")
+    def _known(cls, v):
+        bad = [c for c in v if c not in DETECTION_CLASSES]
+        if bad:
+            raise ValueError(f"unknown classes {bad}; known: {list(DETECTION_CLASSES)}")
         return v
 
 
 class TrackingConfig(_Model):
-    mode: Literal["kalman", "greedy"] = "kalman"
-    """'kalman': actors.track.kalman (default); 'greedy': CenterPoint's closest-point tracker
-    (actors.track.pubtracker) (the tracker before the Kalman filter), fields marked "greedy" below."""
+    mode: Literal["offline", "kalman", "greedy"] = "offline"
+    """'offline': actors.track.offline, the whole log in both directions (default: a dataset is made after the
+    fact); 'kalman': actors.track.kalman, the online tracker (each frame sees only the past: for streaming, and the
+    offline tracker's passes); 'greedy': CenterPoint's closest-point tracker (actors.track.pubtracker), fields
+    marked "greedy" below."""
+    offline: OfflineTrackerConfig = Field(default_factory=OfflineTrackerConfig)
     kalman: KalmanTrackerConfig = Field(default_factory=KalmanTrackerConfig)
+    score_map: list[tuple[float, float]] | None = None
+    """Score calibration, for every tracker. A tracker reads a detection's score as the chance that the box is a
+    real object: the online tracker starts tracks from ``kalman.high_score`` up and lets lower ones only extend a
+    confirmed track, coasted boxes take the last matched score decayed, and the offline tracker's whole-track
+    score is a mean of them. The labels backend and mmdet3d's CenterPoint give such scores in [0, 1]. For a
+    detector whose scores mean something else (logits, another range, over-confident), give knots ``[[detector
+    score, tracker score], ...]``, the detector scores increasing, the tracker scores non-decreasing in [0, 1]; in
+    between it is linear, outside it the end knots hold (PointRCNN's scores are logits: the logistic function at
+    knots, bench/tracking.py). The online tracker's detected boxes keep their own scores; the offline tracker's
+    boxes take their track's score. None: scores as given."""
     gates_mps: dict[str, float] = Field(default_factory=_default_gates)
     """Greedy: max centre distance per second; both modes: the linking distance limit (LinkingConfig)."""
     max_speed_mps: dict[str, float] = Field(default_factory=_default_max_speeds)
@@ -490,6 +534,18 @@ class TrackingConfig(_Model):
     heading_from_motion_min_duration_s: float = Field(1.0, ge=0)
     """... held without reversing over boxes spanning this long; keep it >= 2 * velocity_window_s (one jump of a
     fitted box centre fakes a speed over less than two windows)."""
+
+    @field_validator("score_map")
+    @classmethod
+    def _monotone_map(cls, v):
+        if v is None:
+            return v
+        x, y = [k[0] for k in v], [k[1] for k in v]
+        if (len(v) < 2 or any(b <= a for a, b in zip(x, x[1:])) or any(b < a for a, b in zip(y, y[1:]))
+                or min(y) < 0 or max(y) > 1):
+            raise ValueError(f"score_map: at least two knots [detector score, tracker score], the detector scores "
+                             f"strictly increasing, the tracker scores non-decreasing in [0, 1]; got {v}")
+        return v
 
 
 # segmentation.sam2.decode_prompts 'auto' on a GPU: the cap measured fastest on an H100 (bench/gpu.py part 0).
@@ -590,7 +646,8 @@ class RelationMargins(_Model):
     ego_lateral_m: float = Field(0.5, ge=0)
     """ego_spatial left_right: |y|"""
     ego_longitudinal_m: float = Field(0.5, ge=0)
-    """ego_spatial front_behind: |x|"""
+    """ego_spatial front_behind: how far the box's ends are from the ego's bumpers along x (in front / beside /
+    behind, ``generator.attributes.compute.along_ego``)"""
 
 
 class QAConfig(_Model):
@@ -668,8 +725,12 @@ class LabelsConfig(_Model):
 
 class EgoBodyConfig(_Model):
     """The ego vehicle's body in its own frame (nuScenes and AV2: origin at the rear axle, x forward): what the
-    Intention-Drive collision check sweeps and DRAMA-X's corridor is made of. Defaults: the generated logs'
-    ego (``generator.synth.rig`` EGO_SIZE_LWH_M, EGO_CENTER_OFFSET_X_M), a mid-size car."""
+    Intention-Drive collision check sweeps, DRAMA-X's corridor is made of and ego_spatial's in front / beside /
+    behind is measured against. A run whose config leaves this section out takes its logs' vehicle
+    (``generator.sources.vehicles``: nuScenes' Renault Zoe 4.084 x 1.730 m, centre 1.385 m ahead of the rear
+    axle; Argoverse 2's Ford Fusion Hybrid 4.869 x 1.852 m, 1.339 m) and writes it into its config.yaml.
+    Defaults: the generated logs' ego (``generator.synth.rig`` EGO_SIZE_LWH_M, EGO_CENTER_OFFSET_X_M), a
+    mid-size car."""
 
     length_m: float = Field(4.9, gt=0)
     width_m: float = Field(2.0, gt=0)

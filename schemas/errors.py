@@ -4,6 +4,7 @@
     ├── InputError                 the user's input is unusable: a command exits 2 with the message
     │   ├── ConfigError            a config file or value (names the file and the field)
     │   ├── SourceError            a log: missing/truncated file, bad calibration, poses, table row
+    │   │   └── UnlabelledFrameError   a frame outside its log's annotations met the 'labels' detector
     │   ├── TemplateError          a QA template file (names file, line and field)
     │   ├── RunFolderError         a run folder: not one, locked by another run, changed since, unreadable
     │   └── AccessDeniedError      a disk or object store refused this user or these credentials
@@ -39,6 +40,12 @@ class ConfigError(InputError):
 
 class SourceError(InputError):
     """A log could not be read: missing/truncated file, bad calibration, missing poses, bad table row."""
+
+
+class UnlabelledFrameError(SourceError):
+    """A frame outside its log's annotations reached the 'labels' detection backend: its objects are unknown, not
+    absent. Perception records the frame as an ``issues`` row (reason ``schemas.vocab.UNLABELLED_ISSUE``); it is
+    no failure of the scene (the frame keeps its questions about the ego)."""
 
 
 class RunFolderError(InputError):

@@ -87,6 +87,9 @@ class RunSummary:
     qa: QACounts = field(default_factory=QACounts)
     objects_dropped: dict[str, int] = field(default_factory=dict)  # projections dropped per reason
     failed_frames: dict[str, int] = field(default_factory=dict)  # frames skipped per stage
+    # frames outside their logs' annotations under the 'labels' detection backend: objects unknown there, only the
+    # questions about the ego asked (no failure; issues/ lists them, reason 'unlabelled')
+    unlabelled_frames: int = 0
     this_run: dict[str, Any] = field(default_factory=dict)  # the manifests' counts of this call's scenes, summed
     totals: dict[str, Any] = field(default_factory=dict)  # ... of every finished scene of the run's list, summed
     errors: list[dict] = field(default_factory=list)  # rows of OUT/errors/ (schemas.tables.ERRORS)
@@ -138,6 +141,7 @@ class RunSummary:
                    scenes=SceneCounts(**data.get("scenes", {})), frames=data.get("frames", 0),
                    objects=data.get("objects", 0), qa=QACounts(**data.get("qa", {})),
                    objects_dropped=data.get("objects_dropped", {}), failed_frames=data.get("failed_frames", {}),
+                   unlabelled_frames=data.get("unlabelled_frames", 0),
                    this_run=data.get("this_run", {}), totals=data.get("totals", {}), errors=data.get("errors", []),
                    wall_s=data.get("wall_s", 0.0), throughput=Throughput(**data.get("throughput", {})),
                    timings=data.get("timings", {}),
@@ -167,6 +171,10 @@ class RunSummary:
             dropped = ", ".join(f"{k}={v}" for k, v in sorted(self.objects_dropped.items()))
             lines += [f"frames: {self.frames}  objects: {self.objects}  {qa}",
                       "projections dropped (object x camera): " + (dropped or "none")]
+        if self.unlabelled_frames:
+            lines.append(f"frames outside their logs' annotations: {self.unlabelled_frames} (detection.backend labels "
+                         "knows no objects there: only the questions about the ego are asked; issues/, reason "
+                         "'unlabelled')")
         if self.failed_frames:
             lines.append("frames skipped by stage (finished scenes): "
                          + ", ".join(f"{k}={v}" for k, v in sorted(self.failed_frames.items())))

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from schemas.vocab import JAAD_BEHAVIOUR_TAGS
+from schemas.vocab import JAAD_BEHAVIOUR_TAGS, NO_DETECTION_ISSUES
 
 SCHEMA_VERSION = "1.0"
 
@@ -68,6 +68,7 @@ OBJECTS = _schema("objects", [
     pa.field("velocity_ego_mps", vec2), pa.field("velocity_global_mps", vec2),  # NaN when unknown
     pa.field("num_lidar_pts", i32), pa.field("instance_token", s),
     pa.field("source", s),  # detection backend: 'lidar' | 'labels' | 'mmdet3d' | 'gt'
+    pa.field("tracker", s),  # the tracker that gave the track ids: 'offline' | 'kalman' | 'greedy'; null: untracked
 ], "3D objects per frame after detection and tracking (also used for ground-truth labels)")
 
 PROJECTIONS = _schema("projections", [
@@ -85,7 +86,7 @@ ATTRIBUTES = _schema("attributes", [
     pa.field("x_ego_m", f64), pa.field("y_ego_m", f64), pa.field("z_ego_m", f64),
     pa.field("distance_m", f64), pa.field("bearing_deg", f64),  # 0 = forward, CCW positive, [-180, 180]
     pa.field("clock", i8),  # 1..12 o'clock, 12 = straight ahead
-    pa.field("side", s), pa.field("front_back", s),  # 'left'|'right', 'front'|'behind'
+    pa.field("side", s), pa.field("front_back", s),  # 'left'|'right', 'front'|'behind'|'beside' (the ego's length)
     pa.field("length_m", f64), pa.field("width_m", f64), pa.field("height_m", f64),
     pa.field("speed_mps", f64), pa.field("velocity_ego_mps", vec2), pa.field("heading_ego_deg", f64),
     pa.field("ego_speed_mps", f64),
@@ -156,7 +157,19 @@ ISSUES = _schema("issues", [
     pa.field("scene_id", s, False), pa.field("frame_index", i32, False), pa.field("stage", s, False),
     pa.field("reason", s, False), pa.field("camera", s), pa.field("file", s), pa.field("message", s, False),
 ], "frame-level problems a stage skipped without failing the scene (unreadable sweep or image, detector "
-   "failure), one row per frame and camera")
+   "failure, a frame outside its log's annotations under the labels backend), one row per frame and camera")
+
+
+def no_detection_rows(issues: pa.Table) -> pa.Array:
+    """Which ``issues`` rows leave their frame without detector output (``schemas.vocab.NO_DETECTION_ISSUES``):
+    its objects are unknown there, not absent."""
+    out = pa.array(np.zeros(issues.num_rows, bool))
+    for stage, reason in NO_DETECTION_ISSUES:
+        m = pc.equal(issues.column("stage"), stage)
+        if reason is not None:
+            m = pc.and_(m, pc.equal(issues.column("reason"), reason))
+        out = pc.or_(out, m)
+    return out
 
 ERRORS = _schema("errors", [
     pa.field("scene_id", s), pa.field("stage", s, False), pa.field("file", s),

@@ -25,9 +25,23 @@ CAMERA_ONLY_SOURCES = ("jaad",)
 VIDEO_REGION_LABELS = ("pedestrian", "ped")
 VIDEO_CAMERA = "front"  # the one camera of a camera-only video, as QA groundings and issues rows name it
 
+# Frame-level problems (``issues`` table rows: stage, reason; None = any reason) after which a frame has no
+# detector output: its objects are unknown, not absent. Validation scores its objects as missed; QA asks only the
+# questions about the ego there (``QuestionType.pose_only``). 'unlabelled': a frame outside its log's annotations
+# under the 'labels' detection backend.
+NO_DETECTION_ISSUES = (("detect", None), ("load", "lidar_unreadable"))
+UNLABELLED_ISSUE = "unlabelled"
+
 # Pipeline stages whose backend may be a model on a Ray actor (``generator.pipeline.stages.default_stages``):
 # the keys ``ray.stage_actors`` accepts.
 MODEL_STAGES = ("detect", "perceive")
+
+# Where an object lies along the ego's length (``generator.attributes.compute.along_ego``): wholly behind its rear
+# bumper, wholly ahead of its front bumper, or overlapping its length (beside it). ATTRIBUTES.front_back holds
+# the first words, the ego_spatial front_behind answers the second (the QA value is the index: 0 behind,
+# 1 in front, 2 beside).
+EGO_LONGITUDINAL = ("behind", "front", "beside")
+EGO_LONGITUDINAL_PHRASES = ("behind", "in front of", "beside")
 
 # Ego behaviour (Intention-Drive §3: atomic maneuvers and speed status).
 MANEUVERS = ("Straight", "Turn Left", "Turn Right", "Change Lane Left", "Change Lane Right", "Stop")

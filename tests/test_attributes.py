@@ -9,6 +9,8 @@ import pytest
 
 from support.attributes import make_frames, make_objects, pose
 from generator.attributes import clock_from_bearing, compute_attributes, pair_relations
+from generator.attributes.compute import BEHIND, BESIDE, IN_FRONT, along_ego
+from generator.sources.vehicles import EGO_BODIES
 from schemas.tables import ATTRIBUTES
 
 
@@ -16,10 +18,11 @@ def _static_scene(n=3, dt=0.5):
     return make_frames("s0", np.arange(n) * dt, [pose(0, 0, 0)] * n)
 
 
-POINTS = [  # (x, y, z) -> bearing, clock, side, front_back
+POINTS = [  # (x, y, z) of a 4 x 2 m box along the ego's axis -> bearing, clock, side, front_back (the default ego:
+    # front bumper 3.85 m ahead of the origin, rear bumper 1.05 m behind it)
     ((10.0, 0.0, 0.0), 0.0, 12, "left", "front"),
-    ((0.0, 10.0, 0.0), 90.0, 9, "left", "front"),
-    ((0.0, -10.0, 0.0), -90.0, 3, "right", "front"),
+    ((0.0, 10.0, 0.0), 90.0, 9, "left", "beside"),
+    ((0.0, -10.0, 0.0), -90.0, 3, "right", "beside"),
     ((-10.0, 10.0, 0.0), 135.0, 8, "left", "behind"),  # behind-left: +135, tie 7|8 -> 8 (towards the front)
     ((-10.0, -10.0, 0.0), -135.0, 4, "right", "behind"),  # mirror image: tie 4|5 -> 4
     ((-10.0, 0.0, 0.0), 180.0, 6, "left", "behind"),
@@ -27,8 +30,8 @@ POINTS = [  # (x, y, z) -> bearing, clock, side, front_back
     ((-10.0, 8.0, 0.0), 180.0 - math.degrees(math.atan2(8, 10)), 7, "left", "behind"),  # 141.3 deg
     ((10.0, -10.0 * math.tan(math.radians(20)), 0.0), -20.0, 1, "right", "front"),
     ((10.0, 10.0 * math.tan(math.radians(50)), 0.0), 50.0, 10, "left", "front"),
-    ((math.cos(math.radians(15)), math.sin(math.radians(15)), 0.0), 15.0, 12, "left", "front"),  # tie 12|11
-    ((3.0, -4.0, 12.0), math.degrees(math.atan2(-4, 3)), 2, "right", "front"),  # -53.13 deg
+    ((math.cos(math.radians(15)), math.sin(math.radians(15)), 0.0), 15.0, 12, "left", "beside"),  # tie 12|11
+    ((3.0, -4.0, 12.0), math.degrees(math.atan2(-4, 3)), 2, "right", "beside"),  # -53.13 deg
 ]
 
 
@@ -46,6 +49,38 @@ def test_bearing_clock_side_on_known_points():
         assert got["distance_m"][i] == pytest.approx(math.sqrt(sum(c * c for c in p)), abs=1e-12)
     assert got["distance_m"][-1] == pytest.approx(13.0)
     assert all(-180.0 <= b <= 180.0 for b in got["bearing_deg"])
+
+
+def test_front_behind_is_measured_against_the_egos_body():
+    """Issue #53 finding 3: in front / behind was decided at the rear axle (x >= 0), so a pedestrian level with
+    the ego's body (x = 1.72 m, y = 14.6 m in the AV2 log) was "in front". Measured against each source's own
+    car: beside while the box overlaps the ego's length, in front / behind only wholly past a bumper."""
+    zoe, fusion = EGO_BODIES["nuscenes"], EGO_BODIES["av2"]
+    assert (zoe.length_m, zoe.front_m, zoe.rear_m) == pytest.approx((4.084, 3.427, 0.657))
+    assert (fusion.length_m, fusion.front_m, fusion.rear_m) == pytest.approx((4.869, 3.7735, 1.0955))
+    ped = lambda x, body, heading=0.0: along_ego(np.array([x]), np.array([0.6]), np.array([0.6]),  # noqa: E731
+                                                 np.array([heading]), body)
+    for body in (zoe, fusion):
+        code, margin = ped(1.72, body)
+        assert code[0] == BESIDE and margin[0] == pytest.approx(min(body.front_m - 1.42, 2.02 + body.rear_m))
+        assert ped(body.front_m + 0.31, body)[0][0] == IN_FRONT  # its near end just past the front bumper
+        assert ped(body.front_m + 0.29, body)[0][0] == BESIDE
+        assert ped(-body.rear_m - 0.31, body)[0][0] == BEHIND
+    # the rear bumpers differ: 0.7 m behind the axle is behind a Zoe, beside a Fusion
+    assert ped(-1.0, zoe)[0][0] == BEHIND and ped(-1.0, fusion)[0][0] == BESIDE
+    # the box's footprint along the ego's axis: a 4.5 m car crossing (90 deg) reaches 0.95 m, along it 2.25 m
+    car = lambda x, heading: along_ego(np.array([x]), np.array([4.5]), np.array([1.9]), np.array([heading]),  # noqa: E731
+                                       zoe)
+    assert car(4.5, 90.0)[0][0] == IN_FRONT and car(4.5, 0.0)[0][0] == BESIDE
+    assert car(4.5, 90.0)[1][0] == pytest.approx(4.5 - 0.95 - zoe.front_m)
+    # the attributes table says the same, with the body it is given
+    frames = _static_scene()
+    objs = make_objects(frames, [{"frame_index": 0, "track_id": 1, "class_name": "pedestrian",
+                                  "center_ego": [1.72, 14.6, 0.9], "size": [0.6, 0.6, 1.7]},
+                                 {"frame_index": 0, "track_id": 2, "center_ego": [-1.0, -5.0, 0.9],
+                                  "size": [0.6, 0.6, 1.7]}])
+    assert compute_attributes(objs, frames, fusion).column("front_back").to_pylist() == ["beside", "beside"]
+    assert compute_attributes(objs, frames, zoe).column("front_back").to_pylist() == ["beside", "behind"]
 
 
 def test_clock_covers_each_hour_with_30_degree_sectors():

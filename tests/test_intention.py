@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from generator.families.intention_drive.attributes import (boxes_overlap, check, classify, collisions, instructions,
@@ -381,3 +382,35 @@ def test_hostile_prediction_files_never_crash_the_scorer(run_dir, tmp_path, caps
         assert rc == 2 and "nested too deeply" in out.err and str(path) in out.err
     else:
         assert rc == 0 and "problems (" in out.out, out.out[-500:]
+
+
+def test_a_stopped_ego_is_told_to_wait_not_to_come_to_a_stop():
+    """Issue #53 finding 4: an ego already stopped at the keyframe that pulls away 1.2 m within 3 s is still
+    stopped 1.5 s on (the labeller's Stop), which made it "Please come to a stop". A stopped ego gets ``wait``
+    (stay stopped); one that brakes to a standstill still gets ``stop``. Both satisfied by their ground truth."""
+    from generator.attributes import compute_attributes, compute_labels
+    from generator.families.intention_drive.vocab import INSTRUCTION_KINDS
+    from generator.qa import generate_qa, load_templates
+    from support.attributes import make_frames, make_objects, make_projections, pose
+
+    cfg = PipelineConfig()
+    t = np.arange(0, 10.01, 0.1)
+    a = 2 * 1.2 / 3 ** 2  # from standstill at t = 4 s: 1.2 m in 3 s
+    creep = np.where(t > 4, a * np.clip(t - 4, 0, None) ** 2 / 2, 0.0)
+    brake = np.where(t < 4, 3.0 * t, 12.0 + 3.0 * np.clip(t - 4, 0, 1.5) - np.clip(t - 4, 0, 1.5) ** 2)
+    frames = pa.concat_tables([make_frames(name, t, [pose(x, 0, 0) for x in xs], anchors=[40])
+                               for name, xs in (("creep", creep), ("brake", brake))])
+    objects = make_objects(frames, [])
+    attrs = compute_attributes(objects, frames)
+    labels = compute_labels(objects, frames, attrs, cfg.labels)
+    s = planning_samples(frames, attrs, labels, cfg.labels, cfg.intention, cfg.ego)
+    ins = instructions(s, cfg.intention)
+    kinds = {str(s.scene_id[i]): sorted(INSTRUCTION_KINDS[k] for k in ins.kind[ins.sample == i]) for i in range(s.n)}
+    assert s.future_xy[list(s.scene_id.to_pylist()).index("creep"), -1, 0] == pytest.approx(1.2)
+    assert kinds == {"creep": ["atomic", "wait"], "brake": ["atomic", "stop"]}
+    assert check(s, ins, s.future_xy[ins.sample], cfg.labels, cfg.intention)["success"].all()
+    qa = generate_qa(frames, attrs, make_projections(objects), cfg, load_templates(cfg), labels=labels).to_pandas()
+    intent = qa[(qa.family == "ego_intention") & (qa.question_type != "atomic")].set_index("scene_id")
+    creep_q = intent.loc["creep", "question"].lower()
+    assert intent.loc["creep", "question_type"] == "wait" and "come to a stop" not in creep_q and "halt" not in creep_q
+    assert intent.loc["brake", "question_type"] == "stop"

@@ -14,7 +14,7 @@ from support.attributes import make_frames, make_objects, make_projections, pose
 from generator.attributes import compute_attributes
 from generator.qa import generate_qa, load_templates
 from schemas.config import PipelineConfig
-from schemas.tables import QA, plain_schema
+from schemas.tables import ISSUES, QA, plain_schema
 
 UNIT_RE = {"m": r"(-?\d+(?:\.\d+)?) m(?![/\w])", "degrees": r"(-?\d+(?:\.\d+)?) degrees\b",
            "m/s": r"(-?\d+(?:\.\d+)?) m/s\b"}
@@ -74,6 +74,11 @@ def test_hand_computed_values(hand_qa):
     assert q.loc["hand:6:ego_spatial:clock:2"].value == 3 and "3 o'clock" in q.loc["hand:6:ego_spatial:clock:2"].answer
     assert q.loc["hand:6:ego_spatial:clock:3"].value == 5  # (-8, -3): bearing -159.4 -> 5 o'clock
     assert q.loc["hand:6:ego_spatial:front_behind:3"].value == 0.0
+    # the pedestrian (0, -4) is level with the ego's body: beside it (value 2, unit front_behind), not "in front" of
+    # the rear axle nor left out as too close to it (issue #53 finding 3); 5 m ahead at keyframe 4 it is in front
+    r = q.loc["hand:6:ego_spatial:front_behind:2"]
+    assert r.value == 2.0 and r.unit == "front_behind" and "beside the ego vehicle" in r.answer.lower()
+    assert q.loc["hand:4:ego_spatial:front_behind:2"].value == 1.0
     assert q.loc["hand:6:ego_spatial:left_right:1"].value == 1.0
     assert q.loc["hand:6:ego_spatial:height:3"].value == pytest.approx(3.5)
     # object pair: the pair order is drawn by the hash; find the car/truck pair either way
@@ -94,6 +99,29 @@ def test_hand_computed_values(hand_qa):
     oov = [q.loc[f"hand:6:ego_spatiotemporal:distance:2:+{h}s"].out_of_view for h in range(4)]
     assert oov == [False, True, True, True]
     assert q.loc["hand:6:ego_spatiotemporal:target_speed:2:+2s"].value == pytest.approx(0.0, abs=1e-9)
+
+
+def test_where_objects_are_unknown_only_the_egos_questions_are_asked():
+    """A keyframe whose frame the detector never saw (an ``issues`` row: a frame outside the log's annotations
+    under the labels backend, an unreadable sweep) gets only the pose-only questions (issue #53 finding 1): its
+    objects are unknown, not absent. The other keyframes are unchanged."""
+    frames, objects, projections = hand_scene()
+    cfg = PipelineConfig()
+    attrs = compute_attributes(objects, frames)
+    issues = pa.Table.from_pylist([
+        {"scene_id": "hand", "frame_index": 6, "stage": "detect", "reason": "unlabelled", "camera": None,
+         "file": None, "message": "outside the annotations"},
+        {"scene_id": "hand", "frame_index": 6, "stage": "load", "reason": "lidar_unreadable", "camera": None,
+         "file": "x.bin", "message": "a second issue of the same frame"},
+        {"scene_id": "hand", "frame_index": 10, "stage": "segment", "reason": "image_unavailable",
+         "camera": "CAM_FRONT", "file": "x.jpg", "message": "masks only: the boxes stand"}], schema=ISSUES)
+    full = generate_qa(frames, attrs, projections, cfg, load_templates(cfg)).to_pandas()
+    got = generate_qa(frames, attrs, projections, cfg, load_templates(cfg), issues=issues).to_pandas()
+    at6 = got[got.keyframe_index == 6]
+    assert len(at6) == 4 and set(at6.question_type) == {"ego_speed"}  # one per horizon, from the poses
+    assert len(full[full.keyframe_index == 6]) > 4
+    rest = lambda t: t[t.keyframe_index != 6].reset_index(drop=True)  # noqa: E731
+    pd.testing.assert_frame_equal(rest(got), rest(full))
 
 
 def test_visibility_filter_and_region_numbering(hand_qa):
@@ -151,7 +179,7 @@ def test_every_quantitative_answer_states_its_unit_and_value(random_qa):
         assert abs(nums[0] - r.value) <= tol, (r.answer, r.value)
         assert not re.search(UNIT_RE[r.unit], r.question), r.question  # the question does not leak it
     qual = df[df.kind == "qualitative"]
-    assert set(qual.unit) == {"bool", "o'clock"}
+    assert set(qual.unit) == {"bool", "o'clock", "front_behind"}
     yn = qual[qual.answer.str.match(r"^(Yes|No)\b")]
     assert ((yn.answer.str.startswith("Yes")) == (yn.value == 1.0)).all()
     assert 0.3 < (yn.value == 1.0).mean() < 0.7  # the pair order is randomised: answers are balanced

@@ -87,3 +87,39 @@ def test_values_match_hand_computation_from_the_feather_files(av2_qa, av2_log):
             assert r.value == pytest.approx(want, abs=0.1), r.qa_id
         checked[r.question_type] += 1
     assert min(checked.values()) >= 5, checked
+
+
+def test_front_behind_answers_stored_values_and_scorer_agree(av2_perceived, av2_log):
+    """Issue #53 finding 3 on the real log, with AV2's own car (the body a run of AV2 logs takes): objects level
+    with the ego's body are "beside" it; each front_behind row's value and answer say what the attributes table
+    stores for that object, and ``drivegen score qa``'s judge accepts the row's own value and sentence and
+    refuses the rear-axle answer ("in front of") for an object beside the ego."""
+    from generator.attributes import compute_attributes
+    from generator.pipeline import with_logs_ego
+    from generator.qa import generate_qa, load_templates
+    from generator.sources import open_source
+    from generator.validate.score.qa import judge
+    from schemas.config import PipelineConfig
+    from schemas.vocab import EGO_LONGITUDINAL, EGO_LONGITUDINAL_PHRASES
+
+    cfg = with_logs_ego(PipelineConfig(), open_source("av2", str(av2_log.parent)))
+    assert cfg.ego.length_m == pytest.approx(4.869)
+    frames, res, _ = av2_perceived
+    attrs = compute_attributes(res.objects, frames, cfg.ego)
+    qa = generate_qa(frames, attrs, res.projections, cfg, load_templates(cfg)).to_pandas()
+    fb = qa[qa.question_type == "front_behind"]
+    assert len(fb) > 100
+    stored = attrs.select(["frame_index", "track_id", "front_back", "x_ego_m"]).to_pandas().set_index(
+        ["frame_index", "track_id"])
+    for r in fb.itertuples():
+        a = stored.loc[(r.keyframe_index, r.track_ids[0])]
+        word = EGO_LONGITUDINAL_PHRASES[int(r.value)]
+        assert a.front_back == EGO_LONGITUDINAL[int(r.value)] and f" {word} the ego vehicle" in f" {r.answer.lower()}"
+        truth = {"kind": r.kind, "unit": r.unit, "value": r.value, "answer": r.answer}
+        assert judge(truth, {"value": r.value})[0] and judge(truth, {"answer": r.answer})[0]
+        if r.value == 2:  # the rear-axle answer ("in front of" for x > 0) is refused
+            assert not judge(truth, {"answer": r.answer.replace("eside", "n front of").replace("Bn", "In")})[0]
+            assert not judge(truth, {"value": 1.0})[0]
+    beside_x = [stored.loc[(k, t[0])].x_ego_m for k, t, v in zip(fb.keyframe_index, fb.track_ids, fb.value) if v == 2]
+    # those the rear-axle rule answered "in front of" (x >= its 0.5 m margin): the issue counted 15 of its 124
+    assert sum(x >= 0.5 for x in beside_x) == 15

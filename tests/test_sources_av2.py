@@ -234,3 +234,67 @@ def test_a_run_with_the_labels_detector_lists_no_sweeps(av2_log):
     assert frames_table(a).equals(frames_table(b))
     chosen = open_source("av2", av2_log.parent, labels, max_sweeps=3)
     assert any(f.lidar_sweeps for f in chosen.load_scene(LOG).frames)
+
+
+@pytest.fixture(scope="module")
+def early_log(av2_log, tmp_path_factory):
+    """The excerpt as a log whose annotations end early (issue #53 finding 1): a sweep file at every one of its
+    156 LiDAR timestamps (links to one real sweep), the annotations cut to the first 10 of them. Poses and
+    calibration are links to the excerpt's; nothing is copied."""
+    import pyarrow as pa
+
+    root = tmp_path_factory.mktemp("av2-early")
+    log = root / LOG
+    (log / "sensors" / "lidar").mkdir(parents=True)
+    for name in ("city_SE3_egovehicle.feather", "calibration"):
+        (log / name).symlink_to(av2_log / name)
+    ann = feather.read_table(av2_log / "annotations.feather")
+    ts = np.unique(ann["timestamp_ns"].to_numpy())
+    sweep = sorted((av2_log / "sensors" / "lidar").glob("*.feather"))[0]
+    for t in ts:
+        (log / "sensors" / "lidar" / f"{t}.feather").symlink_to(sweep)
+    feather.write_feather(ann.filter(pc.is_in(ann["timestamp_ns"], value_set=pa.array(ts[:10]))),
+                          log / "annotations.feather")
+    return log
+
+
+def test_frames_are_the_sweeps_whatever_the_annotations_cover(early_log, scene):
+    """Frames come from the LiDAR sweeps, not from the annotation timestamps: all 156 stay, with the full log's
+    anchors; the 10 annotated ones carry the same labels as in the full log, the others none (unknown)."""
+    early = AV2Source(early_log.parent, check_files=False).load_scene(LOG)
+    assert len(early.frames) == 156 and np.array_equal(early.timestamps_us, scene.timestamps_us)
+    assert early.anchor_indices == scene.anchor_indices and max(early.anchor_indices) > 10
+    for f, full in zip(early.frames[:10], scene.frames[:10]):
+        assert f.labels is not None and f.labels.instance_token.tolist() == full.labels.instance_token.tolist()
+    assert all(f.labels is None for f in early.frames[10:])
+
+
+def test_a_labels_run_keeps_the_unlabelled_frames_with_their_ego_questions(early_log, scene, tmp_path):
+    """The labels backend on that log: every frame is kept, the 146 past the annotations are counted and listed
+    (issues, reason 'unlabelled'; no failure), and their keyframes get the questions about the ego's own motion
+    and nothing that would read objects nobody looked for. The run takes the Ford Fusion's body of AV2 logs."""
+    import pandas as pd
+
+    from generator.pipeline import run
+    from generator.pipeline.driver import format_summary
+    from generator.runfolder import RunReader
+    from schemas.config import parse_config
+
+    cfg = parse_config({"writers": {"webdataset": False, "card": False}, "report": {"on_run": False},
+                        "bench": {"export": False}})
+    res = run(str(tmp_path / "out"), source="av2", data=str(early_log.parent), cfg=cfg, executor="local",
+              progress=False)
+    assert res.exit_code == 0 and res.summary.frames == 156 and res.summary.unlabelled_frames == 146
+    assert res.summary.failed_frames == {}
+    assert "frames outside their logs' annotations: 146" in format_summary(res.summary)
+    reader = RunReader(str(tmp_path / "out"))
+    issues = reader.read_table("issues").to_pandas()
+    assert sorted(issues.frame_index) == list(range(10, 156)) and set(issues.reason) == {"unlabelled"}
+    assert reader.config().ego.length_m == pytest.approx(4.869)
+    qa = reader.read_table("qa").to_pandas()
+    past = qa[qa.keyframe_index >= 10]
+    assert set(past.keyframe_index) == {i for i in scene.anchor_indices if i >= 10}
+    assert set(zip(past.family, past.question_type)) == {("ego_spatiotemporal", "ego_speed"),
+                                                        ("ego_behaviour", "maneuver"),
+                                                        ("ego_behaviour", "speed_status")}
+    assert pd.Series([len(t) for t in past.track_ids]).eq(0).all()

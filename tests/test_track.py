@@ -204,7 +204,9 @@ def test_av2_real_annotations_keep_identities(av2_log):
     labels = [f.labels for f in scene.frames]
     assert scene.frame_interval_s == pytest.approx(0.1, abs=0.01) and sum(map(len, labels)) > 5000
     clean = _mot(scene, track_scene(scene.timestamps_us, labels, TrackingConfig(), poses))
-    assert clean.mota == 1.0 and clean.num_switches == 0
+    # every annotated box is tracked but one: an object annotated in fewer than 3 frames mid-log, which the offline
+    # tracker drops as it drops a detector's one-off false positives (offline.min_track_hits)
+    assert clean.num_false_positives == 0 and clean.num_switches == 0 and clean.num_misses <= 1, clean
     noise = LabelNoiseConfig(center_m=0.1, size_frac=0.05, yaw_rad=0.05, velocity_mps=0.3, drop_prob=0.05,
                              false_positives_per_frame=1.0)
     rng = np.random.default_rng(0)

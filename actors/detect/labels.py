@@ -32,8 +32,9 @@ import numpy as np
 
 from actors.detect.base import Detector
 from actors.detect.priors import size_prior
-from generator.types import Boxes3D, Frame, SourceError
+from generator.types import Boxes3D, Frame
 from schemas.config import LabelNoiseConfig
+from schemas.errors import UnlabelledFrameError
 
 
 def frame_rng(seed: int, scene_id: str, frame_index: int) -> np.random.Generator:
@@ -175,12 +176,18 @@ def noisy_labels(labels: Boxes3D, noise: LabelNoiseConfig, rng: np.random.Genera
 class LabelsDetector(Detector):
     name = "labels"
 
+    @property
+    def exact(self) -> bool:  # noise-free labels are the log's annotations unchanged
+        return is_noise_free(self.cfg.labels)
+
     def __call__(self, frames: list[Frame]) -> list[Boxes3D]:
         out = []
         for fr in frames:
-            if fr.labels is None:
-                raise SourceError("detection backend 'labels' needs annotated frames; this frame has no labels "
-                                  "(use detection.backend: lidar or mmdet3d)", scene=fr.scene_id, stage="detect")
+            if fr.labels is None:  # outside the log's annotations: its objects are unknown, not absent
+                raise UnlabelledFrameError(
+                    f"frame {fr.frame_index} (t={fr.timestamp_us} us) lies outside the log's annotations: detection "
+                    f"backend 'labels' knows no objects there (only the ego's questions are asked; "
+                    f"detection.backend lidar or mmdet3d detects them)", scene=fr.scene_id, stage="detect")
             noise = self.cfg.labels
             rng = frame_rng(noise.seed, fr.scene_id, fr.frame_index)
             labels = fr.labels

@@ -1,7 +1,8 @@
 """Tracking of one scene, ``track_scene(timestamps_us, detections, cfg, city_SE3_ego) -> list[Boxes3D]`` (pure
-core), with either tracker: ``cfg.mode`` 'kalman' (the default, ``actors.track.kalman``: constant-velocity
-Kalman filters, confirmation, coasting) or 'greedy', CenterPoint's greedy closest-point tracker (PubTracker),
-vectorised, here. Both are followed by the same steps: fragment linking, ``min_hits``, track ids, velocities
+core), with any of the trackers: ``cfg.mode`` 'offline' (the default, ``actors.track.offline``: the whole log in
+both directions, smoothed and scored tracks), 'kalman' (``actors.track.kalman``, online: constant-velocity Kalman
+filters, confirmation, coasting) or 'greedy', CenterPoint's greedy closest-point tracker (PubTracker), vectorised,
+here. Both are followed by the same steps: fragment linking, ``min_hits``, track ids, velocities
 and headings from the tracks.
 
 What the greedy tracker does, frame by frame in time order (one scene at a time):
@@ -206,49 +207,69 @@ def _online_tracking(t_s: np.ndarray, frame_start: np.ndarray, pos: np.ndarray, 
     return track_of_box
 
 
-def _kalman_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, cls, R, tr, cfg: TrackingConfig,
-                  looked=None):
-    """Kalman mode (``actors.track.kalman``): the boxes to output, sorted by frame (each frame's kept input boxes
-    in input order, then its coasted boxes), as (boxes (ego frames), frame_of_box, centre (global), velocity
-    (global), yaw (global), class index, raw track ids). Coasted boxes carry no velocity, no LiDAR count, no
-    instance token."""
+def _filtered_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, cls, R, tr, cfg: TrackingConfig,
+                    static_ego: bool, looked=None, exact: bool = False):
+    """Kalman and offline modes (``actors.track.kalman``, ``actors.track.offline``): the boxes to output, sorted by
+    frame (each frame's kept input boxes in input order, then the boxes the tracker made: coasted or filled), as
+    (boxes (ego frames), frame_of_box, centre (global), velocity (global), yaw (global), class index, raw track
+    ids). Made boxes carry no velocity, no LiDAR count, no instance token. The offline tracker's input boxes take
+    its smoothed centres, track sizes and track scores."""
     from actors.track.kalman import kalman_tracking
+    from actors.track.offline import offline_tracking
 
     # Without ego motion in the poses (a log without poses gives identity poses) the tracking frame moves with
     # the ego, while detectors give velocities over the ground (what they are trained on): no measurement of the
     # tracked state then, so the filter uses centres only.
-    static_ego = bool(np.all(R == R[:1]) and np.all(tr == tr[:1]))
     v_meas = np.full_like(vg, np.nan) if static_ego else vg
     score = allb.score
-    if cfg.kalman.score_map is not None:  # the detector's scores as the tracker reads them (detected boxes keep theirs)
-        knots = np.asarray(cfg.kalman.score_map, dtype=np.float64)
+    if cfg.score_map is not None:  # the detector's scores as the trackers read them
+        knots = np.asarray(cfg.score_map, dtype=np.float64)
         score = np.interp(score, knots[:, 0], knots[:, 1])
-    res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, score, cls, cfg,
-                          ground_frame=not static_ego, looked=looked)
+    if cfg.mode == "offline":
+        res = offline_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, score, cls, cfg,
+                               ground_frame=not static_ego, looked=looked, exact=exact)
+    else:
+        res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, score, cls, cfg,
+                              ground_frame=not static_ego, looked=looked)
     keep = np.nonzero(res.track_of_box >= 0)[0]
-    m = len(res.coast_frame)
-    c_glob = np.column_stack([res.coast_xy, res.coast_z])
-    Rk, tk = R[res.coast_frame], tr[res.coast_frame]
-    c_ego = np.einsum("nji,nj->ni", Rk, c_glob - tk)  # city_SE3_ego^-1: R^T (c - t)
-    coast = Boxes3D(c_ego, res.coast_size, res.coast_yaw - np.arctan2(Rk[:, 1, 0], Rk[:, 0, 0]),
-                    allb.class_name[res.coast_birth], score=res.coast_score, track_id=res.coast_track)
-    boxes = Boxes3D.concat([allb.subset(keep), coast])
-    fob = np.concatenate([frame_of_box[keep], res.coast_frame])
+    kept = allb.subset(keep)
+    c_keep = cg[keep]
+    if cfg.mode == "offline":
+        if not exact:  # exact boxes are returned as given (their centres not round-tripped through the city frame)
+            c_keep = res.center[keep]
+            Rb, tb = R[frame_of_box[keep]], tr[frame_of_box[keep]]
+            kept.center_m = np.einsum("nji,nj->ni", Rb, c_keep - tb)  # city_SE3_ego^-1: R^T (c - t)
+            kept.size_lwh_m, kept.score = res.size[keep], res.score[keep]
+        made = (res.fill_frame, res.fill_track, res.fill_center, res.fill_size, res.fill_yaw, res.fill_score,
+                res.fill_birth)
+    else:
+        made = (res.coast_frame, res.coast_track, np.column_stack([res.coast_xy, res.coast_z]), res.coast_size,
+                res.coast_yaw, res.coast_score, res.coast_birth)
+    m_frame, m_track, m_center, m_size, m_yaw, m_score, m_birth = made
+    m = len(m_frame)
+    Rk, tk = R[m_frame], tr[m_frame]
+    c_ego = np.einsum("nji,nj->ni", Rk, m_center - tk)
+    made_boxes = Boxes3D(c_ego, m_size, m_yaw - np.arctan2(Rk[:, 1, 0], Rk[:, 0, 0]), allb.class_name[m_birth],
+                         score=m_score, track_id=m_track)
+    boxes = Boxes3D.concat([kept, made_boxes])
+    fob = np.concatenate([frame_of_box[keep], m_frame])
     order = np.argsort(fob, kind="stable")
-    return (boxes.subset(order), fob[order], np.concatenate([cg[keep], c_glob])[order],
+    return (boxes.subset(order), fob[order], np.concatenate([c_keep, m_center])[order],
             np.concatenate([vg[keep], np.full((m, 2), np.nan)])[order],
-            np.concatenate([yawg[keep], res.coast_yaw])[order],
-            np.concatenate([cls[keep], cls[res.coast_birth]])[order],
-            np.concatenate([res.track_of_box[keep], res.coast_track])[order])
+            np.concatenate([yawg[keep], m_yaw])[order],
+            np.concatenate([cls[keep], cls[m_birth]])[order],
+            np.concatenate([res.track_of_box[keep], m_track])[order])
 
 
 def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
-                city_SE3_ego: list[SE3], looked=None) -> list[Boxes3D]:
+                city_SE3_ego: list[SE3], looked=None, exact: bool = False) -> list[Boxes3D]:
     """Track one scene's detections.
 
     timestamps_us (F,) strictly increasing; detections: F Boxes3D in each frame's ego frame;
     city_SE3_ego: F ego poses (identity poses when a log has none: tracks are then ego-relative).
     looked: F bools, the frames the detector saw (None: all); Kalman mode counts a tentative track's misses there.
+    exact: the detections are the truth (``Detector.exact``); offline mode then gives identities only (every box
+    returned as given, none filled).
     Returns F Boxes3D with ``track_id`` >= 0 (consecutive from 0 in order of first appearance, unique within the
     scene) and ``velocity_mps`` (ego frame of each frame) set by ``cfg.velocity_from_track``: 'missing' fills NaN
     velocities from the track, 'always' replaces all, 'never' keeps the detector's.
@@ -258,6 +279,10 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
     input order (unconfirmed tracks and low-score detections no track took are dropped), then the track's
     predicted boxes where a confirmed track coasted (score decayed, ``velocity_mps`` NaN before the velocity
     policy, ``num_lidar_pts`` -1, ``instance_token`` '').
+    'offline' (``actors.track.offline``): each frame holds copies of the input boxes its kept tracks took, in input
+    order, with the smoothed centre, the track's size (rigid classes) and the track's score, then the boxes filled
+    where a track missed the frame (as coasted boxes above, with the track's score).
+    Headings come from motion only where the poses move (without poses a track's motion is the ego's too).
     With ``cfg.heading_from_motion`` the yaws of boxes without detector velocity and without ``instance_token``
     may be turned by pi (``actors.track.heading``); all other yaws of input boxes are returned unchanged.
     """
@@ -280,11 +305,13 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
     R, tr = _stack_poses(list(city_SE3_ego))
     cg, vg, yawg = to_global(frame_of_box, allb.center_m, allb.velocity_mps, allb.yaw_rad, R, tr)
     cls = class_indices(allb.class_name)
+    static_ego = bool(np.all(R == R[:1]) and np.all(tr == tr[:1]))
     if cfg.mode == "greedy":
         raw = _online_tracking(t_s, frame_start, cg[:, :2], vg, cls, cfg)
     else:
-        allb, frame_of_box, cg, vg, yawg, cls, raw = _kalman_boxes(t_s, frame_start, frame_of_box, allb, cg, vg,
-                                                                   yawg, cls, R, tr, cfg, looked)
+        allb, frame_of_box, cg, vg, yawg, cls, raw = _filtered_boxes(t_s, frame_start, frame_of_box, allb, cg, vg,
+                                                                     yawg, cls, R, tr, cfg, static_ego, looked,
+                                                                     exact)
         counts = np.bincount(frame_of_box, minlength=f)
         frame_start = np.concatenate([[0], np.cumsum(counts)])
     n = len(allb)
@@ -318,8 +345,9 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
         else:
             vel = np.where(np.isfinite(vel).all(axis=1)[:, None], vel, v_tr_e)
     yaw = allb.yaw_rad
-    if cfg.heading_from_motion and n:
+    if cfg.heading_from_motion and n and not static_ego:
         # Yaw known modulo pi only where the detector gives no velocity; annotations (instance_token) are exact.
+        # Without poses a track's motion is relative to the ego (a parked car "drives" backwards): no heading.
         eligible = ~np.isfinite(allb.velocity_mps).all(axis=1) & (allb.instance_token == "")
         flip = heading_flips(np.where(keep, tid, -1), tb, yawg, v_tr_g, eligible,
                              cfg.heading_from_motion_min_speed_mps, cfg.heading_from_motion_min_duration_s)

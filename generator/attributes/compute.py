@@ -9,7 +9,11 @@ the centre of the rear axle for nuScenes and Argoverse 2):
 - ``clock``: 12 = ahead, 3 = right, 6 = behind, 9 = left; each hour covers 30 degrees centred on it.
   A bearing exactly between two hours goes to the hour nearer the front (|bearing| 15 -> 12,
   +45 -> 11, +135 (behind-left) -> 8, -135 (behind-right) -> 4), so the labels are mirror-symmetric.
-- ``side``: 'left' when y >= 0 else 'right'; ``front_back``: 'front' when x >= 0 else 'behind'.
+- ``side``: 'left' when y >= 0 else 'right'.
+- ``front_back``: where the box lies along the ego's length (``along_ego``; the ego's body: the config's
+  ``ego`` section, which a run takes from its logs' vehicle): 'front' when it lies wholly ahead of the ego's
+  front bumper, 'behind' when wholly behind its rear bumper, 'beside' when it overlaps the ego's length (a
+  pedestrian level with the driver's door is beside the ego, not in front of its rear axle).
 - ``speed_mps``/``velocity_ego_mps``: the object's own (ground) velocity, not relative to the ego, in
   the ego axes. From the track's ``velocity_global_mps`` when known, else the ego-frame velocity rotated
   to the city frame, else finite differences of the track's global centres over time (§4.2: "from the
@@ -26,7 +30,9 @@ import pyarrow.compute as pc
 from generator.attributes.arrays import (central_difference, codes, column, fixed_list_to_numpy,
                                          numpy_to_fixed_list, to_numpy)
 from generator.attributes.ego import ego_states
+from schemas.config import EgoBodyConfig
 from schemas.tables import ATTRIBUTES
+from schemas.vocab import EGO_LONGITUDINAL
 
 
 def bearing_deg(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -45,6 +51,32 @@ def clock_from_bearing(bearing: np.ndarray) -> np.ndarray:
     return clock.astype(np.int8)
 
 
+BEHIND, IN_FRONT, BESIDE = range(3)  # codes of along_ego, indices into schemas.vocab.EGO_LONGITUDINAL
+
+
+def along_ego(x: np.ndarray, length: np.ndarray, width: np.ndarray, heading_deg: np.ndarray,
+              body: EgoBodyConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Where boxes lie along the ego's length: (code (N,) int8: ``BEHIND``, ``IN_FRONT`` or ``BESIDE``, margin
+    (N,) metres).
+
+    ``x`` (N,) box centres along the ego's x axis (ego frame, origin at the rear axle), ``length``/``width``
+    (N,) box sizes, ``heading_deg`` (N,) box yaw in the ego frame (NaN: taken along the ego's axis); ``body``:
+    the ego's body (``front_m`` ahead of the origin to the front bumper, ``rear_m`` behind it to the rear
+    bumper). The box's extent along x is its footprint's: centre +- (|l/2 cos h| + |w/2 sin h|). In front: the
+    box's nearest end is ahead of the front bumper; behind: its far end is behind the rear bumper; beside: it
+    overlaps the ego's length. The margin is how far the box would have to move along x to change its answer
+    (the distance of its ends from the bumpers): a question whose margin is within detection noise is not
+    asked (``qa.relation_margins.ego_longitudinal_m``). A box of unknown size counts as its centre."""
+    x = np.asarray(x, np.float64)
+    h = np.radians(np.nan_to_num(np.asarray(heading_deg, np.float64)))
+    ext = np.abs(np.asarray(length, np.float64) / 2 * np.cos(h)) + np.abs(np.asarray(width, np.float64) / 2 * np.sin(h))
+    ext = np.where(np.isfinite(ext), ext, 0.0)
+    ahead = (x - ext) - body.front_m  # > 0: wholly ahead of the front bumper, by this much
+    behind = -body.rear_m - (x + ext)  # > 0: wholly behind the rear bumper
+    code = np.where(ahead > 0, IN_FRONT, np.where(behind > 0, BEHIND, BESIDE)).astype(np.int8)
+    return code, np.minimum(np.abs(ahead), np.abs(behind))
+
+
 def wrap_deg(a: np.ndarray) -> np.ndarray:
     """Wrap degrees to [-180, 180)."""
     return (np.asarray(a, np.float64) + 180.0) % 360.0 - 180.0
@@ -57,11 +89,12 @@ def _rotate_xy(R: np.ndarray, v_xy: np.ndarray, inverse: bool) -> np.ndarray:
     return out[:, :2]
 
 
-def compute_attributes(objects: pa.Table, frames: pa.Table) -> pa.Table:
+def compute_attributes(objects: pa.Table, frames: pa.Table, body: EgoBodyConfig | None = None) -> pa.Table:
     """Per object and frame, ego-centric attributes (schemas.tables.ATTRIBUTES), one row per OBJECTS row in order.
 
     objects: OBJECTS rows (any number of scenes); frames: FRAMES rows covering every (scene_id, frame_index)
-    the objects use (poses give the ego speed and rotate global velocities into the ego frame).
+    the objects use (poses give the ego speed and rotate global velocities into the ego frame); body: the ego's
+    body (the run config's ``ego``; default: ``EgoBodyConfig()``, the generated logs' ego) for ``front_back``.
     Raises ValueError naming the scene and frame when an object refers to a frame that is absent.
     """
     n = objects.num_rows
@@ -97,7 +130,9 @@ def compute_attributes(objects: pa.Table, frames: pa.Table) -> pa.Table:
     speed = np.hypot(v_glob[:, 0], v_glob[:, 1])
 
     side = pc.if_else(pa.array(y >= 0), "left", "right")
-    front_back = pc.if_else(pa.array(x >= 0), "front", "behind")
+    heading = wrap_deg(np.degrees(yaw))
+    along, _ = along_ego(x, size[:, 0], size[:, 1], heading, body or EgoBodyConfig())
+    front_back = pc.take(pa.array(EGO_LONGITUDINAL), pa.array(along.astype(np.int32)))
     table = pa.table({
         "scene_id": column(objects, "scene_id"),
         "frame_index": column(objects, "frame_index"),
@@ -110,7 +145,7 @@ def compute_attributes(objects: pa.Table, frames: pa.Table) -> pa.Table:
         "side": side, "front_back": front_back,
         "length_m": size[:, 0], "width_m": size[:, 1], "height_m": size[:, 2],
         "speed_mps": speed, "velocity_ego_mps": numpy_to_fixed_list(v_ego, 2),
-        "heading_ego_deg": wrap_deg(np.degrees(yaw)),
+        "heading_ego_deg": heading,
         "ego_speed_mps": ego.speed_mps[row] if n else np.zeros(0),
     })
     return table.cast(ATTRIBUTES)

@@ -119,6 +119,17 @@ def _check_unchanged(reader: RunReader, force: bool) -> None:
         log.warning("resuming with changed %s (--force)", ", ".join(c.split(" ")[0] for c in changed))
 
 
+def with_logs_ego(cfg, src):
+    """``cfg`` with its ``ego`` section set to the body of the vehicle of the logs ``src`` (a ``LogSource``) reads
+    (``LogSource.ego_body``: a Renault Zoe for nuScenes, a Ford Fusion Hybrid for Argoverse 2, the generated logs'
+    ego for theirs) when the config does not set one itself; ``config.yaml`` then records it, so that a resumed
+    run, a regeneration and the scorers use the same body. ``cfg`` itself is not changed."""
+    body = src.ego_body()
+    if body is None or "ego" in cfg.model_fields_set:
+        return cfg
+    return cfg.model_copy(update={"ego": body})
+
+
 def run(out: str, *, source: str | None = None, data: str | None = None, version: str | None = None,
         config: str | None = None, cfg=None, address: str | None = None, resume: bool = False, force: bool = False,
         overwrite: bool = False,
@@ -159,6 +170,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         timings["logs"] = round(time.perf_counter() - t, 3)
         ids = src.scene_ids()[:scenes] if scenes else src.scene_ids()
         desc = src.describe()
+        cfg = with_logs_ego(cfg, src)
         _check_names(ids)
     with RunLock(store, f"{command} --out {out}" + (" --resume" if resume else "")) as lock:
         reader = RunReader(store, require=False)

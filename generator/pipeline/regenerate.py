@@ -98,7 +98,7 @@ def load_scenes(run: str | RunReader, scene_ids: list[str], extra: dict[str, lis
             raise RunFolderError(f"scene {sid}: neither attributes nor perception/objects are committed in "
                                  f"{reader.uri}", file=reader.uri)
         frames = reader.read_scene("frames", sid)
-        parts.append(compute_attributes(objects, frames).select(att_cols))
+        parts.append(compute_attributes(objects, frames, reader.config().ego).select(att_cols))
     attributes = pa.concat_tables(parts) if parts else ATTRIBUTES.empty_table()
     others = {name: reader.read_table(name, scene_ids, cols) for name, cols in extra.items()}
     return tables["frames"], attributes, tables["projections"], {k: v for k, v in others.items() if v is not None}

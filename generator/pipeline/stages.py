@@ -34,7 +34,7 @@ from schemas.config import PipelineConfig
 from schemas.errors import DrivegenError
 from schemas.families import families
 from schemas.tables import ISSUES, write_parquet
-from schemas.vocab import MODEL_STAGES
+from schemas.vocab import MODEL_STAGES, UNLABELLED_ISSUE
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -98,11 +98,18 @@ def perceive(work: SceneWork, env: StageEnv) -> None:
 
 def check_failed_frames(work: SceneWork, cfg: PipelineConfig) -> None:
     """Count, per stage, the frames it skipped; fail the scene when a stage skipped more than
-    ``failures.max_failed_frame_share`` of them (no silent partial scenes)."""
+    ``failures.max_failed_frame_share`` of them (no silent partial scenes). Frames outside the log's annotations
+    under the 'labels' backend (reason ``UNLABELLED_ISSUE``) are no failure: they are counted apart
+    (``unlabelled_frames``; the run's summary prints them) and keep their questions about the ego."""
     n = max(1, len(work.loaded.scene.frames))
     by_stage: dict[str, set[int]] = {}
     first: dict[str, object] = {}
+    unlabelled = {i.frame_index for i in work.perceived.issues if i.reason == UNLABELLED_ISSUE}
+    if unlabelled:
+        work.counts["unlabelled_frames"] = len(unlabelled)
     for issue in work.perceived.issues:
+        if issue.reason == UNLABELLED_ISSUE:
+            continue
         by_stage.setdefault(issue.stage, set()).add(issue.frame_index)
         first.setdefault(issue.stage, issue)
     if not by_stage:
@@ -126,7 +133,7 @@ def attributes(work: SceneWork, env: StageEnv) -> None:
     from generator.attributes import compute_attributes, compute_labels
 
     objects, frames = work.perceived.objects, work.loaded.frames
-    attrs = compute_attributes(objects, frames)
+    attrs = compute_attributes(objects, frames, env.cfg.ego)
     labels = compute_labels(objects, frames, attrs, env.cfg.labels)
     scene = {"frames": frames, "objects": objects, "attributes": attrs, "labels": labels,
              "projections": work.perceived.projections}
@@ -147,8 +154,9 @@ def build_templates(cfg: PipelineConfig):
 def qa(work: SceneWork, env: StageEnv) -> None:
     from generator.qa import generate_qa
 
+    issues = issues_table(work.scene_id, work.perceived.issues) if work.perceived.issues else None
     table = generate_qa(work.loaded.frames, work.described.attributes, work.perceived.projections, env.cfg, env.model,
-                        labels=work.described.labels, objects=work.perceived.objects,
+                        labels=work.described.labels, objects=work.perceived.objects, issues=issues,
                         **work.described.family_tables)
     work.questions = Questions(table)
     work.counts.update(qa_counts(table))

@@ -211,6 +211,30 @@ class Relation:
 
 
 @dataclass(frozen=True)
+class Sided:
+    """A position relative to the ego, of several (behind / in front / beside), said of the region or of the
+    ego: ``options[i]`` are the phrases of position ``i``; ``mirror[i]`` the position the same words give when
+    the ego is their subject ("the ego vehicle is behind Region [0]": Region [0] is in front). Without a
+    subject ("Behind it.", "Ahead, that is it.") the words are the region's, as the question asks of it. A
+    negated phrase ("not behind") names no single position: the answer is not read."""
+
+    options: tuple[tuple[str, ...], ...]
+    mirror: tuple[int, ...]
+    kind: str = "choice"
+
+    def read(self, text, region_a=None, region_b=None) -> int | None:
+        toks = tokens(text)
+        table = {_phrase(p): i for i, ps in enumerate(self.options) for p in ps}
+        said = set()
+        for start, end, i in _find(toks, table):
+            if _negated(toks, start):
+                return None
+            subject = next((w for w in reversed(toks[:start]) if w == "ego" or w.startswith("region")), None)
+            said.add(self.mirror[i] if subject == "ego" else i)
+        return said.pop() if len(said) == 1 else None
+
+
+@dataclass(frozen=True)
 class Choice:
     """A choice from a vocabulary: ``options[i]`` are the phrases meaning choice ``i`` (its name, its phrase in
     the templates, synonyms); the answer's choice is the one whose phrases it names (the longest phrase at a

@@ -26,6 +26,10 @@ keyframe, family (registration order), question type, regions, horizon. In order
    columnar (``generator.qa.render``). ``qa_id`` = ``scene:keyframe_index:family:type:track[-track][:+Hs]``
    (``ego`` in place of the track for questions about the ego); ``split`` = 'val' when a hash of the scene
    id falls below ``cfg.qa.val_fraction``, else 'train'.
+5. Where the objects of a keyframe are unknown (the run's ``issues`` table says the detector saw nothing there:
+   ``schemas.tables.no_detection_rows``; e.g. a frame past its log's annotations under the 'labels' backend),
+   only the question types about the ego's poses (``QuestionType.pose_only``) are asked: every other answer,
+   an absence ("continue", no risk) included, would be taken from objects nobody looked for.
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ from generator.qa.render import FieldColumns, render
 from generator.qa.templates import TemplateSet
 from generator.sources.keyframes import nearest_frame_rows
 from generator.types import scene_front_cameras
-from schemas.tables import QA, QA_GROUNDING
+from schemas.tables import QA, QA_GROUNDING, no_detection_rows
 from schemas.vocab import GROUNDING_ROLES
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -105,6 +109,15 @@ class Batch:
     def n(self) -> int:
         return len(self.a)
 
+    def take(self, rows: np.ndarray) -> "Batch":
+        """The batch's rows ``rows`` (ascending: the canonical order stays)."""
+        opt = lambda v: None if v is None else v[rows]  # noqa: E731
+        return Batch(qt=self.qt, group=self.group[rows], a=self.a[rows], b=opt(self.b),
+                     horizon_idx=opt(self.horizon_idx), value=self.value[rows], out_of_view=opt(self.out_of_view),
+                     g_start=self.g_start[rows], g_len=self.g_len[rows],
+                     text={k: (v[0], np.asarray(v[1])[rows]) for k, v in self.text.items()},
+                     quantities={k: np.asarray(v)[rows] for k, v in self.quantities.items()})
+
 
 @dataclass
 class Plan:
@@ -145,6 +158,18 @@ class Plan:
         self.pool_parts.append(part)
         self.pool_size += len(part["proj"])
         return start
+
+    def objects_unknown(self) -> np.ndarray:
+        """Per keyframe group: whether its objects are unknown (an ``issues`` row of the keyframe's frame that
+        leaves it without detector output, ``schemas.tables.no_detection_rows``); all False without issues."""
+        out = np.zeros(len(self.anchors), bool)
+        issues = self.tables.get("issues")
+        if issues is None or issues.num_rows == 0 or len(self.anchors) == 0:
+            return out
+        lost = issues.filter(no_detection_rows(issues))
+        sc = codes(column(lost, "scene_id"), self.scenes)
+        keys = KeyIndex(np.unique((sc << 32) | to_numpy(column(lost, "frame_index"), np.int64)))  # a frame: any number
+        return keys.find((self.frames_sc[self.anchors] << 32) | self.frames_fi[self.anchors]) >= 0
 
     @property
     def ego(self):
@@ -321,6 +346,9 @@ def generate(plan: Plan | None, families, templates: TemplateSet) -> pa.Table:
     for k, fam in enumerate(families):
         order[fam.name] = k
         batches += [b for b in fam.build(plan) if b is not None]
+    unknown = plan.objects_unknown()
+    if unknown.any():  # only the questions about the ego's poses where nobody looked for objects (step 5)
+        batches = [b if b.qt.pose_only else b.take(np.flatnonzero(~unknown[b.group])) for b in batches]
     pool = _concat_pool(plan.pool_parts, plan.grounding_source)
     batches = [b for b in batches if b.n and templates.variants(b.qt.family, b.qt.name)]
     if not batches:

@@ -9,8 +9,14 @@ Layout of one log folder (``<root>/<log_id>/``)::
     sensors/lidar/<timestamp_ns>.feather   sweeps (x, y, z, intensity, ...) in the ego frame
     sensors/cameras/<camera>/<timestamp_ns>.jpg   images (absent from the test excerpt)
 
-Frames are the annotated LiDAR timestamps (every sweep when the log has no annotations). A frame whose
-sweep file is absent is still listed; reading its points raises ``SourceError`` (generator.sources.io).
+Frames are the log's LiDAR timestamps, whatever its annotations cover: every sweep file under
+``sensors/lidar/`` and every timestamp the annotations name (AV2 annotates sweeps, so those are LiDAR
+timestamps too; a frame whose sweep file is absent is still listed, reading its points raises ``SourceError``,
+generator.sources.io). Cameras are matched to them. A frame inside the annotations' span (their first to
+last timestamp) carries its boxes as labels (none when the annotations list none there: AV2 annotates every
+sweep of its span); a frame outside it carries no labels (``Frame.labels`` None: its objects are unknown, not
+absent; under the 'labels' detection backend it keeps only its questions about the ego, see
+``schemas.errors.UnlabelledFrameError``).
 Camera names stay AV2's (``ring_front_center`` ...); ``Scene.front_camera`` names the front one. The
 camera model is the pinhole part of AV2's intrinsics (radial distortion is ignored).
 """
@@ -28,8 +34,9 @@ from generator.sources.io import check_lidar
 from generator.sources.keyframes import nearest_frame_rows, select_anchors
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
 from generator.sources.remote import RemoteRoot, is_remote
+from generator.sources.vehicles import ego_body
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
-from schemas.config import KeyframeConfig, SourceLimitsConfig
+from schemas.config import EgoBodyConfig, KeyframeConfig, SourceLimitsConfig
 
 FRONT_CAMERA = "ring_front_center"
 POSES_FILE = "city_SE3_egovehicle.feather"
@@ -119,7 +126,7 @@ class AV2Source(LogSource):
     (``generator.sources.io.check_lidar``: size, finite, complete; ~6 ms a sweep): a damaged sweep is a
     ``FrameIssue`` of the scene (``Scene.issues``; too many fail it in the pipeline); an absent sweep is allowed (the frame is listed, reading it raises ``SourceError``).
     ``require_labels``: a log without ``annotations.feather`` is an error (the 'labels' detection backend
-    needs annotations; without it the log's frames are its LiDAR sweeps, unlabelled). ``max_sweeps``: each frame
+    needs annotations; without it the log's frames are unlabelled). ``max_sweeps``: each frame
     lists the LiDAR sweeps of up to this many frames before it whose sweep file exists (``Frame.lidar_sweeps``,
     newest first; AV2 sweeps are already in the ego frame of their time).
     ``list_logs``: find every log when the source opens (the driver plans from them; on object storage one
@@ -208,6 +215,10 @@ class AV2Source(LogSource):
             out[sid] = float(n)
         return out
 
+    def ego_body(self) -> EgoBodyConfig:
+        """Argoverse 2's Ford Fusion Hybrid (``generator.sources.vehicles``)."""
+        return ego_body("av2")
+
     def describe(self) -> dict:
         return {"kind": self.name, "root": self.remote.uri if self.remote else str(self.root),
                 "keyframes": self.cfg.model_dump(mode="json"),
@@ -256,19 +267,18 @@ class AV2Source(LogSource):
     def _load(self, scene: str, log: Path) -> Scene:
         ann_path = log / ANNOTATIONS_FILE
         ann = None
+        lidar_dir = log / "sensors" / "lidar"
+        frame_ns = np.array(sorted(int(p.stem) for p in lidar_dir.glob("*.feather")), dtype=np.int64)
         if ann_path.is_file():
             ann = _read(ann_path, ["timestamp_ns", "track_uuid", "category", "length_m", "width_m", "height_m",
                                    "qw", "qx", "qy", "qz", "tx_m", "ty_m", "tz_m", "num_interior_pts"],
                         scene, "annotations")
-            frame_ns = np.unique(ann["timestamp_ns"].astype(np.int64))
+            frame_ns = np.union1d(frame_ns, ann["timestamp_ns"].astype(np.int64))
         elif self.require_labels:
             raise SourceError(f"the log has no annotations ({ANNOTATIONS_FILE} is missing), and detection.backend "
                               f"'labels' turns annotations into detections: the scene would have no objects and no "
                               f"QA. Add the annotations, or use detection.backend lidar or mmdet3d for unlabelled "
                               f"logs", scene=scene, file=str(ann_path), stage="read")
-        else:
-            lidar_dir = log / "sensors" / "lidar"
-            frame_ns = np.array(sorted(int(p.stem) for p in lidar_dir.glob("*.feather")), dtype=np.int64)
         if len(frame_ns) == 0:
             raise SourceError("log has no annotated timestamps and no LiDAR sweeps", scene=scene, file=str(log),
                               stage="read")
@@ -384,7 +394,8 @@ class AV2Source(LogSource):
         return str(files[j]), int(stamps[j])
 
     def _labels(self, scene: str, path: Path, ann: dict, frame_ns: np.ndarray, R_ce: np.ndarray,
-                t_ce: np.ndarray) -> list[Boxes3D]:
+                t_ce: np.ndarray) -> list[Boxes3D | None]:
+        """Each frame's boxes in its ego frame; None for a frame outside the annotations' span (unknown)."""
         cats = ann["category"].astype(str)
         unknown = sorted(set(np.unique(cats)) - set(AV2_TO_NUSCENES))
         if unknown:
@@ -417,4 +428,6 @@ class AV2Source(LogSource):
                         instance_token=uuid.astype(object))
         order = np.argsort(fi, kind="stable")
         bounds = np.searchsorted(fi[order], np.arange(len(frame_ns) + 1))
-        return [boxes.subset(order[bounds[k]:bounds[k + 1]]) for k in range(len(frame_ns))]
+        span = ann["timestamp_ns"].astype(np.int64)
+        inside = (frame_ns >= span.min()) & (frame_ns <= span.max()) if len(span) else np.zeros(len(frame_ns), bool)
+        return [boxes.subset(order[bounds[k]:bounds[k + 1]]) if inside[k] else None for k in range(len(frame_ns))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from generator.types import Scene
+from schemas.config import EgoBodyConfig
 
 
 class LogSource(ABC):
@@ -36,6 +37,11 @@ class LogSource(ABC):
     def describe(self) -> dict:
         """A JSON-able description sufficient to rebuild the source on another node."""
         return {"kind": self.name}
+
+    def ego_body(self) -> EgoBodyConfig | None:
+        """The body of the logs' own ego vehicle (``generator.sources.vehicles``), which a run takes unless its
+        config sets ``ego``; None (the default) when the logs have none (camera-only videos)."""
+        return None
 
     def drivable_map(self, scene_id: str) -> dict | None:
         """The map of the scene's paved surface, when the logs have one: ``{"path": absolute PNG path,

@@ -25,9 +25,10 @@ from generator.sources.keyframes import select_anchors
 from generator.sources.limits import check_boxes, check_ego_positions, check_ego_speeds
 from generator.sources.nuscenes_index import MAP_RESOLUTION_M, SceneIndex, scene_devkit
 from generator.sources.remote import RemoteRoot, is_remote
+from generator.sources.vehicles import GENERATED_EGO_VEHICLE, ego_body
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
 from schemas.vocab import NUSCENES_CAMERAS
-from schemas.config import KeyframeConfig, SourceLimitsConfig
+from schemas.config import EgoBodyConfig, KeyframeConfig, SourceLimitsConfig
 
 LIDAR_CHANNEL = "LIDAR_TOP"
 
@@ -121,6 +122,13 @@ class NuScenesSource(LogSource):
                 "version": self.version,
                 "scenes": self._scene_filter, "check_files": self.check_files, "max_sweeps": self.max_sweeps,
                 "keyframes": self.cfg.model_dump(mode="json"), "limits": self.limits.model_dump(mode="json")}
+
+    def ego_body(self) -> EgoBodyConfig:
+        """The Renault Zoe of nuScenes' logs, or the generated logs' own ego where every log of the run's scenes
+        names it as its vehicle (``generator.sources.vehicles``)."""
+        logs = {self._by_name[sid]["log_token"] for sid in self._ids}
+        vehicles = {rec["vehicle"] for rec in self.nusc.log if rec["token"] in logs}
+        return ego_body("generated" if vehicles == {GENERATED_EGO_VEHICLE} else "nuscenes")
 
     def drivable_map(self, scene_id: str) -> dict | None:
         """The scene's log's semantic-prior map (``map.json``; drivable surface and sidewalks at 0.1 m/pixel),

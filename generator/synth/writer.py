@@ -19,6 +19,7 @@ import numpy as np
 
 from generator.geometry import SE3, yaw_to_quat_wxyz
 from generator.sources import GENERATED_MARKER
+from generator.sources.vehicles import GENERATED_EGO_VEHICLE
 from generator.types import DrivegenError
 from schemas.errors import InputError
 from schemas.vocab import MANEUVERS, NUSCENES_CAMERAS, SPEED_STATUS
@@ -194,7 +195,7 @@ def _write_scene(root: Path, tables: _Tables, scenarios: dict, seed: int, index:
     nbytes += (root / map_file).stat().st_size
     tables.rows["map"].append({"token": map_tok, "log_tokens": [log_tok], "category": "semantic_prior",
                                "filename": map_file})
-    tables.rows["log"].append({"token": log_tok, "logfile": logfile, "vehicle": "drivegen-ego",
+    tables.rows["log"].append({"token": log_tok, "logfile": logfile, "vehicle": GENERATED_EGO_VEHICLE,
                                "date_captured": "2019-01-01", "location": f"drivegen-{seed}-{index:04d}"})
 
     # calibrated sensors

@@ -77,6 +77,7 @@ def labels_to_objects(scene: Scene, frame_indices: np.ndarray | None = None) -> 
         "num_lidar_pts": pa.array(b.num_lidar_pts, pa.int32()),
         "instance_token": pa.array(b.instance_token.astype(str)),
         "source": pa.array(["gt"] * len(b)),
+        "tracker": pa.nulls(len(b), pa.string()),
     })
     return check_schema(t, OBJECTS, f"labels of scene {scene.scene_id}")
 
@@ -238,7 +239,7 @@ def label_agreement(rd, es, source, cfg, gate_m: float = 2.0) -> dict:
                                                "(perception/projections/): no questions to compare"}
         attrs = rd.reader.read_table("attributes", scenes)
         if attrs is None:
-            attrs = compute_attributes(objects, frames)
+            attrs = compute_attributes(objects, frames, cfg.ego)
         qa = generate_qa(frames, attrs, projections, cfg, templates)
         note = "perception QA regenerated from the run's perception tables (the run has no qa/ shards). "
     if projections is None:
@@ -260,7 +261,7 @@ def label_agreement(rd, es, source, cfg, gate_m: float = 2.0) -> dict:
     label_cfg = cfg.model_copy(deep=True)
     label_cfg.qa.max_objects_per_keyframe = UNCAPPED
     label_cfg.qa.max_pairs_per_keyframe = UNCAPPED
-    label_attrs = compute_attributes(labels, frames)
+    label_attrs = compute_attributes(labels, frames, cfg.ego)
     label_qa = generate_qa(frames, label_attrs, check_schema(gt_proj, PROJECTIONS), label_cfg, templates)
     out = compare_answers(qa, label_qa, matches, cfg.tolerances)
     out["matched_pairs"] = int(len(matches))

@@ -22,6 +22,7 @@ from generator.validate.boxes import BoxArrays, cap_per_sample, objects_to_array
 from generator.validate.groundtruth import LogGroundTruth, ValidateInputError, open_ground_truth
 from generator.validate.metrics import build_tracks, detection_config, evaluate_detection, tracking_config
 from schemas.errors import RunFolderError
+from schemas.tables import no_detection_rows
 
 log = logging.getLogger(__name__)
 
@@ -220,14 +221,11 @@ class Prepared:
     load_s: float
 
 
-# Frame-level problems (``issues`` table) after which a frame has no detector output: its objects are scored as
-# missed. Camera problems (masks only) leave the boxes intact.
-NO_DETECTION_ISSUES = (("detect", None), ("load", "lidar_unreadable"))
 
 
 def perception_gaps(rd: RunData, es: EvalSet, tol_us: int) -> dict:
     """The scored samples that got no prediction, and among them those whose frame perception failed on (the
-    run's ``issues`` rows of ``NO_DETECTION_ISSUES``): {"scored_without_predictions", "scored_failed_frames",
+    run's ``issues`` rows of ``schemas.vocab.NO_DETECTION_ISSUES``): {"scored_without_predictions", "scored_failed_frames",
     "examples" (first 10 failed: scene, frame_index, stage, reason, file)}."""
     with_pred = set(es.pred.sample_token.tolist())
     empty = [t for t in es.tokens if t not in with_pred]
@@ -235,13 +233,7 @@ def perception_gaps(rd: RunData, es: EvalSet, tol_us: int) -> dict:
     issues = read_folder(rd.reader, "issues", es.scenes)
     if issues is None or issues.num_rows == 0 or rd.frames is None:
         return out
-    lost = None
-    for st, reason in NO_DETECTION_ISSUES:
-        m = pc.equal(issues.column("stage"), st)
-        if reason is not None:
-            m = pc.and_(m, pc.equal(issues.column("reason"), reason))
-        lost = m if lost is None else pc.or_(lost, m)
-    rows = issues.filter(lost).to_pylist()  # a few per scene at most (past the share the scene fails)
+    rows = issues.filter(no_detection_rows(issues)).to_pylist()  # a few per scene at most (past the share the scene fails)
     frame_ts = {(s, int(f)): int(t) for s, f, t in zip(rd.frames.column("scene_id").to_pylist(),
                                                         rd.frames.column("frame_index").to_pylist(),
                                                         rd.frames.column("timestamp_us").to_pylist())}

@@ -54,7 +54,8 @@ def tracked_run_folder(out: Path, source, cfg: PipelineConfig, poses: str = "log
         dets = detector(scene.frames)
         tracked = (tracker(scene.timestamps_us, dets, seen) if tracker is not None
                    else track_scene(scene.timestamps_us, dets, cfg.tracking, seen))
-        commit_tables(store, sid, {"objects": objects_table(scene, tracked, cfg.detection.backend),
+        commit_tables(store, sid, {"objects": objects_table(scene, tracked, cfg.detection.backend,
+                                                                  None if tracker is not None else cfg.tracking.mode),
                                    "frames": frames_table(scene)})
     return out
 

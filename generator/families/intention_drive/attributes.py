@@ -19,9 +19,12 @@ instructions and the scorer.
 each carries a predicate that can be checked on any trajectory (``check``), in this order:
 
 1. ``atomic`` (the low level, every sample): maneuver and speed status equal the logged ones;
-2. ``turn`` / ``change_lane`` / ``stop``: the logged maneuver is a turn, a lane change, a stop: same maneuver;
+2. ``turn`` / ``change_lane`` / ``stop``: the logged maneuver is a turn, a lane change, a stop: same maneuver.
+   An ego already stopped at the sample (the labeller's Stop there: ``PlanningSamples.stopped``) is not asked to
+   come to a stop: its Stop is ``wait`` (stay stopped; the same predicate);
 3. ``stop_behind`` target: maneuver Stop, and the ego ends behind the target (a vehicle ahead in the lane now)
    with a bumper gap in ``stop_gap_m`` and |lateral offset| <= ``lane_half_width_m`` (along the target's heading);
+   for an ego already stopped, ``wait_behind`` (the same predicate);
 4. ``follow`` target: a vehicle ahead in the lane now, the ego not stopping, ending behind it with a bumper
    gap in ``follow_gap_m`` and in its lane;
 5. ``overtake`` target: a moving vehicle (>= ``moving_speed_mps``) going the ego's way (``same_direction_deg``)
@@ -59,6 +62,7 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import (KeyIndex, codes, column, fixed_list_to_numpy, ranges_to_indices,
                                          to_numpy, unique_strings)
+from generator.attributes.compute import IN_FRONT, along_ego
 from generator.attributes.ego import EgoStates, ego_states
 from generator.attributes.labels import ego_labels
 from generator.families.intention_drive.config import IntentionConfig
@@ -88,6 +92,8 @@ class PlanningSamples:
     past: np.ndarray  # (N, H, 4) x, y, yaw, speed
     speed_mps: np.ndarray  # (N,)
     maneuver: np.ndarray  # (N,) code in MANEUVERS of the logged trajectory (-1 none)
+    stopped: np.ndarray  # (N,) bool: the ego is stopped at the sample (the labeller's Stop there: speed below
+    # labels.stop_speed_mps)
     speed_status: np.ndarray  # (N,) code in SPEED_STATUS (-1 none)
     obj_sample: np.ndarray  # (M,) sample of each object (ascending)
     obj_track: np.ndarray  # (M,)
@@ -189,7 +195,8 @@ def planning_samples(frames: pa.Table, attributes: pa.Table, labels: pa.Table | 
     return PlanningSamples(
         scene_id=pc.take(scenes, pa.array(ego.scene_code[rows])), frame_index=ego.frame_index[rows],
         timestamp_us=ego.timestamp_us[rows], frame_row=rows, future_xy=future, past=past,
-        speed_mps=ego.speed_mps[rows], maneuver=man, speed_status=sst, obj_sample=o_sample, obj_track=o_track,
+        speed_mps=ego.speed_mps[rows], maneuver=man, stopped=el["maneuver"][rows] == MAN["Stop"], speed_status=sst,
+        obj_sample=o_sample, obj_track=o_track,
         obj_class=o_class, obj_xy=o_xy, obj_heading=o_heading, obj_size_lw=o_size, obj_future_xy=o_future,
         obj_future_heading=o_fh, obj_intent_lateral=o_intent, step_s=step, ego=body,
         map_pose=np.column_stack([ego.position_m[rows, :2], ego.yaw_rad[rows]]))
@@ -289,8 +296,11 @@ def _final_ego(xy: np.ndarray, body: EgoBodyConfig) -> tuple[np.ndarray, np.ndar
 
 def wholly_ahead(s: PlanningSamples, obj: np.ndarray) -> np.ndarray:
     """Objects ``obj`` (indices) whose box lies wholly ahead of the ego's front bumper now: a vehicle to get
-    past, or a target the instructions call "ahead" (one partly beside the ego is "beside us")."""
-    return s.obj_xy[obj, 0] - s.obj_size_lw[obj, 0] / 2 >= s.ego.front_m
+    past, or a target the instructions call "ahead" (one partly beside the ego is "beside us"); the rule of
+    ego_spatial's "in front of" (``generator.attributes.compute.along_ego``)."""
+    code, _ = along_ego(s.obj_xy[obj, 0], s.obj_size_lw[obj, 0], s.obj_size_lw[obj, 1],
+                        np.degrees(s.obj_heading[obj]), s.ego)
+    return code == IN_FRONT
 
 
 def target_gaps(s: PlanningSamples, target: np.ndarray, traj: np.ndarray
@@ -328,10 +338,12 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
     labelled = np.flatnonzero((man >= 0) & (sst >= 0))
     add(labelled, "atomic", maneuver=man[labelled], speed=sst[labelled])
     for kind, codes_ in (("turn", (MAN["Turn Left"], MAN["Turn Right"])),
-                         ("change_lane", (MAN["Change Lane Left"], MAN["Change Lane Right"])),
-                         ("stop", (MAN["Stop"],))):
+                         ("change_lane", (MAN["Change Lane Left"], MAN["Change Lane Right"]))):
         sel = np.flatnonzero(np.isin(man, codes_))
         add(sel, kind, maneuver=man[sel])
+    sel = np.flatnonzero(man == MAN["Stop"])
+    add(sel[~s.stopped[sel]], "stop", maneuver=MAN["Stop"])  # moving now: come to a stop
+    add(sel[s.stopped[sel]], "wait", maneuver=MAN["Stop"])  # stopped now: stay stopped
     side, shift, ratio = pull_over_side(s, s.future_xy, man, sst)
     kerb = 1 if cfg.kerb_side == "left" else -1
     sel = np.flatnonzero((side == kerb) & (shift >= cfg.pull_over_min_lateral_m)
@@ -359,8 +371,10 @@ def instructions(s: PlanningSamples, cfg: IntentionConfig) -> Instructions:
         return (v >= rng[0]) & (v <= rng[1])
 
     sel = np.flatnonzero(vehicle & has_future & in_lane_now & stop & in_lane_end & within(bumper, cfg.stop_gap_m))
-    add(smp[sel], "stop_behind", target=sel, maneuver=MAN["Stop"], goal="behind", gap=cfg.stop_gap_m,
-        lateral=cfg.lane_half_width_m)
+    waits = s.stopped[smp[sel]]
+    for kind, pick in (("stop_behind", sel[~waits]), ("wait_behind", sel[waits])):
+        add(smp[pick], kind, target=pick, maneuver=MAN["Stop"], goal="behind", gap=cfg.stop_gap_m,
+            lateral=cfg.lane_half_width_m)
     sel = np.flatnonzero(vehicle & has_future & in_lane_now & ~stop & (man[smp] >= 0) & in_lane_end
                          & within(bumper, cfg.follow_gap_m))
     add(smp[sel], "follow", target=sel, goal="behind", gap=cfg.follow_gap_m, lateral=cfg.lane_half_width_m)

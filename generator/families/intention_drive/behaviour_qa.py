@@ -33,12 +33,12 @@ TYPES = {qt.name: qt for qt in (
     QuestionType(NAME, "maneuver", "qualitative", (
         Field("maneuver", "text", answer=True, doc="the atomic maneuver, e.g. 'Turn Left' (schemas.vocab.MANEUVERS)"),
         Field("maneuver_phrase", "text", answer=True, doc="the same as a phrase, e.g. 'turning left'")),
-        None, "maneuver", doc="value = index in schemas.vocab.MANEUVERS",
+        None, "maneuver", doc="value = index in schemas.vocab.MANEUVERS", pose_only=True,
         reading=Choice(tuple((m, MANEUVER_PHRASES[m]) + _MANEUVER_MORE.get(m, ()) for m in MANEUVERS))),
     QuestionType(NAME, "speed_status", "qualitative", (
         Field("speed_status", "text", answer=True, doc="'Accelerate' | 'Decelerate' | 'Maintain Speed'"),
         Field("speed_phrase", "text", answer=True, doc="'accelerating' | 'decelerating' | 'keeping its speed'")),
-        None, "speed status", doc="value = index in schemas.vocab.SPEED_STATUS",
+        None, "speed status", doc="value = index in schemas.vocab.SPEED_STATUS", pose_only=True,
         reading=Choice(tuple((s, SPEED_PHRASES[s]) + _SPEED_MORE.get(s, ()) for s in SPEED_STATUS))),
 )}
 

@@ -255,6 +255,7 @@ def read_samples(samples: pa.Table, objects: pa.Table, body, dilation_m: float =
         past=_nested(column(samples, "past_states"), 4, h)[rows],
         speed_mps=to_numpy(column(samples, "ego_speed_mps"), np.float64, fill=np.nan)[rows],
         maneuver=np.full(len(rows), -1), speed_status=np.full(len(rows), -1),
+        stopped=np.zeros(len(rows), bool),  # (the files' instructions are read, not derived again)
         obj_sample=o_sample, obj_track=to_numpy(column(objects, "track_id"), np.int64),
         obj_class=column(objects, "class_name"), obj_xy=fixed_list_to_numpy(objects.column("xy_ego_m"), 2),
         obj_heading=to_numpy(column(objects, "heading_ego_rad"), np.float64, fill=np.nan),

@@ -113,8 +113,9 @@ def export_intention(run: str | RunReader, out: str | None = None, cfg: Pipeline
                               "intention": cfg.intention.model_dump(mode="json"),
                               "ego": cfg.ego.model_dump(mode="json")}}
         if not agg["samples"]:
-            summary["why_empty"] = ("the run has no ego_intention QA rows (is 'ego_intention' in qa.families, and "
-                                    "do keyframes have 3 s of log after them?)")
+            summary["why_empty"] = ("the run has no ego_intention QA rows (is 'ego_intention' in qa.families, do "
+                                    "keyframes have 3 s of log after them, and are their objects known: not frames "
+                                    "outside the logs' annotations?)")
         (built / EXPORT_SUMMARY).write_text(json.dumps(summary, indent=2))
         replace_owned_folder(target, rel_dir, built, EXPORT_SUMMARY, EXPORT_FORMAT)
     finally:

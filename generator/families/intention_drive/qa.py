@@ -3,7 +3,8 @@
 The instructions are ``generator.families.intention_drive.attributes.instructions`` over the keyframe's planning sample:
 the low level (``atomic``: "Turn Left, Decelerate") and high-level intentions derived from what the log
 shows the ego does next (turn, change lanes, stop, stop behind / follow / overtake a vehicle, yield to a
-crossing VRU, pull over on a side). Objects are named ``Region [X]`` like every other family, so only candidates of the
+crossing VRU, pull over on a side; an ego already stopped: wait, wait behind a vehicle). Objects are named
+``Region [X]`` like every other family, so only candidates of the
 keyframe (visible, numbered) can be targets. The question is the instruction; the answer is the logged
 trajectory in the paper's format, "[PT, (x1, y1), ..., (xK, yK)]" (K waypoints in the keyframe's BEV ego
 frame, metres, x forward, y left). ``value`` is null (``unit`` 'trajectory'): the waypoints, past states,
@@ -51,8 +52,10 @@ TYPES = {qt.name: qt for qt in (
     _t("overtake", _TARGET, "overtake a vehicle going the same way"),
     _t("yield", _TARGET, "yield to a crossing pedestrian or cyclist"),
     _t("pull_over", (_DIRECTION,), "pull over on one side and slow to a stop"),
+    _t("wait", (), "stay stopped (the ego is stopped at the keyframe)"),
+    _t("wait_behind", _TARGET, "stay stopped behind the vehicle ahead in the lane (the ego is stopped)"),
 )}
-_OBJECT_KINDS = ("stop_behind", "follow", "overtake", "yield")
+_OBJECT_KINDS = ("stop_behind", "follow", "overtake", "yield", "wait_behind")
 _POSITIONS = ("ahead in our lane", "ahead on the left", "ahead on the right", "beside us on the left",
               "beside us on the right")
 

@@ -28,12 +28,13 @@ from __future__ import annotations
 import numpy as np
 
 from generator.attributes.arrays import column, rank_in_group, to_numpy
-from generator.attributes.compute import clock_from_bearing, pair_relations
-from generator.qa.answers import Clock, Relation
+from generator.attributes.compute import along_ego, clock_from_bearing, pair_relations
+from generator.qa.answers import Clock, Relation, Sided
 from generator.qa.fields import Family, Field, QuestionType
 from generator.qa.generate import (Batch, Plan, attr, clock_text, hash_fields, keyframe_batch, pool_entries, single,
                                    vocabulary, words)
 from generator.sources.keyframes import nearest_frame_rows
+from schemas.vocab import EGO_LONGITUDINAL_PHRASES
 
 _PAIR = (Field("region_a", "text", doc="'Region [X]' of object A"), Field("region_b", "text", doc="of object B"),
          Field("class_a", "text", doc="class of A, e.g. 'traffic cone'"), Field("class_b", "text"))
@@ -61,7 +62,8 @@ READINGS = {
     ("object_spatial", "above"): Relation(("above", "higher"), ("below", "lower", "beneath", "under"), "pair"),
     ("object_spatial", "closer"): Relation(("closer", "nearer"), ("farther", "further"), "pair"),
     ("ego_spatial", "left_right"): Relation(("left",), ("right",), "ego"),
-    ("ego_spatial", "front_behind"): Relation(("in front", "ahead"), ("behind",), "ego"),
+    ("ego_spatial", "front_behind"): Sided((("behind",), ("in front", "ahead"),
+                                             ("beside", "alongside", "next to", "level with")), (1, 0, 2)),
     ("ego_spatial", "clock"): Clock(),
 }
 """How ``drivegen score qa`` reads an answer to each question type (``generator.qa.answers``): the words of
@@ -100,7 +102,9 @@ _TYPES = [
     _q("ego_spatial", "left_right", "qualitative", _ONE + (Field("side", "text", answer=True, doc="'left' | 'right'"),),
        doc="value 1 = left"),
     _q("ego_spatial", "front_behind", "qualitative", _ONE + (Field("front_back", "text", answer=True,
-       doc="'in front of' | 'behind'"),), doc="value 1 = in front"),
+       doc="'in front of' | 'behind' | 'beside': against the ego's body (attributes.compute.along_ego)"),),
+       unit="front_behind", doc="value = index in schemas.vocab.EGO_LONGITUDINAL_PHRASES: 0 behind, 1 in front, "
+       "2 beside (overlapping the ego's length)"),
     _q("ego_spatial", "clock", "qualitative", _ONE + (Field("clock", "text", answer=True, doc="e.g. '3 o'clock'"),),
        unit="o'clock", doc="value = clock hour"),
     _q("ego_spatial", "distance", "quantitative", _ONE + (Field("distance_m", "quantity", "m", answer=True),),
@@ -144,9 +148,11 @@ def build_ego_spatial(plan: Plan) -> list[Batch]:
     sel = allc[np.abs(y) >= m.ego_lateral_m]
     out.append(single(plan, EGO_SPATIAL_TYPES["left_right"], sel, (y[sel] >= 0).astype(float),
                        text={"side": words(y[sel] >= 0, "left", "right")}))
-    sel = allc[np.abs(x) >= m.ego_longitudinal_m]
-    out.append(single(plan, EGO_SPATIAL_TYPES["front_behind"], sel, (x[sel] >= 0).astype(float),
-                       text={"front_back": words(x[sel] >= 0, "in front of", "behind")}))
+    along, margin = along_ego(x, attr(plan, "length_m", rows), attr(plan, "width_m", rows),
+                              attr(plan, "heading_ego_deg", rows), plan.cfg.ego)
+    sel = allc[margin >= m.ego_longitudinal_m]
+    out.append(single(plan, EGO_SPATIAL_TYPES["front_behind"], sel, along[sel].astype(float),
+                       text={"front_back": vocabulary(EGO_LONGITUDINAL_PHRASES, along[sel])}))
     sel = allc[np.isfinite(bearing)]
     out.append(single(plan, EGO_SPATIAL_TYPES["clock"], sel, clock[sel].astype(float),
                        text={"clock": clock_text(clock[sel])}))
@@ -354,6 +360,7 @@ def _ego_speed(plan: Plan) -> Batch | None:
 
 OBJECT_SPATIAL = Family("object_spatial", "Object-centric Spatial QA", tuple(OBJECT_SPATIAL_TYPES.values()),
                         build_object_spatial)
-EGO_SPATIAL = Family("ego_spatial", "Ego-centric Spatial QA", tuple(EGO_SPATIAL_TYPES.values()), build_ego_spatial)
+EGO_SPATIAL = Family("ego_spatial", "Ego-centric Spatial QA", tuple(EGO_SPATIAL_TYPES.values()), build_ego_spatial,
+                     reads={"attributes": ["heading_ego_deg"]})
 EGO_SPATIOTEMPORAL = Family("ego_spatiotemporal", "Ego-centric Spatiotemporal QA",
                             tuple(EGO_SPATIOTEMPORAL_TYPES.values()), build_ego_spatiotemporal)

@@ -52,8 +52,10 @@ def selected(names) -> list[Family]:
 
 
 def reads(families_) -> dict[str, list[str]]:
-    """The run tables (and columns) the families read beyond frames, attributes and projections."""
-    out: dict[str, list[str]] = {}
+    """The run tables (and columns) the families read beyond frames, attributes and projections, and the
+    ``issues`` rows every QA run reads where a scene has them (the keyframes whose objects are unknown,
+    ``generator.qa.generate`` step 5)."""
+    out: dict[str, list[str]] = {"issues": ["scene_id", "frame_index", "stage", "reason"]}
     for f in families_:
         for table, cols in f.reads.items():
             out[table] = list(dict.fromkeys(out.get(table, []) + list(cols)))
