@@ -218,3 +218,24 @@ def test_bad_tables_are_named(synth_root, tmp_path, limits):
         src.load_scene(scenes[0]["name"])
     assert e.value.scene == scenes[0]["name"]
     assert len(src.load_scene(scenes[1]["name"]).frames) == 40
+
+
+def test_the_ego_body_is_the_vehicle_of_the_scenes_logs(synth_root, tmp_path, limits):
+    """Generated logs name drivegen's own ego; where one of the run's scenes' logs names another vehicle, the
+    source's body is nuScenes' car (the scene list holds each scene's log's vehicle: the driver reads no rows)."""
+    from generator.sources.vehicles import GENERATED_EGO_VEHICLE, ego_body
+
+    assert NuScenesSource(synth_root, SYNTH_VERSION, check_files=False, limits=limits).ego_body() == \
+        ego_body("generated")
+    root = _copy_tables(synth_root, tmp_path / "zoe")
+    logs = json.loads((root / SYNTH_VERSION / "log.json").read_text())
+    assert {rec["vehicle"] for rec in logs} == {GENERATED_EGO_VEHICLE}
+    scenes = json.loads((root / SYNTH_VERSION / "scene.json").read_text())
+    edited = next(rec for rec in logs if rec["token"] == scenes[-1]["log_token"])
+    edited["vehicle"] = "n015"
+    (root / SYNTH_VERSION / "log.json").write_text(json.dumps(logs))
+    others = [s["name"] for s in scenes if s["log_token"] != edited["token"]]
+    assert others  # the generated set has scenes of other logs
+    assert NuScenesSource(root, SYNTH_VERSION, check_files=False, limits=limits).ego_body() == ego_body("nuscenes")
+    assert NuScenesSource(root, SYNTH_VERSION, scenes=others, check_files=False, limits=limits).ego_body() == \
+        ego_body("generated")

@@ -126,8 +126,8 @@ class NuScenesSource(LogSource):
     def ego_body(self) -> EgoBodyConfig:
         """The Renault Zoe of nuScenes' logs, or the generated logs' own ego where every log of the run's scenes
         names it as its vehicle (``generator.sources.vehicles``)."""
-        logs = {self._by_name[sid]["log_token"] for sid in self._ids}
-        vehicles = {rec["vehicle"] for rec in self.nusc.log if rec["token"] in logs}
+        column = self.index.scenes.column("vehicle")  # each scene's log's (the scene index)
+        vehicles = {column[self._row[sid]].as_py() for sid in self._ids}
         return ego_body("generated" if vehicles == {GENERATED_EGO_VEHICLE} else "nuscenes")
 
     def drivable_map(self, scene_id: str) -> dict | None:

@@ -5,7 +5,7 @@ process holds the whole set.
 (real trainval, about 7,700 rows per scene: some 8 GiB per process). drivegen converts a set once instead:
 
 - ``scenes.arrow``: one row per scene, in the scene table's order: its name, token and record (JSON), its
-  sample and annotation counts and its map. The driver reads this file only.
+  sample and annotation counts, its map and its log's vehicle. The driver reads this file only.
 - ``rows.arrow``: an Arrow IPC file with one record batch per scene (the same order), zstd-compressed, holding
   every row the scene reaches: its samples, their sample_data (keyframes and sweeps) with their ego poses,
   calibrated sensors and sensors, its annotations with their instances, categories, attributes and visibility
@@ -55,7 +55,7 @@ from generator.types import SourceError
 
 log = logging.getLogger("drivegen.sources")
 
-FORMAT = "drivegen-nuscenes-index/1"
+FORMAT = "drivegen-nuscenes-index/2"
 # the devkit's tables (``NuScenes.table_names``), in its order
 TABLES = ("category", "attribute", "visibility", "instance", "sensor", "calibrated_sensor", "ego_pose", "log",
           "scene", "sample", "sample_data", "sample_annotation", "map")
@@ -63,7 +63,8 @@ TABLES = ("category", "attribute", "visibility", "instance", "sensor", "calibrat
 KEYS = {"scene": ("log_token",), "sample": ("scene_token",),
         "sample_data": ("sample_token", "ego_pose_token", "calibrated_sensor_token"),
         "sample_annotation": ("sample_token", "instance_token", "visibility_token"),
-        "instance": ("category_token",), "calibrated_sensor": ("sensor_token",), "map": ("filename", "category")}
+        "instance": ("category_token",), "calibrated_sensor": ("sensor_token",), "map": ("filename", "category"),
+        "log": ("vehicle",)}
 LIST_KEYS = {"sample_annotation": "attribute_tokens", "map": "log_tokens"}
 MAP_RESOLUTION_M = 0.1  # the devkit's default ``map_resolution``: the one ``NuScenes(...)`` gives its map masks
 SCENES_FILE, ROWS_FILE, META_FILE = "scenes.arrow", "rows.arrow", "meta.json"
@@ -319,6 +320,8 @@ def convert(table_root: Path, dest: Path) -> dict:
     first_map = np.full(n_scenes, -1, np.int64)
     first_map[map_scene[::-1]] = map_row[::-1]  # pairs are sorted by row within a scene: the first one wins
     ann_scene, _ = pairs["sample_annotation"]
+    scene_log = _pos(scene.keys["log_token"], tables["log"].token)
+    vehicle = tables["log"].keys["vehicle"]
     scene_records = scene.records().to_pylist()
     nbr = [rec.get("nbr_samples") if isinstance(rec, dict) else None for rec in map(json.loads, scene_records)]
     pick = lambda col: pa.array([col[i].as_py() if i >= 0 else None for i in first_map], pa.string())  # noqa: E731
@@ -329,6 +332,7 @@ def convert(table_root: Path, dest: Path) -> dict:
                                 pa.int64()),
         "annotations": pa.array(np.bincount(ann_scene, minlength=n_scenes).astype(np.int64)),
         "map_filename": pick(maps.keys["filename"]), "map_category": pick(maps.keys["category"]),
+        "vehicle": pa.array([vehicle[i].as_py() if i >= 0 else None for i in scene_log], pa.string()),
         "rows": pa.array(counts)})
     with pa.ipc.new_file(str(dest / SCENES_FILE), out.schema) as writer:
         writer.write_table(out)
