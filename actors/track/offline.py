@@ -31,9 +31,9 @@ Steps (every time in seconds and every noise per second, so 2 Hz and 10 Hz logs 
    places.
 4. **Smoother.** Per track, a constant-velocity model (white-noise acceleration of the class's
    ``kalman.process_noise``) over every frame of its span, the detected centres measured with
-   ``kalman.position_std_m`` and ``kalman.position_std_size_frac``: a Kalman filter forwards, the
-   Rauch-Tung-Striebel recursion backwards, all tracks at once (one vectorised step per frame of the longest
-   track). The bottom of the box (z - h/2) is smoothed with the centre.
+   ``kalman.position_std_m`` and ``kalman.position_std_size_frac``: the Rauch-Tung-Striebel smoother's estimate
+   (a Kalman filter forwards, its recursion backwards), computed as the one banded linear system it solves, all
+   tracks at once (``_smooth``). The bottom of the box (z - h/2) is smoothed with the centre.
 5. **Size.** A track of a rigid class (``rigid_classes``) takes one size, the median of its detections' lengths,
    widths and heights; its boxes keep their bottoms where the smoother put them.
 6. **Whole-track score and pruning.** A track's score is ``mean detection score x n / (n + length_hits) x
