@@ -8,7 +8,7 @@ import pytest
 
 from actors.track import offline as O
 from actors.track.pubtracker import track_scene
-from schemas.config import TrackingConfig, parse_config
+from schemas.config import parse_config
 
 
 def test_smoother_equals_the_textbook_rts_smoother(monkeypatch):
@@ -66,26 +66,38 @@ def test_smoother_equals_the_textbook_rts_smoother(monkeypatch):
 
 @pytest.mark.slow
 def test_av2_merges_only_what_an_oracle_confuses(av2_log):
-    """Issue #53, finding 2: the real AV2 log through the labels backend with a real detector's errors at 0 and
-    0.15 m centre noise: no track carries two identities and no box is invented between two (the online Kalman
-    tracker merged 4 identities at each, none of which an oracle that knows every true place confuses)."""
+    """Issue #53, finding 2: the real AV2 log through the labels backend with a real detector's errors at 0, 0.15
+    and 0.3 m centre noise. At 0 and 0.15 m no track carries two identities and no box is invented between two (the
+    online Kalman tracker merged 4 identities at each, none of which an oracle that knows every true place
+    confuses); at 0.3 m every identity a track merges is one the oracle also confuses (``oracle_confusions``; the
+    passes once bridged a 2-frame gap from a walker's track to a pedestrian seen only in the log's last 2 frames,
+    1.5 m off its path)."""
     from actors.detect import build_detector
     from generator.sources.av2 import AV2Source
     from generator.types import Boxes3D
-    from support.track import REALISTIC_NOISE
+    from support.track import REALISTIC_NOISE, oracle_confusions
 
     scene = AV2Source(av2_log.parent).load_scene(av2_log.name)
     poses = [f.city_SE3_ego for f in scene.frames]
-    for centre in (0.0, 0.15):
+    for centre in (0.0, 0.15, 0.3):
         cfg = parse_config({"detection": {"backend": "labels", "labels": {**REALISTIC_NOISE, "center_m": centre}}})
         assert cfg.tracking.mode == "offline"
-        out = track_scene(scene.timestamps_us, build_detector(cfg.detection)(scene.frames), cfg.tracking, poses)
+        dets = build_detector(cfg.detection)(scene.frames)
+        out = track_scene(scene.timestamps_us, dets, cfg.tracking, poses)
         b = Boxes3D.concat(out)
         frame = np.repeat(np.arange(len(out)), [len(o) for o in out])
+        merged = set()
         for t in np.unique(b.track_id):
             sel = np.flatnonzero(b.track_id == t)
             tok = b.instance_token[sel[np.argsort(frame[sel])]].astype(str)
-            assert len(set(tok[tok != ""])) <= 1, (centre, t, set(tok))  # one identity: no bridge either
+            named = set(tok[tok != ""])
+            if centre < 0.3:
+                assert len(named) <= 1, (centre, t, named)  # one identity: no bridge either
+            elif len(named) > 1:
+                merged |= named
+        if centre == 0.3:
+            confused = oracle_confusions(scene, dets)
+            assert merged <= confused, (merged - confused, confused)
 
 
 def test_runs_track_offline_and_say_so(labelled_run, av2_perceived):

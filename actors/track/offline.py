@@ -12,7 +12,9 @@ Steps (every time in seconds and every noise per second, so 2 Hz and 10 Hz logs 
 1. **Two passes.** The online tracker (``actors.track.kalman``, with its settings, every track kept) runs over the
    log forwards and over the log played backwards. Two boxes consecutive in a track of *both* passes are linked:
    the chains of such links are the *tracklets*. Where the passes disagree (a newborn track's wide gate took the
-   wrong second box in one direction; a coasting track took a neighbour's box) the tracklets break there.
+   wrong second box in one direction; a coasting track took a neighbour's box) the tracklets break there. A link
+   across missed frames stands only with ``link_min_boxes`` boxes of the tracklet on each side (``_known_gaps``):
+   with fewer, one side's motion is a guess, as step 3 has it.
 2. **Smoothed ends.** Each tracklet's motion is smoothed (step 3's smoother); its first and last states
    (position, velocity and their covariance) are what the linking compares.
 3. **Global linking.** A tracklet ``i`` ending before a tracklet ``j`` of its class starts (gap ``g <=
@@ -364,6 +366,9 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     tracked = valid.copy() if exact else tracked & valid  # exact boxes: each one output, in a track of its own at worst
     # Step 1: tracklets; boxes the passes do not both track are not output.
     tracklet = _components(n, a, b, tracked) if n else np.zeros(0, dtype=np.int64)
+    if n and len(a):
+        a, b = _known_gaps(a, b, tracklet, frame, tracked, off.link_min_boxes)
+        tracklet = _components(n, a, b, tracked)
     nt = int(tracklet.max(initial=-1)) + 1
     if nt == 0:
         return _with_invalid(_finish(tracklet, 0, frame, t_s, np.zeros((n, 3)), np.ones(n), size, yaw, score, cls,
@@ -414,6 +419,24 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     n_tracks = int(track.max(initial=-1)) + 1
     res = _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls, cfg, q_of_class, exact)
     return _with_invalid(res, valid, xy, z, size, score, n_tracks)
+
+
+def _known_gaps(a, b, tracklet, frame, tracked, min_boxes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The links of step 1 less those that bridge missed frames with fewer than ``min_boxes`` boxes of the tracklet
+    on one side (``offline.link_min_boxes``): a track's motion is a guess there (a newborn track coasting on its
+    birth velocity's wide gate, or a track about to take its first box after the gap), and step 3 links a gap only
+    between ends whose motion is known. Links between consecutive frames stand."""
+    boxes = np.flatnonzero(tracked)
+    o = boxes[np.lexsort((frame[boxes], tracklet[boxes]))]
+    to = tracklet[o]
+    size = np.bincount(to)
+    start = np.searchsorted(to, np.arange(len(size)))
+    rank = np.zeros(len(tracklet), dtype=np.int64)
+    rank[o] = np.arange(len(o)) - start[to]  # each box's place in its tracklet, in frame order
+    gap = frame[b] - frame[a] > 1
+    short = (rank[a] + 1 < min_boxes) | (size[tracklet[b]] - rank[b] < min_boxes)
+    keep = ~(gap & short)
+    return a[keep], b[keep]
 
 
 def _with_invalid(res: OfflineTracks, valid, xy, z, size, score, n_tracks: int) -> OfflineTracks:
