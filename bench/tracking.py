@@ -26,9 +26,10 @@ offline) and the online Kalman tracker:
 * ``kitti``: a real detector's output, KITTI tracking (``../shared/data/kitti-tracking``: five val sequences,
   PointRCNN detections, no ego poses; ``tests/support/kitti.py``), scored by the AB3DMOT paper's evaluator at 3D IoU
   0.25 (``tests/support/kitti_eval.py``: sAMOTA, AMOTA, MOTA and IDS at the best-MOTA threshold, HOTA over all
-  boxes) for the offline tracker (the default), the online Kalman tracker and the AB3DMOT reference, each with
-  PointRCNN's score map and nothing else set, beside AB3DMOT's figures: its released code on the same five
-  sequences and its published ones on the whole val split. Frames per second: the tracker alone over the 1,631
+  boxes) for the offline tracker (the default), the online Kalman tracker and the AB3DMOT re-implementation, each
+  with PointRCNN's score map and nothing else set, beside AB3DMOT's figures: its released code on the same five
+  sequences and its published ones on the whole val split (the only figures a claim is made against: the
+  re-implementation does not reproduce the released code's). Frames per second: the tracker alone over the 1,631
   frames, every class at once, in the process's CPU time (AB3DMOT publishes 108.7 frames/s).
 
 ``--set`` changes one field of ``tracking`` (dotted path, YAML value) for the tracker under test (the offline
@@ -82,6 +83,7 @@ CASES = {  # name: (logs, detection config, poses)
 }
 KITTI = REPO.parent / "shared" / "data" / "kitti-tracking"
 AB3DMOT_FPS = 108.7  # AB3DMOT's published speed on KITTI
+REIMPL = "AB3DMOT re-impl. (test-only)"  # tests/support/ab3dmot.py: no claim rests on it
 
 
 def _set(tree: dict, dotted: str, value) -> None:
@@ -188,13 +190,13 @@ def kitti_case(tracking: dict) -> None:
     online = TrackingConfig.model_validate({"score_map": POINTRCNN_SCORE_MAP, **tracking, "mode": "kalman"})
     trackers = {f"drivegen {offline.mode}": lambda s: track_scene(s.timestamps_us, s.detections, offline, s.poses),
                 "drivegen kalman (online)": lambda s: track_scene(s.timestamps_us, s.detections, online, s.poses),
-                "AB3DMOT reference": lambda s: ab3dmot_scene(s.timestamps_us, s.detections, s.poses)}
+                REIMPL: lambda s: ab3dmot_scene(s.timestamps_us, s.detections, s.poses)}
     if offline.mode == "kalman":
         trackers.pop("drivegen kalman (online)")
     rows = {}
     for name, fn in trackers.items():
         best = np.inf
-        for _ in range(1 if name.startswith("AB3DMOT") else 3):  # the best of three
+        for _ in range(1 if name == REIMPL else 3):  # the best of three
             t0 = time.process_time()  # the process's CPU time: other work on a shared machine does not count
             outs = [fn(s) for s in seqs]
             best = min(best, time.process_time() - t0)
@@ -214,8 +216,16 @@ def kitti_case(tracking: dict) -> None:
               f"{AB3DMOT_FPS:9.1f}")
         s_, m_ = AB3DMOT_PUBLISHED[cls]
         print(f"{cls:11s} {'AB3DMOT published, 11 seqs':28s} {s_:7.2f} {'':7s} {m_:7.2f}")
-    for name, (_, fps) in rows.items():
-        print(f"{name}: {fps:.0f} frames/s, {fps / AB3DMOT_FPS:.1f}x AB3DMOT's published {AB3DMOT_FPS} frames/s")
+    print(f"{REIMPL}: tests/support/ab3dmot.py, the released code's rules and per-class settings written here; "
+          "it does not reproduce the released code's figures (the rows below it), so nothing is claimed against it")
+    for name, (res, fps) in rows.items():
+        if name == REIMPL:
+            continue
+        above = [c for c, (s_, m_) in AB3DMOT_SHARED.items()
+                 if 100 * res[c]["sAMOTA"] > s_ and 100 * res[c]["MOTA"] > m_]
+        print(f"{name}: {fps:.0f} frames/s, {fps / AB3DMOT_FPS:.1f}x AB3DMOT's published {AB3DMOT_FPS} frames/s; "
+              f"above AB3DMOT's released code on sAMOTA and MOTA for {len(above)} of {len(AB3DMOT_SHARED)} classes"
+              + (f" ({', '.join(above)})" if above else ""))
 
 
 def main() -> int:
@@ -251,7 +261,11 @@ def main() -> int:
 
             make_dataset(gen_root, num_scenes=2, seed=0, version="v1.0-drivegen")
         head = f"{'case':18s} {mode + (' ' + ' '.join(a.set) if a.set else ''):24s} {'kalman (online)':24s}"
-        print(head + ("" if a.no_reference else f" {'AB3DMOT (reference)':24s} tracker time AB3DMOT / {mode}"))
+        if cases:
+            print(head + ("" if a.no_reference else f" {REIMPL:24s} tracker time re-impl. / {mode}"))
+        if cases and not a.no_reference:
+            print(f"({REIMPL}: tests/support/ab3dmot.py; it does not reproduce AB3DMOT's released code on a real "
+                  "detector's output (the KITTI table): a yardstick, not a claim)")
         for c in cases:
             t0 = time.perf_counter()
             rows[c] = {"kalman": [], "reference": [], "identity": []}
@@ -273,8 +287,8 @@ def main() -> int:
                 merged, foreign, bridge, oracle = r["identity"]
                 print(f"{c:18s} merged tracks {merged:3d}   foreign boxes {foreign:4d}   bridge boxes {bridge:3d}   "
                       f"oracle {oracle:3d}")
-    if not a.no_reference:
-        print(f"\nper class (devkit, classes with ground truth): drivegen's {mode} tracker | AB3DMOT reference")
+    if not a.no_reference and rows:
+        print(f"\nper class (devkit, classes with ground truth): drivegen's {mode} tracker | {REIMPL}")
         print(f"{'case':18s} {'class':11s} {'AMOTA':>6s} {'MOTA':>6s} {'IDSW':>5s} {'FP':>5s} | "
               f"{'AMOTA':>6s} {'MOTA':>6s} {'IDSW':>5s} {'FP':>5s}")
         for c, r in rows.items():

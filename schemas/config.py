@@ -451,7 +451,8 @@ class OfflineTrackerConfig(_Model):
     link_min_boxes: int = Field(3, ge=1)
     """Only tracklets of link_min_boxes boxes or more, whose smoothed velocity at the end is known to
     link_velocity_std_mps, are linked (a tracklet of one or two boxes, whose velocity is a guess, matches anything
-    within metres: it stays apart and is scored as a short track)."""
+    within metres: it stays apart and is scored as a short track). A gap the two passes bridged is kept only with
+    link_min_boxes boxes of the tracklet on each side."""
     static_speed_mps: float = Field(0.5, ge=0)
     """A tracklet end whose smoothed speed is under this is static: between two static ends a link (or a gap the
     online passes bridged) stands only where the two places agree within their own uncertainty, where the log's

@@ -16,8 +16,8 @@ from support.kitti_eval import evaluate_class, hota_combined, hota_sequence
 
 def test_offline_tracker_beats_ab3dmot_on_a_real_detectors_output():
     """Per class, sAMOTA and MOTA above AB3DMOT's released code on the same sequences (one setting for every class
-    and sequence: the defaults and PointRCNN's score map). Measured: car 87.73 / 83.94, pedestrian 78.15 / 61.04,
-    cyclist 99.34 / 93.23; the online Kalman tracker fails it (car MOTA 78.76, pedestrian sAMOTA 63.73)."""
+    and sequence: the defaults and PointRCNN's score map). Measured: car 88.90 / 84.82, pedestrian 78.16 / 61.21,
+    cyclist 99.44 / 93.61; the online Kalman tracker fails it (car MOTA 78.76, pedestrian sAMOTA 63.73)."""
     root = shared_data("kitti-tracking")
     cfg = TrackingConfig(score_map=POINTRCNN_SCORE_MAP)
     assert cfg.mode == "offline"

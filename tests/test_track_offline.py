@@ -8,13 +8,15 @@ import pytest
 
 from actors.track import offline as O
 from actors.track.pubtracker import track_scene
-from schemas.config import TrackingConfig, parse_config
+from schemas.config import parse_config
 
 
 def test_smoother_equals_the_textbook_rts_smoother(monkeypatch):
-    """Tracks of different lengths with missed frames, smoothed all at once, against a per-track filter and RTS
-    recursion written with 2x2 matrices (x' = F x, P' = F P F^T + Q; C = P F^T P'^-1). (A first velocity variance
-    of 1e3 here: the matrix inverse of the textbook form loses digits at the default's 1e6.)"""
+    """Tracks of different lengths with missed frames, smoothed all at once (one banded system), against a
+    per-track Kalman filter and RTS recursion written with 2x2 matrices (x' = F x, P' = F P F^T + Q; C = P F^T
+    P'^-1): every step's smoothed position and velocity, and the covariance of each track's first and last steps.
+    (A first velocity variance of 1e3 here: the matrix inverse of the textbook form loses digits at the default's
+    1e6.)"""
     monkeypatch.setattr(O, "_DIFFUSE_VELOCITY_VAR", 1e3)
     rng = np.random.default_rng(0)
     t_s = np.cumsum(rng.uniform(0.05, 0.5, 40))
@@ -58,31 +60,44 @@ def test_smoother_equals_the_textbook_rts_smoother(monkeypatch):
             Ps[n] = Ps[n] + C @ (Ps[n + 1] - Pp[n + 1]) @ C.T
         rows = grid.start[k] + np.arange(len(steps))
         assert np.allclose(sm.pos[rows], [x[0] for x in xs]) and np.allclose(sm.vel[rows], [x[1] for x in xs])
-        assert np.allclose(sm.cov[rows], [[P[0, 0], P[0, 1], P[1, 1]] for P in Ps])
+        assert np.allclose(sm.cov_first[k], [Ps[0][0, 0], Ps[0][0, 1], Ps[0][1, 1]])
+        assert np.allclose(sm.cov_last[k], [Ps[-1][0, 0], Ps[-1][0, 1], Ps[-1][1, 1]])
 
 
 @pytest.mark.slow
 def test_av2_merges_only_what_an_oracle_confuses(av2_log):
-    """Issue #53, finding 2: the real AV2 log through the labels backend with a real detector's errors at 0 and
-    0.15 m centre noise: no track carries two identities and no box is invented between two (the online Kalman
-    tracker merged 4 identities at each, none of which an oracle that knows every true place confuses)."""
+    """Issue #53, finding 2: the real AV2 log through the labels backend with a real detector's errors at 0, 0.15
+    and 0.3 m centre noise. At 0 and 0.15 m no track carries two identities and no box is invented between two (the
+    online Kalman tracker merged 4 identities at each, none of which an oracle that knows every true place
+    confuses); at 0.3 m every identity a track merges is one the oracle also confuses (``oracle_confusions``; the
+    passes once bridged a 2-frame gap from a walker's track to a pedestrian seen only in the log's last 2 frames,
+    1.5 m off its path)."""
     from actors.detect import build_detector
     from generator.sources.av2 import AV2Source
     from generator.types import Boxes3D
-    from support.track import REALISTIC_NOISE
+    from support.track import REALISTIC_NOISE, oracle_confusions
 
     scene = AV2Source(av2_log.parent).load_scene(av2_log.name)
     poses = [f.city_SE3_ego for f in scene.frames]
-    for centre in (0.0, 0.15):
+    for centre in (0.0, 0.15, 0.3):
         cfg = parse_config({"detection": {"backend": "labels", "labels": {**REALISTIC_NOISE, "center_m": centre}}})
         assert cfg.tracking.mode == "offline"
-        out = track_scene(scene.timestamps_us, build_detector(cfg.detection)(scene.frames), cfg.tracking, poses)
+        dets = build_detector(cfg.detection)(scene.frames)
+        out = track_scene(scene.timestamps_us, dets, cfg.tracking, poses)
         b = Boxes3D.concat(out)
         frame = np.repeat(np.arange(len(out)), [len(o) for o in out])
+        merged = set()
         for t in np.unique(b.track_id):
             sel = np.flatnonzero(b.track_id == t)
             tok = b.instance_token[sel[np.argsort(frame[sel])]].astype(str)
-            assert len(set(tok[tok != ""])) <= 1, (centre, t, set(tok))  # one identity: no bridge either
+            named = set(tok[tok != ""])
+            if centre < 0.3:
+                assert len(named) <= 1, (centre, t, named)  # one identity: no bridge either
+            elif len(named) > 1:
+                merged |= named
+        if centre == 0.3:
+            confused = oracle_confusions(scene, dets)
+            assert merged <= confused, (merged - confused, confused)
 
 
 def test_runs_track_offline_and_say_so(labelled_run, av2_perceived):

@@ -58,8 +58,8 @@ from schemas.config import DETECTION_CLASSES, TrackingConfig
 # Columns of the state matrix (one row per live track).
 X, Y, VX, VY, PPP, PPV, PVV, PS, PY, Q, ONE = range(11)  # PPP..ONE: the columns the prediction step mixes
 LS = slice(11, 14)  # log length, width, height
-Z, YAW, YAW_DET, SCORE, T_MATCH, HITS, TID, CLS, BIRTH = range(14, 23)
-NCOL = 23
+Z, YAW, YAW_DET, SCORE, T_MATCH, HITS, TID, CLS, BIRTH, LANE, STRAY = range(14, 25)
+NCOL = 25  # CLS: the lane and class (kalman_lanes); STRAY: the class's gates_mps (how far a coasting track strays)
 _NO_VELOCITY_VAR = 1e12  # variance of an absent velocity measurement: its Kalman gain is 0 to ~1e-12
 _BIG = 1e9  # cost of a forbidden pair in the assignment
 
@@ -109,6 +109,15 @@ def _transition(dt: float, size_q: float, yaw_q: float) -> np.ndarray:
     A[PVV, PPV], A[Q, PPV] = dt, dt * dt / 2
     A[Q, PVV] = dt
     A[ONE, PS], A[ONE, PY] = size_q * dt, yaw_q * dt
+    return A
+
+
+def _cached_transition(cache: dict, dt_ns: int, size_q: float, yaw_q: float) -> np.ndarray:
+    """``_transition`` over ``dt_ns`` nanoseconds, kept in ``cache`` (a log keeps a fixed rate: few distinct
+    steps)."""
+    A = cache.get(dt_ns)
+    if A is None:
+        A = cache[dt_ns] = _transition(dt_ns * 1e-9, size_q, yaw_q)
     return A
 
 
@@ -212,10 +221,13 @@ def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> t
 
 def _labels(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(idx, return_inverse=True)`` for small non-negative indices (a frame's detections or tracks), by a
-    table instead of a sort: this runs for every frame's assignment."""
+    table instead of a sort: this runs for every conflicting assignment."""
     seen = np.zeros(int(idx.max()) + 1, dtype=bool)
     seen[idx] = True
-    return np.flatnonzero(seen), (np.cumsum(seen) - 1)[idx]
+    vals = seen.nonzero()[0]
+    rank = np.empty(len(seen), dtype=np.intp)
+    rank[vals] = np.arange(len(vals))
+    return vals, rank[idx]
 
 
 def _dense(rows: np.ndarray, r: np.ndarray, cols: np.ndarray, k: np.ndarray, c: np.ndarray):
@@ -310,44 +322,76 @@ def _birth_rows(meas, z, score, t_box, cls, cfg, ground_frame: bool = True) -> n
     rows[:, T_MATCH] = t_box
     rows[:, HITS] = 1
     rows[:, CLS] = cls
+    rows[:, STRAY] = gate_speeds(cfg)[cls]
     return rows
 
 
-def _update(g: np.ndarray, m: np.ndarray, mz: np.ndarray, mscore: np.ndarray, t: float, rs: float, ry: float) -> None:
+def _update(g: np.ndarray, m: np.ndarray, mz: np.ndarray, mscore: np.ndarray, t: float, rs: float, ry: float,
+            full: bool = True) -> None:
     """Kalman update of track rows ``g`` (K, NCOL) in place with their detections' measurements ``m`` (K, 10).
     Computed on transposed copies, one contiguous row per state column (a per-column op on (K, NCOL) rows is
-    strided: this step was the tracker's largest cost per frame)."""
+    strided: this step was the tracker's largest cost per frame). ``full`` False: the motion alone (what the
+    association reads), not the size, yaw, height or score."""
+    if not full and m[:, 5].min() >= _NO_VELOCITY_VAR:
+        _update_centre(g, m, t)
+        return
     G, M = g.T.copy(), m.T.copy()  # (NCOL, K), (10, K)
     ppp, ppv, pvv = G[PPP].copy(), G[PPV].copy(), G[PVV].copy()
     r, rv = M[2], M[5]
-    a, c = ppp + r, pvv + rv
-    pp2 = ppv * ppv
-    inv = 1.0 / (a * c - pp2)
-    # the gain K (2x2 per track, shared by the x and y axes): K [yp; yv] updates x, v
-    k11, k12 = (ppp * c - pp2) * inv, ppv * r * inv
-    k21, k22 = ppv * rv * inv, (pvv * a - pp2) * inv
+    a = ppp + r
     yp = M[0:2] - G[X:Y + 1]  # innovations (2, K): position x, y ...
-    yv = M[3:5] - G[VX:VY + 1]  # ... and velocity x, y (none where the detector gives no velocity)
-    yv[:, rv >= _NO_VELOCITY_VAR] = 0.0
-    G[X:Y + 1] += k11 * yp + k12 * yv
-    G[VX:VY + 1] += k21 * yp + k22 * yv
-    G[PPP] = (1 - k11) * ppp - k12 * ppv
-    G[PPV] = (1 - k11) * ppv - k12 * pvv
-    G[PVV] = (1 - k22) * pvv - k21 * ppv
+    if rv.min() >= _NO_VELOCITY_VAR:  # no detector velocity (a LiDAR detector, labels without): the centre alone
+        k1, k2 = ppp / a, ppv / a  # K = P H^T / (H P H^T + r), H = [1, 0]
+        G[X:Y + 1] += k1 * yp
+        G[VX:VY + 1] += k2 * yp
+        G[PPP] = (1 - k1) * ppp
+        G[PPV] = (1 - k1) * ppv
+        G[PVV] = pvv - k2 * ppv
+    else:
+        c = pvv + rv
+        pp2 = ppv * ppv
+        inv = 1.0 / (a * c - pp2)
+        # the gain K (2x2 per track, shared by the x and y axes): K [yp; yv] updates x, v
+        k11, k12 = (ppp * c - pp2) * inv, ppv * r * inv
+        k21, k22 = ppv * rv * inv, (pvv * a - pp2) * inv
+        yv = M[3:5] - G[VX:VY + 1]  # ... and velocity x, y (none where the detector gives no velocity)
+        yv[:, rv >= _NO_VELOCITY_VAR] = 0.0
+        G[X:Y + 1] += k11 * yp + k12 * yv
+        G[VX:VY + 1] += k21 * yp + k22 * yv
+        G[PPP] = (1 - k11) * ppp - k12 * ppv
+        G[PPV] = (1 - k11) * ppv - k12 * pvv
+        G[PVV] = (1 - k22) * pvv - k21 * ppv
     # size (log) and yaw: scalar random walks
-    ps, py = G[PS], G[PY]
-    ks = ps / (ps + rs)
-    G[LS] += ks * (M[6:9] - G[LS])
-    ps *= 1 - ks
-    ky = py / (py + ry)
-    G[YAW] += ky * _wrap_half_pi(M[9] - G[YAW])
-    py *= 1 - ky
-    G[YAW_DET] = M[9]
-    G[Z] = mz
-    G[SCORE] = mscore
+    if full:
+        ps, py = G[PS], G[PY]
+        ks = ps / (ps + rs)
+        G[LS] += ks * (M[6:9] - G[LS])
+        ps *= 1 - ks
+        ky = py / (py + ry)
+        G[YAW] += ky * _wrap_half_pi(M[9] - G[YAW])
+        py *= 1 - ky
+        G[YAW_DET] = M[9]
+        G[Z] = mz
+        G[SCORE] = mscore
     G[T_MATCH] = t
     G[HITS] += 1
     g[:] = G.T
+
+
+def _update_centre(g: np.ndarray, m: np.ndarray, t: float) -> None:
+    """``_update`` of the motion alone from centres alone (no detector velocity), on the rows' columns in place:
+    the few columns it touches cost less than ``_update``'s transposed copies (the offline passes' update)."""
+    ppp, ppv, pvv = g[:, PPP], g[:, PPV], g[:, PVV]
+    a = ppp + m[:, 2]
+    k1, k2 = ppp / a, ppv / a  # K = P H^T / (H P H^T + r), H = [1, 0]
+    yp = m[:, 0:2] - g[:, X:Y + 1]
+    g[:, X:Y + 1] += k1[:, None] * yp
+    g[:, VX:VY + 1] += k2[:, None] * yp
+    g[:, PVV] = pvv - k2 * ppv
+    g[:, PPV] = (1 - k1) * ppv
+    g[:, PPP] = (1 - k1) * ppp
+    g[:, T_MATCH] = t
+    g[:, HITS] += 1
 
 
 def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z: np.ndarray, vel: np.ndarray,
@@ -360,18 +404,40 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
     bounds how far a coasting track may stray; False for a frame that moves with the ego. ``looked`` (F,) bool:
     the frames the detector saw (None: all); a tentative track's misses count only there. See the module
     docstring."""
+    t_s = np.asarray(t_s, dtype=np.float64)
+    return kalman_lanes(t_s[None], frame_start, np.zeros(len(xy), dtype=np.int64), xy, z, vel, size, yaw, score, cls,
+                        cfg, ground_frame, None if looked is None else np.asarray(looked, dtype=bool)[None])
+
+
+def kalman_lanes(t_lane: np.ndarray, step_start: np.ndarray, lane: np.ndarray, xy: np.ndarray, z: np.ndarray,
+                 vel: np.ndarray, size: np.ndarray, yaw: np.ndarray, score: np.ndarray, cls: np.ndarray,
+                 cfg: TrackingConfig, ground_frame: bool = True, looked: np.ndarray | None = None,
+                 ids_only: bool = False) -> KalmanTracks:
+    """``kalman_tracking`` over L logs at once ("lanes", each tracked on its own), one loop step per frame index:
+    step k takes frame k of every lane (the offline tracker's forward and backward passes run as one loop, half the
+    per-frame work of two). ``t_lane`` (L, F) each lane's frame times; boxes sorted by step, ``step_start`` (F + 1,)
+    offsets of each step's boxes, ``lane`` (N,) each box's lane; ``looked`` (L, F). A box's track is of its lane
+    (track ids are unique over the lanes); coasted boxes carry their lane's frame index. ``ids_only``: the caller
+    reads the track ids alone (the offline passes): the tracks' sizes, yaws, heights and scores, which no
+    association reads, are not filtered."""
     k = cfg.kalman
+    t_lane = np.asarray(t_lane, dtype=np.float64)
+    n_lanes, f = t_lane.shape
     n = len(xy)
-    f = len(t_s)
-    stray_mps = gate_speeds(cfg)  # per class index (-1: unknown, the largest): how far a coasting track may stray
-    frame_of_box = np.repeat(np.arange(f), np.diff(frame_start))
-    t_box = t_s[frame_of_box]
-    looked = np.ones(f, dtype=bool) if looked is None else np.asarray(looked, dtype=bool)
+    lane = np.asarray(lane, dtype=np.int64)
+    c1 = len(DETECTION_CLASSES) + 1
+    group = lane * c1 + np.mod(cls, c1)  # a track takes detections of its lane and class only (CLS holds it)
+    frame_of_box = np.repeat(np.arange(f), np.diff(step_start))
+    t_box = t_lane[lane, frame_of_box]
+    looked = np.ones((n_lanes, f), dtype=bool) if looked is None else np.asarray(looked, dtype=bool)
     # Boxes without a finite centre, size and yaw cannot be filtered: each is a track of its own, always output
     # (the pipeline records why it drops them), and never matched.
     valid = np.isfinite(xy).all(axis=1) & np.isfinite(z) & np.isfinite(size).all(axis=1) & np.isfinite(yaw)
     meas = _measurements(xy, vel, size, yaw, cfg)
     born = _birth_rows(meas, z, score, t_box, cls, cfg, ground_frame)
+    born[:, CLS] = group
+    born[:, LANE] = lane
+    det_reach = np.sqrt(k.gate_chi2 * meas[:, 2])  # how far a detection's own noise may carry it (_reach)
     high = (score >= k.high_score) & valid
     low = (score < k.high_score) & valid
     rs, ry = k.size_std_frac ** 2, k.yaw_std_rad ** 2
@@ -380,95 +446,111 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
     final_hits = np.zeros(n, dtype=np.int64)  # per raw track id, when it is deleted or the scene ends
     final_t_match = np.zeros(n)
     state = np.zeros((0, NCOL))
-    # Each frame's high- and low-score detections: slices of the two index lists (boxes are sorted by frame).
-    hi_all, lo_all = np.nonzero(high)[0], np.nonzero(low)[0]
-    hi_at, lo_at = np.searchsorted(hi_all, frame_start), np.searchsorted(lo_all, frame_start)
-    transitions = {}  # dt -> prediction matrix (logs keep a fixed rate: one or two distinct dt)
+    transitions: dict = {}  # time step (ns) -> prediction matrix
     qs, qy = k.size_process_frac_per_s ** 2, k.yaw_process_rad_per_s ** 2
+    coast = k.coast_output_s > 0  # coasted boxes are recorded (the offline passes output none)
+    tentative = k.confirm_hits > 1  # with 1, every track is confirmed at birth
     coast_rows, coast_frames = [], []
     gaps = []  # per gap a track bridged: (track id, times of the matches before and after, x, y, vx, vy after)
     n_tracks = 0
+    li = np.zeros(0, dtype=np.intp)
+    # Each step's time step per lane in whole nanoseconds (a log's times are microseconds: exact), and whether the
+    # lanes share it (a fixed rate, forwards and backwards): then one matrix product predicts every track.
+    step_ns = np.rint(np.diff(t_lane, axis=1) * 1e9).astype(np.int64)
+    shared = (step_ns == step_ns[:1]).all(axis=0).tolist()
+    step0 = step_ns[0].tolist()
     for fi in range(f):
-        tk = t_s[fi]
-        if fi and len(state):
-            dt = tk - t_s[fi - 1]
-            A = transitions.get(dt)
-            if A is None:
-                A = transitions[dt] = _transition(dt, qs, qy)
-            state[:, :PY + 1] = state[:, :ONE + 1] @ A
-        s, e = frame_start[fi], frame_start[fi + 1]
-        matched = np.zeros(len(state), dtype=bool)
+        tl = t_lane[:, fi]
+        nr = len(state)  # (li: the lane of each row, kept with the rows)
+        if fi and nr:
+            if shared[fi - 1]:
+                state[:, :PY + 1] = state[:, :ONE + 1] @ _cached_transition(transitions, step0[fi - 1], qs, qy)
+            else:
+                for d in np.unique(step_ns[:, fi - 1]).tolist():
+                    m = step_ns[li, fi - 1] == d
+                    state[m, :PY + 1] = state[m, :ONE + 1] @ _cached_transition(transitions, d, qs, qy)
+        s, e = step_start[fi], step_start[fi + 1]
+        if coast:
+            matched = np.zeros(nr, dtype=bool)
         if e > s:
-            # Stage 1, high-score detections: tracks matched in the previous frame first, then coasting ones (a
-            # track that keeps missing must not take the detection of one that does not); stage 2: low-score
-            # detections to confirmed tracks left over.
-            hi, lo = hi_all[hi_at[fi]:hi_at[fi + 1]], lo_all[lo_at[fi]:lo_at[fi + 1]]
-            rows = np.arange(len(state))
-            fresh = state[:, T_MATCH] >= t_s[fi - 1] - eps if fi else np.ones(len(state), dtype=bool)
-            di, ti = _assign(hi, rows[fresh], meas, cls, state, k.gate_chi2)
+            hi_f = high[s:e]
+            if nr:
+                t_row = tl[0] if n_lanes == 1 else tl[li]
+                t_prev = t_lane[0, fi - 1] if n_lanes == 1 else t_lane[li, fi - 1]
+                # Stage 1, high-score detections: tracks matched in the previous frame first, then coasting ones (a
+                # track that keeps missing must not take the detection of one that does not); stage 2: low-score
+                # detections to confirmed tracks left over.
+                fresh = state[:, T_MATCH] >= t_prev - eps
+                assoc = _frame_dense if (e - s) * nr <= _DENSE_PAIRS else _frame_crowded
+                di, ti = assoc(s, e, hi_f, low[s:e], meas, group, state, fresh,
+                               (t_row, det_reach[s:e], cfg.min_gate_m, cfg.linking.d_max_m) if ground_frame else None,
+                               k)
+            else:
+                di = ti = _NONE
             taken = np.zeros(e - s, dtype=bool)
-            taken[di - s] = True
-            if len(di) < len(hi) and len(di) < len(rows):
-                # coasting tracks: the Mahalanobis gate widens with every miss (a static cone's after 1.5 s
-                # spans 11 m); the detection must also lie where the class can stray from the prediction in
-                # the gap (as fragment linking's limit: clip(gates_mps x gap, min_gate_m, linking.d_max_m))
-                old = rows[~fresh]
-                reach = np.clip(stray_mps[state[old, CLS].astype(np.int64)] * (tk - state[old, T_MATCH]),
-                                cfg.min_gate_m, cfg.linking.d_max_m) if ground_frame else None
-                d1, t1 = _assign(hi[~taken[hi - s]], old, meas, cls, state, k.gate_chi2, reach)
-                taken[d1 - s] = True
-                di, ti = np.concatenate([di, d1]), np.concatenate([ti, t1])
-            if len(lo) and len(ti) < len(rows):
-                free = np.ones(len(state), dtype=bool)
-                free[ti] = False
-                d2, t2 = _assign(lo, rows[free & (state[:, HITS] >= k.confirm_hits)], meas, cls, state, k.gate_chi2)
-                di, ti = np.concatenate([di, d2]), np.concatenate([ti, t2])
+            taken[di] = True
             if len(ti):
+                di = di + s
                 g = state[ti]
-                t_before = g[:, T_MATCH].copy()
-                _update(g, meas[di], z[di], score[di], tk, rs, ry)
+                if coast:
+                    t_before = g[:, T_MATCH].copy()
+                tk = t_row if n_lanes == 1 else t_row[ti]
+                _update(g, meas[di], z[di], score[di], tk, rs, ry, not ids_only)
                 state[ti] = g
-                closed = t_before < t_s[fi - 1] - eps  # the track coasted: this match closes a gap
-                if fi and closed.any():
-                    gaps.append(np.column_stack([g[closed, TID], t_before[closed], np.full(int(closed.sum()), tk),
-                                                 g[closed, X:VY + 1]]))
-                matched[ti] = True
-                track_of_box[di] = g[:, TID].astype(np.int64)
-            new = hi[~taken[hi - s]]
+                if coast and fi:
+                    closed = t_before < (t_prev if n_lanes == 1 else t_prev[ti]) - eps  # it coasted: a gap closes
+                    if closed.any():
+                        gaps.append(np.column_stack([g[closed, TID], t_before[closed], g[closed, T_MATCH],
+                                                     g[closed, X:VY + 1]]))
+                if coast:
+                    matched[ti] = True
+                track_of_box[di] = g[:, TID]
+            new = s + (hi_f & ~taken).nonzero()[0]
             if len(new):
                 births = born[new]
-                births[:, TID] = np.arange(n_tracks, n_tracks + len(new))
+                tid_new = np.arange(n_tracks, n_tracks + len(new))
+                births[:, TID] = tid_new
                 births[:, BIRTH] = new
-                track_of_box[new] = births[:, TID].astype(np.int64)
+                track_of_box[new] = tid_new
                 n_tracks += len(new)
                 state = np.concatenate([state, births])
-                matched = np.concatenate([matched, np.ones(len(new), dtype=bool)])
+                if coast:
+                    matched = np.concatenate([matched, np.ones(len(new), dtype=bool)])
+                if n_lanes > 1:
+                    li = state[:, LANE].astype(np.intp)
         if not len(state):
             continue
-        miss = tk - state[:, T_MATCH]
-        confirmed = state[:, HITS] >= k.confirm_hits
-        coasting = ~matched & confirmed & (miss <= k.coast_output_s + eps)
-        if k.coast_min_hit_ratio > 0:  # track quality: its hits over the frames it has lived through
-            lived = fi + 1 - frame_of_box[state[:, BIRTH].astype(np.int64)]
-            coasting &= state[:, HITS] >= k.coast_min_hit_ratio * lived
-        if coasting.any():
-            coast_rows.append(state[coasting])
-            coast_frames.append(np.full(int(coasting.sum()), fi))
-        # A tentative track's misses count per class: in a frame with detections of its class at once, in any
-        # other only after tentative_max_miss_s (issue #33: "a frame with any detection" made one class's tracks
-        # depend on the others'); a frame the detector did not see (``looked`` False: an unreadable sweep, a
-        # failed detector) never counts. Confirmed tracks age by time alone.
-        seen = np.zeros(len(DETECTION_CLASSES) + 1, dtype=bool)  # per class index (-1, unknown, last)
-        seen[cls[s:e]] = True
-        own = seen[state[:, CLS].astype(np.int64)]
-        dead = np.where(confirmed, miss > cfg.max_age_s + eps,
-                        looked[fi] & (((miss > k.tentative_max_age_s + eps) & own)
-                                      | (miss > k.tentative_max_miss_s + eps)))
+        miss = (tl[0] if n_lanes == 1 else tl[li]) - state[:, T_MATCH]
+        if coast or tentative:
+            confirmed = state[:, HITS] >= k.confirm_hits
+        if coast:
+            coasting = ~matched & confirmed & (miss <= k.coast_output_s + eps)
+            if k.coast_min_hit_ratio > 0:  # track quality: its hits over the frames it has lived through
+                lived = fi + 1 - frame_of_box[state[:, BIRTH].astype(np.int64)]
+                coasting &= state[:, HITS] >= k.coast_min_hit_ratio * lived
+            if coasting.any():
+                coast_rows.append(state[coasting])
+                coast_frames.append(np.full(int(coasting.sum()), fi))
+        if tentative:
+            # A tentative track's misses count per class: in a frame with detections of its class at once, in any
+            # other only after tentative_max_miss_s (issue #33: "a frame with any detection" made one class's
+            # tracks depend on the others'); a frame the detector did not see (``looked`` False: an unreadable
+            # sweep, a failed detector) never counts. Confirmed tracks age by time alone.
+            seen = np.zeros(n_lanes * c1, dtype=bool)  # per lane and class
+            seen[group[s:e]] = True
+            own = seen[state[:, CLS].astype(np.intp)]
+            dead = np.where(confirmed, miss > cfg.max_age_s + eps,
+                            (looked[0, fi] if n_lanes == 1 else looked[li, fi])
+                            & (((miss > k.tentative_max_age_s + eps) & own) | (miss > k.tentative_max_miss_s + eps)))
+        else:
+            dead = miss > cfg.max_age_s + eps
         if dead.any():
             tid = state[dead, TID].astype(np.int64)
             final_hits[tid] = state[dead, HITS]
             final_t_match[tid] = state[dead, T_MATCH]
             state = state[~dead]
+            if n_lanes > 1:
+                li = li[~dead]
     alive = state[:, TID].astype(np.int64)
     final_hits[alive] = np.maximum(state[:, HITS], k.confirm_hits)  # alive at the end: kept, even if tentative
     final_t_match[alive] = state[:, T_MATCH]
@@ -476,10 +558,106 @@ def kalman_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z:
     ok = track_of_box >= 0
     track_of_box[ok] = np.where(kept[track_of_box[ok]], track_of_box[ok], -1)
     track_of_box[~valid] = np.arange(n_tracks, n_tracks + int((~valid).sum()))
-    return _coasted(track_of_box, coast_rows, coast_frames, gaps, t_s, final_t_match, k)
+    return _coasted(track_of_box, coast_rows, coast_frames, gaps, t_lane, final_t_match, k)
 
 
-def _coasted(track_of_box, coast_rows, coast_frames, gaps, t_s, final_t_match, k) -> KalmanTracks:
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _reach(state: np.ndarray, reach) -> tuple[np.ndarray, np.ndarray] | None:
+    """How far each track may stray from its prediction (coasting tracks: the Mahalanobis gate widens with every
+    miss, a static cone's after 1.5 s spans 11 m, so the detection must also lie where the class can stray in the
+    gap, as fragment linking's limit: ``clip(gates_mps x gap, min_gate_m, linking.d_max_m)``), and each detection
+    what its own noise allows, ``sqrt(gate_chi2 r)``; None where the frame moves with the ego. ``reach``: (the
+    rows' times, the detections' reach, min_gate_m, d_max_m) or None."""
+    if reach is None:
+        return None
+    t_row, det_reach, lo, hi = reach
+    return np.minimum(np.maximum(state[:, STRAY] * (t_row - state[:, T_MATCH]), lo), hi), det_reach
+
+
+def _frame_dense(s, e, hi, lo, meas, group, state, fresh, reach, k) -> tuple[np.ndarray, np.ndarray]:
+    """One step's association (detections ``s:e``, the live tracks' rows of ``state``; ``hi`` / ``lo`` the
+    detections of high / low score, ``fresh`` the tracks matched in the frame before, ``reach`` as ``_reach``
+    reads it): every (detection, track) pair tested once as (D, T) arrays, then the three stages of the module
+    docstring solved on them. Returns (detection positions in ``s:e``, track rows), by detection within each
+    stage."""
+    md = meas[s:e]
+    dx = md[:, 0, None] - state[:, X]
+    dy = md[:, 1, None] - state[:, Y]
+    d2 = dx * dx + dy * dy
+    sv = md[:, 2, None] + state[:, PPP]
+    m = d2 / sv
+    ok = (m <= k.gate_chi2) & (group[s:e, None] == state[:, CLS])
+    cost = [m, sv]  # the pairs' costs, made by the first conflict (_solve)
+    di, ti = _solve(ok & hi[:, None] & fresh, cost)
+    n_tracks = len(fresh)
+    if len(di) < hi.sum() and len(di) < n_tracks:
+        free_d = hi.copy()
+        free_d[di] = False
+        allowed = ok & free_d[:, None] & ~fresh
+        r = _reach(state, reach) if allowed.any() else None
+        if r is not None:
+            allowed &= d2 <= (r[0] + r[1][:, None]) ** 2
+        d1, t1 = _solve(allowed, cost)
+        if len(d1):
+            di, ti = (d1, t1) if not len(di) else (np.concatenate([di, d1]), np.concatenate([ti, t1]))
+    if len(ti) < n_tracks and lo.any():
+        free_t = state[:, HITS] >= k.confirm_hits
+        free_t[ti] = False
+        d2_, t2 = _solve(ok & lo[:, None] & free_t, cost)
+        if len(d2_):
+            di, ti = (d2_, t2) if not len(di) else (np.concatenate([di, d2_]), np.concatenate([ti, t2]))
+    return di, ti
+
+
+def _solve(allowed: np.ndarray, cost: list) -> tuple[np.ndarray, np.ndarray]:
+    """The minimum-cost assignment (``_match``) among the ``allowed`` cells of a step's (D, T) pairs, the cost of a
+    pair its negative log-likelihood ``m + 2 ln S`` (``cost``: [m, S], or [that cost] once computed: the first
+    conflict of a step computes it for the step's stages); (rows, columns) by row."""
+    di, ti = allowed.nonzero()
+    n = len(di)
+    if n < 2:
+        return di, ti
+    in_rows, in_cols = set(di.tolist()), set(ti.tolist())
+    if len(in_rows) == n and len(in_cols) == n:  # no conflict: every pair is taken
+        return di, ti
+    if len(cost) == 2:
+        cost[:] = [cost[0] + 2 * np.log(cost[1])]
+    c = cost[0]
+    rows, cols = np.array(sorted(in_rows), dtype=np.intp), np.array(sorted(in_cols), dtype=np.intp)
+    if len(rows) * len(cols) <= _ONE_BLOCK:  # one dense block of the rows and columns in conflict (_dense)
+        sub = allowed[rows[:, None], cols]
+        block = np.where(sub, c[rows[:, None], cols], _BIG)
+        a, b = linear_sum_assignment(block)
+        good = sub[a, b]
+        return rows[a[good]], cols[b[good]]
+    a, b = _match(di, ti, c[di, ti], c.shape[1])
+    o = a.argsort(kind="stable")
+    return a[o], b[o]
+
+
+def _frame_crowded(s, e, hi, lo, meas, group, state, fresh, reach, k) -> tuple[np.ndarray, np.ndarray]:
+    """``_frame_dense`` for a step of more than ``_DENSE_PAIRS`` pairs: each stage's pairs from ``_assign`` (a
+    KD-tree's nearest tracks), in memory that grows with the detections."""
+    rows = np.arange(len(state))
+    hi_d, lo_d = s + np.flatnonzero(hi), s + np.flatnonzero(lo)
+    di, ti = _assign(hi_d, rows[fresh], meas, group, state, k.gate_chi2)
+    if len(di) < len(hi_d) and len(di) < len(rows):
+        old = ~fresh
+        r = _reach(state, reach)
+        d1, t1 = _assign(hi_d[~np.isin(hi_d, di)], rows[old], meas, group, state, k.gate_chi2,
+                         None if r is None else r[0][old])
+        di, ti = np.concatenate([di, d1]), np.concatenate([ti, t1])
+    if len(lo_d) and len(ti) < len(rows):
+        free = state[:, HITS] >= k.confirm_hits
+        free[ti] = False
+        d2, t2 = _assign(lo_d, rows[free], meas, group, state, k.gate_chi2)
+        di, ti = np.concatenate([di, d2]), np.concatenate([ti, t2])
+    return di - s, ti
+
+
+def _coasted(track_of_box, coast_rows, coast_frames, gaps, t_lane, final_t_match, k) -> KalmanTracks:
     """The result with the coasted boxes worth output: in gaps a later match bridged, the constant-velocity model's
     path between the filtered states at the gap's two ends (cubic Hermite in time: what a Rauch-Tung-Striebel
     smoother of white-noise acceleration gives with exact end states); after the last match, up to
@@ -487,7 +665,7 @@ def _coasted(track_of_box, coast_rows, coast_frames, gaps, t_s, final_t_match, k
     rows = np.concatenate(coast_rows) if coast_rows else np.zeros((0, NCOL))
     frame = np.concatenate(coast_frames) if coast_frames else np.zeros(0, dtype=np.int64)
     tid = rows[:, TID].astype(np.int64)
-    t = t_s[frame]
+    t = t_lane[rows[:, LANE].astype(np.int64), frame]
     miss = t - rows[:, T_MATCH]
     bridged = final_t_match[tid] > t
     keep = bridged | (miss <= k.coast_trailing_s + 1e-6)
@@ -496,7 +674,7 @@ def _coasted(track_of_box, coast_rows, coast_frames, gaps, t_s, final_t_match, k
     if bridged.any():
         # The gap a record lies in: the one its track closed after the match the record coasts from.
         ends = np.concatenate(gaps)
-        span_t = t_s[-1] + 1.0  # one sortable key per (track, time)
+        span_t = t_lane.max() + 1.0  # one sortable key per (track, time)
         order = np.argsort(ends[:, 0] * span_t + ends[:, 1])
         ends = ends[order]
         b = np.nonzero(bridged)[0]

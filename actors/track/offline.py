@@ -12,7 +12,9 @@ Steps (every time in seconds and every noise per second, so 2 Hz and 10 Hz logs 
 1. **Two passes.** The online tracker (``actors.track.kalman``, with its settings, every track kept) runs over the
    log forwards and over the log played backwards. Two boxes consecutive in a track of *both* passes are linked:
    the chains of such links are the *tracklets*. Where the passes disagree (a newborn track's wide gate took the
-   wrong second box in one direction; a coasting track took a neighbour's box) the tracklets break there.
+   wrong second box in one direction; a coasting track took a neighbour's box) the tracklets break there. A link
+   across missed frames stands only with ``link_min_boxes`` boxes of the tracklet on each side (``_known_gaps``):
+   with fewer, one side's motion is a guess, as step 3 has it.
 2. **Smoothed ends.** Each tracklet's motion is smoothed (step 3's smoother); its first and last states
    (position, velocity and their covariance) are what the linking compares.
 3. **Global linking.** A tracklet ``i`` ending before a tracklet ``j`` of its class starts (gap ``g <=
@@ -31,9 +33,9 @@ Steps (every time in seconds and every noise per second, so 2 Hz and 10 Hz logs 
    places.
 4. **Smoother.** Per track, a constant-velocity model (white-noise acceleration of the class's
    ``kalman.process_noise``) over every frame of its span, the detected centres measured with
-   ``kalman.position_std_m`` and ``kalman.position_std_size_frac``: a Kalman filter forwards, the
-   Rauch-Tung-Striebel recursion backwards, all tracks at once (one vectorised step per frame of the longest
-   track). The bottom of the box (z - h/2) is smoothed with the centre.
+   ``kalman.position_std_m`` and ``kalman.position_std_size_frac``: the Rauch-Tung-Striebel smoother's estimate
+   (a Kalman filter forwards, its recursion backwards), computed as the one banded linear system it solves, all
+   tracks at once (``_smooth``). The bottom of the box (z - h/2) is smoothed with the centre.
 5. **Size.** A track of a rigid class (``rigid_classes``) takes one size, the median of its detections' lengths,
    widths and heights; its boxes keep their bottoms where the smoother put them.
 6. **Whole-track score and pruning.** A track's score is ``mean detection score x n / (n + length_hits) x
@@ -52,12 +54,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import solveh_banded
 from scipy.optimize import linear_sum_assignment
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.special import chdtri
 
-from actors.track.kalman import class_table, gate_speeds, kalman_tracking
+from actors.track.kalman import class_table, gate_speeds, kalman_lanes, kalman_tracking
 from schemas.config import DETECTION_CLASSES, TrackingConfig
 
 
@@ -103,46 +106,58 @@ def _neighbours(track_of_box: np.ndarray, frame: np.ndarray) -> tuple[np.ndarray
 
 
 def _two_pass_links(t_s, frame_start, frame, xy, z, vel, size, yaw, score, cls, cfg, ground_frame, looked):
-    """(a, b) arrays of the links of step 1, and the boxes it keeps (bool (N,))."""
+    """(a, b) arrays of the links of step 1, and the boxes it keeps (bool (N,)). The two passes run as the two lanes
+    of one ``kalman_lanes`` loop: step k tracks frame k forwards and frame F - 1 - k backwards."""
     pcfg = _pass_config(cfg)
-    fwd = kalman_tracking(t_s, frame_start, xy, z, vel, size, yaw, score, cls, pcfg, ground_frame, looked)
+    n, f = len(xy), len(t_s)
     if not cfg.offline.both_directions:
+        fwd = kalman_tracking(t_s, frame_start, xy, z, vel, size, yaw, score, cls, pcfg, ground_frame, looked)
         succ, _ = _neighbours(fwd.track_of_box, frame)
         a = np.flatnonzero(succ >= 0)
         return a, succ[a], fwd.track_of_box >= 0
-    counts = np.diff(frame_start)
-    rev = np.lexsort((np.arange(len(xy)), -frame))  # frames last to first, boxes in input order within a frame
-    rev_start = np.concatenate([[0], np.cumsum(counts[::-1])])
-    t_rev = t_s[-1] - t_s[::-1]
-    lk = None if looked is None else np.asarray(looked, dtype=bool)[::-1]
-    bwd = kalman_tracking(t_rev, rev_start, xy[rev], z[rev], -vel[rev], size[rev], yaw[rev], score[rev], cls[rev],
-                          pcfg, ground_frame, lk)
-    back = np.full(len(xy), -1, dtype=np.int64)
-    back[rev] = bwd.track_of_box
+    # the virtual boxes: each box forwards (lane 0) and backwards (lane 1, frames from last to first, velocities
+    # reversed), by step, lane 0 first, each frame's boxes in input order
+    src = np.concatenate([np.arange(n), np.arange(n)])
+    lane = np.repeat(np.array([0, 1]), n)
+    step = np.concatenate([frame, f - 1 - frame])
+    order = np.lexsort((np.arange(2 * n), lane, step))
+    src, lane = src[order], lane[order]
+    step_start = np.searchsorted(step[order], np.arange(f + 1))
+    t_lane = np.stack([t_s, t_s[-1] - t_s[::-1]])
+    lk = None if looked is None else np.stack([np.asarray(looked, dtype=bool), np.asarray(looked, dtype=bool)[::-1]])
+    sign = np.where(lane == 0, 1.0, -1.0)[:, None]
+    res = kalman_lanes(t_lane, step_start, lane, xy[src], z[src], sign * vel[src], size[src], yaw[src], score[src],
+                       cls[src], pcfg, ground_frame, lk, ids_only=True)
+    fwd = np.full(n, -1, dtype=np.int64)
+    back = np.full(n, -1, dtype=np.int64)
+    fwd[src[lane == 0]] = res.track_of_box[lane == 0]
+    back[src[lane == 1]] = res.track_of_box[lane == 1]
     # a box is kept where both passes track it; two boxes are linked where both make them consecutive in a track
-    s1, _ = _neighbours(fwd.track_of_box, frame)
+    s1, _ = _neighbours(fwd, frame)
     s2, _ = _neighbours(back, frame)
     both = np.flatnonzero((s1 >= 0) & (s1 == s2))
-    return both, s1[both], (fwd.track_of_box >= 0) & (back >= 0)
+    return both, s1[both], (fwd >= 0) & (back >= 0)
 
 
 # ------------------------------------------------------------------------------------------------- the smoother
 @dataclass
 class _Smoothed:
-    """Per step of every track (rows in ``_grid`` order): smoothed position (R, 3), velocity (R, 3) and the shared
-    per-axis covariance (R, 3) [pp, pv, vv]."""
+    """Per step of every track (rows in ``_grid`` order): smoothed position (R, 3) and velocity (R, 3); per track
+    (by id), the smoothed covariance of its first and of its last step, (T, 3) [pp, pv, vv] per axis (the three
+    axes share it), where asked for."""
 
     pos: np.ndarray
     vel: np.ndarray
-    cov: np.ndarray
+    cov_first: np.ndarray | None = None
+    cov_last: np.ndarray | None = None
 
 
 @dataclass
 class _Grid:
-    """Rows of the tracks' frame grids: each track from its first to its last frame, one row per frame, tracks laid
-    out longest first (the tracks alive at step k are a prefix). ``start`` (T,) first row of each track (by track
-    id), ``length`` (T,), ``order`` (T,) track ids longest first, ``row_track`` / ``row_frame`` (R,),
-    ``row_of_box`` (N,) the row of each box."""
+    """Rows of the tracks' frame grids: each track from its first to its last frame, one row per frame, the rows of
+    a track consecutive (tracks laid out longest first). ``start`` (T,) first row of each track (by track id),
+    ``length`` (T,), ``order`` (T,) track ids longest first, ``row_track`` / ``row_frame`` (R,), ``row_of_box``
+    (N,) the row of each box."""
 
     start: np.ndarray
     length: np.ndarray
@@ -167,84 +182,67 @@ def _grid(track: np.ndarray, frame: np.ndarray, n_tracks: int) -> _Grid:
 
 
 _DIFFUSE_VELOCITY_VAR = 1e6  # the smoother's prior on a track's first velocity: none (it has the whole track)
+_MIN_Q = 1e-9  # m^2/s^3: a process noise of 0 (a class configured so) as a tiny one, so the model stays proper
 
 
-def _smooth(track, frame, meas_pos, meas_var, t_s, q_track, n_tracks) -> tuple[_Smoothed, _Grid]:
-    """Fixed-interval smoothing (Kalman filter forwards, Rauch-Tung-Striebel backwards) of a constant-velocity
-    model per track, over every frame of its span; ``meas_pos`` (N, 3) measured at the boxes' rows (``meas_var``
-    (N,) per axis), white-noise acceleration ``q_track`` (T,) m^2/s^3, a diffuse prior on the first velocity (a
-    constant-velocity path is reproduced exactly).
-    The three axes share one covariance (isotropic noises), so it is three numbers per row."""
+def _smooth(track, frame, meas_pos, meas_var, t_s, q_track, n_tracks, ends: bool = True) -> tuple[_Smoothed, _Grid]:
+    """Fixed-interval smoothing of a constant-velocity model per track, over every frame of its span;
+    ``meas_pos`` (N, 3) measured at the boxes' rows (``meas_var`` (N,) per axis), white-noise acceleration
+    ``q_track`` (T,) m^2/s^3, a diffuse prior on the first velocity (a constant-velocity path is reproduced
+    exactly); with ``ends``, the smoothed covariances of each track's first and last steps.
+
+    What the Rauch-Tung-Striebel recursion (a Kalman filter forwards, its backward pass) computes is the mean of
+    the whole path given every measurement: the solution of one linear system in information form, whose matrix
+    (the path's precision) is block-tridiagonal, 2x2 blocks (position, velocity) per step: per measured step
+    ``1 / r`` on the position; between consecutive steps ``d`` apart, the transition's ``[F, -I]^T Q^-1 [F, -I]``
+    (F = [[1, d], [0, 1]], Q = q [[d^3/3, d^2/2], [d^2/2, d]]); ``1 / _DIFFUSE_VELOCITY_VAR`` on each track's first
+    velocity. Every track of the scene is one banded symmetric positive-definite system (bandwidth 3 over the
+    interleaved position and velocity unknowns; tracks do not touch), solved at once by LAPACK's banded Cholesky
+    (``scipy.linalg.solveh_banded``) with the three axes (they share the covariance: isotropic noises) as three
+    right-hand sides, and the covariances of the ends as four more: the columns of the inverse at each track's
+    first and last position and velocity (one unit vector per track in each column: the tracks' blocks are
+    independent). No loop over steps."""
     grid = _grid(track, frame, n_tracks)
-    start, length, order, row_frame, row_of_box = grid.start, grid.length, grid.order, grid.row_frame, grid.row_of_box
-    rows = len(row_frame)
-    has = np.zeros(rows, dtype=bool)
-    has[row_of_box] = True
-    z = np.zeros((rows, 3))
-    z[row_of_box] = meas_pos
-    r = np.full(rows, np.inf)
-    r[row_of_box] = meas_var
-    q = q_track[grid.row_track]
-    dt = np.zeros(rows)
-    dt[1:] = t_s[row_frame[1:]] - t_s[row_frame[:-1]]  # the time from the row before (meaningless at a start)
-    fp, fv = np.zeros((rows, 3)), np.zeros((rows, 3))  # filtered
-    pp_, pv_, vv_ = np.zeros(rows), np.zeros(rows), np.zeros(rows)
-    xp, xv = np.zeros((rows, 3)), np.zeros((rows, 3))  # predicted
-    qp, qv, qw = np.zeros(rows), np.zeros(rows), np.zeros(rows)
-    lens = length[order]
-    starts = start[order]
-    n_alive = np.searchsorted(-lens, -np.arange(int(lens.max(initial=0))), side="left")  # tracks longer than k
-    for k in range(len(n_alive)):
-        i = starts[:n_alive[k]] + k
-        if k == 0:
-            a, b, c = r[i], np.zeros(len(i)), np.full(len(i), _DIFFUSE_VELOCITY_VAR)
-            xp[i], xv[i] = z[i], 0.0
-        else:
-            j, d = i - 1, dt[i]
-            a = pp_[j] + 2 * d * pv_[j] + d * d * vv_[j] + q[i] * d ** 3 / 3
-            b = pv_[j] + d * vv_[j] + q[i] * d * d / 2
-            c = vv_[j] + q[i] * d
-            xp[i] = fp[j] + fv[j] * d[:, None]
-            xv[i] = fv[j]
-        qp[i], qv[i], qw[i] = a, b, c
-        m = has[i] & (k > 0)  # a track's first measurement is its initial state (measured once, not twice)
-        ri = np.where(m, r[i], 0.0)
-        s = a + ri
-        k1 = np.where(m, a / s, 0.0)
-        k2 = np.where(m, b / s, 0.0)
-        innov = np.where(m[:, None], z[i] - xp[i], 0.0)
-        fp[i] = xp[i] + k1[:, None] * innov
-        fv[i] = xv[i] + k2[:, None] * innov
-        pp_[i], pv_[i], vv_[i] = (1 - k1) * a, (1 - k1) * b, c - k2 * b
-    sp, sv = fp.copy(), fv.copy()
-    spp, spv, svv = pp_.copy(), pv_.copy(), vv_.copy()
-    for k in range(len(n_alive) - 2, -1, -1):
-        alive = n_alive[k + 1]  # tracks with a step k + 1
-        i = starts[:alive] + k
-        nx = i + 1
-        d = dt[nx]
-        # C = P_f F^T P_pred(next)^-1, F = [[1, d], [0, 1]]
-        f11, f12, f22 = pp_[i] + d * pv_[i], pv_[i], pv_[i] + d * vv_[i]  # P_f F^T = [[f11, f12], [f21, f22]]
-        f21 = vv_[i]
-        a, b, c = qp[nx], qv[nx], qw[nx]
-        det = a * c - b * b
-        i11, i12, i22 = c / det, -b / det, a / det
-        c11, c12 = f11 * i11 + f12 * i12, f11 * i12 + f12 * i22
-        c21, c22 = f22 * i11 + f21 * i12, f22 * i12 + f21 * i22
-        dp, dv = sp[nx] - xp[nx], sv[nx] - xv[nx]
-        sp[i] = fp[i] + c11[:, None] * dp + c12[:, None] * dv
-        sv[i] = fv[i] + c21[:, None] * dp + c22[:, None] * dv
-        ea, eb, ec = spp[nx] - a, spv[nx] - b, svv[nx] - c
-        spp[i] = pp_[i] + c11 * c11 * ea + 2 * c11 * c12 * eb + c12 * c12 * ec
-        spv[i] = pv_[i] + c11 * c21 * ea + (c11 * c22 + c12 * c21) * eb + c12 * c22 * ec
-        svv[i] = vv_[i] + c21 * c21 * ea + 2 * c21 * c22 * eb + c22 * c22 * ec
-    return _Smoothed(sp, sv, np.column_stack([spp, spv, svv])), grid
+    rows = len(grid.row_frame)
+    same = grid.row_track[1:] == grid.row_track[:-1]  # row r and r + 1 are consecutive steps of one track
+    d = np.where(same, t_s[grid.row_frame[1:]] - t_s[grid.row_frame[:-1]], 1.0)
+    iq = np.where(same, 1.0 / (np.maximum(q_track[grid.row_track[1:]], _MIN_Q) * d), 0.0)  # 1 / (q d)
+    a, b, c = 12 * iq / (d * d), 6 * iq / d, 4 * iq  # Q^-1 = [[a, -b], [-b, c]]
+    jpp, jpv, jvv = np.zeros(rows), np.zeros(rows), np.zeros(rows)
+    jpp[:-1] += a  # F^T Q^-1 F = [[a, b], [b, c]] on step r
+    jpv[:-1] += b
+    jvv[:-1] += c
+    jpp[1:] += a  # Q^-1 on step r + 1
+    jpv[1:] -= b
+    jvv[1:] += c
+    jpp[grid.row_of_box] += 1.0 / meas_var
+    jvv[grid.start] += 1.0 / _DIFFUSE_VELOCITY_VAR
+    # upper band storage: ab[3 + i - j, j] = J[i, j] (i <= j), unknowns (p_0, v_0, p_1, v_1, ...);
+    # -F^T Q^-1 between r and r + 1: [[-a, b], [-b, 2 / (q d)]]
+    ab = np.zeros((4, 2 * rows))
+    ab[3, 0::2], ab[3, 1::2] = jpp, jvv
+    ab[2, 1::2] = jpv
+    ab[2, 2::2] = -b
+    ab[1, 2::2] = -a
+    ab[1, 3::2] = 2 * iq
+    ab[0, 3::2] = b
+    rhs = np.zeros((2 * rows, 7 if ends else 3))
+    rhs[2 * grid.row_of_box, :3] = meas_pos / meas_var[:, None]
+    first, last = 2 * grid.start, 2 * (grid.start + grid.length - 1)
+    if ends:
+        rhs[last, 3] = rhs[last + 1, 4] = rhs[first, 5] = rhs[first + 1, 6] = 1.0
+    x = solveh_banded(ab, rhs, check_finite=False) if rows else rhs
+    sm = _Smoothed(x[0::2, :3], x[1::2, :3])
+    if ends:
+        sm.cov_last = np.column_stack([x[last, 3], x[last + 1, 3], x[last + 1, 4]])
+        sm.cov_first = np.column_stack([x[first, 5], x[first + 1, 5], x[first + 1, 6]])
+    return sm, grid
 
 
 # ------------------------------------------------------------------------------------------------------ linking
 def _link(end_row, start_row, sm: _Smoothed, row_frame, t_s, t_cls, log_size, cfg, ground_frame, linkable):
-    """Step 3: successor (T,) of each tracklet (-1 none). ``end_row``/``start_row`` (T,) its last / first grid row,
-    ``t_cls`` (T,) class index, ``log_size`` (T, 3) mean log lwh."""
+    """Step 3: successor (T,) of each tracklet (-1 none). ``end_row``/``start_row`` (T,) its last / first grid row
+    (``sm`` with the ends' covariances), ``t_cls`` (T,) class index, ``log_size`` (T, 3) mean log lwh."""
     off = cfg.offline
     n = len(end_row)
     succ = np.full(n, -1, dtype=np.int64)
@@ -256,8 +254,8 @@ def _link(end_row, start_row, sm: _Smoothed, row_frame, t_s, t_cls, log_size, cf
     gate = chdtri(7, 1 - off.link_gate_prob)
     static_gate = chdtri(2, 1 - off.link_gate_prob)
     rs = cfg.kalman.size_std_frac ** 2
-    pe, ve, ce = sm.pos[end_row, :2], sm.vel[end_row, :2], sm.cov[end_row]
-    ps, vs, cs = sm.pos[start_row, :2], sm.vel[start_row, :2], sm.cov[start_row]
+    pe, ve, ce = sm.pos[end_row, :2], sm.vel[end_row, :2], sm.cov_last
+    ps, vs, cs = sm.pos[start_row, :2], sm.vel[start_row, :2], sm.cov_first
     static_e = np.hypot(*ve.T) < off.static_speed_mps
     static_s = np.hypot(*vs.T) < off.static_speed_mps
     known_e = (ce[:, 2] <= off.link_velocity_std_mps ** 2) & linkable  # ends whose motion is known well enough
@@ -368,6 +366,9 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     tracked = valid.copy() if exact else tracked & valid  # exact boxes: each one output, in a track of its own at worst
     # Step 1: tracklets; boxes the passes do not both track are not output.
     tracklet = _components(n, a, b, tracked) if n else np.zeros(0, dtype=np.int64)
+    if n and len(a):
+        a, b = _known_gaps(a, b, tracklet, frame, tracked, off.link_min_boxes)
+        tracklet = _components(n, a, b, tracked)
     nt = int(tracklet.max(initial=-1)) + 1
     if nt == 0:
         return _with_invalid(_finish(tracklet, 0, frame, t_s, np.zeros((n, 3)), np.ones(n), size, yaw, score, cls,
@@ -420,6 +421,24 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     return _with_invalid(res, valid, xy, z, size, score, n_tracks)
 
 
+def _known_gaps(a, b, tracklet, frame, tracked, min_boxes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The links of step 1 less those that bridge missed frames with fewer than ``min_boxes`` boxes of the tracklet
+    on one side (``offline.link_min_boxes``): a track's motion is a guess there (a newborn track coasting on its
+    birth velocity's wide gate, or a track about to take its first box after the gap), and step 3 links a gap only
+    between ends whose motion is known. Links between consecutive frames stand."""
+    boxes = np.flatnonzero(tracked)
+    o = boxes[np.lexsort((frame[boxes], tracklet[boxes]))]
+    to = tracklet[o]
+    size = np.bincount(to)
+    start = np.searchsorted(to, np.arange(len(size)))
+    rank = np.zeros(len(tracklet), dtype=np.int64)
+    rank[o] = np.arange(len(o)) - start[to]  # each box's place in its tracklet, in frame order
+    gap = frame[b] - frame[a] > 1
+    short = (rank[a] + 1 < min_boxes) | (size[tracklet[b]] - rank[b] < min_boxes)
+    keep = ~(gap & short)
+    return a[keep], b[keep]
+
+
 def _with_invalid(res: OfflineTracks, valid, xy, z, size, score, n_tracks: int) -> OfflineTracks:
     """The boxes that are not ``valid`` as tracks of their own, as given."""
     bad = np.flatnonzero(~valid)
@@ -438,7 +457,8 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     tb = track[boxes]
     t_cls = np.zeros(n_tracks, dtype=np.int64)
     t_cls[tb] = cls[boxes]
-    sm, grid = _smooth(tb, frame[boxes], bottom[boxes], meas_var[boxes], t_s, q_of_class[t_cls], n_tracks)
+    sm, grid = _smooth(tb, frame[boxes], bottom[boxes], meas_var[boxes], t_s, q_of_class[t_cls], n_tracks,
+                       ends=False)
     row_frame, row_of_box, row_track = grid.row_frame, grid.row_of_box, grid.row_track
     # Step 6: whole-track score, in log-odds: the mean log-odds of the detections' scores, times (as odds) the share
     # n / (n + length_hits) and the hit ratio to the power hit_ratio_power.
