@@ -428,7 +428,7 @@ def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
     protects the embedded instance is its token authentication: a client without the token is refused."""
     import ray
 
-    from generator.pipeline.driver import ensure_ray
+    from generator.pipeline.ray_connect import ensure_ray
     from schemas.config import PipelineConfig
 
     cfg = PipelineConfig()
