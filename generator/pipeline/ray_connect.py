@@ -59,9 +59,10 @@ def auth_mode(cfg: PipelineConfig, joining: bool) -> str:
         return "token"
     mode = raw.lower()
     if mode not in AUTH_MODES:
-        raise InputError(f"{AUTH_MODE_VAR}={raw!r} in the environment is not one of Ray's modes ({', '.join(AUTH_MODES)}): "
-                         "Ray reads it as 'disabled' and would run without authentication. Unset it (token "
-                         f"authentication, the token in {RAY_TOKEN_FILE}) or set {AUTH_MODE_VAR}=token"
+        raise InputError(f"{AUTH_MODE_VAR}={raw!r} in the environment is not one of Ray's modes "
+                         f"({', '.join(AUTH_MODES)}): Ray reads it as 'disabled' and would run without "
+                         f"authentication. Unset it (token authentication, the token in {RAY_TOKEN_FILE}) or set "
+                         f"{AUTH_MODE_VAR}=token"
                          + ("" if joining else f"; to run the embedded Ray without authentication, set "
                             f"{AUTH_MODE_VAR}=disabled and ray.allow_unauthenticated: true in the config"))
     if mode == "disabled" and not joining and not cfg.ray.allow_unauthenticated:
@@ -125,7 +126,7 @@ def check_metrics_port(port: int, host: str = LOOPBACK) -> None:
     if not 1 <= int(port) <= 65535:
         raise InputError(f"--metrics-port {port}: a TCP port is 1-65535")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Ray's HTTP server: a closed port's TIME_WAIT is free
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Ray's HTTP server: TIME_WAIT is not "in use"
         try:
             s.bind((host, int(port)))
         except OSError as err:
@@ -137,11 +138,10 @@ def check_metrics_port(port: int, host: str = LOOPBACK) -> None:
 # ------------------------------------------------------------------------------------------ joining a cluster
 def probe_cluster(address: str) -> str:
     """The GCS address (host:port) of the cluster ``address`` names ('auto': ``RAY_ADDRESS``, else the cluster
-    ``ray start --head`` started last on this machine, as Ray's address file says), checked to be joinable: something answers there, it takes this
-    process's token (``_give_token_to_ray`` first), and its Ray and Python versions are this process's. Raises a
-    ClusterError naming the address and the reason."""
-    import ray  # noqa: F401  (Ray's own address rules and GCS client below)
-    from ray._private import services
+    ``ray start --head`` started last on this machine, as Ray's address file says), checked to be joinable:
+    something answers there, it takes this process's token (``_give_token_to_ray`` first), and its Ray and Python
+    versions are this process's. Raises a ClusterError naming the address and the reason."""
+    from ray._private import services  # Ray's own address rules and GCS client: Ray is imported here, when needed
     from ray._private.utils import check_version_info
     from ray._raylet import GcsClient
     from ray.exceptions import AuthenticationError
@@ -164,7 +164,8 @@ def probe_cluster(address: str) -> str:
     except (ConnectionError, ValueError) as err:
         raise ClusterError(address, "unreachable", f"{err} (give HOST:PORT of the head node)") from None
     if gcs is None:
-        raise ClusterError(address, "unreachable", "no cluster address ('local' starts the embedded Ray: leave --address out)")
+        raise ClusterError(address, "unreachable", "no cluster address ('local' is the embedded Ray: leave --address "
+                                                   "out)")
     _reachable(address, gcs)
     try:
         client = GcsClient(address=gcs)
@@ -172,8 +173,9 @@ def probe_cluster(address: str) -> str:
     except AuthenticationError:
         raise ClusterError(address, "authentication", _auth_advice(gcs)) from None
     except Exception as err:  # noqa: BLE001 - Ray's RpcError and kin: something answers, not a Ray GCS that works
+        first = str(err).splitlines()[0][:200] if str(err) else ""
         raise ClusterError(address, "unreachable", f"{gcs} accepts connections but no Ray GCS answered there "
-                                                   f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+                                                   f"({type(err).__name__}: {first})") from None
     if metadata:
         import json
 
@@ -181,7 +183,8 @@ def probe_cluster(address: str) -> str:
             check_version_info(json.loads(metadata), "this driver", raise_on_mismatch=True)
         except Exception as err:  # noqa: BLE001 - Ray raises a plain RuntimeError naming both versions
             raise ClusterError(address, "version mismatch", f"{str(err).strip()} Install the cluster's Ray and "
-                                                            "Python versions here (or drivegen's on the cluster)") from None
+                                                            "Python versions here (or drivegen's on the cluster)"
+                               ) from None
     return gcs
 
 
@@ -193,14 +196,15 @@ def _reachable(address: str, host_port: str) -> None:
     except (OSError, ValueError) as err:
         why = getattr(err, "strerror", None) or str(err) or type(err).__name__
         raise ClusterError(address, "unreachable", f"nothing answers at {host_port} ({why}): check the address and "
-                                                   f"that the head node runs (`ray status --address {host_port}`)") from None
+                                                   f"that the head node runs (`ray status --address {host_port}`)"
+                           ) from None
 
 
 def _auth_advice(gcs: str) -> str:
     raw = os.environ.get(AUTH_MODE_VAR, "")
     source = token_source()
     if raw.lower() != "token":
-        return (f"the cluster requires Ray's token authentication and this process gives no token "
+        return ("the cluster requires Ray's token authentication and this process gives no token "
                 + (f"({AUTH_MODE_VAR}={raw} in the environment: unset it or set {AUTH_MODE_VAR}=token)" if raw else
                    "(none found: not in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or " + RAY_TOKEN_FILE + ")")
                 + f". Copy the cluster's token (`ray get-auth-token` on its head node) into {RAY_TOKEN_FILE} (mode "
