@@ -241,9 +241,10 @@ def test_a_cluster_it_cannot_join_is_exit_2_before_the_run_folder(walkthrough, t
 
 VERSION_SWAP = r"""
 import json, sys
+from ray._common.usage.usage_constants import CLUSTER_METADATA_KEY as key
+from ray._private.ray_constants import KV_NAMESPACE_CLUSTER as ns
 from ray._raylet import GcsClient
 c = GcsClient(address=sys.argv[1])
-key, ns = b"cluster_metadata", b"cluster"
 if sys.argv[2] == "fake":
     md = json.loads(c.internal_kv_get(key, namespace=ns))
     print(json.dumps(md))

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from generator.pipeline.driver import RunResult, format_summary, run_pipeline
-from generator.pipeline.ray_connect import LOOPBACK, check_ray, ensure_ray
+from generator.pipeline.ray_connect import LOOPBACK, check_ray, ensure_ray, settle_metrics
 from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
 from schemas import layout
 from schemas.errors import ConfigError, InputError, RunFolderError
@@ -227,9 +227,12 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             timings["ray_start"] = round(time.perf_counter() - t, 3)
             _warn_if_not_shared(store, desc)
         try:
-            return run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
-                                progress=progress, finalize=finalize, work=work, report=report, timings=timings,
-                                started_at=started_at, part_specs=tuple(part_specs))
+            result = run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
+                                  progress=progress, finalize=finalize, work=work, report=report, timings=timings,
+                                  started_at=started_at, part_specs=tuple(part_specs))
+            if executor == "ray" and not started:  # a cluster's metrics endpoints outlive this driver
+                settle_metrics(cfg, address)
+            return result
         finally:
             if started:
                 import ray

@@ -141,7 +141,9 @@ def probe_cluster(address: str) -> str:
     ``ray start --head`` started last on this machine, as Ray's address file says), checked to be joinable:
     something answers there, it takes this process's token (``_give_token_to_ray`` first), and its Ray and Python
     versions are this process's. Raises a ClusterError naming the address and the reason."""
+    from ray._common.usage.usage_constants import CLUSTER_METADATA_KEY
     from ray._private import services  # Ray's own address rules and GCS client: Ray is imported here, when needed
+    from ray._private.ray_constants import KV_NAMESPACE_CLUSTER
     from ray._private.utils import check_version_info
     from ray._raylet import GcsClient
     from ray.exceptions import AuthenticationError
@@ -169,7 +171,8 @@ def probe_cluster(address: str) -> str:
     _reachable(address, gcs)
     try:
         client = GcsClient(address=gcs)
-        metadata = client.internal_kv_get(b"cluster_metadata", namespace=b"cluster", timeout=GCS_CONNECT_TIMEOUT_S)
+        metadata = client.internal_kv_get(CLUSTER_METADATA_KEY, namespace=KV_NAMESPACE_CLUSTER,
+                                          timeout=GCS_CONNECT_TIMEOUT_S)  # the versions the head started with
     except AuthenticationError:
         raise ClusterError(address, "authentication", _auth_advice(gcs)) from None
     except Exception as err:  # noqa: BLE001 - Ray's RpcError and kin: something answers, not a Ray GCS that works
@@ -180,11 +183,11 @@ def probe_cluster(address: str) -> str:
         import json
 
         try:
-            check_version_info(json.loads(metadata), "this driver", raise_on_mismatch=True)
+            check_version_info(json.loads(metadata), "the machine drivegen runs on", raise_on_mismatch=True)
         except Exception as err:  # noqa: BLE001 - Ray raises a plain RuntimeError naming both versions
-            raise ClusterError(address, "version mismatch", f"{str(err).strip()} Install the cluster's Ray and "
-                                                            "Python versions here (or drivegen's on the cluster)"
-                               ) from None
+            said = " ".join(str(err).split())
+            raise ClusterError(address, "version mismatch", f"{said} Install the cluster's Ray and Python versions "
+                                                            "here (or drivegen's on the cluster)") from None
     return gcs
 
 
@@ -302,6 +305,23 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
     _private_token()
     _log_embedded(metrics_port)
     return True
+
+
+def settle_metrics(cfg: PipelineConfig, address: str | None) -> None:
+    """A driver that joined a cluster (``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS``; otherwise nothing to
+    do), at the end of its run: wait one report interval of Ray's metrics
+    (``metrics_report_interval_ms``, 10 s by default) so that the run's final counts reach the node's metrics
+    endpoint, which outlives the driver. Ray reports a process's metrics periodically, never as it exits: without
+    this the scenes finished in the run's last seconds never reach the cluster's Prometheus."""
+    import time
+
+    from ray._raylet import Config
+
+    if not _cluster_address(cfg, address):
+        return
+    wait_s = Config.metrics_report_interval_ms() / 1000
+    log.info("waiting %.0f s for Ray to report the run's final metrics to the cluster", wait_s)
+    time.sleep(wait_s)
 
 
 def _join(address: str, gcs: str, common: dict) -> None:
