@@ -221,7 +221,7 @@ def test_a_cluster_it_cannot_join_is_exit_2_before_the_run_folder(walkthrough, t
     stranger.mkdir()
     cases = [
         ("no token", w.head, {"HOME": str(stranger), "RAY_AUTH_MODE": None}, "(authentication)",
-         "this process gives no token"),
+         "this process has no token"),
         ("RAY_AUTH_MODE=disabled", w.head, {"HOME": str(stranger), "RAY_AUTH_MODE": "disabled"}, "(authentication)",
          "RAY_AUTH_MODE=disabled"),
         ("a wrong token", w.head, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32}, "(authentication)",

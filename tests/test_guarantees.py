@@ -425,7 +425,8 @@ def test_the_lock_heartbeat_is_not_a_leftover(tmp_path):
 def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
     """During a run, gcs_server, raylet, the driver and the workers listened on all interfaces. They now listen on
     127.0.0.1 only (tests/test_ray_connect.py); what keeps out another user of the same machine is the token
-    authentication: a client without the token is refused."""
+    authentication: a client without the token is refused. (The clients run in Ray's single-machine mode, as the
+    embedded Ray does: otherwise Ray replaces 127.0.0.1 by the machine's address, where nothing listens.)"""
     import ray
 
     from generator.pipeline.ray_connect import ensure_ray
@@ -438,8 +439,9 @@ def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
     assert ensure_ray(cfg)
     try:
         gcs = ray.get_runtime_context().gcs_address
+        local = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token: a stranger on the network
+        env.update(local, HOME=str(tmp_path))  # no ~/.ray/auth_token: another user of this machine
         code = f"import ray; ray.init(address={gcs!r}, logging_level='ERROR'); print('CONNECTED')"
         # the client is refused for its token at once, then retries for ~20 s before it gives up: the refusal
         # itself is what is asserted (not a network failure), and the client is stopped there
@@ -459,7 +461,7 @@ def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
         assert refused and "CONNECTED" not in out
         # the control: a client with the driver's environment (its token) connects
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ))
+                           env={**os.environ, **local})
         assert r.returncode == 0 and "CONNECTED" in r.stdout, r.stderr[-2000:]
     finally:
         ray.shutdown()

@@ -230,7 +230,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             result = run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
                                   progress=progress, finalize=finalize, work=work, report=report, timings=timings,
                                   started_at=started_at, part_specs=tuple(part_specs))
-            if executor == "ray" and not started:  # a cluster's metrics endpoints outlive this driver
+            if executor == "ray":  # a cluster's metrics endpoints outlive this driver
                 settle_metrics(cfg, address)
             return result
         finally:

@@ -5,12 +5,14 @@ Authentication: ``RAY_AUTH_MODE``, Ray's own variable (Ray reads any value but `
 every value handled here:
 
     unset      token authentication. The embedded Ray makes its token in ``~/.ray/auth_token`` (Ray's default
-               for a local instance); joining a cluster, the token Ray finds (``RAY_AUTH_TOKEN``, the file named
-               by ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``: Ray's order) is given to it, as Ray itself does
-               only for ``--address auto``
+               for a local instance); joining a cluster, the cluster's own mode, asked without a token first: a
+               cluster that requires one gets the token Ray finds (``RAY_AUTH_TOKEN``, the file named by
+               ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``: Ray's order; Ray itself does this only for
+               ``--address auto``), one without authentication is joined without, with a warning (a driver in
+               token mode on it never gets its actors started)
     token      the same (case does not matter, as for Ray)
     disabled   no authentication: the embedded Ray only with ``ray.allow_unauthenticated: true`` in the config,
-               and a warning on every run; joining a cluster, a client without a token (the cluster decides)
+               and a warning on every run; joining a cluster, no token (a cluster that requires one refuses)
     other      refused (``off``, empty, ``false``, ...): Ray would run without authentication
 
 The token itself is never logged, written into a run folder or its config, or put into a runtime environment:
@@ -86,21 +88,18 @@ def token_source() -> str | None:
     return default if os.path.isfile(default) and os.path.getsize(default) else None
 
 
-def _set_auth_mode(token: bool) -> None:
-    """Ray in this process (and its children) in the mode of ``RAY_AUTH_MODE``, set to ``token`` first when
-    ``token`` and it is unset (never the token itself). Ray reads its config once per process: it is read again,
-    as Ray's own switch to token mode does."""
-    from ray._raylet import Config
+def _set_auth_mode(mode: str | None) -> None:
+    """Ray in this process (and its children) in ``mode`` (``token`` / ``disabled``; None: ``token`` when
+    ``RAY_AUTH_MODE`` is unset), never given the token itself. Ray reads its config once per process: it is read
+    again, as Ray's own switch to token mode does, and the token read afresh."""
+    from ray._raylet import AuthenticationTokenLoader, Config
 
-    if token and AUTH_MODE_VAR not in os.environ:
+    if mode is not None:
+        os.environ[AUTH_MODE_VAR] = mode
+    elif AUTH_MODE_VAR not in os.environ:
         os.environ[AUTH_MODE_VAR] = "token"
     Config.initialize("")
-
-
-def _give_token_to_ray() -> None:
-    """Joining a cluster with ``RAY_AUTH_MODE`` unset: token mode when a token is at hand (Ray does this itself
-    only for ``auto``)."""
-    _set_auth_mode(token_source() is not None)
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def _private_token() -> None:
@@ -139,8 +138,9 @@ def check_metrics_port(port: int, host: str = LOOPBACK) -> None:
 def probe_cluster(address: str) -> str:
     """The GCS address (host:port) of the cluster ``address`` names ('auto': ``RAY_ADDRESS``, else the cluster
     ``ray start --head`` started last on this machine, as Ray's address file says), checked to be joinable:
-    something answers there, it takes this process's token (``_give_token_to_ray`` first), and its Ray and Python
-    versions are this process's. Raises a ClusterError naming the address and the reason."""
+    something answers there, it takes this process's token (this process is left in the cluster's authentication
+    mode: token, with the token Ray finds, or none for a cluster without authentication, with a warning), and its
+    Ray and Python versions are this process's. Raises a ClusterError naming the address and the reason."""
     from ray._common.usage.usage_constants import CLUSTER_METADATA_KEY
     from ray._private import services  # Ray's own address rules and GCS client: Ray is imported here, when needed
     from ray._private.ray_constants import KV_NAMESPACE_CLUSTER
@@ -148,8 +148,8 @@ def probe_cluster(address: str) -> str:
     from ray._raylet import GcsClient
     from ray.exceptions import AuthenticationError
 
-    _give_token_to_ray()
     if address.startswith("ray://"):  # Ray Client: its proxy checks the rest when ray.init connects
+        _set_auth_mode("token" if AUTH_MODE_VAR not in os.environ and token_source() else None)
         _reachable(address, address[len("ray://"):])
         return address
     target = address
@@ -169,12 +169,22 @@ def probe_cluster(address: str) -> str:
         raise ClusterError(address, "unreachable", "no cluster address ('local' is the embedded Ray: leave --address "
                                                    "out)")
     _reachable(address, gcs)
+    asked = os.environ.get(AUTH_MODE_VAR)  # checked by auth_mode: unset, token or disabled (any case)
     try:
-        client = GcsClient(address=gcs)
+        # The cluster's own mode first, asked without a token: a driver must run in the mode of the cluster's
+        # processes (in token mode on a cluster without authentication its actors never start).
+        _set_auth_mode("disabled")
+        try:
+            client = GcsClient(address=gcs)
+        except AuthenticationError:
+            if (asked or "").lower() == "disabled" or token_source() is None:
+                raise
+            _set_auth_mode("token")
+            client = GcsClient(address=gcs)
         metadata = client.internal_kv_get(CLUSTER_METADATA_KEY, namespace=KV_NAMESPACE_CLUSTER,
                                           timeout=GCS_CONNECT_TIMEOUT_S)  # the versions the head started with
     except AuthenticationError:
-        raise ClusterError(address, "authentication", _auth_advice(gcs)) from None
+        raise ClusterError(address, "authentication", _auth_advice(gcs, asked)) from None
     except Exception as err:  # noqa: BLE001 - Ray's RpcError and kin: something answers, not a Ray GCS that works
         first = str(err).splitlines()[0][:200] if str(err) else ""
         raise ClusterError(address, "unreachable", f"{gcs} accepts connections but no Ray GCS answered there "
@@ -203,17 +213,20 @@ def _reachable(address: str, host_port: str) -> None:
                            ) from None
 
 
-def _auth_advice(gcs: str) -> str:
-    raw = os.environ.get(AUTH_MODE_VAR, "")
+def _auth_advice(gcs: str, asked: str | None) -> str:
+    """What to do when the cluster at ``gcs`` requires a token this process did not give or gave wrong
+    (``asked``: ``RAY_AUTH_MODE`` as the user set it)."""
     source = token_source()
-    if raw.lower() != "token":
-        return ("the cluster requires Ray's token authentication and this process gives no token "
-                + (f"({AUTH_MODE_VAR}={raw} in the environment: unset it or set {AUTH_MODE_VAR}=token)" if raw else
-                   "(none found: not in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or " + RAY_TOKEN_FILE + ")")
-                + f". Copy the cluster's token (`ray get-auth-token` on its head node) into {RAY_TOKEN_FILE} (mode "
-                "600) or into a file named by RAY_AUTH_TOKEN_PATH")
-    return (f"the cluster refused the token from {source or 'nowhere'}: it is not the token of the cluster at {gcs}. "
-            f"Use the cluster's own (`ray get-auth-token` on its head node) in {RAY_TOKEN_FILE} or RAY_AUTH_TOKEN_PATH")
+    if (asked or "").lower() == "disabled":
+        return (f"the cluster requires Ray's token authentication and {AUTH_MODE_VAR}={asked} in the environment "
+                f"gives no token: unset it or set {AUTH_MODE_VAR}=token")
+    if source is None:
+        return ("the cluster requires Ray's token authentication and this process has no token (none in "
+                f"RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or {RAY_TOKEN_FILE}): copy the cluster's token (`ray "
+                f"get-auth-token` on its head node) into {RAY_TOKEN_FILE} (mode 600) or into a file named by "
+                "RAY_AUTH_TOKEN_PATH")
+    return (f"the cluster refused the token from {source}: it is not the token of the cluster at {gcs}. Use the "
+            f"cluster's own (`ray get-auth-token` on its head node) in {RAY_TOKEN_FILE} or RAY_AUTH_TOKEN_PATH")
 
 
 # ------------------------------------------------------------------------------------------ before and at the start
@@ -297,7 +310,7 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
         warning = oversubscribed(cfg)
         if warning:
             log.warning("%s", warning)
-        _set_auth_mode(True)  # unset: token, Ray's default for a local instance, said rather than assumed
+        _set_auth_mode(None)  # unset: token, Ray's default for a local instance, said rather than assumed
         extra = {"_metrics_export_port": int(metrics_port)} if metrics_port else {}
         # address='local': always a new embedded instance, never another user's Ray found on this machine
         ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common,
@@ -332,7 +345,7 @@ def _join(address: str, gcs: str, common: dict) -> None:
     try:
         ray.init(address=gcs, **common)
     except AuthenticationError:  # the probe passed and then the cluster changed: the same errors, named
-        raise ClusterError(address, "authentication", _auth_advice(address)) from None
+        raise ClusterError(address, "authentication", _auth_advice(gcs, os.environ.get(AUTH_MODE_VAR))) from None
     except ConnectionError as err:
         raise ClusterError(address, "unreachable", str(err).splitlines()[0][:300]) from None
     except RuntimeError as err:
@@ -341,9 +354,12 @@ def _join(address: str, gcs: str, common: dict) -> None:
         raise ClusterError(address, "version mismatch", str(err).strip()) from None
     from ray._raylet import AuthenticationMode, get_authentication_mode
 
-    token = get_authentication_mode() == AuthenticationMode.TOKEN
-    log.info("joined the Ray cluster at %s (%s)", address if address == gcs else f"{address} ({gcs})",
-             f"token authentication, the token from {token_source()}" if token else "without a token")
+    where = address if address == gcs else f"{address} ({gcs})"
+    if get_authentication_mode() == AuthenticationMode.TOKEN:
+        log.info("joined the Ray cluster at %s (token authentication, the token from %s)", where, token_source())
+    else:
+        log.warning("joined the Ray cluster at %s without a token: it runs without authentication, so anyone who "
+                    "reaches its ports can run code on it (start its nodes with RAY_AUTH_MODE=token)", where)
 
 
 def _log_embedded(metrics_port: int | None) -> None:
