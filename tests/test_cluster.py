@@ -5,7 +5,7 @@ holds) with a home of its own (its own ``~/.ray/auth_token``: never the user's) 
 page's port numbers. Two things differ from a reader's shell, both outside the page's text: its ``ray stop``
 stops only the processes of this test's ``RAY_TMPDIR`` (``support.raynodes``; the real one stops every Ray of the
 user, other tests' and other people's), and it runs at the end of the module, after the tests below used the
-cluster.
+cluster. A node that misses Ray's 30 s to register (a loaded machine) makes the walkthrough start over once.
 
 Shown: the walkthrough's run with a worker node killed mid-run and its Ray Job both hold the same bytes as the
 same logs on the embedded Ray; the token is written nowhere; a cluster that cannot be joined (no token, a wrong
@@ -36,6 +36,7 @@ PAGE = REPO / "docs" / "guide" / "cluster.md"
 SECTION = "## Try a cluster on one machine"
 PORT_VARS = ("HEAD_PORT", "CLIENT_PORT", "DASHBOARD_PORT", "METRICS_PORT")
 SCENES = 6  # `drivegen synth --scenes 6 --small` in the page
+RAY_STARTUP_TIMEOUT = "The current node timed out during startup"  # Ray's own, when a node misses its 30 s
 RUNS = ("cluster", "job")  # the page's run folders under $DEMO/runs
 
 
@@ -108,8 +109,18 @@ def walkthrough(tmp_path_factory):
     try:
         # each traced command with its time (bash does not take PS4 from the environment when run as root)
         script = "PS4='+ $EPOCHREALTIME '\n" + "\n".join(blocks[:-1])
-        result = subprocess.run(["bash", "-x", "-e", "-c", script], cwd=clone, env=env,
-                                capture_output=True, text=True, timeout=1800)
+        for attempt in (1, 2):
+            result = subprocess.run(["bash", "-x", "-e", "-c", script], cwd=clone, env=env,
+                                    capture_output=True, text=True, timeout=1800)
+            worker_log = home / "drivegen-demo" / "worker-2.log"
+            said = result.stderr + (worker_log.read_text() if worker_log.exists() else "")
+            if result.returncode == 0 or RAY_STARTUP_TIMEOUT not in said or attempt == 2:
+                break
+            # Ray gives a node 30 s to register (hard-coded): on a loaded machine a `ray start` can miss it.
+            # Once, the whole walkthrough again from nothing: the processes stopped, a fresh home.
+            stop_own(str(ray_tmp))
+            shutil.rmtree(home)
+            home.mkdir()
         seconds = time.monotonic() - t0
         demo = home / "drivegen-demo"
         embedded = home / "embedded"
@@ -237,6 +248,23 @@ def test_a_cluster_it_cannot_join_is_exit_2_before_the_run_folder(walkthrough, t
         assert detail in r.stderr, (what, r.stderr[-2000:])
         assert "storage error" not in r.stderr and not out.exists(), what
         assert r.seconds < 60, (what, r.seconds)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_address_auto_is_the_head_started_here_with_its_token(walkthrough):
+    """The cluster launcher's ``ray exec cluster.yaml 'drivegen run --address auto ...'`` runs on the head node in a
+    shell without RAY_AUTH_MODE: 'auto' is the cluster ``ray start --head`` started there (Ray's address file) and
+    the token is found in ~/.ray/auth_token; the probe accepts it and leaves the process in token mode."""
+    w = walkthrough
+    assert w.result.returncode == 0, _script_failed(w)
+    env = {k: v for k, v in w.env.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    code = ("import os; from generator.pipeline.ray_connect import check_ray; from schemas.config import "
+            "PipelineConfig; print(check_ray(PipelineConfig(), 'auto'), os.environ['RAY_AUTH_MODE'])")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    gcs, mode = r.stdout.split()[-2:]
+    assert gcs.endswith(":" + w.head.rsplit(":", 1)[1]) and mode == "token", r.stdout
 
 
 VERSION_SWAP = r"""
