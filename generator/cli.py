@@ -2,8 +2,9 @@
 ``add_parser(subparsers)`` (returning its parser) and ``main(args) -> int``.
 
 Exit codes are decided here, once, from the error hierarchy (``schemas.errors``): an ``InputError``
-(config, logs, templates, run folder, arguments) prints its message and exits 2; another ``DrivegenError``
-prints its message and exits 1; anything else is a bug: the traceback is printed and the exit code is 1.
+(config, logs, templates, run folder, arguments, a Ray cluster that cannot be joined: ``ClusterError``) prints its
+message and exits 2; another ``DrivegenError`` prints its message and exits 1; anything else is a bug: the
+traceback is printed and the exit code is 1.
 A reader that closes stdout before the output ends (``drivegen score ... | head``) is neither: the command stops
 quietly with 141, the status of a process that SIGPIPE ends (Python's documented handling of BrokenPipeError).
 """

@@ -943,10 +943,11 @@ class RayConfig(_Model):
     max_retries: int = Field(2, ge=0)
     scenes_in_flight: int = Field(4, ge=1)
     allow_unauthenticated: bool = False
-    """Start the embedded Ray although ``RAY_AUTH_MODE=disabled`` in the environment turns its token
-    authentication off. Ray listens on all interfaces, so any host that reaches this machine's Ray ports can then
-    run code as you: only on a machine no one else can reach. Without it such a run is refused before anything is
-    written (``generator.pipeline.driver.check_ray_auth``)."""
+    """The opt-out of authentication: start the embedded Ray although ``RAY_AUTH_MODE=disabled`` in the environment
+    turns its token authentication off, with a warning on every run. Anyone who reaches its ports (every user of
+    this machine; every host, with ``--metrics-host 0.0.0.0``) can then run code as you. Without it such a run is
+    refused before anything is written, as is any ``RAY_AUTH_MODE`` but ``token`` or ``disabled``
+    (``generator.pipeline.ray_connect``)."""
     model_stages: Literal["auto", "actors", "tasks"] = "auto"
     """Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends
     (mmdet3d, sam2) and tasks for the CPU ones; 'actors' / 'tasks' force one way for every backend."""

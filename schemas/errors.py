@@ -7,7 +7,8 @@
     │   │   └── UnlabelledFrameError   a frame outside its log's annotations met the 'labels' detector
     │   ├── TemplateError          a QA template file (names file, line and field)
     │   ├── RunFolderError         a run folder: not one, locked by another run, changed since, unreadable
-    │   └── AccessDeniedError      a disk or object store refused this user or these credentials
+    │   ├── AccessDeniedError      a disk or object store refused this user or these credentials
+    │   └── ClusterError           a Ray cluster not joined: unreachable, authentication, version mismatch
     ├── StorageError               a disk or object store failed or could not be reached: a command exits 1
     └── (other subclasses)         a known failure that is not the input's fault: a command exits 1
 
@@ -55,6 +56,22 @@ class RunFolderError(InputError):
 
 class AccessDeniedError(InputError):
     """A file or object could not be used with this user's permissions or these credentials."""
+
+
+class ClusterError(InputError):
+    """A Ray cluster drivegen cannot join, raised before anything is written: its ``address`` and the ``reason``
+    (one of ``CLUSTER_REASONS``), with what to do. A network or authentication failure of Ray, never a file's or a
+    disk's."""
+
+    def __init__(self, address: str, reason: str, message: str):
+        if reason not in CLUSTER_REASONS:
+            raise ValueError(f"reason must be one of {CLUSTER_REASONS}, got {reason!r}")
+        self.address = address
+        self.reason = reason
+        super().__init__(f"cannot join the Ray cluster at {address} ({reason}): {message}")
+
+
+CLUSTER_REASONS = ("unreachable", "authentication", "version mismatch")
 
 
 class StorageError(DrivegenError):

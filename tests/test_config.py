@@ -256,7 +256,7 @@ def test_size_like_settings_are_bounded_before_any_work(tmp_path, yaml_text, fie
 
 def test_more_ray_cpus_than_cores_is_warned_about():
     """ray.num_cpus: 1000 on 2 cores passed without a word (Ray then runs 1000 scenes' tasks on 2 cores)."""
-    from generator.pipeline.driver import oversubscribed
+    from generator.pipeline.ray_connect import oversubscribed
 
     text = oversubscribed(parse_config({"ray": {"num_cpus": 1000}}), cores=2)
     assert text and "ray.num_cpus=1000 on a machine with 2 CPUs" in text

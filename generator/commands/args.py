@@ -13,3 +13,11 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
     return v
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 1-65535."""
+    v = positive_int(text)
+    if v > 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is at most 65535, got {v}")
+    return v

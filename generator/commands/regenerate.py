@@ -52,7 +52,7 @@ def main(args) -> int:
     started = False
     try:
         if executor == "ray":
-            from generator.pipeline.driver import ensure_ray
+            from generator.pipeline.ray_connect import ensure_ray
 
             if not address:
                 cfg.ray.num_cpus = args.workers

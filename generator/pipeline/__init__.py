@@ -6,8 +6,9 @@ anything is written, take the run folder's lock, describe the run (``config.yaml
 (``generator.pipeline.stages``), commit each scene's files exactly once (``generator.runfolder``), write
 ``summary.json``, the dataset card and the bench export (``generator.pipeline.exports``).
 
-Modules: ``core`` (typed SceneWork, stage application, finishing a scene), ``ray_exec`` (the streaming
-Dataset), ``driver`` (rounds, reconciliation, summary), ``stages`` (the real stages wired to
+Modules: ``core`` (typed SceneWork, stage application, finishing a scene), ``ray_connect`` (joining a cluster
+or starting the embedded Ray, authentication), ``ray_exec`` (the streaming Dataset), ``driver`` (rounds,
+reconciliation, summary), ``stages`` (the real stages wired to
 sources/actors/attributes/qa/writers), ``exports`` (card, bench), ``regenerate``. The run folder itself
 (layout, reader, commit, lock) is ``generator.runfolder``.
 """
@@ -21,7 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from generator.pipeline.driver import RunResult, check_ray_auth, ensure_ray, format_summary, run_pipeline
+from generator.pipeline.driver import RunResult, format_summary, run_pipeline
+from generator.pipeline.ray_connect import LOOPBACK, check_ray, ensure_ray, settle_metrics
 from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
 from schemas import layout
 from schemas.errors import ConfigError, InputError, RunFolderError
@@ -135,7 +137,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         overwrite: bool = False,
         scenes: int | None = None, seed: int = 0, executor: str = "ray", progress: bool = True,
         verbose: bool = False, stages=None, write=None, finalize=None, command: str = "drivegen run",
-        report=None, started_at: float | None = None, metrics_port: int | None = None) -> RunResult:
+        report=None, started_at: float | None = None, metrics_port: int | None = None,
+        metrics_host: str = LOOPBACK) -> RunResult:
     """``drivegen run`` as a function (see ``generator.commands.run``). ``cfg`` (a PipelineConfig) overrides
     ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks); ``report(store)``
     writes the HTML report at the end (``run_pipeline``); ``started_at`` (``time.perf_counter()`` when the command
@@ -160,8 +163,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     if not resume:  # every input checked before the run folder is touched
         cfg = cfg if cfg is not None else load_config(config)
         check_inputs(cfg)
-        if executor == "ray":
-            check_ray_auth(cfg, address)
+        if executor == "ray":  # the authentication, the metrics port, the cluster (before the folder is made)
+            check_ray(cfg, address, metrics_port, metrics_host)
         t = time.perf_counter()
         if data is None:
             data, source, version = str(synth_logs(scenes or DEFAULT_SYNTH_SCENES, seed)), "nuscenes", SYNTH_VERSION
@@ -186,7 +189,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             cfg, desc, ids, work = reader.config(), reader.source(), reader.planned_scenes(), reader.planned_work()
             check_inputs(cfg)
             if executor == "ray":
-                check_ray_auth(cfg, address)
+                check_ray(cfg, address, metrics_port, metrics_host)
         else:
             others = [p for p in store.list("", recursive=True) if p != layout.LOCK]
             if others and reader.is_run_folder():
@@ -232,13 +235,16 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         started = False
         if executor == "ray":
             t = time.perf_counter()
-            started = ensure_ray(cfg, address, verbose, metrics_port)
+            started = ensure_ray(cfg, address, verbose, metrics_port, metrics_host)
             timings["ray_start"] = round(time.perf_counter() - t, 3)
             _warn_if_not_shared(store, desc)
         try:
-            return run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
-                                progress=progress, finalize=finalize, work=work, report=report, timings=timings,
-                                started_at=started_at, part_specs=tuple(part_specs))
+            result = run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
+                                  progress=progress, finalize=finalize, work=work, report=report, timings=timings,
+                                  started_at=started_at, part_specs=tuple(part_specs))
+            if executor == "ray":  # a cluster's metrics endpoints outlive this driver
+                settle_metrics(cfg, address)
+            return result
         finally:
             if started:
                 import ray

@@ -417,7 +417,7 @@ def _write_shards(run: str, dest: str, shards: list, workers: int, address: str 
         return
     import ray
 
-    from generator.pipeline.driver import ensure_ray
+    from generator.pipeline.ray_connect import ensure_ray
 
     cfg = RunReader(run).config()
     cfg.ray.num_cpus = workers or None
