@@ -59,7 +59,7 @@ def _hostile(folder: Path, outside: Path) -> list[str]:
 _PART = st.sampled_from(["..", ".", "", "a", "qa", "link", "secret.txt", "x.parquet"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None, database=None)
 @given(parts=st.lists(_PART, min_size=1, max_size=5), absolute=st.booleans())
 def test_the_store_deletes_nothing_outside_whatever_the_path(tmp_path_factory, parts, absolute):
     """Any '/'-joined path of these parts (``..``, ``.``, empty, names, a link out), absolute or not, given to
