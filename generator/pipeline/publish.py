@@ -50,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 
 from generator.runfolder import RunReader, RunStore
+from generator.writers.card import code_span
 from schemas import layout
 from schemas.errors import RunFolderError
 
@@ -338,8 +339,6 @@ def card_text(reader: RunReader, p: Plan) -> str:
     """The run's dataset card with its configs pointing at the published shards, and a section on the release
     (what it quotes, the run's URI included, as literal text: ``code_span``)."""
     import yaml
-
-    from generator.writers.card import code_span
 
     text = reader.store.read_bytes(CARD).decode("utf-8") if reader.store.exists(CARD) else ""
     meta, body = {}, text
