@@ -21,7 +21,8 @@ import traceback
 
 _STARTED_AT = time.perf_counter()  # the process's command starts about here (the CLI is imported first)
 
-COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "publish", "score", "report", "view")
+COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "publish", "score", "report", "view",
+            "clean")
 
 
 def command_modules() -> list[str]:

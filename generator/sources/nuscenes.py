@@ -139,8 +139,9 @@ class NuScenesSource(LogSource):
                 path = self.dataroot / m["filename"]
                 if self.remote is not None:
                     self.remote.fetch_all([m["filename"]])
-                if path.is_file():
-                    return {"path": str(path), "resolution_m": float(m["mask"].resolution),
+                if path.is_file():  # named by its object on object storage: the node's cache path is no output's
+                    return {"path": self.remote.uri_of(path) if self.remote is not None else str(path),
+                            "resolution_m": float(m["mask"].resolution),
                             "kind": f"nuScenes {m.get('category', 'map')}"}
         return None
 
