@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -235,6 +236,12 @@ def _edit(path: Path, old: str, new: str, count: int = 1) -> None:
     ("width inf", "annotations/{v}.xml", ["image width", "not a whole number", "'inf'"]),
     ("size 2e9", "annotations/{v}.xml", ["number of frames", "outside [1, 1000000]"]),
     ("100,000-character id", "annotations/{v}.xml", ["100000 characters long"]),
+    # issue 57 #10 and #12: read silently (an unknown tag value, an occlusion flag of 7, a video hash-split because
+    # its split file is gone) or blocking the run forever (a FIFO)
+    ("cross maybe", "annotations/{v}.xml", ["0_1_1b frame 0", "cross is 'maybe'", "not one of"]),
+    ("occluded 7", "annotations/{v}.xml", ["0_1_1b frame 0", "occluded is '7', not 0 or 1"]),
+    ("a FIFO annotation", "annotations_vehicle/{v}_vehicle.xml", ["is a FIFO (named pipe)"]),
+    ("a missing split file", "split_ids/default/val.txt", ["listed in no split file", "val.txt of it is missing"]),
 ])
 def test_hostile_or_inconsistent_annotations_are_refused_naming_file_and_field(jaad_dir, case, file, words):
     """Each was read silently (the last duplicate won, '7' read as 0, a crossing point past the video's end,
@@ -261,6 +268,16 @@ def test_hostile_or_inconsistent_annotations_are_refused_naming_file_and_field(j
         _edit(ann, "<width>1920</width>", "<width>inf</width>")
     elif case == "size 2e9":
         _edit(ann, "<size>200</size>", "<size>2000000000</size>")
+    elif case == "cross maybe":
+        _edit(ann, '<attribute name="cross">not-crossing</attribute>', '<attribute name="cross">maybe</attribute>')
+    elif case == "occluded 7":
+        _edit(ann, 'occluded="0"', 'occluded="7"')
+    elif case == "a FIFO annotation":
+        (jaad_dir / "annotations_vehicle" / f"{v}_vehicle.xml").unlink()
+        os.mkfifo(jaad_dir / "annotations_vehicle" / f"{v}_vehicle.xml")
+    elif case == "a missing split file":  # v was in val.txt, which is gone; video_0001 is in train.txt
+        (jaad_dir / "split_ids" / "default" / "train.txt").write_text("video_0001\n")
+        (jaad_dir / "split_ids" / "default" / "test.txt").write_text("")
     else:
         _edit(ann, ">0_1_1b<", ">" + "x" * 100_000 + "<", count=-1)
     t = read_jaad(jaad_dir)
