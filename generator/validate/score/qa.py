@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 
 from generator.qa.answers import DISTANCE_REL, QUANTITY_OF_UNIT, parse, success
 from schemas.errors import InputError
@@ -44,7 +45,7 @@ def _answers(raw, problems: list[str]) -> dict[str, dict]:
     repeated ids (the last one counts) are listed in ``problems``."""
     if isinstance(raw, dict):
         return {str(k): (v if isinstance(v, dict) else {"answer": v}) for k, v in raw.items()}
-    if not isinstance(raw, list):
+    if not isinstance(raw, (list, Iterator)):  # (JSON Lines and Parquet: streamed, a record at a time)
         raise InputError(f"answers: expected a list of rows with qa_id, or an object {{qa_id: answer}}, got "
                          f"{type(raw).__name__}")
     out: dict[str, dict] = {}
@@ -114,7 +115,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     if splits:
         rows = [r for r in rows if r["split"] in splits]
     problems: list[str] = []
-    answers = _answers(read_predictions(pred_path), problems)
+    answers = _answers(read_predictions(pred_path, stream=True), problems)
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # questions, answered, correct
     missing = []
     for r in rows:
