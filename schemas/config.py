@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.errors import ConfigError, InputError
-from schemas.families import config_sections, moved_settings, qa_family_names
+from schemas.families import broken_named, config_sections, moved_settings, qa_family_names
 from schemas.vocab import DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 
 __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
@@ -1058,6 +1058,9 @@ def _format_errors(err: ValidationError, where: str) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "<root>"
         got = "" if e["type"] == "missing" or isinstance(e.get("input"), dict) else f" (got {_shown(e.get('input'))})"
         hint = _did_you_mean(tuple(e["loc"])) if e["type"] == "extra_forbidden" else ""
+        broken = broken_named(str(e["loc"][0])) if e["type"] == "extra_forbidden" and len(e["loc"]) == 1 else None
+        if broken is not None:
+            hint = f"; it is the section of the paper family {broken.line()}, which could not be loaded"
         lines.append(f"{where}: field '{loc}': {e['msg']}{got}{hint}")
     more = err.error_count() - 20
     return "invalid config\n  " + "\n  ".join(lines) + (f"\n  ... and {more} more" if more > 0 else "")
