@@ -159,7 +159,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         timings["logs"] = round(time.perf_counter() - t, 3)
         ids = src.scene_ids()[:scenes] if scenes else src.scene_ids()
         desc = src.describe()
-        _check_names(ids)
+        _check_names(ids, str(desc.get("dataroot") or desc.get("root") or data))
     with RunLock(store, f"{command} --out {out}" + (" --resume" if resume else "")) as lock:
         reader = RunReader(store, require=False)
         if resume:
@@ -262,12 +262,20 @@ def _unfinished(reader: RunReader) -> int:
     return missing or int(reader.summary() is None)
 
 
-def _check_names(ids: list[str]) -> None:
+def _check_names(ids: list[str], where: str | None = None) -> None:
+    """Refuse, before the run folder is touched, scene ids that cannot name the run's files: two that map to one
+    file name, or one too long for a file name (``layout.MAX_SCENE_NAME_CHARS``). ``where``: the logs."""
+    from schemas.errors import SourceError
+
+    too_long = [sid for sid in ids if len(layout.safe_name(sid)) > layout.MAX_SCENE_NAME_CHARS]
+    if too_long:
+        sid = too_long[0]
+        raise SourceError(f"{len(too_long)} scene id(s) too long to name the run's files, e.g. one of {len(sid):,} "
+                          f"characters starting {sid[:60]!r}: at most {layout.MAX_SCENE_NAME_CHARS} characters "
+                          "(file names hold 255 bytes); rename the scene in the logs", file=where)
     by_name: dict[str, list[str]] = {}
     for sid in ids:
         by_name.setdefault(layout.safe_name(sid), []).append(sid)
     clash = {k: v for k, v in by_name.items() if len(v) > 1}
     if clash:
-        from schemas.errors import SourceError
-
-        raise SourceError(f"scene ids that map to the same file names (or repeat): {clash}; rename them")
+        raise SourceError(f"scene ids that map to the same file names (or repeat): {clash}; rename them", file=where)
