@@ -288,6 +288,35 @@ def test_hostile_or_inconsistent_annotations_are_refused_naming_file_and_field(j
     assert len(err.message) < 400
 
 
+def test_a_late_decision_point_and_a_video_in_no_split_are_reported_as_issues(jaad_dir, tmp_path):
+    """Issue 57 #10: a decision point after the crossing point, or a video no split file lists, gave exit 0 and
+    no issue row. Both are JAAD's own facts (87 of the excerpt's 461 pedestrians decide after their crossing
+    point; 22 of its 250 videos are in no default split), so they are kept as given and reported: an issues row
+    each, naming the file and what drivegen does with it."""
+    import pyarrow.parquet as pq
+
+    from generator.cli import main
+
+    _edit(jaad_dir / "annotations_attributes" / "video_0001_attributes.xml", 'decision_point="-1"',
+          'decision_point="180"')  # 0_1_1b crosses at frame 150
+    good_video(jaad_dir, "video_0002", split=None)  # in no split file (train.txt lists video_0001; no val/test)
+    (jaad_dir / "split_ids" / "default" / "val.txt").write_text("")
+    (jaad_dir / "split_ids" / "default" / "test.txt").write_text("")
+    out = tmp_path / "run"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("report: {on_run: false}\nwriters: {card: false, webdataset: false}\n")
+    assert main(["run", "--source", "jaad", "--data", str(jaad_dir), "--out", str(out), "--config", str(cfg),
+                 "--local", "--no-progress"]) == 0
+    rows = {v: pq.read_table(out / "issues" / f"{v}.parquet").to_pylist() for v in ("video_0001", "video_0002")}
+    late = [r for r in rows["video_0001"] if r["reason"] == "decision_after_crossing"]
+    assert [(r["frame_index"], r["file"]) for r in late] == [
+        (180, str(jaad_dir / "annotations_attributes" / "video_0001_attributes.xml"))]
+    assert "0_1_1b: decision_point 180 is after crossing_point 150" in late[0]["message"]
+    assert not [r for r in rows["video_0001"] if r["reason"] == "no_split"]
+    [hashed] = [r for r in rows["video_0002"] if r["reason"] == "no_split"]
+    assert hashed["file"] == str(jaad_dir / "split_ids" / "default") and "hashed split 'train'" in hashed["message"]
+
+
 def _make_mp4(path: Path, n: int = 40, w: int = 64, h: int = 48):
     cv2 = pytest.importorskip("cv2")
     path.parent.mkdir(parents=True, exist_ok=True)
