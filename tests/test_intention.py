@@ -149,7 +149,7 @@ def test_score_json_is_strict_json_and_never_replaces_a_users_file(run_dir, tmp_
     assert cli(["score", "intention", "--pred", str(path), target, "--out", str(out)]) == 0
     doc = json.loads((out / "score.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in score.json"))
     assert doc["format"] == "drivegen-score/1" and doc["family"] == "intention" and doc["ADE_m"] is None
-    assert doc["problems"][0]["problem"].startswith("waypoint beyond 10000 m of the ego")  # malformed, not scored
+    assert doc["problems"][0]["problem"].startswith("waypoint 1 is 1e+300 m from the one before")  # not scored
     from generator.commands.score import _finite
 
     assert _finite({"a": float("inf"), "b": [np.float64("nan"), 1.5, "x"], "c": np.float32(2.0)}) == \

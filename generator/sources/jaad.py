@@ -548,7 +548,11 @@ class JaadSource(LogSource):
         trimmed), or None when the folder has none."""
         p = clip_path(self.root, video_id)
         if self.remote is None:
-            return str(p) if p.is_file() else None
+            problem = file_problem(p)  # a FIFO would block OpenCV forever: named, never "no clip"
+            if problem not in (None, "missing"):
+                raise SourceError(f"{video_id}: the clip is {problem}: drivegen reads a regular file",
+                                  scene=video_id, file=str(p))
+            return str(p) if problem is None else None
         rel = f"clips/{video_id}.mp4"
         if rel not in self._clips:
             return None
