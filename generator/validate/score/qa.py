@@ -40,12 +40,14 @@ def _norm(text) -> str:
     return _WORDS.sub(" ", str(text).lower()).strip(" .")
 
 
-def _answers(raw, problems: list[str]) -> dict[str, dict]:
-    """{qa_id: {"answer": ..., "value": ...}} of what ``read_predictions`` read; rows without a ``qa_id`` and
-    repeated ids (the last one counts) are listed in ``problems``."""
+def _answers(raw, problems: list[str], wanted: set[str], unknown: list[str]) -> dict[str, dict]:
+    """{qa_id: {"answer": ..., "value": ...}} of what ``read_predictions`` read, for the ids in ``wanted`` (the
+    questions scored: an answer to no such question is not kept, so a stream of answers costs the memory of the
+    questions, not of the file; the first 50 such ids go to ``unknown``); rows without a ``qa_id`` and repeated
+    ids (the last one counts) are listed in ``problems``."""
     if isinstance(raw, dict):
-        return {str(k): (v if isinstance(v, dict) else {"answer": v}) for k, v in raw.items()}
-    if not isinstance(raw, (list, Iterator)):  # (JSON Lines and Parquet: streamed, a record at a time)
+        raw = ({**(v if isinstance(v, dict) else {"answer": v}), "qa_id": k} for k, v in raw.items())
+    elif not isinstance(raw, (list, Iterator)):  # (JSON Lines and Parquet: streamed, a record at a time)
         raise InputError(f"answers: expected a list of rows with qa_id, or an object {{qa_id: answer}}, got "
                          f"{type(raw).__name__}")
     out: dict[str, dict] = {}
@@ -53,9 +55,14 @@ def _answers(raw, problems: list[str]) -> dict[str, dict]:
         if not isinstance(r, dict) or "qa_id" not in r:
             problems.append(f"row {k}: no qa_id: ignored")
             continue
-        if str(r["qa_id"]) in out:
+        qid = str(r["qa_id"])
+        if qid not in wanted:
+            if len(unknown) < 50 and qid not in unknown:
+                unknown.append(qid)
+            continue
+        if qid in out:
             problems.append(f"{r['qa_id']}: answered twice: the last answer counts")
-        out[str(r["qa_id"])] = r
+        out[qid] = {"answer": r.get("answer"), "value": r.get("value")}
     return out
 
 
@@ -115,7 +122,8 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     if splits:
         rows = [r for r in rows if r["split"] in splits]
     problems: list[str] = []
-    answers = _answers(read_predictions(pred_path, stream=True), problems)
+    known, unknown = {r["qa_id"] for r in rows}, []
+    answers = _answers(read_predictions(pred_path, stream=True), problems, known, unknown)
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # questions, answered, correct
     missing = []
     for r in rows:
@@ -130,9 +138,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
         c[2] += int(ok)
         if why:
             problems.append(f"{r['qa_id']} ({r['family']}/{r['question_type']}): {why}")
-    known = {r["qa_id"] for r in rows}
-    unknown = [q for q in answers if q not in known]
-    problems += [f"{q}: no such question{' in the split(s)' if splits else ''}: ignored" for q in unknown[:50]]
+    problems += [f"{q}: no such question{' in the split(s)' if splits else ''}: ignored" for q in unknown]
     problems += [f"{q}: no answer" for q in missing[:50]]
     if len(missing) > 50:
         problems.append(f"... {len(missing) - 50} more questions without an answer")
