@@ -332,6 +332,23 @@ def test_every_whole_number_and_rate_setting_has_an_upper_bound():
         parse_config({"segmentation": {"sam2": {"decode_prompts": 10 ** 9}}})
 
 
+def test_a_model_file_that_is_a_fifo_is_refused_before_the_run(tmp_path):
+    """Issue 57 #12: a FIFO in place of a file drivegen reads is refused wherever it is read; a model checkpoint
+    would block its actor forever. It is refused with the field named, before --out exists."""
+    import os
+
+    from generator.cli import main
+
+    os.mkfifo(tmp_path / "ckpt.pth")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"detection: {{backend: mmdet3d, mmdet3d: {{checkpoint: '{tmp_path / 'ckpt.pth'}'}}}}\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", "--out", str(tmp_path / "out"), "--config", str(cfg), "--local", "--no-progress"])
+    assert code == 2 and "field 'detection.mmdet3d.checkpoint'" in err.getvalue() and "FIFO" in err.getvalue()
+    assert not (tmp_path / "out").exists()
+
+
 def test_more_ray_cpus_than_cores_is_warned_about():
     """ray.num_cpus: 1000 on 2 cores passed without a word (Ray then runs 1000 scenes' tasks on 2 cores)."""
     from generator.pipeline.driver import oversubscribed

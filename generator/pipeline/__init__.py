@@ -87,8 +87,8 @@ MIN_SHARD_ROWS = {"parquet_max_rows": 100, "wds_max_samples": 10}
 
 def check_inputs(cfg) -> None:
     """Everything about a config that can fail a run, checked before any work or any write: the templates
-    (``qa.template_dirs`` exist and parse), the QA families (registered) and the shard sizes (``MIN_SHARD_ROWS``).
-    Raises an InputError."""
+    (``qa.template_dirs`` exist and parse), the QA families (registered), the shard sizes (``MIN_SHARD_ROWS``)
+    and the model files given (``_check_model_files``). Raises an InputError."""
     from generator.qa import check_families, load_templates
 
     for name, floor in MIN_SHARD_ROWS.items():
@@ -98,6 +98,25 @@ def check_inputs(cfg) -> None:
                               f"shards of {value} row(s) each, thousands of files per scene; give at least {floor}")
     check_families(cfg)
     load_templates(cfg)
+    _check_model_files(cfg)
+
+
+def _check_model_files(cfg) -> None:
+    """A model's config or checkpoint path that is there but no regular file (a FIFO would block its actor
+    forever) refused naming the field; one that is not there is left to the nodes that load it (a cluster's
+    workers may hold files the driver does not)."""
+    from schemas.files import file_problem
+
+    given = []
+    if cfg.detection.backend == "mmdet3d":
+        given += [("detection.mmdet3d.config", cfg.detection.mmdet3d.config),
+                  ("detection.mmdet3d.checkpoint", cfg.detection.mmdet3d.checkpoint)]
+    if cfg.segmentation.backend == "sam2":
+        given += [("segmentation.sam2.checkpoint", cfg.segmentation.sam2.checkpoint)]
+    for field, path in given:
+        problem = file_problem(path) if path and "://" not in path else None
+        if problem not in (None, "missing"):
+            raise ConfigError(f"field '{field}': {path} is {problem}: a model file must be a regular file")
 
 
 def _check_unchanged(reader: RunReader, force: bool) -> None:
