@@ -18,6 +18,7 @@ that escapes a command is a bug: the command prints the traceback and exits 1, n
 from __future__ import annotations
 
 import errno
+import re
 
 
 class DrivegenError(Exception):
@@ -59,9 +60,13 @@ class StorageError(DrivegenError):
 
 
 # What S3 (and pyarrow's AWS SDK messages) say when the credentials or the permissions are at fault.
-_DENIED = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
-           "ExpiredToken", "HTTP response code: 403")
+_DENIED = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "INVALID_ACCESS_KEY_ID", "SignatureDoesNotMatch",
+           "SIGNATURE_DOES_NOT_MATCH", "InvalidToken", "ExpiredToken", "HTTP response code: 403")
 
+
+# What S3 (and pyarrow, creating a folder) says of a bucket that does not exist: the user's destination, not an
+# outage.
+_NO_BUCKET = re.compile(r"NoSuchBucket|NO_SUCH_BUCKET|[Bb]ucket '[^']*' not found")
 
 # Errors of a local path that are the path's, not the disk's: a name the user gave (or a log holds) that cannot be
 # used as it is. errno -> what happened, as a message says it.
@@ -91,7 +96,7 @@ def _short(text: str, limit: int = 400) -> str:
 def from_os_error(err: OSError) -> DrivegenError:
     """An ``OSError`` (a local file, or pyarrow's object-store errors) as the error a user can act on: access
     refused (an ``InputError``: exit 2, check the credentials or permissions), a named file that is missing, a
-    folder, a symlink loop or a name too long (exit 2), else the storage failing or out of reach (exit 1, try
+    folder, a symlink loop, a name too long or a bucket that does not exist (exit 2), else the storage failing or out of reach (exit 1, try
     again)."""
     text = _short(str(err))
     file = getattr(err, "filename", None)
@@ -102,6 +107,8 @@ def from_os_error(err: OSError) -> DrivegenError:
                                  file=file)
     if isinstance(err, FileNotFoundError):
         return InputError(f"{text}", file=file)
+    if _NO_BUCKET.search(text):
+        return InputError(f"no such bucket: {text}", file=file)
     if err.errno in _PATH_ERRNOS:
         return InputError(f"{file or 'a path'} is {_PATH_ERRNOS[err.errno]}: {err.strerror or text}", file=file)
     return StorageError(f"storage error: {text}; a network error or a failing disk, not your input: try again "
@@ -119,8 +126,10 @@ def from_write_error(target: str, err: OSError) -> DrivegenError:
         return RunFolderError(f"cannot write {target}: access refused ({why}); check the credentials "
                               "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE for s3://) and the "
                               "permissions, or give an --out folder you can write to", file=target)
-    if err.errno in _UNWRITABLE_ERRNOS or err.errno in _PATH_ERRNOS:
-        what = _UNWRITABLE_ERRNOS.get(err.errno) or _PATH_ERRNOS[err.errno]
+    no_bucket = _NO_BUCKET.search(str(err)) is not None
+    if no_bucket or err.errno in _UNWRITABLE_ERRNOS or err.errno in _PATH_ERRNOS:
+        what = "a bucket that does not exist" if no_bucket else (_UNWRITABLE_ERRNOS.get(err.errno)
+                                                                  or _PATH_ERRNOS[err.errno])
         return RunFolderError(f"cannot write {target}: {what} ({why}); give an --out folder you can write to",
                               file=target)
     return StorageError(f"cannot write {target}: {why}; the disk or object store failed or could not be reached, "
