@@ -385,7 +385,8 @@ def _read_traffic(root, video_id: str) -> tuple[str | None, dict[str, list]]:
 def read_video(root: str | os.PathLike, video_id: str, cfg: JaadReading | None = None,
                splits: dict[str, str] | None = None, require_clip: bool = False) -> dict[str, pa.Table]:
     """One video's tables ({videos, boxes, pedestrians, vehicle, traffic}); raises ``SourceError`` naming the
-    file and the video. ``require_clip``: its ``clips/<video>.mp4`` must exist too."""
+    file and the video. ``splits``: ``read_splits``'s (None: the split is not looked up); ``require_clip``: its
+    ``clips/<video>.mp4`` must exist too."""
     cfg = cfg or JaadReading()
     meta, boxes = _read_annotations(root, video_id, cfg)
     peds = _read_attributes(root, video_id, meta["num_frames"])
@@ -395,7 +396,7 @@ def read_video(root: str | os.PathLike, video_id: str, cfg: JaadReading | None =
         raise SourceError(f"{video_id}: missing video", scene=video_id, file=str(clip_path(root, video_id)))
     meta["road_type"] = road_type
     meta["split"] = (splits or {}).get(video_id)
-    missing = missing_split_files(root, cfg.split_variant) if meta["split"] is None else []
+    missing = missing_split_files(root, cfg.split_variant) if splits is not None and meta["split"] is None else []
     if missing:  # it may be listed in the missing file: a hashed split would put it in another one silently
         d = split_folder(root, cfg.split_variant)
         raise SourceError(f"{video_id}: listed in no split file of split_ids/{cfg.split_variant}/, and "
