@@ -21,7 +21,7 @@ import argparse
 import logging
 import sys
 
-from generator.commands.args import port_number, positive_int
+from generator.commands.args import port_number, positive_int, seed
 
 log = logging.getLogger("drivegen.run")
 
@@ -51,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="with --resume: continue although config.yaml or source.json changed since the run started")
     p.add_argument("--scenes", type=positive_int, default=None, metavar="N",
                    help="only the first N scenes (generated logs: how many to generate, default 3)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated logs")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the generated logs")
     p.add_argument("--local", action="store_true", help="run the same stages in this process, without Ray")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",

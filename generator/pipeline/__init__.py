@@ -89,8 +89,8 @@ MIN_SHARD_ROWS = {"parquet_max_rows": 100, "wds_max_samples": 10}
 
 def check_inputs(cfg) -> None:
     """Everything about a config that can fail a run, checked before any work or any write: the templates
-    (``qa.template_dirs`` exist and parse), the QA families (registered) and the shard sizes (``MIN_SHARD_ROWS``).
-    Raises an InputError."""
+    (``qa.template_dirs`` exist and parse), the QA families (registered), the shard sizes (``MIN_SHARD_ROWS``)
+    and the model files given (``_check_model_files``). Raises an InputError."""
     from generator.qa import check_families, load_templates
 
     for name, floor in MIN_SHARD_ROWS.items():
@@ -100,6 +100,25 @@ def check_inputs(cfg) -> None:
                               f"shards of {value} row(s) each, thousands of files per scene; give at least {floor}")
     check_families(cfg)
     load_templates(cfg)
+    _check_model_files(cfg)
+
+
+def _check_model_files(cfg) -> None:
+    """A model's config or checkpoint path that is there but no regular file (a FIFO would block its actor
+    forever) refused naming the field; one that is not there is left to the nodes that load it (a cluster's
+    workers may hold files the driver does not)."""
+    from schemas.files import file_problem
+
+    given = []
+    if cfg.detection.backend == "mmdet3d":
+        given += [("detection.mmdet3d.config", cfg.detection.mmdet3d.config),
+                  ("detection.mmdet3d.checkpoint", cfg.detection.mmdet3d.checkpoint)]
+    if cfg.segmentation.backend == "sam2":
+        given += [("segmentation.sam2.checkpoint", cfg.segmentation.sam2.checkpoint)]
+    for field, path in given:
+        problem = file_problem(path) if path and "://" not in path else None
+        if problem not in (None, "missing"):
+            raise ConfigError(f"field '{field}': {path} is {problem}: a model file must be a regular file")
 
 
 def _check_unchanged(reader: RunReader, force: bool) -> None:
@@ -174,7 +193,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         ids = src.scene_ids()[:scenes] if scenes else src.scene_ids()
         desc = src.describe()
         cfg = with_logs_ego(cfg, src)
-        _check_names(ids)
+        _check_names(ids, str(desc.get("dataroot") or desc.get("root") or data))
     with RunLock(store, f"{command} --out {out}" + (" --resume" if resume else "")) as lock:
         reader = RunReader(store, require=False)
         if resume:
@@ -280,12 +299,20 @@ def _unfinished(reader: RunReader) -> int:
     return missing or int(reader.summary() is None)
 
 
-def _check_names(ids: list[str]) -> None:
+def _check_names(ids: list[str], where: str | None = None) -> None:
+    """Refuse, before the run folder is touched, scene ids that cannot name the run's files: two that map to one
+    file name, or one too long for a file name (``layout.MAX_SCENE_NAME_CHARS``). ``where``: the logs."""
+    from schemas.errors import SourceError
+
+    too_long = [sid for sid in ids if len(layout.safe_name(sid)) > layout.MAX_SCENE_NAME_CHARS]
+    if too_long:
+        sid = too_long[0]
+        raise SourceError(f"{len(too_long)} scene id(s) too long to name the run's files, e.g. one of {len(sid):,} "
+                          f"characters starting {sid[:60]!r}: at most {layout.MAX_SCENE_NAME_CHARS} characters "
+                          "(file names hold 255 bytes); rename the scene in the logs", file=where)
     by_name: dict[str, list[str]] = {}
     for sid in ids:
         by_name.setdefault(layout.safe_name(sid), []).append(sid)
     clash = {k: v for k, v in by_name.items() if len(v) > 1}
     if clash:
-        from schemas.errors import SourceError
-
-        raise SourceError(f"scene ids that map to the same file names (or repeat): {clash}; rename them")
+        raise SourceError(f"scene ids that map to the same file names (or repeat): {clash}; rename them", file=where)

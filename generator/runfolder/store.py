@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from schemas.errors import RunFolderError
+from schemas.errors import DrivegenError, RunFolderError, from_write_error
 from schemas.layout import STAGING_DIR, tmp_name
 from schemas.tables import read_parquet, write_parquet
 
@@ -169,10 +169,8 @@ class RunStore:
             raise self._write_error(rel_dir, err) from None
         self._made.add(rel_dir)
 
-    def _write_error(self, rel: str, err: BaseException) -> RunFolderError:
-        why = getattr(err, "strerror", None) or str(err)
-        return RunFolderError(f"cannot write {self.uri_of(rel)}: {why}; give an --out folder you can write to",
-                              file=self.uri_of(rel))
+    def _write_error(self, rel: str, err: OSError) -> DrivegenError:
+        return from_write_error(self.uri_of(rel), err)  # refused, unwritable folder or storage out of reach
 
     def write_bytes(self, rel: str, data: bytes, durable: bool = True) -> None:
         """Write ``data`` at ``rel``: temporary name, then move into place (fsynced first unless

@@ -22,6 +22,7 @@ from generator.sources.limits import check_boxes, check_ego_positions, check_ego
 from generator.sources.remote import RemoteRoot, is_remote
 from generator.sources.vehicles import GENERATED_EGO_VEHICLE, ego_body
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
+from schemas.files import file_problem
 from schemas.vocab import NUSCENES_CAMERAS
 from schemas.config import EgoBodyConfig, KeyframeConfig, SourceLimitsConfig
 
@@ -77,9 +78,14 @@ class NuScenesSource(LogSource):
         else:
             self.dataroot = Path(os.path.abspath(dataroot))
         table_root = self.dataroot / version
-        if not (table_root / "scene.json").is_file():
+        if file_problem(table_root / "scene.json") == "missing":
             raise SourceError(f"no nuScenes tables for version {version!r} (scene.json missing)",
                               file=str(table_root), stage="open")
+        for table in sorted(table_root.glob("*.json")):  # the devkit reads each whole: a FIFO would block it
+            problem = file_problem(table)
+            if problem:
+                raise SourceError(f"nuScenes table {table.name} is {problem}: drivegen reads a regular file",
+                                  file=str(table), stage="open")
         try:
             self.nusc = NuScenes(version=version, dataroot=str(self.dataroot), verbose=False)
         except (KeyError, AssertionError, ValueError, OSError) as err:  # json.JSONDecodeError is a ValueError
@@ -233,9 +239,15 @@ class NuScenesSource(LogSource):
     def _load(self, rec: dict) -> Scene:
         nusc, scene = self.nusc, rec["name"]
         log = nusc.get("log", rec["log_token"])
-        samples = []
+        samples, seen = [], set()
         tok = rec["first_sample_token"]
         while tok:
+            if tok in seen:  # a chain that comes back on itself would be followed forever
+                back = len(samples) - 1 - [x["token"] for x in samples].index(tok)
+                raise SourceError(f"the scene's sample chain loops: sample {samples[-1]['token']} has next {tok!r}, "
+                                  f"the sample {back} back in the chain; fix its next field", scene=scene,
+                                  file=self._table_file("sample"), stage="read")
+            seen.add(tok)
             s = nusc.get("sample", tok)
             samples.append(s)
             tok = s["next"]
@@ -286,7 +298,7 @@ class NuScenesSource(LogSource):
                                   scene=scene, file=self._table_file("calibrated_sensor"), stage="read") from None
             images[cam] = self._path(scene, sd)
             if self.check_files:  # a damaged image is this frame's problem: recorded, the camera goes imageless
-                problem = "missing" if not os.path.isfile(images[cam]) else image_file_problem(images[cam])
+                problem = image_file_problem(images[cam])
                 if problem:
                     issues.append(FrameIssue(index, "load", "image_unreadable",
                                              f"image of {cam} of sample {sample['token']} is unreadable ({problem}); "
