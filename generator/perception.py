@@ -58,12 +58,14 @@ class Detections:
 
     boxes: list[Boxes3D]
     issues: list[FrameIssue] = field(default_factory=list)
+    exact: bool = False
+    """the detector's boxes are the truth (``Detector.exact``): tracking only gives them identities"""
 
 
 def detect_scene(scene: Scene, detector) -> Detections:
     """Detections for every frame; a frame whose input cannot be read gets no boxes and an issue."""
     try:
-        return Detections(list(detector(scene.frames)))
+        return Detections(list(detector(scene.frames)), exact=bool(getattr(detector, "exact", False)))
     except (DrivegenError, ValueError, OSError):
         pass  # find the bad frame(s): one at a time
     out, issues = [], []
@@ -75,7 +77,7 @@ def detect_scene(scene: Scene, detector) -> Detections:
             reason = UNLABELLED_ISSUE if isinstance(err, UnlabelledFrameError) else "detector_input_unreadable"
             issues.append(FrameIssue.of(fr, "detect", reason, err, file=getattr(err, "file", None) or fr.lidar_path))
             out.append(Boxes3D.empty())
-    return Detections(out, issues)
+    return Detections(out, issues, exact=bool(getattr(detector, "exact", False)))
 
 
 def _fsl(values: np.ndarray, width: int, valid: np.ndarray | None = None) -> pa.Array:
@@ -153,7 +155,7 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
     lidar_bad = {i.frame_index for i in scene.issues if i.reason == "lidar_unreadable"}  # recorded at load
     unseen = lidar_bad | {i.frame_index for i in detections.issues if i.stage == "detect"}
     tracked = track_scene(scene.timestamps_us, detections.boxes, cfg.tracking, [f.city_SE3_ego for f in scene.frames],
-                          looked=[f.frame_index not in unseen for f in scene.frames])
+                          looked=[f.frame_index not in unseen for f in scene.frames], exact=detections.exact)
     work = [(fr, boxes) for fr, boxes in zip(scene.frames, tracked) if len(boxes)]
     proj_parts: list[dict] = []
     overlap = cfg.segmentation.backend in MODEL_SEGMENTERS

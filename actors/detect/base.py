@@ -15,6 +15,8 @@ class Detector(ABC):
     in the ego frame where the backend estimates one, NaN otherwise; ``track_id`` -1)."""
 
     name: str = "base"
+    exact: bool = False
+    """whether the boxes are the truth (``labels`` without noise): the tracker then only gives identities"""
 
     def __init__(self, cfg: DetectionConfig):
         self.cfg = cfg

@@ -349,9 +349,14 @@ def _components(n: int, a: np.ndarray, b: np.ndarray, members: np.ndarray) -> np
 # --------------------------------------------------------------------------------------------------- the tracker
 def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z: np.ndarray, vel: np.ndarray,
                      size: np.ndarray, yaw: np.ndarray, score: np.ndarray, cls: np.ndarray, cfg: TrackingConfig,
-                     ground_frame: bool = True, looked: np.ndarray | None = None) -> OfflineTracks:
+                     ground_frame: bool = True, looked: np.ndarray | None = None,
+                     exact: bool = False) -> OfflineTracks:
     """Track one scene offline; the arguments are ``actors.track.kalman.kalman_tracking``'s (``score`` already
-    mapped by ``tracking.score_map``). See the module docstring."""
+    mapped by ``tracking.score_map``). See the module docstring.
+
+    ``exact``: the boxes are the truth (a noise-free ``labels`` detector: the log's own annotations). The tracker
+    then only gives identities: every box is output as given (centre, size, score), none is pruned and no gap is
+    filled, since an exact box needs no smoothing and a frame without it is one where the object was not seen."""
     off, k = cfg.offline, cfg.kalman
     n, f = len(xy), len(t_s)  # noqa: F841
     frame = np.repeat(np.arange(f), np.diff(frame_start))
@@ -360,13 +365,13 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     # Boxes without a finite centre, size or yaw cannot be smoothed: each is output as a track of its own (the
     # pipeline records why it drops them), as the online tracker does.
     valid = np.isfinite(xy).all(axis=1) & np.isfinite(z) & np.isfinite(size).all(axis=1) & np.isfinite(yaw)
-    tracked &= valid
+    tracked = valid.copy() if exact else tracked & valid  # exact boxes: each one output, in a track of its own at worst
     # Step 1: tracklets; boxes the passes do not both track are not output.
     tracklet = _components(n, a, b, tracked) if n else np.zeros(0, dtype=np.int64)
     nt = int(tracklet.max(initial=-1)) + 1
     if nt == 0:
         return _with_invalid(_finish(tracklet, 0, frame, t_s, np.zeros((n, 3)), np.ones(n), size, yaw, score, cls,
-                                     cfg, np.zeros(0)), valid, xy, z, size, score, 0)
+                                     cfg, np.zeros(0), exact), valid, xy, z, size, score, 0)
     boxes = np.flatnonzero(tracked)
     t_cls = np.zeros(nt, dtype=np.int64)
     t_cls[tracklet[boxes]] = cls[boxes]
@@ -411,7 +416,7 @@ def offline_tracking(t_s: np.ndarray, frame_start: np.ndarray, xy: np.ndarray, z
     la, lb = last_box[linked], first_box[succ[linked]]
     track = _components(n, np.concatenate([ea, la]), np.concatenate([eb, lb]), tracked)
     n_tracks = int(track.max(initial=-1)) + 1
-    res = _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls, cfg, q_of_class)
+    res = _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls, cfg, q_of_class, exact)
     return _with_invalid(res, valid, xy, z, size, score, n_tracks)
 
 
@@ -424,8 +429,9 @@ def _with_invalid(res: OfflineTracks, valid, xy, z, size, score, n_tracks: int) 
     return res
 
 
-def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls, cfg, q_of_class) -> OfflineTracks:
-    """Steps 4-7 over the final tracks."""
+def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls, cfg, q_of_class,
+            exact: bool = False) -> OfflineTracks:
+    """Steps 4-7 over the final tracks; with ``exact`` (see ``offline_tracking``) the boxes as given, none filled."""
     off = cfg.offline
     n = len(track)
     boxes = np.flatnonzero(track >= 0)
@@ -447,6 +453,8 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     last_f = row_frame[grid.start + grid.length - 1]
     at_edge = (first_f == 0) | (last_f == len(t_s) - 1)
     keep_track = (t_score >= off.min_track_score) & ((hits >= off.min_track_hits) | at_edge)
+    if exact:
+        keep_track[:] = True
     # Step 5: one size per rigid track (median of its detections), others keep their boxes' sizes.
     rigid = np.isin(np.array(DETECTION_CLASSES + ("",), dtype=object)[t_cls], list(off.rigid_classes))
     med = np.zeros((n_tracks, 3))
@@ -459,8 +467,8 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
         med[:, ax] = np.where(hi > lo, (size[so[np.floor(mid).astype(np.int64).clip(0, max(len(so) - 1, 0))], ax]
                                         + size[so[np.ceil(mid).astype(np.int64).clip(0, max(len(so) - 1, 0))], ax])
                               / 2, 0.0)
-    out_size = np.where(rigid[tb][:, None], med[tb], size[boxes])
-    centre = sm.pos[row_of_box].copy() if off.smooth_centres else bottom[boxes].copy()
+    out_size = size[boxes] if exact else np.where(rigid[tb][:, None], med[tb], size[boxes])
+    centre = sm.pos[row_of_box].copy() if off.smooth_centres and not exact else bottom[boxes].copy()
     centre[:, 2] += out_size[:, 2] / 2  # smoothed bottom -> centre of the output size
     kept = keep_track[tb]
     res_track = np.full(n, -1, dtype=np.int64)
@@ -470,7 +478,7 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     res_size = np.full((n, 3), np.nan)
     res_size[boxes] = out_size
     res_score = np.full(n, np.nan)
-    res_score[boxes] = t_score[tb]
+    res_score[boxes] = score[boxes] if exact else t_score[tb]
     # Step 7: missed frames inside kept tracks, up to fill_max_gap_s, never across a cut (a cut splits tracks,
     # so a gap inside one track was bridged by a link or a pass that the static rule let stand).
     rows = len(row_frame)
@@ -480,7 +488,7 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     idx = np.arange(rows)
     prev = np.maximum.accumulate(np.where(detected, idx, -1))
     nxt = np.minimum.accumulate(np.where(detected, idx, rows)[::-1])[::-1]
-    fill = ~detected & keep_track[row_track]
+    fill = ~detected & keep_track[row_track] & (not exact)
     if fill.any():
         fr = np.flatnonzero(fill)
         gap_s = t_s[row_frame[nxt[fr]]] - t_s[row_frame[prev[fr]]]

@@ -208,7 +208,7 @@ def _online_tracking(t_s: np.ndarray, frame_start: np.ndarray, pos: np.ndarray, 
 
 
 def _filtered_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg, cls, R, tr, cfg: TrackingConfig,
-                    static_ego: bool, looked=None):
+                    static_ego: bool, looked=None, exact: bool = False):
     """Kalman and offline modes (``actors.track.kalman``, ``actors.track.offline``): the boxes to output, sorted by
     frame (each frame's kept input boxes in input order, then the boxes the tracker made: coasted or filled), as
     (boxes (ego frames), frame_of_box, centre (global), velocity (global), yaw (global), class index, raw track
@@ -225,17 +225,21 @@ def _filtered_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg,
     if cfg.score_map is not None:  # the detector's scores as the trackers read them
         knots = np.asarray(cfg.score_map, dtype=np.float64)
         score = np.interp(score, knots[:, 0], knots[:, 1])
-    run = offline_tracking if cfg.mode == "offline" else kalman_tracking
-    res = run(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, score, cls, cfg,
-              ground_frame=not static_ego, looked=looked)
+    if cfg.mode == "offline":
+        res = offline_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, score, cls, cfg,
+                               ground_frame=not static_ego, looked=looked, exact=exact)
+    else:
+        res = kalman_tracking(t_s, frame_start, cg[:, :2], cg[:, 2], v_meas, allb.size_lwh_m, yawg, score, cls, cfg,
+                              ground_frame=not static_ego, looked=looked)
     keep = np.nonzero(res.track_of_box >= 0)[0]
     kept = allb.subset(keep)
     c_keep = cg[keep]
     if cfg.mode == "offline":
-        c_keep = res.center[keep]
-        Rb, tb = R[frame_of_box[keep]], tr[frame_of_box[keep]]
-        kept.center_m = np.einsum("nji,nj->ni", Rb, c_keep - tb)  # city_SE3_ego^-1: R^T (c - t)
-        kept.size_lwh_m, kept.score = res.size[keep], res.score[keep]
+        if not exact:  # exact boxes are returned as given (their centres not round-tripped through the city frame)
+            c_keep = res.center[keep]
+            Rb, tb = R[frame_of_box[keep]], tr[frame_of_box[keep]]
+            kept.center_m = np.einsum("nji,nj->ni", Rb, c_keep - tb)  # city_SE3_ego^-1: R^T (c - t)
+            kept.size_lwh_m, kept.score = res.size[keep], res.score[keep]
         made = (res.fill_frame, res.fill_track, res.fill_center, res.fill_size, res.fill_yaw, res.fill_score,
                 res.fill_birth)
     else:
@@ -258,12 +262,14 @@ def _filtered_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg,
 
 
 def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
-                city_SE3_ego: list[SE3], looked=None) -> list[Boxes3D]:
+                city_SE3_ego: list[SE3], looked=None, exact: bool = False) -> list[Boxes3D]:
     """Track one scene's detections.
 
     timestamps_us (F,) strictly increasing; detections: F Boxes3D in each frame's ego frame;
     city_SE3_ego: F ego poses (identity poses when a log has none: tracks are then ego-relative).
     looked: F bools, the frames the detector saw (None: all); Kalman mode counts a tentative track's misses there.
+    exact: the detections are the truth (``Detector.exact``); offline mode then gives identities only (every box
+    returned as given, none filled).
     Returns F Boxes3D with ``track_id`` >= 0 (consecutive from 0 in order of first appearance, unique within the
     scene) and ``velocity_mps`` (ego frame of each frame) set by ``cfg.velocity_from_track``: 'missing' fills NaN
     velocities from the track, 'always' replaces all, 'never' keeps the detector's.
@@ -304,7 +310,8 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
         raw = _online_tracking(t_s, frame_start, cg[:, :2], vg, cls, cfg)
     else:
         allb, frame_of_box, cg, vg, yawg, cls, raw = _filtered_boxes(t_s, frame_start, frame_of_box, allb, cg, vg,
-                                                                     yawg, cls, R, tr, cfg, static_ego, looked)
+                                                                     yawg, cls, R, tr, cfg, static_ego, looked,
+                                                                     exact)
         counts = np.bincount(frame_of_box, minlength=f)
         frame_start = np.concatenate([[0], np.cumsum(counts)])
     n = len(allb)

@@ -65,6 +65,7 @@ def make_objects(frames: pa.Table, rows: list[dict]) -> pa.Table:
         out["num_lidar_pts"].append(10)
         out["instance_token"].append(f"inst-{r['track_id']}")
         out["source"].append("gt")
+        out["tracker"].append(None)  # hand-made rows: their track ids come from the test, not a tracker
     return pa.table(out, schema=OBJECTS)
 
 
