@@ -459,7 +459,7 @@ class OfflineTrackerConfig(_Model):
     state predicted over the gap and the second's start state (position and velocity, 4 degrees of freedom) plus
     the log-size difference (3)."""
     link_velocity_std_mps: float = Field(4.0, gt=0)
-    link_min_boxes: int = Field(3, ge=1)
+    link_min_boxes: int = Field(3, ge=1, le=10_000)
     """Only tracklets of link_min_boxes boxes or more, whose smoothed velocity at the end is known to
     link_velocity_std_mps, are linked (a tracklet of one or two boxes, whose velocity is a guess, matches anything
     within metres: it stays apart and is scored as a short track)."""
@@ -475,7 +475,7 @@ class OfflineTrackerConfig(_Model):
     n the track's detections."""
     hit_ratio_power: float = Field(0.5, ge=0)
     min_track_score: float = Field(0.3, ge=0, le=1)
-    min_track_hits: int = Field(3, ge=1)
+    min_track_hits: int = Field(3, ge=1, le=10_000)
     """Tracks scoring under min_track_score, or with fewer detections than min_track_hits and not reaching the log's
     first or last frame, are dropped (a detector's one-off false positives have no track to support them, whatever
     their score; an object at the log's edge may go on outside it)."""
