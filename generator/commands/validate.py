@@ -94,7 +94,7 @@ def main(args) -> int:
     if not args.out:
         _refresh_run_views(args.run)
     if not report["passed"]:
-        failed = [f"{k} ({v['metric']} = {v['value']}, threshold {v['threshold']})"
+        failed = [f"{k} ({v['metric']} = {v['value']:.4g}, threshold {v['threshold']})"
                   for k, v in report["gates"].items() if not v["ok"]]
         print("drivegen validate: gates not met: " + "; ".join(failed), file=sys.stderr)
         return 1
