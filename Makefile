@@ -1,6 +1,6 @@
 # The two commands a new user needs (see README.md):
 #   make run    set up (idempotent) and run the main job on the embedded default into ./out (a second
-#               make run replaces the finished run there; make clean removes it)
+#               make run replaces the finished run there; make clean deletes its files)
 #   make test   set up (idempotent) and run the test suite (the whole of it: what CI runs)
 #   make quick  the edit loop: the suite without the tests marked slow
 HOME ?= $(shell getent passwd $$(id -u) | cut -d: -f6)
@@ -21,10 +21,12 @@ setup:
 run: setup
 	$(VENV)/bin/drivegen run --out $(OUT) --overwrite
 
-# the default run folder, when it is one drivegen made (run.json), and nothing else
+# the default run folder's own files, by the rule of drivegen run --overwrite (drivegen clean): a user's file in it
+# stays, and so does a folder that is not a drivegen run folder
 clean:
-	@if [ -f $(OUT)/run.json ]; then rm -rf $(OUT) && echo "removed $(OUT)"; \
-	elif [ -e $(OUT) ]; then echo "$(OUT) is not a drivegen run folder: left as it is"; exit 1; fi
+	@if [ -e $(OUT) ] || [ -L $(OUT) ]; then \
+	  if [ ! -x $(VENV)/bin/drivegen ]; then echo "$(VENV) is missing: make setup first"; exit 1; fi; \
+	  $(VENV)/bin/drivegen clean $(OUT); fi
 
 # --durations=20: the slowest tests in every run's output, so a regression in the suite's time shows
 test: setup

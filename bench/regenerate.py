@@ -147,7 +147,7 @@ def scaling(run: Path, work: Path, cfg, templates, args, rows: int) -> None:
     ``args.batch_scenes`` scenes), each the best of ``args.repeat`` runs, in one process run."""
     import ray
 
-    from generator.pipeline.driver import ensure_ray
+    from generator.pipeline.ray_connect import ensure_ray
 
     pa.set_cpu_count(1)  # every task on one core, like the single process
     walls = {"local": [], "ray": []}

@@ -2,8 +2,9 @@
 ``add_parser(subparsers)`` (returning its parser) and ``main(args) -> int``.
 
 Exit codes are decided here, once, from the error hierarchy (``schemas.errors``): an ``InputError``
-(config, logs, templates, run folder, arguments) prints its message and exits 2; another ``DrivegenError``
-prints its message and exits 1; anything else is a bug: the traceback is printed and the exit code is 1.
+(config, logs, templates, run folder, arguments, a Ray cluster that cannot be joined: ``ClusterError``) prints its
+message and exits 2; another ``DrivegenError`` prints its message and exits 1; anything else is a bug: the
+traceback is printed and the exit code is 1.
 A reader that closes stdout before the output ends (``drivegen score ... | head``) is neither: the command stops
 quietly with 141, the status of a process that SIGPIPE ends (Python's documented handling of BrokenPipeError).
 """
@@ -20,29 +21,64 @@ import traceback
 
 _STARTED_AT = time.perf_counter()  # the process's command starts about here (the CLI is imported first)
 
-COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "publish", "score", "report", "view")
+COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "publish", "score", "report", "view",
+            "clean", "families")
 
 
 def command_modules() -> list[str]:
     """The core's subcommands (``generator.commands.<name>``), then every registered paper family's
     (``schemas.families``: ``PaperFamily.commands``)."""
+    return [m for m, _ in _command_owners()]
+
+
+def _command_owners() -> list[tuple[str, object]]:
+    """(command module, its paper family or None for the core's), in order."""
     from schemas.families import families
 
-    return [f"generator.commands.{name}" for name in COMMANDS] + [m for f in families().values() for m in f.commands()]
+    return [(f"generator.commands.{name}", None) for name in COMMANDS] + [
+        (m, f) for f in families().values() for m in f.commands()]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (every subcommand's too: argparse makes them of the root's class) whose usage errors
+    name a paper family that could not be loaded when the user asked for one of its commands, scorers or
+    exports, instead of "invalid choice" alone."""
+
+    def error(self, message: str):
+        from schemas.families import broken_families
+
+        broken = broken_families()
+        if broken and "invalid choice" in message:
+            asked = message.split("invalid choice: ", 1)[1].split("'")[1] if "invalid choice: '" in message else ""
+            named = [b for b in broken if any(n in asked.replace("-", "_") for n in b.names())]
+            for b in named or broken:
+                message += (f"\n  (the paper family {b.line()} could not be loaded: its commands, scorers and exports "
+                            "are unavailable; drivegen families lists the families)")
+        super().error(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from schemas.families import broken_families, command_broken
+
+    parser = _Parser(
         prog="drivegen",
         description="Generate driving QA datasets and labels from LiDAR/camera logs on Ray.",
-        epilog="Run 'drivegen COMMAND -h' for a command's options.")
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in command_modules():
-        mod = importlib.import_module(name)
-        p = mod.add_parser(sub)
+    for name, fam in _command_owners():
+        try:
+            mod = importlib.import_module(name)
+            p = mod.add_parser(sub)
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - a family's broken command breaks only itself
+            if fam is None:
+                raise
+            command_broken(fam.name, f"its command module {name!r}", err)
+            continue
         p.set_defaults(_main=mod.main)
         _plain_help(p)
+    parser.epilog = "Run 'drivegen COMMAND -h' for a command's options." + "".join(
+        f"\nbroken paper family, left out: {b.line()}" for b in broken_families())
     return parser
 
 

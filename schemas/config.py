@@ -9,23 +9,31 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import pyarrow as pa
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from schemas.errors import ConfigError, InputError
-from schemas.families import config_sections, moved_settings, qa_family_names
+from schemas.families import broken_named, config_sections, moved_settings, qa_family_names
 from schemas.vocab import DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 
 __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
 
 
-# Bounds on size-like settings, checked when the config is read (before any work or write): a value past one
-# would make a stage allocate what no machine holds (a 1e9-step horizon is a MemoryError naming no field).
+# Bounds on size-like settings, checked when the config is read (before any work or write, before --out exists):
+# a value past one would make a stage allocate what no machine holds or loop for days (a 1e9-step horizon is a
+# MemoryError naming no field; 1e9 GrabCut iterations never end). Every whole-number setting has an upper bound
+# (tests/test_config.py checks it of every section, the families' included), and so has every rate.
 MAX_TIME_STEPS = 10_000  # samples of one time span (horizon / step); a 20 s log at 20 Hz has 400 frames
 MAX_SPAN_S = 60.0  # a look-ahead or look-back horizon; nuScenes scenes last 20 s, AV2 logs 15 s
+MAX_RATE_HZ = 1_000.0  # a sampling rate (keyframes, video frames): cameras run at 10-60 Hz, LiDARs at 10-20
+MAX_COUNT = 1_000_000  # a count threshold (points, hits, frames) that allocates nothing: far past any real one
+MAX_POOL = 1_024  # actors, workers, scenes at once
+MAX_IMAGE_PX = 16_384  # a side of an image drivegen makes (JAAD's reader refuses larger annotated images too)
+Seed = Annotated[int, Field(ge=0, le=2 ** 63 - 1)]
+"""a seed: numpy's generators take a non-negative one (-1 was a crash after --out existed)"""
 
 
 def check_time_steps(horizon_s: float, step_s: float, names: str) -> None:
@@ -43,12 +51,12 @@ class _Model(BaseModel):
 class KeyframeConfig(_Model):
     """STRIDE-QA §4.2: anchors at 1 Hz from 2-17 s of each clip, context from -2 s to +3 s."""
 
-    rate_hz: float = Field(1.0, gt=0)
+    rate_hz: float = Field(1.0, gt=0, le=MAX_RATE_HZ)
     window_start_s: float = Field(2.0, ge=0)
     window_end_s: float = Field(17.0, gt=0)
     context_before_s: float = Field(2.0, ge=0)
     context_after_s: float = Field(3.0, ge=0)
-    context_rate_hz: float = Field(2.0, gt=0)
+    context_rate_hz: float = Field(2.0, gt=0, le=MAX_RATE_HZ)
     """the context frames are sampled at 2 Hz"""
     context_frames: int = Field(4, ge=1, le=64)
     """frames shown for a keyframe, the keyframe last: STRIDE-QA-Bench's four images at -1.5, -1, -0.5, 0 s"""
@@ -59,6 +67,8 @@ class KeyframeConfig(_Model):
     def _window(self):
         if self.window_end_s <= self.window_start_s:
             raise ValueError("window_end_s must be greater than window_start_s")
+        check_time_steps(self.window_end_s - self.window_start_s, 1 / self.rate_hz,
+                         "window_end_s - window_start_s / (1 / rate_hz)")
         return self
 
     def context_offsets_s(self) -> tuple[float, ...]:
@@ -89,7 +99,7 @@ class SourceLimitsConfig(_Model):
     """ego speed between consecutive frames (m/s), the same bound"""
     max_ego_position_m: float = Field(1e7, gt=0)
     """|ego position| in the log's map frame (m): city frames span a few km, UTM coordinates stay below 1e7 m"""
-    max_lidar_file_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    max_lidar_file_bytes: int = Field(32 * 1024 * 1024, ge=1, le=4 << 30)
     """LiDAR file size (bytes), checked before a sweep is read: reading costs about 40x the file in memory
     through perception (a 200 MB file took 7.8 GB). 32 MiB is 6x the densest automotive sweep (128 beams x
     2048 columns x 20 B = 5.2 MB); nuScenes sweeps are 0.7 MB, AV2 sweeps 1.5 MB."""
@@ -98,16 +108,17 @@ class SourceLimitsConfig(_Model):
     (real nuScenes, AV2 and generated sweeps: all 360). A sweep stored in firing order (real nuScenes: every
     ring at one azimuth, then the next) and cut loses a sector. The real nuScenes sweep spans ~5 % more than a
     revolution, so cutting its last 5 % loses nothing; 0.99 (357 bins) catches a cut of 10 % (354)."""
-    lidar_rings: int = Field(32, ge=0)
+    lidar_rings: int = Field(32, ge=0, le=1024)
     """Rings of a nuScenes-format sweep (its ring-index column); each ring 0..n-1 must hold points. A sweep
     stored ring by ring (the generated logs) and cut loses its upper rings. nuScenes' LIDAR_TOP (HDL-32E) has
-    32; 0 turns the check off (nuScenes-format logs of another LiDAR: set its ring count)."""
+    32; 0 turns the check off (nuScenes-format logs of another LiDAR: set its ring count; the densest have 128,
+    at most 1024)."""
     cache_dir: str = ""
     """Logs on object storage (``--data s3://...``, ``generator.sources.remote``): this node's cache of their
     files. The folder ('' = $DRIVEGEN_LOG_CACHE, else ~/.cache/drivegen/logs; a local disk of each node), its
     size bound (least recently used files go first) and how long a used file is never evicted (a scene in
     flight keeps its files: the bound is exceeded instead)."""
-    cache_max_bytes: int = Field(50 * 1024 ** 3, ge=0)
+    cache_max_bytes: int = Field(50 * 1024 ** 3, ge=0, le=1 << 50)
     cache_keep_s: float = Field(600.0, ge=0)
     fetch_attempts: int = Field(4, ge=1, le=20)
     """Object storage that cannot be reached (endpoint down, connection broken mid-download) is tried this many
@@ -122,17 +133,17 @@ class LidarDetectorConfig(_Model):
     voxel_size_m: float = Field(0.15, ge=0)
     ground_distance_m: float = Field(0.25, gt=0)
     """RANSAC plane inlier distance"""
-    ground_ransac_iterations: int = Field(200, ge=10)
+    ground_ransac_iterations: int = Field(200, ge=10, le=100_000)
     """plane hypotheses (seeded numpy RANSAC)"""
-    ground_ransac_points: int = Field(4096, ge=3)
+    ground_ransac_points: int = Field(4096, ge=3, le=MAX_COUNT)
     """candidate points each hypothesis is scored on"""
     ground_max_tilt_deg: float = Field(20.0, gt=0, lt=90)
     """steeper plane hypotheses (walls) are rejected"""
-    ransac_seed: int = Field(0, ge=0)
+    ransac_seed: Seed = 0
     """with a hash of the sweep, seeds the RANSAC: same sweep, same plane"""
     cluster_eps_m: float = Field(0.7, gt=0)
-    cluster_min_points: int = Field(5, ge=1)
-    min_box_points: int = Field(8, ge=1)
+    cluster_min_points: int = Field(5, ge=1, le=MAX_COUNT)
+    min_box_points: int = Field(8, ge=1, le=MAX_COUNT)
     ground_cell_m: float = Field(2.0, gt=0)
     """BEV cell of the per-cell ground refinement"""
     ground_cell_tolerance_m: float = Field(0.4, ge=0)
@@ -153,7 +164,7 @@ class LidarDetectorConfig(_Model):
     """A cluster's height is this quantile of its points' heights above the ground (its highest point decides
     only the structure test): a thin pole or branch merged into a car's cluster does not make it a truck."""
     structure_gap_m: float = Field(1.5, ge=0)
-    structure_min_points_above: int = Field(1, ge=1)
+    structure_min_points_above: int = Field(1, ge=1, le=MAX_COUNT)
     floating_m: float = Field(0.5, ge=0)
     """A pedestrian, two-wheeler, cone or barrier whose lowest point is more than this above ground_distance_m
     plus the beam gap at its range stands on nothing (a sign, a branch, a hedge top): dropped. Measured: 3 of
@@ -195,7 +206,7 @@ class LidarDetectorConfig(_Model):
     """height cells: rings hit a face at heights that change with range"""
     motion_coarse_m: float = Field(0.2, gt=0)
     motion_fine_m: float = Field(0.05, gt=0)
-    motion_points: int = Field(48, ge=3)
+    motion_points: int = Field(48, ge=3, le=100_000)
     motion_small_m: float = Field(1.1, gt=0)
     motion_max_speed_mps: float = Field(20.0, ge=0)
     motion_max_speed_small_mps: float = Field(3.0, ge=0)
@@ -254,7 +265,7 @@ class LabelNoiseConfig(_Model):
     reports it once, with the smallest ``instance_token`` (the same one in every frame); 0 (default: noise
     alone, nothing dropped) detects every annotation; 0.5 as a real detector's non-maximum suppression would.
     Noise-free labels always pass through whole"""
-    seed: int = 0
+    seed: Seed = 0
 
     # the fields whose non-zero value adds noise; the others (scores, ghost_presence, miss_run_s, ...) only shape it
     RATES: ClassVar[tuple[str, ...]] = ("center_m", "size_frac", "yaw_rad", "velocity_mps", "drop_prob",
@@ -287,7 +298,7 @@ class Mmdet3dConfig(_Model):
     """.pth path; None builds random weights (tests only)"""
     device: str = "auto"
     """'auto' = cuda when available, else cpu"""
-    batch_size: int = Field(4, ge=1)
+    batch_size: int = Field(4, ge=1, le=MAX_POOL)
     model_classes: list[str] = Field(default_factory=lambda: list(DETECTION_CLASSES))
     sweep_alignment: Literal["mmdet3d", "rigid"] = "mmdet3d"
     """How earlier sweeps are moved into the keyframe's LiDAR frame: 'mmdet3d' = as mmdet3d 1.4's
@@ -296,7 +307,7 @@ class Mmdet3dConfig(_Model):
     precision: Precision = "auto"
     """arithmetic of the network (``Precision``): 'auto' = bfloat16 autocast on a GPU, float32 on the CPU; the
     head's decoding and NMS always run in float32"""
-    sweep_seed: int = Field(0, ge=0)
+    sweep_seed: Seed = 0
     """Configs without test_mode pick sweeps_num of the listed sweeps at random (CenterPoint nuScenes: 9 of 10),
     at test time too; drivegen seeds that draw per frame with this and the frame token."""
 
@@ -331,7 +342,7 @@ class LinkingConfig(_Model):
     t_max_s: float = Field(3.0, gt=0)
     w_spatial: float = Field(0.6, ge=0)
     w_temporal: float = Field(0.4, ge=0)
-    short_gap_frames: int = Field(3, ge=0)
+    short_gap_frames: int = Field(3, ge=0, le=MAX_COUNT)
     threshold_short_gap: float = Field(0.2, ge=0)
     threshold_long_gap: float = Field(0.3, ge=0)
 
@@ -398,7 +409,7 @@ class KalmanTrackerConfig(_Model):
     detector's threshold is set lower: with the detectors here a higher value loses objects whose score is low
     but true (the lidar backend scores 22 % of true pedestrians below 0.5): 0.4 / 0.5 give lidar backend 0.486
     / 0.474, highway 10 Hz 0.941 / 0.823, 2 Hz 0.584 / 0.396."""
-    confirm_hits: int = Field(3, ge=1)
+    confirm_hits: int = Field(3, ge=1, le=MAX_COUNT)
     """A track is output once it has confirm_hits matched detections (its earlier boxes are written back); a
     tentative track unmatched for longer than tentative_max_age_s in a frame with detections of its class, or for
     longer than tentative_max_miss_s in any frame the detector saw, is deleted with its boxes. Tentative tracks
@@ -448,7 +459,7 @@ class OfflineTrackerConfig(_Model):
     state predicted over the gap and the second's start state (position and velocity, 4 degrees of freedom) plus
     the log-size difference (3)."""
     link_velocity_std_mps: float = Field(4.0, gt=0)
-    link_min_boxes: int = Field(3, ge=1)
+    link_min_boxes: int = Field(3, ge=1, le=10_000)
     """Only tracklets of link_min_boxes boxes or more, whose smoothed velocity at the end is known to
     link_velocity_std_mps, are linked (a tracklet of one or two boxes, whose velocity is a guess, matches anything
     within metres: it stays apart and is scored as a short track). A gap the two passes bridged is kept only with
@@ -465,7 +476,7 @@ class OfflineTrackerConfig(_Model):
     n the track's detections."""
     hit_ratio_power: float = Field(0.5, ge=0)
     min_track_score: float = Field(0.3, ge=0, le=1)
-    min_track_hits: int = Field(3, ge=1)
+    min_track_hits: int = Field(3, ge=1, le=10_000)
     """Tracks scoring under min_track_score, or with fewer detections than min_track_hits and not reaching the log's
     first or last frame, are dropped (a detector's one-off false positives have no track to support them, whatever
     their score; an object at the log's edge may go on outside it)."""
@@ -508,7 +519,7 @@ class TrackingConfig(_Model):
     velocity std, in the ground frame)"""
     max_age_s: float = Field(1.5, gt=0)
     """Both modes: a track unseen for longer is deleted (coast up to 3 nuScenes keyframes)."""
-    min_hits: int = Field(1, ge=1)
+    min_hits: int = Field(1, ge=1, le=MAX_COUNT)
     """both modes: tracks with fewer boxes are dropped after linking"""
     velocity_from_track: Literal["missing", "always", "never"] = "missing"
     linking: LinkingConfig = Field(default_factory=LinkingConfig)
@@ -551,6 +562,7 @@ class TrackingConfig(_Model):
 
 # segmentation.sam2.decode_prompts 'auto' on a GPU: the cap measured fastest on an H100 (bench/gpu.py part 0).
 SAM2_GPU_DECODE_PROMPTS = 32
+MAX_DECODE_PROMPTS = 4096
 
 
 class Sam2Config(_Model):
@@ -558,7 +570,7 @@ class Sam2Config(_Model):
     checkpoint: str | None = None
     """None = random weights (tests only)"""
     device: str = "auto"
-    batch_images: int = Field(6, ge=1)
+    batch_images: int = Field(6, ge=1, le=MAX_POOL)
     decode_prompts: int | Literal["auto"] = "auto"
     """0 = one mask-decoder call per image, as SAM2ImagePredictor makes it. N > 0 = the box prompts of an encoder
     batch's images decoded together, at most N per call: one kernel chain per batch instead of one per image.
@@ -575,9 +587,10 @@ class Sam2Config(_Model):
     def _decode_prompts_auto_or_cap(cls, v):
         if isinstance(v, str) and v.strip().isdigit():
             v = int(v)
-        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DECODE_PROMPTS):
             return v
-        raise ValueError("must be 'auto', 0 (one decoder call per image) or a positive prompt cap")
+        raise ValueError(f"must be 'auto', 0 (one decoder call per image) or a positive prompt cap of at most "
+                         f"{MAX_DECODE_PROMPTS} (each prompt carries its image's features, ~12 MB)")
 
     def decode_prompts_on(self, device_type: str) -> int:
         """The prompt cap of one mask-decoder call on a torch device type ('cuda', 'cpu'); 0 = one call per image."""
@@ -587,12 +600,13 @@ class Sam2Config(_Model):
 
 
 class CpuSegmenterConfig(_Model):
-    dilate_px: int = Field(3, ge=0)
-    """margin grown around the hull of the object's projected LiDAR points"""
-    close_px: int = Field(15, ge=0)
+    dilate_px: int = Field(3, ge=0, le=256)
+    """margin grown around the hull of the object's projected LiDAR points (a kernel of 2n + 1 px a side)"""
+    close_px: int = Field(15, ge=0, le=256)
     """closing kernel applied to a GrabCut-refined mask"""
-    grabcut_iterations: int = Field(0, ge=0)
-    """0 = LiDAR hull + margin only (see actors/segment/cpu.py)"""
+    grabcut_iterations: int = Field(0, ge=0, le=50)
+    """0 = LiDAR hull + margin only (see actors/segment/cpu.py); OpenCV's examples run 1-5 iterations, each a
+    graph cut of the object's box: 50 at most"""
 
 
 class SegmentationConfig(_Model):
@@ -608,7 +622,7 @@ class VisibilityConfig(_Model):
     box_iou_min: float = Field(0.3, ge=0, le=1)
     coverage_min: float = Field(0.8, ge=0, le=1)
     mask_score_min: float = Field(0.8, ge=0, le=1)
-    min_lidar_points: int = Field(1, ge=0)
+    min_lidar_points: int = Field(1, ge=0, le=MAX_COUNT)
     min_box_area_px: float = Field(16.0, ge=0)
     min_depth_m: float = Field(0.1, ge=0)
     """a box is "in front of" a camera when one of its corners is at least this far along the optical axis
@@ -657,12 +671,13 @@ class QAConfig(_Model):
     against the registry before a run)"""
     template_dirs: list[str] = Field(default_factory=list)
     """extra/override YAML template folders"""
-    seed: int = 42
+    seed: Seed = 42
     horizons_s: list[float] = Field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0], min_length=1)
     front_camera: str = "CAM_FRONT"
     """preferred; see generator.types.front_camera for the fallback rule"""
-    max_objects_per_keyframe: int = Field(12, ge=1)
-    max_pairs_per_keyframe: int = Field(20, ge=0)
+    max_objects_per_keyframe: int = Field(12, ge=1, le=1000)
+    """(pair questions consider every pair of them: 1000 objects are half a million pairs)"""
+    max_pairs_per_keyframe: int = Field(20, ge=0, le=100_000)
     decimals: int = Field(2, ge=0, le=6)
     relation_margins: RelationMargins = Field(default_factory=RelationMargins)
     val_fraction: float = Field(0.1, ge=0, le=1)
@@ -759,11 +774,11 @@ class WdsConfig(_Model):
 
 class WriterConfig(_Model):
     wds: WdsConfig = Field(default_factory=WdsConfig)
-    parquet_max_rows: int = Field(200_000, ge=1)
-    parquet_max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
-    wds_max_samples: int = Field(1000, ge=1)
+    parquet_max_rows: int = Field(200_000, ge=1, le=100_000_000)
+    parquet_max_bytes: int = Field(256 * 1024 * 1024, ge=1024, le=64 << 30)
+    wds_max_samples: int = Field(1000, ge=1, le=MAX_COUNT)
     """WebDataset: keyframe samples per tar shard"""
-    wds_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024)
+    wds_max_bytes: int = Field(1024 * 1024 * 1024, ge=1024, le=64 << 30)
     """and bytes per tar shard"""
     webdataset: bool = True
     card: bool = True
@@ -826,16 +841,17 @@ class AnonymizeConfig(_Model):
     (EU/US plates are 0.52/0.30 m of a 1.8 m wide car: 0.29/0.17; wider for position error) and between these
     heights above the box bottom (plates sit 0.3-1.2 m above the road on cars, trucks and buses)"""
     plate_z_m: tuple[float, float] = (0.15, 1.3)
-    cascade_min_region_px: int = Field(8, ge=1)
+    cascade_min_region_px: int = Field(8, ge=1, le=MAX_IMAGE_PX)
     """a candidate smaller than this many pixels on its short side is too small for a cascade (the face cascade's
     window is 24x24, the plate cascade's 60x20 after upscaling): the undetected policy applies directly"""
-    cascade_upscale_to_px: int = Field(64, ge=16)
-    """candidates are upscaled to at least this many pixels on their short side before the cascade runs"""
+    cascade_upscale_to_px: int = Field(64, ge=16, le=1024)
+    """candidates are upscaled to at least this many pixels on their short side before the cascade runs (the
+    cascades' windows are 24-60 px; a region upscaled past 1024 px costs time and finds nothing more)"""
     face_cascade: str = "haarcascade_frontalface_default.xml"
     plate_cascade: str = "haarcascade_russian_plate_number.xml"
     scale_factor: float = Field(1.1, gt=1.0)
     """cv2.CascadeClassifier.detectMultiScale parameters (OpenCV's documented defaults 1.1 and 3)"""
-    min_neighbors: int = Field(3, ge=0)
+    min_neighbors: int = Field(3, ge=0, le=1000)
     undetected: Literal["region", "none"] = "region"
     """what to blur when the cascade finds nothing inside a candidate: 'region' blurs the whole candidate (safety
     first: a face the cascade misses is still blurred; the cost is blur outside faces and plates), 'none'
@@ -868,19 +884,19 @@ class ReportConfig(_Model):
     """The static HTML report (``drivegen report``, ``generator.report``). Chosen here to keep a report
     quick to build and to open on a large run: every page has a bounded size, whatever the run's."""
 
-    seed: int = 0
+    seed: Seed = 0
     """the sample browser's rows are drawn per family with this seed"""
-    samples_per_family: int = Field(12, ge=1)
+    samples_per_family: int = Field(12, ge=1, le=10_000)
     """QA rows shown per family (drawn without replacement)"""
-    rows_per_page: int = Field(6, ge=1)
+    rows_per_page: int = Field(6, ge=1, le=1000)
     """QA rows per sample-browser page"""
-    max_table_rows: int = Field(200, ge=1)
+    max_table_rows: int = Field(200, ge=1, le=100_000)
     """rows of the errors table and of the per-type counts shown"""
-    max_scenes: int = Field(50, ge=1)
+    max_scenes: int = Field(50, ge=1, le=10_000)
     """scenes with a bird's-eye plot (the first ones, sorted by id)"""
-    image_width_px: int = Field(640, ge=64)
+    image_width_px: int = Field(640, ge=64, le=MAX_IMAGE_PX)
     """keyframe images are scaled down to at most this width"""
-    thumb_width_px: int = Field(200, ge=32)
+    thumb_width_px: int = Field(200, ge=32, le=MAX_IMAGE_PX)
     """context and future frames"""
     jpeg_quality: int = Field(80, ge=10, le=100)
     on_run: bool = True
@@ -901,12 +917,12 @@ class StageActorsConfig(_Model):
     request on one GPU); on an H100, CenterPoint and SAM sharing one GPU gained nothing over running in turn,
     while two SAM actors sharing one carried 9-20 % more than one (docs/changelog.md)."""
 
-    pool_size: int | None = Field(None, ge=1)
+    pool_size: int | None = Field(None, ge=1, le=MAX_POOL)
     """a fixed pool of this many actors (min_size = max_size); None: ray.actor_pool_size, or the bounds below"""
-    min_size: int | None = Field(None, ge=1)
+    min_size: int | None = Field(None, ge=1, le=MAX_POOL)
     """an elastic pool: Ray Data adds actors while scenes queue for the stage and resources are free, up to
     max_size, and removes idle ones down to min_size. None: pool_size (or ray.actor_pool_size)"""
-    max_size: int | None = Field(None, ge=1)
+    max_size: int | None = Field(None, ge=1, le=MAX_POOL)
     """None: derived from the cluster: for a stage on GPUs as many actors as the GPUs the other model stages'
     minimum pools leave can hold at its GPU share (never below min_size); for a CPU actor stage, min_size"""
     num_gpus: float | None = Field(None, ge=0)
@@ -931,23 +947,24 @@ class StageActorsConfig(_Model):
 class RayConfig(_Model):
     address: str | None = None
     """None = embedded local Ray; 'auto' or host:port joins a cluster"""
-    num_cpus: int | None = Field(None, ge=1)
+    num_cpus: int | None = Field(None, ge=1, le=100_000)
     cpu_stage_num_cpus: float = Field(1.0, gt=0)
     actor_num_cpus: float = Field(0.5, gt=0)
     """fractional: whole-CPU actors starve the read stage on 2 CPUs; one thread (Ray's cap at floor(CPUs), at
     least 1) ran SAM on an H100 as fast as seven (docs/changelog.md)"""
     actor_num_gpus: float = Field(1.0, ge=0)
     """used only when the cluster has GPUs"""
-    actor_pool_size: int = Field(1, ge=1)
+    actor_pool_size: int = Field(1, ge=1, le=MAX_POOL)
     stage_actors: dict[str, StageActorsConfig] = Field(default_factory=dict)
     """per model stage (schemas.vocab.MODEL_STAGES): its pool size and shares, over the three defaults above"""
-    max_retries: int = Field(2, ge=0)
-    scenes_in_flight: int = Field(4, ge=1)
+    max_retries: int = Field(2, ge=0, le=100)
+    scenes_in_flight: int = Field(4, ge=1, le=MAX_POOL)
     allow_unauthenticated: bool = False
-    """Start the embedded Ray although ``RAY_AUTH_MODE=disabled`` in the environment turns its token
-    authentication off. Ray listens on all interfaces, so any host that reaches this machine's Ray ports can then
-    run code as you: only on a machine no one else can reach. Without it such a run is refused before anything is
-    written (``generator.pipeline.driver.check_ray_auth``)."""
+    """The opt-out of authentication: start the embedded Ray although ``RAY_AUTH_MODE=disabled`` in the environment
+    turns its token authentication off, with a warning on every run. Anyone who reaches its ports (every user of
+    this machine; every host, with ``--metrics-host 0.0.0.0``) can then run code as you. Without it such a run is
+    refused before anything is written, as is any ``RAY_AUTH_MODE`` but ``token`` or ``disabled``
+    (``generator.pipeline.ray_connect``)."""
     model_stages: Literal["auto", "actors", "tasks"] = "auto"
     """Where the model stages (detection, segmentation) run: 'auto' = actor pools for the model backends
     (mmdet3d, sam2) and tasks for the CPU ones; 'actors' / 'tasks' force one way for every backend."""
@@ -1114,6 +1131,9 @@ def _format_errors(err: ValidationError, where: str) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "<root>"
         got = "" if e["type"] == "missing" or isinstance(e.get("input"), dict) else f" (got {_shown(e.get('input'))})"
         hint = _did_you_mean(tuple(e["loc"])) if e["type"] == "extra_forbidden" else ""
+        broken = broken_named(str(e["loc"][0])) if e["type"] == "extra_forbidden" and len(e["loc"]) == 1 else None
+        if broken is not None:
+            hint = f"; it is the section of the paper family {broken.line()}, which could not be loaded"
         lines.append(f"{where}: field '{loc}': {e['msg']}{got}{hint}")
     more = err.error_count() - 20
     return "invalid config\n  " + "\n  ".join(lines) + (f"\n  ... and {more} more" if more > 0 else "")

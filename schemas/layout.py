@@ -132,6 +132,9 @@ def table(name_or_folder: str) -> TableLayout:
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+MAX_SCENE_NAME_CHARS = 200  # a scene's file names add at most ~50 characters to its safe name; a name holds 255
+
+
 def safe_name(scene_id: str) -> str:
     """A scene id as a file-name stem: stable, filesystem-safe, and never hidden from readers (a leading
     '.' or '_' becomes 'x.' / 'x_'). Distinct ids that map to one name are refused when a run starts."""

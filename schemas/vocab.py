@@ -74,3 +74,10 @@ JAAD_VEHICLE_ACTIONS = ("stopped", "moving_slow", "moving_fast", "decelerating",
 JAAD_SPLITS = ("train", "val", "test")
 # the behaviour tags of a JAAD 'pedestrian' box (annotations/video_XXXX.xml), in the annotation's order
 JAAD_BEHAVIOUR_TAGS = ("action", "look", "cross", "occlusion", "hand_gesture", "reaction", "nod")
+# the values each tag takes: JAAD's coding (its data interface, jaad_data.py, maps exactly these to numbers)
+JAAD_BEHAVIOUR_VALUES = {
+    "action": ("standing", "walking"), "look": ("not-looking", "looking"),
+    "cross": ("not-crossing", "crossing", "crossing-irrelevant"), "occlusion": JAAD_OCCLUSION,
+    "hand_gesture": ("__undefined__", "greet", "yield", "rightofway", "other"),
+    "reaction": ("__undefined__", "clear_path", "speed_up", "slow_down"), "nod": ("__undefined__", "nodding"),
+}

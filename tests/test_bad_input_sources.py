@@ -240,6 +240,36 @@ def test_filename_outside_the_dataroot(ns, name):
     assert name in str(err)
 
 
+def test_a_cycle_in_the_sample_chain_fails_its_scene(ns):
+    """Issue 57 #12: a sample whose ``next`` leads back into the chain was followed forever (memory +15 MB/s);
+    the loop is now refused naming the table and the sample, and scene B loads."""
+    rows = ns.table("sample")
+    chain = ns.samples_of(ns.scene_a())
+    for r in rows:
+        if r["token"] == chain[5]["token"]:
+            r["next"] = chain[2]["token"]
+    ns.write_table("sample", rows)
+    err = expect_a_fails_b_loads(ns, "sample chain loops", "sample.json")
+    assert chain[5]["token"] in err.message and "3 back" in err.message
+
+
+def test_a_fifo_in_place_of_a_table_is_named_not_read(ns):
+    """Issue 57 #12: the devkit would block reading a FIFO forever; it is refused by name when the logs open."""
+    p = ns.root / ns.version / "ego_pose.json"
+    p.unlink()
+    os.mkfifo(p)
+    with pytest.raises(SourceError, match=r"nuScenes table ego_pose.json is a FIFO") as e:
+        ns.source()
+    assert e.value.file == str(p)
+
+
+def test_a_fifo_in_place_of_a_sensor_file_is_named_not_missing(ns):
+    sd = ns.sample_data_of(ns.scene_a(), "LIDAR_TOP")[4]
+    (ns.root / sd["filename"]).unlink()
+    os.mkfifo(ns.root / sd["filename"])
+    expect_a_frame_issue_b_clean(ns, r"LiDAR file is a FIFO \(named pipe\)", sd["filename"])
+
+
 def test_corrupt_table_file_fails_at_open(ns):
     (ns.root / ns.version / "sample.json").write_text("[{not json")
     with pytest.raises(SourceError, match="could not be loaded: sample.json is not a JSON array") as e:
@@ -289,6 +319,30 @@ def test_av2_missing_and_short_poses(av2_copy):
     feather.write_feather(feather.read_table(p).slice(0, 100), p)
     with pytest.raises(SourceError, match="not covered by the ego poses"):
         AV2Source(d).load_scene(AV2_LOG)
+
+
+def test_av2_zero_quaternion_pose_is_named_as_such(av2_copy):
+    """Issue 57 #15: a pose whose quaternion is all zeros was reported as frames "not covered by the ego poses";
+    it is a row that is no rotation, and the message says so, naming the row."""
+    d = av2_copy("zero-quat")
+    p = d / "city_SE3_egovehicle.feather"
+    t = feather.read_table(p)
+    for c in ("qw", "qx", "qy", "qz"):
+        t = t.set_column(t.column_names.index(c), c, pa.array(np.r_[t[c].to_numpy()[:7], 0.0, t[c].to_numpy()[8:]]))
+    feather.write_feather(t, p)
+    with pytest.raises(SourceError, match=r"ego pose at timestamp_ns \d+: quaternion .* has norm 0, not 1") as e:
+        AV2Source(d).load_scene(AV2_LOG)
+    assert "not covered" not in e.value.message and e.value.file.endswith("city_SE3_egovehicle.feather")
+
+
+def test_av2_fifo_annotations_are_named_not_missing(av2_copy):
+    """Issue 57 #15: a FIFO ``annotations.feather`` was "missing"; it is named as the FIFO it is (never read)."""
+    d = av2_copy("fifo")
+    (d / "annotations.feather").unlink()
+    os.mkfifo(d / "annotations.feather")
+    with pytest.raises(SourceError, match=r"annotations file is a FIFO \(named pipe\)") as e:
+        AV2Source(d).load_scene(AV2_LOG)
+    assert "missing" not in e.value.message and e.value.file.endswith("annotations.feather")
 
 
 def test_av2_bad_calibration(av2_copy):

@@ -333,10 +333,10 @@ def test_card_quotes_the_data_as_text_never_as_markup(tmp_path):
 def test_card_code_spans_hold_any_backticks():
     """A value the card shows as code (a source path, a backend) cannot close its code span early."""
     markdown_it = pytest.importorskip("markdown_it")
-    from generator.writers.card import _code
+    from generator.writers.card import code_span
 
-    assert "<code>a`b``c</code>" in markdown_it.MarkdownIt("commonmark").render(_code("a`b``c"))
-    assert "<code>/logs/x</code>" in markdown_it.MarkdownIt("commonmark").render(_code("/logs/x"))
+    assert "<code>a`b``c</code>" in markdown_it.MarkdownIt("commonmark").render(code_span("a`b``c"))
+    assert "<code>/logs/x</code>" in markdown_it.MarkdownIt("commonmark").render(code_span("/logs/x"))
 
 
 def test_card_names_only_the_noise_that_is_on():

@@ -83,3 +83,13 @@ def test_no_port_open_to_the_world(cluster):
     values = list(_strings(cluster))
     assert not [v for v in values if "0.0.0.0" in v or "::/0" in v]
     assert "--dashboard-host=127.0.0.1" in " ".join(cluster["head_start_ray_commands"])
+
+
+def test_token_authentication_on_every_node(cluster):
+    """Ray 2.60 starts a node without authentication unless a token is there (head) or RAY_AUTH_MODE=token (a
+    worker joining): the token is copied to every node, kept private, and every ``ray start`` asks for token mode."""
+    assert cluster["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
+    assert any("chmod 600 ~/.ray/auth_token" in c for c in cluster["setup_commands"])
+    starts = [c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in cluster[key]
+              if "ray start" in c]
+    assert len(starts) == 2 and all("RAY_AUTH_MODE=token " in c for c in starts), starts

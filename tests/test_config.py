@@ -208,6 +208,33 @@ def test_an_input_that_is_not_a_regular_file_is_refused_without_blocking(tmp_pat
         assert isinstance(got[0], error) and want in str(got[0]) and str(p) in str(got[0]), got
 
 
+def test_a_prediction_file_is_read_with_a_size_limit_and_streamed(tmp_path, monkeypatch):
+    """Issue 57 #13: a 109 MB prediction file was read whole with no limit (819 MB at peak). A JSON document,
+    parsed whole, has a size limit naming the streamed formats; JSON Lines and Parquet are read a record at a
+    time when the scorer streams them (``score qa``)."""
+    import json
+
+    import pandas as pd
+
+    import generator.validate.score as sc
+    from schemas.errors import InputError
+
+    rows = [{"qa_id": str(i), "answer": f"{i} m"} for i in range(100)]
+    monkeypatch.setattr(sc, "MAX_JSON_PREDICTION_BYTES", 1000)
+    (tmp_path / "a.json").write_text(json.dumps(rows))
+    with pytest.raises(InputError, match=r"is 3,\d+ bytes, more than 1,000 for a JSON file.*JSON Lines"):
+        sc.read_predictions(str(tmp_path / "a.json"))
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    pd.DataFrame(rows).to_parquet(tmp_path / "a.parquet")
+    for name in ("a.jsonl", "a.parquet"):
+        it = sc.read_predictions(str(tmp_path / name), stream=True)
+        assert not isinstance(it, list) and next(it) == rows[0] and list(it) == rows[1:]
+        assert sc.read_predictions(str(tmp_path / name)) == rows
+    monkeypatch.setattr(sc, "MAX_PREDICTION_BYTES", 1000)
+    with pytest.raises(InputError, match=r"more than 1,000 \[file="):
+        sc.read_predictions(str(tmp_path / "a.jsonl"))
+
+
 def _raised(fn, arg):
     try:
         fn(arg)
@@ -238,6 +265,18 @@ def test_a_misspelt_key_is_refused_with_the_closest_known_one(data, hint):
     ("pie: {path_horizon_s: 30, path_step_s: 0.000001}", "pie"),
     ("writers: {parquet_max_rows: 1}", "writers.parquet_max_rows"),  # 4,442 shards for one scene
     ("writers: {wds_max_samples: 1}", "writers.wds_max_samples"),
+    # issue 57 #12/#13: each was accepted and failed late, after --out existed (or hung), naming no field
+    ("segmentation: {cpu: {dilate_px: 1000000}}", "segmentation.cpu.dilate_px"),
+    ("intention: {collision_substeps: 1000000000}", "intention.collision_substeps"),  # 44.7 GiB
+    ("sources: {lidar_rings: 1000000000}", "sources.lidar_rings"),
+    ("keyframes: {rate_hz: 1000000000}", "keyframes.rate_hz"),  # 112 GiB
+    ("keyframes: {window_end_s: 100000}", "keyframes"),  # 1 Hz for 28 hours
+    ("anonymize: {cascade_upscale_to_px: 100000000}", "anonymize.cascade_upscale_to_px"),
+    ("segmentation: {cpu: {grabcut_iterations: 1000000000}}", "segmentation.cpu.grabcut_iterations"),  # hung
+    ("detection: {lidar: {ground_ransac_iterations: 1000000000}}", "detection.lidar.ground_ransac_iterations"),
+    ("report: {image_width_px: 1000000000}", "report.image_width_px"),
+    ("drama_x: {image_intent: {video_fps: 1000000000}}", "drama_x.image_intent.video_fps"),
+    ("report: {seed: -1}", "report.seed"),  # numpy refuses a negative seed: a crash at the end of the run
 ])
 def test_size_like_settings_are_bounded_before_any_work(tmp_path, yaml_text, field):
     """A horizon or count of 1e9 was accepted; a scene then failed with a MemoryError naming no field, after
@@ -254,9 +293,65 @@ def test_size_like_settings_are_bounded_before_any_work(tmp_path, yaml_text, fie
     assert not out.exists()
 
 
+def _fields(model, prefix: str = ""):
+    """(dotted name, pydantic FieldInfo, annotation) of every setting under ``model``, sub-sections expanded."""
+    import typing
+
+    from pydantic import BaseModel
+
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        inner = [a for a in typing.get_args(ann) if a is not type(None)] or [ann]
+        if len(inner) == 1 and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+            yield from _fields(inner[0], f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", info, ann
+
+
+def test_every_whole_number_and_rate_setting_has_an_upper_bound():
+    """Issue 57 #13: size-like settings were unbounded (six of them found by the fuzzer, each a late failure:
+    44.7 GiB, 112 GiB, a hang). Every whole-number setting of every section (the registered families' too) and
+    every rate now has an upper bound checked when the config is read, so a 1e9 of any is refused by name."""
+    import typing
+
+    from schemas.families import config_sections
+
+    sections = [("", PipelineConfig)] + [(f"{name}.", model) for name, model in config_sections().items()]
+    unbounded, checked = [], 0
+    for prefix, model in sections:
+        for name, info, ann in _fields(model, prefix):
+            args = set(typing.get_args(ann)) or {ann}
+            rate = float in args and name.endswith(("_hz", "fps"))
+            if not (int in args or rate) or name == "segmentation.sam2.decode_prompts":  # (its validator: below)
+                continue
+            checked += 1
+            if not any(hasattr(m, "le") or hasattr(m, "lt") for m in info.metadata):
+                unbounded.append(name)
+    assert checked > 60 and not unbounded, unbounded
+    with pytest.raises(ConfigError, match="segmentation.sam2.decode_prompts"):
+        parse_config({"segmentation": {"sam2": {"decode_prompts": 10 ** 9}}})
+
+
+def test_a_model_file_that_is_a_fifo_is_refused_before_the_run(tmp_path):
+    """Issue 57 #12: a FIFO in place of a file drivegen reads is refused wherever it is read; a model checkpoint
+    would block its actor forever. It is refused with the field named, before --out exists."""
+    import os
+
+    from generator.cli import main
+
+    os.mkfifo(tmp_path / "ckpt.pth")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"detection: {{backend: mmdet3d, mmdet3d: {{checkpoint: '{tmp_path / 'ckpt.pth'}'}}}}\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", "--out", str(tmp_path / "out"), "--config", str(cfg), "--local", "--no-progress"])
+    assert code == 2 and "field 'detection.mmdet3d.checkpoint'" in err.getvalue() and "FIFO" in err.getvalue()
+    assert not (tmp_path / "out").exists()
+
+
 def test_more_ray_cpus_than_cores_is_warned_about():
     """ray.num_cpus: 1000 on 2 cores passed without a word (Ray then runs 1000 scenes' tasks on 2 cores)."""
-    from generator.pipeline.driver import oversubscribed
+    from generator.pipeline.ray_connect import oversubscribed
 
     text = oversubscribed(parse_config({"ray": {"num_cpus": 1000}}), cores=2)
     assert text and "ray.num_cpus=1000 on a machine with 2 CPUs" in text

@@ -25,14 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from support.pipeline import REPO, drivegen, manifest_count, wait_for, write_config
+from support.pipeline import REPO, data_checksums, drivegen, manifest_count, wait_for, write_config
 from generator.numerics import features_off, numpy_pinned
 from schemas.tables import write_parquet
 
-# Files that describe one run rather than its data: timings (summary, manifests, report), the run's epoch and
-# config (ray.num_cpus differs between the runs compared), part keys (hash of a manifest), the run's own path.
-RUN_SPECIFIC = ("config.yaml", "run.json", "summary.json", "manifest/", "parts/", "report/",
-                "intention/export_summary.json")
 
 # ------------------------------------------------------------------------------------------ numpy
 
@@ -138,16 +134,6 @@ def test_parquet_bytes_depend_on_the_rows_alone():
 
 
 # ------------------------------------------------------------------------------------------ end to end
-
-
-def data_checksums(out: Path) -> dict[str, str]:
-    """SHA-256 of every file of the run folder but the run-specific ones (``RUN_SPECIFIC``)."""
-    sums = {}
-    for p in sorted(out.rglob("*")):
-        rel = p.relative_to(out).as_posix()
-        if p.is_file() and not any(rel == s or rel.startswith(s) for s in RUN_SPECIFIC):
-            sums[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return sums
 
 
 def _killed_then_resumed(out: Path, args: list, cfg: Path) -> None:

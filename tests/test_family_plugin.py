@@ -142,3 +142,54 @@ def yaml_section(path: Path) -> dict:
     import yaml
 
     return yaml.safe_load(path.read_text())["lane_keeping"]
+
+
+BROKEN_PLUGINS = {  # entry point name -> (its module's text, what `drivegen families` says of it)
+    "broken_import": ("import drivegen_no_such_module\n", "ModuleNotFoundError"),
+    "broken_syntax": ("FAMILY = (\n", "SyntaxError"),
+    "not_a_family": ("FAMILY = 42\n", "is not a named schemas.families.PaperFamily"),
+    "exits_at_import": ("import sys\nsys.exit(3)\n", "SystemExit(3) at import"),
+}
+
+
+@pytest.fixture(scope="module")
+def broken_env(tmp_path_factory) -> dict:
+    """A process where the example family and four broken ones are installed (an import error, a syntax error,
+    an object that is no family, a module that calls sys.exit at import)."""
+    site = tmp_path_factory.mktemp("broken-site")
+    info = site / "drivegen_plugins-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: drivegen-plugins\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[drivegen.families]\nlane_keeping = drivegen_lane_keeping:FAMILY\n" + "".join(
+        f"{name} = drivegen_{name}:FAMILY\n" for name in BROKEN_PLUGINS))
+    for name, (text, _) in BROKEN_PLUGINS.items():
+        (site / f"drivegen_{name}.py").write_text(text)
+    paths = [str(site), str(PLUGIN), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def test_a_broken_plugin_breaks_only_itself(broken_env, tmp_path):
+    """Issue 57 #14: one broken family plugin made every command die, ``--help`` included. Now each broken one is
+    listed with its error (``drivegen families``, ``--help``), what is its own is refused naming it (its scorer,
+    its config section), and the rest works: the help, the commands, the good plugin with its scorer and export."""
+    from support.pipeline import drivegen
+
+    r = drivegen("--help", env=broken_env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert all(f"broken paper family, left out: {name} " in r.stdout for name in BROKEN_PLUGINS), r.stdout
+    r = drivegen("families", env=broken_env)
+    assert r.returncode == 1, r.stderr[-3000:]
+    broken = {line.split()[1]: line for line in r.stdout.splitlines() if line.startswith("BROKEN ")}
+    assert set(broken) == set(BROKEN_PLUGINS), r.stdout
+    assert all(said in broken[name] for name, (_, said) in BROKEN_PLUGINS.items()), broken
+    assert any(line.startswith("lane_keeping: Ego lane keeping;") and "score lane-keeping" in line
+               for line in r.stdout.splitlines()), r.stdout
+    assert "5 paper families loaded, 4 could not be loaded" in r.stdout
+    # what belongs to a broken one is refused by name
+    r = drivegen("score", "broken-import", tmp_path, "--pred", "baseline:x", env=broken_env)
+    assert r.returncode == 2 and "broken_import (entry point" in r.stderr and "ModuleNotFoundError" in r.stderr, \
+        r.stderr[-2000:]
+    cfg = write_config(tmp_path / "c.yaml", {"not_a_family": {"x": 1}})
+    r = drivegen("run", "--out", tmp_path / "out", "--config", cfg, "--local", env=broken_env)
+    assert r.returncode == 2 and "section of the paper family not_a_family" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "out").exists()

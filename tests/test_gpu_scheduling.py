@@ -82,7 +82,7 @@ def _run(address: str | None, tmp_path, n_scenes: int, pool: int, stage_actors: 
     import ray
     from ray import cloudpickle
 
-    from generator.pipeline.driver import ensure_ray
+    from generator.pipeline.ray_connect import ensure_ray
     from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
     from generator.runfolder import RunStore
 

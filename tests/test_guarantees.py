@@ -423,12 +423,13 @@ def test_the_lock_heartbeat_is_not_a_leftover(tmp_path):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
-    """During a run, gcs_server, raylet, the driver and the workers listened on all interfaces. Ray 2.60
-    cannot be bound to the loopback interface (it replaces 127.0.0.1 by a reachable address, measured); what
-    protects the embedded instance is its token authentication: a client without the token is refused."""
+    """During a run, gcs_server, raylet, the driver and the workers listened on all interfaces. They now listen on
+    127.0.0.1 only (tests/test_ray_connect.py); what keeps out another user of the same machine is the token
+    authentication: a client without the token is refused. (The clients run in Ray's single-machine mode, as the
+    embedded Ray does: otherwise Ray replaces 127.0.0.1 by the machine's address, where nothing listens.)"""
     import ray
 
-    from generator.pipeline.driver import ensure_ray
+    from generator.pipeline.ray_connect import ensure_ray
     from schemas.config import PipelineConfig
 
     cfg = PipelineConfig()
@@ -438,8 +439,9 @@ def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
     assert ensure_ray(cfg)
     try:
         gcs = ray.get_runtime_context().gcs_address
+        local = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token: a stranger on the network
+        env.update(local, HOME=str(tmp_path))  # no ~/.ray/auth_token: another user of this machine
         code = f"import ray; ray.init(address={gcs!r}, logging_level='ERROR'); print('CONNECTED')"
         # the client is refused for its token at once, then retries for ~20 s before it gives up: the refusal
         # itself is what is asserted (not a network failure), and the client is stopped there
@@ -459,34 +461,10 @@ def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
         assert refused and "CONNECTED" not in out
         # the control: a client with the driver's environment (its token) connects
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ))
+                           env={**os.environ, **local})
         assert r.returncode == 0 and "CONNECTED" in r.stdout, r.stderr[-2000:]
     finally:
         ray.shutdown()
-
-
-def test_no_embedded_ray_without_authentication_unless_the_user_says_so(tmp_path, monkeypatch):
-    """With RAY_AUTH_MODE=disabled in the environment a client without a token reached the run's Ray (listening on
-    all interfaces) and ran a task, and drivegen said nothing. Now the run is refused before anything is written,
-    naming the variable, where the token lives and the config field that allows it; joining a cluster, --local
-    and ray.allow_unauthenticated: true are not refused."""
-    from generator.pipeline import run
-    from generator.pipeline.driver import check_ray_auth
-    from schemas.config import PipelineConfig
-    from schemas.errors import InputError
-
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    out = tmp_path / "run"
-    with pytest.raises(InputError) as err:
-        run(str(out), cfg=PipelineConfig(), executor="ray", progress=False)
-    text = str(err.value)
-    assert "RAY_AUTH_MODE=disabled" in text and "~/.ray/auth_token" in text and "ray.allow_unauthenticated" in text
-    assert not out.exists()
-    check_ray_auth(PipelineConfig(), address="auto")  # a cluster's own setting
-    check_ray_auth(PipelineConfig.model_validate({"ray": {"allow_unauthenticated": True}}))
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    check_ray_auth(PipelineConfig())
 
 
 def test_a_run_whose_description_disappears_is_not_ok(finished, tmp_path):

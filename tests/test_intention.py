@@ -122,6 +122,23 @@ def test_malformed_predictions_are_reported_and_count_as_failures(run_dir, tmp_p
     assert cli(["score", "intention", "--pred", str(tmp_path / "missing.json"), str(run_dir / "intention")]) == 2
 
 
+def test_waypoints_no_car_can_reach_are_malformed_not_a_success(run_dir, tmp_path):
+    """Issue 57 #10: every waypoint 14 km from the ego (9.9 km on each axis, inside the old per-axis 10 km bound)
+    still scored overtake ISR 1.0. Waypoints farther apart than 100 m/s allows are no trajectory: each such
+    prediction is a problem naming the waypoint and counts as a failure."""
+    exp = pd.read_parquet(run_dir / "intention" / "planning_samples.parquet")
+    k = len(exp.future_xy_ego_m.iloc[0])
+    path = tmp_path / "far.json"
+    path.write_text(json.dumps([{"sample_id": sid, "waypoints": [[9900.0, 9900.0]] * k} for sid in exp.sample_id]))
+    r = score(str(path), run_dir / "intention")
+    assert r["scored"] == 0 and r["ISR"] == 0.0 and set(r["ISR_by_kind"].values()) == {0.0}, r["ISR_by_kind"]
+    assert len(r["problems"]) == len(exp) and "waypoint 1 is 1.4e+04 m from the one before" in r["problems"][0]["problem"]
+    # a fast but drivable trajectory is scored: 30 m/s straight ahead
+    path.write_text(json.dumps([{"sample_id": sid, "waypoints": [[15.0 * (i + 1), 0.0] for i in range(k)]}
+                                for sid in exp.sample_id]))
+    assert score(str(path), run_dir / "intention")["scored"] == len(exp)
+
+
 def test_score_json_is_strict_json_and_never_replaces_a_users_file(run_dir, tmp_path):
     """Waypoints of 1e300 m gave ``"ADE_m": Infinity`` in score.json, which is not JSON; ``--out`` overwrote any
     existing score.json. Non-finite metrics are null; a score.json drivegen did not write is refused (exit 2,
@@ -133,7 +150,7 @@ def test_score_json_is_strict_json_and_never_replaces_a_users_file(run_dir, tmp_
     assert cli(["score", "intention", "--pred", str(path), target, "--out", str(out)]) == 0
     doc = json.loads((out / "score.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in score.json"))
     assert doc["format"] == "drivegen-score/1" and doc["family"] == "intention" and doc["ADE_m"] is None
-    assert doc["problems"][0]["problem"].startswith("waypoint beyond 10000 m of the ego")  # malformed, not scored
+    assert doc["problems"][0]["problem"].startswith("waypoint 1 is 1e+300 m from the one before")  # not scored
     from generator.commands.score import _finite
 
     assert _finite({"a": float("inf"), "b": [np.float64("nan"), 1.5, "x"], "c": np.float32(2.0)}) == \

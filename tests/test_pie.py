@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -235,6 +236,12 @@ def _edit(path: Path, old: str, new: str, count: int = 1) -> None:
     ("width inf", "annotations/{v}.xml", ["image width", "not a whole number", "'inf'"]),
     ("size 2e9", "annotations/{v}.xml", ["number of frames", "outside [1, 1000000]"]),
     ("100,000-character id", "annotations/{v}.xml", ["100000 characters long"]),
+    # issue 57 #10 and #12: read silently (an unknown tag value, an occlusion flag of 7, a video hash-split because
+    # its split file is gone) or blocking the run forever (a FIFO)
+    ("cross maybe", "annotations/{v}.xml", ["0_1_1b frame 0", "cross is 'maybe'", "not one of"]),
+    ("occluded 7", "annotations/{v}.xml", ["0_1_1b frame 0", "occluded is '7', not 0 or 1"]),
+    ("a FIFO annotation", "annotations_vehicle/{v}_vehicle.xml", ["is a FIFO (named pipe)"]),
+    ("a missing split file", "split_ids/default/val.txt", ["listed in no split file", "val.txt of it is missing"]),
 ])
 def test_hostile_or_inconsistent_annotations_are_refused_naming_file_and_field(jaad_dir, case, file, words):
     """Each was read silently (the last duplicate won, '7' read as 0, a crossing point past the video's end,
@@ -261,6 +268,16 @@ def test_hostile_or_inconsistent_annotations_are_refused_naming_file_and_field(j
         _edit(ann, "<width>1920</width>", "<width>inf</width>")
     elif case == "size 2e9":
         _edit(ann, "<size>200</size>", "<size>2000000000</size>")
+    elif case == "cross maybe":
+        _edit(ann, '<attribute name="cross">not-crossing</attribute>', '<attribute name="cross">maybe</attribute>')
+    elif case == "occluded 7":
+        _edit(ann, 'occluded="0"', 'occluded="7"')
+    elif case == "a FIFO annotation":
+        (jaad_dir / "annotations_vehicle" / f"{v}_vehicle.xml").unlink()
+        os.mkfifo(jaad_dir / "annotations_vehicle" / f"{v}_vehicle.xml")
+    elif case == "a missing split file":  # v was in val.txt, which is gone; video_0001 is in train.txt
+        (jaad_dir / "split_ids" / "default" / "train.txt").write_text("video_0001\n")
+        (jaad_dir / "split_ids" / "default" / "test.txt").write_text("")
     else:
         _edit(ann, ">0_1_1b<", ">" + "x" * 100_000 + "<", count=-1)
     t = read_jaad(jaad_dir)
@@ -269,6 +286,35 @@ def test_hostile_or_inconsistent_annotations_are_refused_naming_file_and_field(j
     assert err.scene == v and err.file.endswith(file.format(v=v)), err.file
     assert all(w in err.message for w in words), err.message
     assert len(err.message) < 400
+
+
+def test_a_late_decision_point_and_a_video_in_no_split_are_reported_as_issues(jaad_dir, tmp_path):
+    """Issue 57 #10: a decision point after the crossing point, or a video no split file lists, gave exit 0 and
+    no issue row. Both are JAAD's own facts (87 of the excerpt's 461 pedestrians decide after their crossing
+    point; 22 of its 250 videos are in no default split), so they are kept as given and reported: an issues row
+    each, naming the file and what drivegen does with it."""
+    import pyarrow.parquet as pq
+
+    from generator.cli import main
+
+    _edit(jaad_dir / "annotations_attributes" / "video_0001_attributes.xml", 'decision_point="-1"',
+          'decision_point="180"')  # 0_1_1b crosses at frame 150
+    good_video(jaad_dir, "video_0002", split=None)  # in no split file (train.txt lists video_0001; no val/test)
+    (jaad_dir / "split_ids" / "default" / "val.txt").write_text("")
+    (jaad_dir / "split_ids" / "default" / "test.txt").write_text("")
+    out = tmp_path / "run"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("report: {on_run: false}\nwriters: {card: false, webdataset: false}\n")
+    assert main(["run", "--source", "jaad", "--data", str(jaad_dir), "--out", str(out), "--config", str(cfg),
+                 "--local", "--no-progress"]) == 0
+    rows = {v: pq.read_table(out / "issues" / f"{v}.parquet").to_pylist() for v in ("video_0001", "video_0002")}
+    late = [r for r in rows["video_0001"] if r["reason"] == "decision_after_crossing"]
+    assert [(r["frame_index"], r["file"]) for r in late] == [
+        (180, str(jaad_dir / "annotations_attributes" / "video_0001_attributes.xml"))]
+    assert "0_1_1b: decision_point 180 is after crossing_point 150" in late[0]["message"]
+    assert not [r for r in rows["video_0001"] if r["reason"] == "no_split"]
+    [hashed] = [r for r in rows["video_0002"] if r["reason"] == "no_split"]
+    assert hashed["file"] == str(jaad_dir / "split_ids" / "default") and "hashed split 'train'" in hashed["message"]
 
 
 def _make_mp4(path: Path, n: int = 40, w: int = 64, h: int = 48):

@@ -349,9 +349,10 @@ def cluster3():
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tmp_path):
-    """``drivegen run --out A`` (generated logs, embedded Ray on 2 CPUs, the default config) and the same
-    logs on a 3-node cluster with a file:// run folder give identical rows, every table."""
+def test_default_run_embedded(synth_root, tmp_path):
+    """``drivegen run --out A`` (generated logs, embedded Ray on 2 CPUs, the default config): its summary is its
+    tables' counts, every export is there, and the folder refuses a second run. The same run on a cluster of
+    ``ray start`` nodes gives the same bytes: tests/test_cluster.py."""
     cache = link_synth_cache(synth_root, tmp_path / "cache")
     cfg = write_config(tmp_path / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
     a = tmp_path / "embedded"
@@ -380,15 +381,6 @@ def test_default_run_embedded_equals_three_node_cluster(synth_root, cluster3, tm
                                                        for t in range(4))
     assert len({r["question_id"].split("_g")[1] for r in bench_t0}) == summary["families"]["stride_qa"]["groups"]
     assert check_run(a) == []
-
-    b = tmp_path / "cluster"
-    r = drivegen("run", "--out", f"file://{b}", "--source", "nuscenes", "--data", src["dataroot"],
-                 "--address", cluster3.address)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert check_run(b) == []
-    assert_same_rows(a, b, "qa", exact=True)
-    for folder in ("perception/frames", "perception/objects", "perception/projections", "attributes", "labels"):
-        assert_same_rows(a, b, folder, exact=False)
 
     # the run folder refuses a second run; --resume of a finished run does nothing and succeeds
     r = drivegen("run", "--out", a, "--scenes", 2, env={"DRIVEGEN_SYNTH_DIR": str(cache)})

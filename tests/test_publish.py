@@ -180,3 +180,37 @@ def test_publish_to_object_storage_equals_local(labelled_run, tmp_path, s3_serve
     got = {i.path[len(f"{bucket}/release/"):]: fs.open_input_stream(i.path).read()
            for i in infos if i.type == pafs.FileType.File}
     assert got == _files(local)
+
+
+def test_a_changed_run_published_again_leaves_no_stale_shard(labelled_run, tmp_path):
+    """Publishing a changed run again into the same release kept the stale shards (44 of 4,424 questions old, exit
+    0, SHA256SUMS OK: the plan was keyed by paths and row counts). Keyed by content now: a QA file rewritten with
+    the same rows and other answers republishes the QA shards (the other configs' stay), and a temporary file a
+    killed publish left in the release goes. The card quotes the run's path as text: a path holding markup gives
+    no live HTML in a CommonMark renderer."""
+    import pyarrow as pa
+    from markdown_it import MarkdownIt
+
+    from generator.runfolder import RunReader
+    from schemas import layout
+
+    run = tmp_path / "run`<img src=x onerror=alert(1)>`"
+    shutil.copytree(labelled_run, run)
+    dest = tmp_path / "release"
+    first = publish(str(run), str(dest))  # one shard per config and split: the same plan whatever the bytes
+    html = MarkdownIt("commonmark").render((dest / "README.md").read_text())
+    assert "<img" not in html and "onerror=alert(1)" in html
+    f = sorted((run / "qa").glob("*.parquet"))[0]
+    t = pq.read_table(f)
+    t = t.set_column(t.schema.get_field_index("answer"), "answer",
+                     pa.array([a + " (changed)" for a in t.column("answer").to_pylist()]))
+    pq.write_table(t, f)
+    leftover = dest / layout.tmp_name("qa/train-00000-of-00001.parquet")
+    leftover.write_bytes(b"half a shard")
+    again = publish(str(run), str(dest))
+    want = RunReader(str(run)).read_table("qa", columns=["qa_id", "answer"]).to_pylist()
+    got = pq.read_table(dest / "qa", columns=["qa_id", "answer"]).to_pylist()
+    assert sorted(map(str, got)) == sorted(map(str, want))
+    qa_files = len(list(dest.glob("qa/*.parquet")))
+    assert again.written == qa_files + 2 < first.written  # the QA shards, the card and SHA256SUMS
+    assert not leftover.exists() and not [p for p in dest.rglob("*") if p.name.endswith(".tmp")]

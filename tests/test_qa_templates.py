@@ -168,6 +168,21 @@ def test_missing_template_folder_is_refused(tmp_path):
         load_templates(cfg)
 
 
+def test_a_template_file_that_is_a_fifo_is_refused_not_skipped(tmp_path):
+    """Issue 57 #10: ``regenerate --templates DIR`` skipped a FIFO named ``*.yaml`` (exit 0, the user's templates
+    silently absent); it is refused by name, without being opened (a FIFO would block the read)."""
+    import os
+
+    d = tmp_path / "mine"
+    d.mkdir()
+    os.mkfifo(d / "extra.yaml")
+    for where in (d, d / "extra.yaml"):  # a folder holding it, or the file given itself
+        cfg = PipelineConfig()
+        cfg.qa.template_dirs = [str(where)]
+        with pytest.raises(TemplateError, match=r"extra.yaml: cannot read template file: it is a FIFO"):
+            load_templates(cfg)
+
+
 def test_format_fixed_matches_python_formatting():
     rng = np.random.default_rng(0)
     v = np.concatenate([rng.normal(0, 50, 2000), [0.0, -0.0, -0.004, 0.005, 1e-12, -179.999, 179.995, 1234567.891]])

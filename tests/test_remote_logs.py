@@ -108,7 +108,7 @@ def test_cache_fetches_whole_files_and_evicts_least_recently_used(tmp_path):
     os.utime(cache.root / "f0.bin", None)  # ... until it is used again: now f1 is
     removed = cache.trim()
     assert [p.name for p in removed] == ["f1.bin"]
-    assert sorted(p.name for p in cache.root.iterdir()) == ["f0.bin", "f2.bin"]
+    assert sorted(p.name for p in cache.root.iterdir() if not p.name.startswith(".")) == ["f0.bin", "f2.bin"]
     # a file used within keep_s stays even over the bound
     keep = NodeCache(tmp_path / "cache", max_bytes=0, keep_s=3600.0)
     assert keep.trim() == []
@@ -225,3 +225,76 @@ def test_an_outage_is_retried_then_fails_the_scene_never_a_missing_file(s3_serve
     assert not isinstance(err.value, UnreachableError)
     root.fetch_all(["samples/missing.bin"])  # a missing object: the frame's problem, recorded by the source
     proxy.cut()
+
+
+def test_a_replaced_object_is_fetched_again_even_of_the_same_size(s3_server, tmp_path):
+    """The cache reused a cached file when its object was replaced by one of the same size (an edited
+    ``sample_annotation.json``: the old objects in the output). A file is reused only under the object's identity
+    (its ETag on S3); an unchanged object is not downloaded again."""
+    from generator.sources.remote import RemoteRoot
+    from schemas.config import SourceLimitsConfig
+
+    bucket = s3_server.new_bucket()
+    fs = s3_server.filesystem()
+    for body in (b'[{"token": "a", "size": [1.0, 2.0, 3.0]}]', b'[{"token": "a", "size": [9.0, 2.0, 3.0]}]'):
+        with fs.open_output_stream(f"{bucket}/logs/v1/sample_annotation.json") as f:
+            f.write(body)
+        root = RemoteRoot(f"s3://{bucket}/logs", SourceLimitsConfig(cache_dir=str(tmp_path / "cache")))
+        got = root.local("v1/sample_annotation.json")
+        assert got.read_bytes() == body
+    inode = got.stat().st_ino
+    assert root.local("v1/sample_annotation.json").stat().st_ino == inode  # the same object: the cached file
+
+
+def test_a_listing_is_retried_with_the_fetches_backoff(s3_server, tmp_path, monkeypatch):
+    """A 10 s S3 blip during a source's listing failed the scene at once, without the backoff a fetch gets. The
+    listing is tried ``sources.fetch_attempts`` times with the same doubling wait (``NodeCache.retry``, whose
+    failure after the last attempt the outage test above checks): restored during a wait, it succeeds."""
+    import logging
+    import threading
+
+    from generator.sources.remote import RemoteRoot
+    from schemas.config import SourceLimitsConfig
+    from support.s3 import CuttableProxy
+
+    bucket = s3_server.new_bucket()
+    with s3_server.filesystem().open_output_stream(f"{bucket}/logs/samples/a.bin") as f:
+        f.write(b"x")
+    proxy = CuttableProxy(s3_server.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    root = RemoteRoot(f"s3://{bucket}/logs", SourceLimitsConfig(cache_dir=str(tmp_path / "cache"), fetch_attempts=3,
+                                                                fetch_backoff_s=0.5))
+    class RestoreOnRetry(logging.Handler):  # the storage is back once the first attempt has failed (~6 s: pyarrow
+        def emit(self, record):  # retries a refused connection itself first), as after a blip
+            if "trying again" in record.getMessage() and not retried.is_set():
+                retried.set()
+                proxy.restore()
+
+    retried = threading.Event()
+    handler = RestoreOnRetry()
+    logging.getLogger("drivegen.sources").addHandler(handler)
+    proxy.cut()
+    try:
+        assert root.list() == ["samples/a.bin"] and retried.is_set()
+    finally:
+        logging.getLogger("drivegen.sources").removeHandler(handler)
+        proxy.cut()
+
+
+def test_the_intention_export_names_a_map_by_its_object(s3_server, minimal_logs, tmp_path, monkeypatch):
+    """The Intention-Drive export's ``map_path`` named the node's cache file of the map (another on every machine)
+    instead of its ``s3://`` object. It is the object's URI now, and the road check reads the map from it."""
+    from generator.families.intention_drive.export import road_lookup
+    from generator.sources import open_source
+    from schemas.config import parse_config
+
+    bucket = s3_server.new_bucket()
+    for sub in (SYNTH_VERSION, "maps"):  # the tables and the maps (the sensor files are not read here)
+        s3_server.upload(minimal_logs / sub, f"s3://{bucket}/logs/{sub}")
+    cfg = parse_config({"sources": {"cache_dir": str(tmp_path / "cache")}})
+    src = open_source("nuscenes", f"s3://{bucket}/logs", cfg, version=SYNTH_VERSION)
+    m = src.drivable_map(src.scene_ids()[0])
+    assert m is not None and m["path"].startswith(f"s3://{bucket}/logs/"), m
+    monkeypatch.setenv("DRIVEGEN_LOG_CACHE", str(tmp_path / "elsewhere"))  # another machine's cache
+    _, read, problems = road_lookup([m["path"]], np.array([m["resolution_m"]]))
+    assert read.all() and not problems

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import argparse
 
-from generator.commands.args import positive_int
+from generator.commands.args import positive_int, seed
 
 
-def _positive_float(text: str) -> float:
+MIN_SHARD_MB, MAX_SHARD_MB = 0.01, 16_384.0  # 10 kB (a few rows a file) to 16 GB (more than any reader wants)
+
+
+def _shard_mb(text: str) -> float:
+    """argparse type of --target-shard-mb: MB in [MIN_SHARD_MB, MAX_SHARD_MB] (1e-9 planned a file per row)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of MB, got {text!r}")
+    if not MIN_SHARD_MB <= value <= MAX_SHARD_MB:
+        raise argparse.ArgumentTypeError(f"must be from {MIN_SHARD_MB:g} to {MAX_SHARD_MB:g} MB, got {text!r}")
     return value
 
 
@@ -35,9 +39,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("run", help="the run folder (path or URI)")
     p.add_argument("--out", required=True, help="the release folder (path or URI)")
-    p.add_argument("--target-shard-mb", type=_positive_float, default=DEFAULT_TARGET_MB,
+    p.add_argument("--target-shard-mb", type=_shard_mb, default=DEFAULT_TARGET_MB,
                    help=f"about this many MB per Parquet shard and tar (default {DEFAULT_TARGET_MB:g})")
-    p.add_argument("--seed", type=int, default=0, help="the shuffle's seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="the shuffle's seed (default 0)")
     p.add_argument("--allow-partial", action="store_true",
                    help="publish the finished scenes of a run with failed or unfinished ones")
     p.add_argument("--workers", type=positive_int, default=0,

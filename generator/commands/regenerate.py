@@ -8,7 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
-from generator.commands.args import positive_int
+from generator.commands.args import positive_int, seed
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -18,7 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--templates", metavar="DIR", nargs="+", action="extend", default=[],
                    help="template folders or files added after the run's own (same template id replaces; a file "
                         "with 'replace: true' drops its family's earlier templates)")
-    p.add_argument("--seed", type=int, default=None, help="template/pair sampling seed (default: the run's qa.seed)")
+    p.add_argument("--seed", type=seed, default=None, help="template/pair sampling seed (default: the run's qa.seed)")
     p.add_argument("--out", metavar="OUT", default=None,
                    help="output run folder (default RUN/regenerated); it reads RUN's other tables")
     p.add_argument("--config", default=None, help="config YAML to use instead of RUN/config.yaml")
@@ -52,7 +52,7 @@ def main(args) -> int:
     started = False
     try:
         if executor == "ray":
-            from generator.pipeline.driver import ensure_ray
+            from generator.pipeline.ray_connect import ensure_ray
 
             if not address:
                 cfg.ray.num_cpus = args.workers

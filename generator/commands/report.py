@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from generator.commands.args import positive_int
+from generator.commands.args import positive_int, seed
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -13,7 +13,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("run", help="run folder (local path or URI)")
     p.add_argument("--out", default=None, help="report folder (default: RUN/report; ./<name>-report for a remote RUN)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sample browser (default: the run's report.seed)")
+    p.add_argument("--seed", type=seed, default=None, help="seed of the sample browser (default: the run's report.seed)")
 
     p.add_argument("--samples-per-family", type=positive_int, default=None,
                    help="QA rows shown per family (default: the run's report.samples_per_family)")

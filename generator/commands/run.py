@@ -12,7 +12,8 @@ Ends by writing the HTML report (``drivegen report``) into OUT/report/ (``report
 printing its path.
 
 Exit codes: 0 = every scene finished, 1 = some scene failed (see OUT/errors/ and OUT/summary.json) or the
-card/bench export or the report failed, 2 = unusable input (message names the file and what to do).
+card/bench export or the report failed, 2 = unusable input (message names the file and what to do) or a
+Ray cluster that cannot be joined (its address and why: unreachable, authentication, version mismatch).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import argparse
 import logging
 import sys
 
-from generator.commands.args import positive_int
+from generator.commands.args import port_number, positive_int, seed
 
 log = logging.getLogger("drivegen.run")
 
@@ -50,11 +51,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="with --resume: continue although config.yaml or source.json changed since the run started")
     p.add_argument("--scenes", type=positive_int, default=None, metavar="N",
                    help="only the first N scenes (generated logs: how many to generate, default 3)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated logs")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the generated logs")
     p.add_argument("--local", action="store_true", help="run the same stages in this process, without Ray")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--metrics-port", type=positive_int, default=None, metavar="PORT",
-                   help="serve the embedded Ray's live metrics (Prometheus) on http://127.0.0.1:PORT/metrics")
+    p.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
+                   help="serve the embedded Ray's live metrics (Prometheus text: drivegen's counters, Ray Data's, and "
+                        "the node's CPU, memory, disk, network and per-process figures) on http://HOST:PORT/metrics; "
+                        "a port in use is refused before anything is written")
+    p.add_argument("--metrics-host", choices=("127.0.0.1", "0.0.0.0"), default="127.0.0.1",
+                   help="where --metrics-port listens: 127.0.0.1 (default: this machine only, as the whole embedded "
+                        "Ray) or 0.0.0.0 (every interface, for a Prometheus elsewhere: the embedded Ray then listens "
+                        "on every interface, its control ports behind its token, the metrics without authentication)")
     return p
 
 
@@ -86,12 +93,16 @@ def main(args) -> int:
         return _fail("--data needs --source nuscenes|av2|jaad")
     if args.source and not args.data:
         return _fail(f"--source {args.source} needs --data PATH (the logs)")
+    if args.metrics_port and args.local:
+        return _fail("--metrics-port serves the embedded Ray's metrics; --local runs without Ray")
+    if args.metrics_host != "127.0.0.1" and not args.metrics_port:
+        return _fail("--metrics-host goes with --metrics-port")
     result = run(out, source=args.source, data=args.data, version=args.version, config=args.config,
                  address=args.address, resume=resume, force=args.force, overwrite=args.overwrite,
                  scenes=args.scenes, seed=args.seed,
                  executor="local" if args.local else "ray", progress=not args.no_progress,
                  verbose=getattr(args, "verbose", False), report=write_report, started_at=args.started_at,
-                 metrics_port=args.metrics_port)
+                 metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     from generator.pipeline.driver import format_summary
 
     print(format_summary(result.summary))

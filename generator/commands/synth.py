@@ -69,16 +69,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--first-scene", type=int_at_least(0), default=0,
                    help="index of the first scene (to split work)")
     p.add_argument("--overwrite", action="store_true", help="replace a table set already in OUT/VERSION")
+    p.add_argument("--small", action="store_true",
+                   help="small scenes for trying a setup (a cluster, a config) in seconds: the first 7 s of each "
+                        "scene (14 keyframes), keyframe-only LiDAR at 400 columns, 320x180 images; overrides "
+                        "--sweep-hz and --image-width")
     return p
 
 
 def main(args) -> int:
-    from generator.synth import make_dataset
+    from generator.synth import MINIMAL_SCENES, make_dataset
 
     t0 = time.perf_counter()
-    s = make_dataset(args.out, num_scenes=args.scenes, seed=args.seed, version=args.version, sweep_hz=args.sweep_hz,
-                     image_width_px=args.image_width, image_height_px=args.image_width * 9 // 16,
-                     first_scene_index=args.first_scene, overwrite=args.overwrite)
+    size = MINIMAL_SCENES if args.small else {"sweep_hz": args.sweep_hz, "image_width_px": args.image_width,
+                                              "image_height_px": args.image_width * 9 // 16}
+    s = make_dataset(args.out, num_scenes=args.scenes, seed=args.seed, version=args.version,
+                     first_scene_index=args.first_scene, overwrite=args.overwrite, **size)
     dt = time.perf_counter() - t0
     log.info("wrote %d scenes (%d samples, %d annotations, %.1f MB) to %s in %.1f s (%.2f s/scene)",
              len(s.scene_tokens), s.num_samples, s.num_annotations, s.bytes_written / 1e6, s.root, dt,

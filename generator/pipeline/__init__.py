@@ -6,8 +6,9 @@ anything is written, take the run folder's lock, describe the run (``config.yaml
 (``generator.pipeline.stages``), commit each scene's files exactly once (``generator.runfolder``), write
 ``summary.json``, the dataset card and the bench export (``generator.pipeline.exports``).
 
-Modules: ``core`` (typed SceneWork, stage application, finishing a scene), ``ray_exec`` (the streaming
-Dataset), ``driver`` (rounds, reconciliation, summary), ``stages`` (the real stages wired to
+Modules: ``core`` (typed SceneWork, stage application, finishing a scene), ``ray_connect`` (joining a cluster
+or starting the embedded Ray, authentication), ``ray_exec`` (the streaming Dataset), ``driver`` (rounds,
+reconciliation, summary), ``stages`` (the real stages wired to
 sources/actors/attributes/qa/writers), ``exports`` (card, bench), ``regenerate``. The run folder itself
 (layout, reader, commit, lock) is ``generator.runfolder``.
 """
@@ -21,7 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from generator.pipeline.driver import RunResult, check_ray_auth, ensure_ray, format_summary, run_pipeline
+from generator.pipeline.driver import RunResult, format_summary, run_pipeline
+from generator.pipeline.ray_connect import LOOPBACK, check_ray, ensure_ray, settle_metrics
 from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
 from schemas import layout
 from schemas.errors import ConfigError, InputError, RunFolderError
@@ -87,8 +89,8 @@ MIN_SHARD_ROWS = {"parquet_max_rows": 100, "wds_max_samples": 10}
 
 def check_inputs(cfg) -> None:
     """Everything about a config that can fail a run, checked before any work or any write: the templates
-    (``qa.template_dirs`` exist and parse), the QA families (registered) and the shard sizes (``MIN_SHARD_ROWS``).
-    Raises an InputError."""
+    (``qa.template_dirs`` exist and parse), the QA families (registered), the shard sizes (``MIN_SHARD_ROWS``)
+    and the model files given (``_check_model_files``). Raises an InputError."""
     from generator.qa import check_families, load_templates
 
     for name, floor in MIN_SHARD_ROWS.items():
@@ -98,6 +100,25 @@ def check_inputs(cfg) -> None:
                               f"shards of {value} row(s) each, thousands of files per scene; give at least {floor}")
     check_families(cfg)
     load_templates(cfg)
+    _check_model_files(cfg)
+
+
+def _check_model_files(cfg) -> None:
+    """A model's config or checkpoint path that is there but no regular file (a FIFO would block its actor
+    forever) refused naming the field; one that is not there is left to the nodes that load it (a cluster's
+    workers may hold files the driver does not)."""
+    from schemas.files import file_problem
+
+    given = []
+    if cfg.detection.backend == "mmdet3d":
+        given += [("detection.mmdet3d.config", cfg.detection.mmdet3d.config),
+                  ("detection.mmdet3d.checkpoint", cfg.detection.mmdet3d.checkpoint)]
+    if cfg.segmentation.backend == "sam2":
+        given += [("segmentation.sam2.checkpoint", cfg.segmentation.sam2.checkpoint)]
+    for field, path in given:
+        problem = file_problem(path) if path and "://" not in path else None
+        if problem not in (None, "missing"):
+            raise ConfigError(f"field '{field}': {path} is {problem}: a model file must be a regular file")
 
 
 def _check_unchanged(reader: RunReader, force: bool) -> None:
@@ -135,7 +156,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         overwrite: bool = False,
         scenes: int | None = None, seed: int = 0, executor: str = "ray", progress: bool = True,
         verbose: bool = False, stages=None, write=None, finalize=None, command: str = "drivegen run",
-        report=None, started_at: float | None = None, metrics_port: int | None = None) -> RunResult:
+        report=None, started_at: float | None = None, metrics_port: int | None = None,
+        metrics_host: str = LOOPBACK) -> RunResult:
     """``drivegen run`` as a function (see ``generator.commands.run``). ``cfg`` (a PipelineConfig) overrides
     ``config``; ``stages``/``write``/``finalize`` override the real stages (tests, benchmarks); ``report(store)``
     writes the HTML report at the end (``run_pipeline``); ``started_at`` (``time.perf_counter()`` when the command
@@ -160,8 +182,8 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     if not resume:  # every input checked before the run folder is touched
         cfg = cfg if cfg is not None else load_config(config)
         check_inputs(cfg)
-        if executor == "ray":
-            check_ray_auth(cfg, address)
+        if executor == "ray":  # the authentication, the metrics port, the cluster (before the folder is made)
+            check_ray(cfg, address, metrics_port, metrics_host)
         t = time.perf_counter()
         if data is None:
             data, source, version = str(synth_logs(scenes or DEFAULT_SYNTH_SCENES, seed)), "nuscenes", SYNTH_VERSION
@@ -171,7 +193,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         ids = src.scene_ids()[:scenes] if scenes else src.scene_ids()
         desc = src.describe()
         cfg = with_logs_ego(cfg, src)
-        _check_names(ids)
+        _check_names(ids, str(desc.get("dataroot") or desc.get("root") or data))
     with RunLock(store, f"{command} --out {out}" + (" --resume" if resume else "")) as lock:
         reader = RunReader(store, require=False)
         if resume:
@@ -186,7 +208,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             cfg, desc, ids, work = reader.config(), reader.source(), reader.planned_scenes(), reader.planned_work()
             check_inputs(cfg)
             if executor == "ray":
-                check_ray_auth(cfg, address)
+                check_ray(cfg, address, metrics_port, metrics_host)
         else:
             others = [p for p in store.list("", recursive=True) if p != layout.LOCK]
             if others and reader.is_run_folder():
@@ -232,13 +254,16 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         started = False
         if executor == "ray":
             t = time.perf_counter()
-            started = ensure_ray(cfg, address, verbose, metrics_port)
+            started = ensure_ray(cfg, address, verbose, metrics_port, metrics_host)
             timings["ray_start"] = round(time.perf_counter() - t, 3)
             _warn_if_not_shared(store, desc)
         try:
-            return run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
-                                progress=progress, finalize=finalize, work=work, report=report, timings=timings,
-                                started_at=started_at, part_specs=tuple(part_specs))
+            result = run_pipeline(store, desc, cfg, ids, stages, write, epoch=lock.epoch, executor=executor,
+                                  progress=progress, finalize=finalize, work=work, report=report, timings=timings,
+                                  started_at=started_at, part_specs=tuple(part_specs))
+            if executor == "ray":  # a cluster's metrics endpoints outlive this driver
+                settle_metrics(cfg, address)
+            return result
         finally:
             if started:
                 import ray
@@ -274,12 +299,20 @@ def _unfinished(reader: RunReader) -> int:
     return missing or int(reader.summary() is None)
 
 
-def _check_names(ids: list[str]) -> None:
+def _check_names(ids: list[str], where: str | None = None) -> None:
+    """Refuse, before the run folder is touched, scene ids that cannot name the run's files: two that map to one
+    file name, or one too long for a file name (``layout.MAX_SCENE_NAME_CHARS``). ``where``: the logs."""
+    from schemas.errors import SourceError
+
+    too_long = [sid for sid in ids if len(layout.safe_name(sid)) > layout.MAX_SCENE_NAME_CHARS]
+    if too_long:
+        sid = too_long[0]
+        raise SourceError(f"{len(too_long)} scene id(s) too long to name the run's files, e.g. one of {len(sid):,} "
+                          f"characters starting {sid[:60]!r}: at most {layout.MAX_SCENE_NAME_CHARS} characters "
+                          "(file names hold 255 bytes); rename the scene in the logs", file=where)
     by_name: dict[str, list[str]] = {}
     for sid in ids:
         by_name.setdefault(layout.safe_name(sid), []).append(sid)
     clash = {k: v for k, v in by_name.items() if len(v) > 1}
     if clash:
-        from schemas.errors import SourceError
-
-        raise SourceError(f"scene ids that map to the same file names (or repeat): {clash}; rename them")
+        raise SourceError(f"scene ids that map to the same file names (or repeat): {clash}; rename them", file=where)

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from generator.numerics import numpy_pinned, ray_env_vars
+from generator.numerics import numpy_pinned
 from generator.pipeline.core import (SceneFinish, SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model,
                                      settle_heap)
 from generator.runfolder import LockLostError, RunReader, RunStore, remove_leftovers, write_error
@@ -80,95 +79,6 @@ class RunResult:
     @property
     def exit_code(self) -> int:
         return max(self.summary.exit_code, int(self.report_error is not None))
-
-
-# ------------------------------------------------------------------------------------------ ray setup
-RAY_TOKEN_FILE = "~/.ray/auth_token"  # where Ray keeps the token of its token authentication (one per user)
-
-
-def _auth_disabled() -> bool:
-    """Whether the environment turns Ray's token authentication off."""
-    return os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled"
-
-
-def check_ray_auth(cfg: PipelineConfig, address: str | None = None) -> None:
-    """Refuse to start an embedded Ray without authentication: Ray 2.60 listens on all interfaces, and with
-    ``RAY_AUTH_MODE=disabled`` in the environment any host that reaches its ports may run code as the user.
-    ``ray.allow_unauthenticated: true`` says the user means it. Joining a cluster (``address``) is the cluster's
-    own setting. Called before anything is written; raises an InputError naming the variable and the field."""
-    from schemas.errors import InputError
-
-    if address or cfg.ray.address or os.environ.get("RAY_ADDRESS"):
-        return
-    if _auth_disabled() and not cfg.ray.allow_unauthenticated:
-        raise InputError("RAY_AUTH_MODE=disabled in the environment turns off the token authentication of the "
-                         "embedded Ray, which listens on all network interfaces: anyone who reaches this machine's "
-                         "Ray ports could run code as you. Unset RAY_AUTH_MODE (the token is kept in "
-                         f"{RAY_TOKEN_FILE}; delete that file to rotate it, Ray writes a new one at its next start), "
-                         "run in-process with --local, or set ray.allow_unauthenticated: true in the config to start "
-                         "it anyway")
-
-
-def _private_token() -> None:
-    """Ray writes its token file readable by everyone on the machine (mode 0644): make it the user's alone."""
-    path = os.path.expanduser(RAY_TOKEN_FILE)
-    try:
-        mode = os.stat(path).st_mode & 0o777
-        if mode & 0o077:
-            os.chmod(path, 0o600)
-            log.info("Ray's token file %s was readable by others (mode %o): now 0600", path, mode)
-    except OSError:
-        pass
-
-
-def oversubscribed(cfg: PipelineConfig, cores: int | None = None) -> str | None:
-    """The warning an embedded Ray with more CPUs than the machine's ``cores`` deserves, else None."""
-    cores = cores or os.cpu_count() or 1
-    n = cfg.ray.num_cpus
-    if not n or n <= cores:
-        return None
-    return (f"ray.num_cpus={n} on a machine with {cores} CPUs: Ray runs up to {n} scenes' tasks at once and they "
-            f"share the {cores} cores (more memory, no more speed)")
-
-
-def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False,
-               metrics_port: int | None = None) -> bool:
-    """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster, otherwise
-    an embedded local Ray with ``cfg.ray.num_cpus`` CPUs (default: all), no dashboard, quiet logs. Ray 2.60
-    listens on all interfaces whatever node address it is given (it replaces 127.0.0.1 by a reachable
-    address); its token authentication (on by default) refuses clients without the cluster's token.
-    ``metrics_port``: the embedded Ray's Prometheus endpoint on this port (``generator.pipeline.metrics``; a
-    cluster's port is its own ``ray start --metrics-export-port``). Returns True when this call started Ray (the
-    caller shuts it down)."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = address or cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
-    # every worker's numpy pinned as the driver's (generator.numerics): the same bytes on any worker
-    common = dict(logging_level=logging.INFO if verbose else logging.WARNING, log_to_driver=verbose,
-                  configure_logging=True, runtime_env={"env_vars": ray_env_vars()})
-    if address:
-        ray.init(address=address, **common)
-    else:
-        # address='local': always a new embedded instance, never another user's Ray found on this machine
-        check_ray_auth(cfg)
-        warning = oversubscribed(cfg)
-        if warning:
-            log.warning("%s", warning)
-        extra = {"_metrics_export_port": int(metrics_port)} if metrics_port else {}
-        ray.init(address="local", num_cpus=cfg.ray.num_cpus or os.cpu_count(), include_dashboard=False, **common,
-                 **extra)
-        if metrics_port:
-            log.info("live metrics (Prometheus): http://127.0.0.1:%d/metrics", metrics_port)
-        _private_token()
-        if _auth_disabled():
-            log.warning("the embedded Ray runs WITHOUT authentication (RAY_AUTH_MODE=disabled, "
-                        "ray.allow_unauthenticated: true): any host that reaches its ports may run code as you")
-        else:
-            log.info("embedded Ray with token authentication: the token is in %s (delete it to rotate)",
-                     RAY_TOKEN_FILE)
-    return True
 
 
 # ------------------------------------------------------------------------------------------ the run

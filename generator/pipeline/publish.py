@@ -14,13 +14,16 @@ unchanged (the Hugging Face Hub's Parquet configs, WebDataset tars), written exa
   the release; ``SHA256SUMS``: the checksum of every file (``sha256sum -c`` reads it);
 * ``publish.json``: the marker (``generator.writers.owned``: DEST is drivegen's own folder).
 
-**Exactly once, resumable.** The plan (every file, its rows) follows from the run's manifests, the seed and the
-target alone. The marker is written first with ``"state": "writing"`` and the plan's files, then each file is
-built in memory and written atomically (``RunStore.write_bytes``), then
-``SHA256SUMS`` and the marker with ``"state": "done"``. A publish killed midway and run again with the same
-RUN, seed and target keeps the files already in place (a file at its final name is whole) and writes the
-rest, which are the same bytes: the same rows in the same order through the same writer. A different plan
-replaces the earlier publish's files only; a DEST holding anything else is refused.
+**Exactly once, resumable, keyed by content.** The plan (every file, its rows) follows from the run's manifests,
+the bytes of the run files each shard is made of (their SHA-256), the seed and the target alone; each shard has a
+key, the hash of all of that (``Plan.file_keys``). The marker is written first with ``"state": "writing"``, the
+plan's files and their keys, then each file is built in memory and written atomically (``RunStore.write_bytes``),
+then ``SHA256SUMS`` and the marker with ``"state": "done"``. A publish killed midway and run again keeps the shards
+already in place under the same key (a file at its final name is whole) and writes the rest, which are the same
+bytes: the same rows in the same order through the same writer. Any other file of an earlier publish (another
+key: a changed run, another seed or target; a file the new plan lacks) is deleted and written again, and so is
+a killed writer's temporary file; the files an earlier marker lists are checked to lie inside DEST first
+(``RunStore.deletable``). A DEST holding anything else is refused.
 
 **Refused before anything is written** (exit 2): a RUN still being written (its lock is held), a RUN with
 failed or unfinished scenes unless ``allow_partial``, a DEST that cannot be reached, a DEST holding files that
@@ -47,6 +50,7 @@ import numpy as np
 import pyarrow as pa
 
 from generator.runfolder import RunReader, RunStore
+from generator.writers.card import code_span
 from schemas import layout
 from schemas.errors import RunFolderError
 
@@ -74,6 +78,7 @@ class ParquetShard:
     k: int
     rows_per_shard: int
     rows: int
+    content: str = ""  # the SHA-256 of the sources' bytes (``_content``): what the shard is made of
 
 
 @dataclass
@@ -83,6 +88,7 @@ class WdsShard:
     path: str
     split: str
     samples: list[tuple[str, str]]
+    content: str = ""  # the SHA-256 of its run tars' bytes (``_content``)
 
 
 @dataclass
@@ -100,11 +106,17 @@ class Plan:
         return [s.path for s in self.parquet] + [s.path for s in self.wds] + [CARD, CHECKSUMS]
 
     def key(self) -> str:
-        """What makes two plans the same release: the files, their sources and rows, seed and target."""
+        """What makes two plans the same release: every shard's key (``file_keys``), seed and target."""
         body = json.dumps({"format": FORMAT, "seed": self.seed, "target": self.target_bytes,
-                           "parquet": [asdict(s) for s in self.parquet], "wds": [asdict(s) for s in self.wds]},
-                          sort_keys=True)
+                           "files": self.file_keys()}, sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+    def file_keys(self) -> dict[str, str]:
+        """{shard path: its key}: the hash of everything its bytes follow from (sources, their content, rows,
+        seed): a shard already in DEST under the same key is the same bytes and is kept; any other is written
+        again."""
+        return {s.path: hashlib.sha256(json.dumps([FORMAT, asdict(s)], sort_keys=True).encode()).hexdigest()[:24]
+                for s in self.parquet + self.wds}
 
 
 # ------------------------------------------------------------------------------------------ checks
@@ -198,12 +210,25 @@ def plan(reader: RunReader, seed: int, target_bytes: int) -> Plan:
             per = _rows_per_shard(reader.store, config, split, sources, seed, n, target_bytes)
             k_total = -(-n // per)
             p.rows.setdefault(config, {})[split] = n
+            content = _content(reader.store, [path for path, _ in sources])
             for k in range(k_total):
                 p.parquet.append(ParquetShard(f"{config}/{split}-{k:05d}-of-{k_total:05d}.parquet", config, split,
-                                              sources, seed, k, per, min(per, n - k * per)))
+                                              sources, seed, k, per, min(per, n - k * per), content))
     for split, paths in sorted(tars.items()):
         p.wds += _plan_tars(reader.store, split, paths, seed, target_bytes)
     return p
+
+
+def _content(store: RunStore, paths: list[str]) -> str:
+    """The SHA-256 of the bytes of the run files ``paths``, in this order: the content a shard is made of (a run
+    changed since an earlier publish, even with the same files and row counts, gives other keys)."""
+    h = hashlib.sha256()
+    for path in paths:
+        with store.fs.open_input_stream(store.full(path)) as fh:
+            while chunk := fh.read(8 << 20):
+                h.update(chunk)
+        h.update(b"\0" + path.encode() + b"\0")
+    return h.hexdigest()
 
 
 def _rows_per_shard(store: RunStore, config, split, sources, seed, n, target_bytes) -> int:
@@ -276,7 +301,8 @@ def _plan_tars(store: RunStore, split: str, paths: list[str], seed: int, target_
             groups.append([(p, key)])
             size = s
     k_total = len(groups)
-    return [WdsShard(f"{WDS}/{split}-{k:05d}-of-{k_total:05d}.tar", split, g) for k, g in enumerate(groups)]
+    content = _content(store, paths)
+    return [WdsShard(f"{WDS}/{split}-{k:05d}-of-{k_total:05d}.tar", split, g, content) for k, g in enumerate(groups)]
 
 
 def _wds_bytes(store: RunStore, shard: WdsShard) -> bytes:
@@ -301,18 +327,17 @@ def _wds_bytes(store: RunStore, shard: WdsShard) -> bytes:
 
 
 def write_shard(run: str, dest: str, shard: ParquetShard | WdsShard) -> str:
-    """Build one shard (Parquet or tar) from the run folder and put it in DEST, unless a killed publish already
-    did (a file at its final name is whole); returns its path. A pure function of the plan: a Ray task."""
-    out = RunStore(dest)
-    if not out.exists(shard.path):
-        build = _parquet_bytes if isinstance(shard, ParquetShard) else _wds_bytes
-        out.write_bytes(shard.path, build(RunReader(run).store, shard))
+    """Build one shard (Parquet or tar) from the run folder and put it in DEST (atomically: a task retried writes
+    the same bytes again); returns its path. A pure function of the plan: a Ray task."""
+    build = _parquet_bytes if isinstance(shard, ParquetShard) else _wds_bytes
+    RunStore(dest).write_bytes(shard.path, build(RunReader(run).store, shard))
     return shard.path
 
 
 # ------------------------------------------------------------------------------------------ card, checksums
 def card_text(reader: RunReader, p: Plan) -> str:
-    """The run's dataset card with its configs pointing at the published shards, and a section on the release."""
+    """The run's dataset card with its configs pointing at the published shards, and a section on the release
+    (what it quotes, the run's URI included, as literal text: ``code_span``)."""
     import yaml
 
     text = reader.store.read_bytes(CARD).decode("utf-8") if reader.store.exists(CARD) else ""
@@ -329,8 +354,9 @@ def card_text(reader: RunReader, p: Plan) -> str:
     for s in p.parquet:
         shards[(s.config, s.split)] += 1
     lines = ["", "## This release", "",
-             f"Published by `drivegen publish` from `{reader.uri}` ({p.scenes} scenes): rows shuffled across scenes "
-             f"with seed {p.seed}, Parquet shards and WebDataset tars of about {p.target_bytes / 2**20:.1f} MiB. "
+             f"Published by `drivegen publish` from {code_span(reader.uri)} ({p.scenes} scenes): rows shuffled across "
+             f"scenes with seed {p.seed}, Parquet shards and WebDataset tars of about "
+             f"{p.target_bytes / 2**20:.1f} MiB. "
              f"`{CHECKSUMS}` holds the SHA-256 of every file (`sha256sum -c {CHECKSUMS}`).", "",
              "| config | split | rows | shards |", "|---|---|---|---|"]
     lines += [f"| {c} | {s} | {n} | {shards[(c, s)]} |" for c, per in p.rows.items() for s, n in per.items()]
@@ -379,18 +405,26 @@ def publish(run: str, dest: str, *, seed: int = 0, target_mb: float = DEFAULT_TA
     check_run(reader, allow_partial)
     out = open_dest(dest, reader)
     p = plan(reader, seed, int(target_mb * 2**20))
-    old = owned_files(out, "", MARKER, FORMAT, what="an earlier drivegen publish")
+    old = owned_files(out, "", MARKER, FORMAT, what="an earlier drivegen publish")  # checked: inside DEST, no link
     earlier = out.read_json(MARKER) if out.exists(MARKER) else {}
-    if earlier.get("plan") != p.key():  # another release was here: its files go, nothing else
-        for rel in old:
+    keys = p.file_keys()
+    before = earlier.get("keys") if isinstance(earlier.get("keys"), dict) else {}
+    # an earlier publish's shard stays only when it is the same bytes (the same key: sources, their content, rows,
+    # seed); every other file it wrote goes, and nothing else
+    kept = {rel for rel in old if rel in keys and before.get(rel) == keys[rel] and out.exists(rel)}
+    stale = [rel for rel in old if rel not in kept and rel != MARKER]
+    for rel in stale:
+        out.delete(rel)
+    if earlier.get("plan") not in (None, p.key()) and stale:
+        log.info("replaced %d file(s) of an earlier publish in %s (%d kept: the same bytes)", len(stale), out.uri,
+                 len(kept))
+    for rel in out.list("", recursive=True):  # a killed writer's temporary files (never a user's name)
+        if layout.is_leftover_tmp_name(rel):
             out.delete(rel)
-        if old:
-            log.info("replaced an earlier publish in %s (%d files)", out.uri, len(old))
     marker = {"format": FORMAT, "state": "writing", "plan": p.key(), "run": reader.uri, "seed": seed,
-              "target_shard_bytes": p.target_bytes, "files": p.files + [MARKER], "rows": p.rows}
+              "target_shard_bytes": p.target_bytes, "files": p.files + [MARKER], "keys": keys, "rows": p.rows}
     out.write_json(MARKER, marker)
-    present = {rel for rel in p.files if out.exists(rel)}
-    todo = [s for s in p.parquet + p.wds if s.path not in present]
+    todo = [s for s in p.parquet + p.wds if s.path not in kept]
     if stop_after is not None:
         todo = todo[:stop_after]
     _write_shards(reader.uri, out.uri, todo, workers, address)
@@ -417,7 +451,7 @@ def _write_shards(run: str, dest: str, shards: list, workers: int, address: str 
         return
     import ray
 
-    from generator.pipeline.driver import ensure_ray
+    from generator.pipeline.ray_connect import ensure_ray
 
     cfg = RunReader(run).config()
     cfg.ray.num_cpus = workers or None

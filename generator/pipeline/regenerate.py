@@ -268,7 +268,7 @@ def regenerate(run: str, out: str, cfg, templates: TemplateSet, batch_scenes: in
     """Regenerate the QA of the run folder ``run`` into ``out`` (see module doc). Returns a summary dict.
 
     ``executor`` 'local': batches one after another in this process; 'ray': batches as Ray tasks on the
-    cluster Ray is connected to (``generator.pipeline.driver.ensure_ray``); both folders must be reachable
+    cluster Ray is connected to (``generator.pipeline.ray_connect.ensure_ray``); both folders must be reachable
     from every node (one machine, shared storage or object storage). The shards are the same either way.
     CPU seconds in the summary are this process's (local) or the sum over the tasks (ray)."""
     if executor not in ("local", "ray"):

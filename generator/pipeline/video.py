@@ -12,8 +12,11 @@
 How videos are read (JAAD's split variant, track gaps, fps, frame extraction) is the settings of the family
 that declares them (``video_settings``). A video whose clip (``clips/<video>.mp4``) is not there runs from its
 annotations alone: no frames are extracted, and one ``issues`` row (reason ``no_clip``, frame_index -1: the
-whole video) says so. A clip that cannot be decoded, like broken annotations, fails its video with an errors
-row naming the file; the other videos go on, and the run exits 1.
+whole video) says so. Two more facts of the annotations are kept as given and reported the same way: a video
+listed in no split file (``no_split``: its QA rows take the hashed split of 3D runs, ``qa.val_fraction``) and a
+pedestrian whose ``decision_point`` comes after its ``crossing_point`` (``decision_after_crossing``, at the
+decision's frame: drivegen's samples use the crossing point alone). A clip that cannot be decoded, like broken
+annotations, fails its video with an errors row naming the file; the other videos go on, and the run exits 1.
 
 The run folder keeps the layout of 3D runs (config, source, scenes, manifests, errors, summary, dataset card,
 report). ``drivegen regenerate`` rebuilds its QA from the families' tables and video_boxes/.
@@ -52,6 +55,8 @@ class Video:
     location: str
     fps: float
     image_uri: object = None  # frame -> URI of the extracted frame, or None
+    attributes_file: str = ""  # where its annotations_attributes XML and its split lists are, as tables name them
+    splits_file: str = ""
     derived: dict = None
     extract: np.ndarray | None = None  # the frames the families' rows show (``frames_to_extract``)
     issues: pa.Table | None = None
@@ -82,6 +87,7 @@ def video_settings(cfg: PipelineConfig):
 
 def load(work: SceneWork, env: StageEnv) -> None:
     from generator.pipeline.stages import cached_source
+    from generator.sources.jaad import annotation_path, split_folder
 
     src = cached_source(json.dumps(work.source, sort_keys=True))
     settings = video_settings(env.cfg)
@@ -91,7 +97,9 @@ def load(work: SceneWork, env: StageEnv) -> None:
     if clip is not None and settings.extract_frames:
         def uri(frame, _vid=work.scene_id, _fmt=settings.frame_format, _store=env.store):
             return _store.uri_of(image_rel(_vid, frame, _fmt))
-    work.video = Video(work.scene_id, tables, clip, src.clip_location(work.scene_id), float(settings.fps), uri)
+    work.video = Video(work.scene_id, tables, clip, src.clip_location(work.scene_id), float(settings.fps), uri,
+                       attributes_file=src.shown(annotation_path(src.root, work.scene_id, "annotations_attributes")),
+                       splits_file=src.shown(split_folder(src.root, settings.split_variant)))
     work.counts["frames"] = int(work.video.meta["num_frames"])
     work.counts["boxes"] = tables["boxes"].num_rows
     work.counts["pedestrians"] = len(set(tables["boxes"].column("ped_id").to_pylist()))
@@ -164,13 +172,14 @@ def video(work: SceneWork, env: StageEnv) -> None:
             tables = fam.derive_video(v, cfg)
             v.derived.update(tables)
             work.counts.update(fam.counts(tables, cfg))
+    rows = annotation_issues(v, cfg)
     if v.clip is None:
-        v.issues = pa.Table.from_pylist([{
-            "scene_id": vid, "frame_index": -1, "stage": "video", "reason": "no_clip", "camera": VIDEO_CAMERA,
-            "file": v.location,
-            "message": f"{vid}: no clip: samples from the annotations alone, without frames or image intent"}],
-            schema=ISSUES)
-        work.counts["issues"] = 1
+        rows.append({"scene_id": vid, "frame_index": -1, "stage": "video", "reason": "no_clip", "camera": VIDEO_CAMERA,
+                     "file": v.location,
+                     "message": f"{vid}: no clip: samples from the annotations alone, without frames or image intent"})
+    if rows:
+        v.issues = pa.Table.from_pylist(rows, schema=ISSUES)
+        work.counts["issues"] = len(rows)
     images = None
     if v.image_uri is not None:
         v.extract = frames_to_extract(v)
@@ -178,6 +187,29 @@ def video(work: SceneWork, env: StageEnv) -> None:
     v.qa = video_qa(vid, v.derived, v.tables["boxes"], cfg, env.model, split=v.meta.get("split"), images=images,
                     fps=v.fps)
     work.counts.update(qa_counts(v.qa))
+
+
+def annotation_issues(v: Video, cfg: PipelineConfig) -> list[dict]:
+    """``issues`` rows of what a video's annotations hold that drivegen keeps as given (module docstring): no
+    split file lists it; a pedestrian decides (``decision_point``) after the frame it crosses at."""
+    from generator.qa.generate import scene_split
+
+    vid, rows = v.video_id, []
+    if v.meta.get("split") is None:
+        split = scene_split([vid], cfg.qa.val_fraction)[0]
+        rows.append({"scene_id": vid, "frame_index": -1, "stage": "load", "reason": "no_split", "camera": None,
+                     "file": v.splits_file,
+                     "message": f"{vid}: listed in no split file (train.txt, val.txt, test.txt): its QA rows take "
+                                f"the hashed split {split!r} (qa.val_fraction = {cfg.qa.val_fraction:g})"})
+    peds = v.tables["pedestrians"].select(["ped_id", "crossing_point", "decision_point"]).to_pylist()
+    for p in peds:
+        cp, dp = p["crossing_point"], p["decision_point"]
+        if cp is not None and dp is not None and 0 <= cp < dp:
+            rows.append({"scene_id": vid, "frame_index": int(dp), "stage": "load", "reason": "decision_after_crossing",
+                         "camera": None, "file": v.attributes_file,
+                         "message": f"{vid}: pedestrian {p['ped_id']}: decision_point {dp} is after crossing_point "
+                                    f"{cp}; kept as given (the samples' crossing event is crossing_point alone)"})
+    return rows
 
 
 def frames_to_extract(v: Video) -> np.ndarray:

@@ -36,6 +36,7 @@ from generator.qa.families import question_types
 from generator.qa.fields import QuestionType
 from schemas.families import families
 from schemas.errors import InputError
+from schemas.files import file_problem
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "templates"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -152,7 +153,15 @@ def _line_mapper(node: yaml.ScalarNode, text: str):
     return lambda pos: base
 
 
+MAX_TEMPLATE_BYTES = 1 << 20  # a file of templates is a few kB
+
+
 def _compose(path: Path):
+    problem = file_problem(path)  # a FIFO would block the read forever
+    if problem is None and path.stat().st_size > MAX_TEMPLATE_BYTES:
+        problem = f"{path.stat().st_size:,} bytes, larger than any template file ({MAX_TEMPLATE_BYTES:,} at most)"
+    if problem:
+        raise TemplateError(f"cannot read template file: it is {problem}", file=path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -277,10 +286,11 @@ def template_files(dirs) -> list[Path]:
         d = Path(d)
         if not d.exists():
             raise TemplateError("template folder does not exist (check qa.template_dirs or --templates)", file=d)
-        if d.is_file():
+        if not d.is_dir():  # a file (or something that is none: refused by name when it is read)
             files.append(d)
             continue
-        files.extend(sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()))
+        # every YAML name but a folder's: a FIFO or a broken link named *.yaml is refused by name, never skipped
+        files.extend(sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml") and not p.is_dir()))
     return files
 
 

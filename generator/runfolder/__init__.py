@@ -7,7 +7,7 @@ decides which of them belong to it.
 * ``commit``: committing a scene exactly once, error rows, leftovers of killed writers;
 * ``lock.RunLock``: one writer at a time, run epochs that fence out workers of a killed driver.
 """
-from generator.runfolder.commit import (clear_run, commit_scene, commit_tables, config_key, remove_leftovers,
+from generator.runfolder.commit import (clean_run, clear_run, commit_scene, commit_tables, config_key, remove_leftovers,
                                         rollback_pending, run_files, source_key, text_key, write_error)
 from generator.runfolder.lock import LockLostError, RunLock, StaleWriterError, current_epoch, make_fence, read_lock
 from generator.runfolder.reader import RunReader, read_table
@@ -15,4 +15,4 @@ from generator.runfolder.store import RunStore
 
 __all__ = ["RunStore", "RunReader", "read_table", "RunLock", "LockLostError", "StaleWriterError", "current_epoch",
            "make_fence", "read_lock", "commit_scene", "commit_tables", "config_key", "source_key", "text_key", "remove_leftovers",
-           "rollback_pending", "write_error", "clear_run", "run_files"]
+           "rollback_pending", "write_error", "clean_run", "clear_run", "run_files"]

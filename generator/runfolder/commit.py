@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from generator.runfolder.store import RunStore
 from schemas import layout
+from schemas.errors import RunFolderError
 from schemas.families import exports as family_exports
 from schemas.tables import ERRORS, write_parquet
 
@@ -105,9 +106,9 @@ def commit_files(store: RunStore, scene_id: str, files: list[tuple[Path, dict]],
     manifest_rel = layout.manifest_file(scene_id)
     old_paths: set[str] = set()
     if store.exists(pending_rel):  # an earlier attempt got this far and died
-        old_paths |= set(store.read_json(pending_rel).get("files", []))
+        old_paths |= set(listed_files(store, pending_rel))
     if store.exists(manifest_rel):  # a re-commit (regenerate into the same folder): the scene goes unfinished
-        old_paths |= {f["path"] for f in store.read_json(manifest_rel).get("files", [])}
+        old_paths |= set(listed_files(store, manifest_rel))
     if fence is not None:
         fence()
     # the intent need not survive a power cut (it is gone once the manifest exists); the manifest must
@@ -133,9 +134,34 @@ def rollback_pending(store: RunStore, scene_id: str) -> None:
     """After a failed commit: remove the files the scene's intent names (when no manifest was written)."""
     pending_rel = f"{layout.PENDING_DIR}/{layout.safe_name(scene_id)}.json"
     if store.exists(pending_rel) and not store.exists(layout.manifest_file(scene_id)):
-        for rel in store.read_json(pending_rel).get("files", []):
+        for rel in listed_files(store, pending_rel):
             store.delete(rel)
         store.delete(pending_rel)
+
+
+# folders no scene's files are committed into: an intent or manifest naming a file there is not drivegen's
+_NOT_SCENE_FOLDERS = (layout.MANIFEST_DIR, layout.PENDING_DIR, layout.ATTEMPTS_DIR, layout.STAGING_DIR,
+                      layout.ERRORS_DIR)
+
+
+def listed_files(store: RunStore, rel: str) -> list[str]:
+    """The scene files the intent or manifest at ``rel`` lists, each checked before anything is deleted: a path
+    a commit can write (in a folder, not a bookkeeping one) that the store may delete (``RunStore.deletable``:
+    inside the run folder, through no link); RunFolderError naming ``rel`` and the entry otherwise."""
+    data = store.read_json(rel)
+    entries = data.get("files", []) if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise RunFolderError(f"{store.uri_of(rel)}: not a drivegen intent or manifest (no list of files)",
+                             file=store.uri_of(rel))
+    out = []
+    for e in entries:
+        path = e.get("path") if isinstance(e, dict) else e
+        store.deletable(path, rel)
+        if "/" not in path or path.split("/", 1)[0] in _NOT_SCENE_FOLDERS:
+            raise RunFolderError(f"{store.uri_of(rel)} lists {path!r}, which no scene's commit writes: drivegen "
+                                 "deletes only the files it committed (was it edited by hand?)", file=store.uri_of(rel))
+        out.append(path)
+    return out
 
 
 def commit_tables(store: RunStore, scene_id: str, tables: dict[str, pa.Table], *, compression: str = "snappy",
@@ -251,7 +277,7 @@ def remove_leftovers(store: RunStore) -> list[str]:
     for rel in store.list(layout.PENDING_DIR):
         scene = store.read_json(rel).get("scene_id")
         if scene is not None and not store.exists(layout.manifest_file(scene)):
-            removed += store.read_json(rel).get("files", [])
+            removed += listed_files(store, rel)
             rollback_pending(store, scene)
         else:
             store.delete(rel)
@@ -283,14 +309,17 @@ def run_files(store: RunStore) -> tuple[list[str], list[str]]:
     """(drivegen's files, other files) of a run folder: drivegen's are the run's own files at its root
     (``layout.RUN_FILES``), every file a manifest lists, the files of its own folders (``_RUN_FOLDERS``, the
     families' export folders) and drivegen's temporary names; anything else (a file a user put beside
-    the tables, a stray file in a table folder) is not."""
+    the tables, a stray file in a table folder, a link anywhere: never followed) is not."""
     from generator.runfolder.reader import RunReader
 
     listed = {f["path"] for m in RunReader(store, require=False).manifests() for f in m.get("files", [])}
     folders = tuple(f"{d}/" for d in (*_RUN_FOLDERS, *sorted({e.folder for _, e in family_exports()})))
     ours, other = [], []
+    links = set(store.links(""))  # never drivegen's: it writes no link, and deletes none
     for rel in store.list("", recursive=True):
-        if rel in layout.RUN_FILES or rel in listed or rel.startswith(folders) or layout.is_tmp_name(rel):
+        if rel in links:
+            other.append(rel)
+        elif rel in layout.RUN_FILES or rel in listed or rel.startswith(folders) or layout.is_tmp_name(rel):
             ours.append(rel)
         else:
             other.append(rel)
@@ -301,17 +330,35 @@ def clear_run(store: RunStore) -> int:
     """Delete a finished run's files (``run_files``; the caller holds its lock, which stays), for
     ``drivegen run --overwrite``. RunFolderError naming one when the folder holds files drivegen did not
     write: nothing is deleted then. Returns how many files were deleted."""
-    from schemas.errors import RunFolderError
-
     ours, other = run_files(store)
     if other:
-        raise RunFolderError(f"{store.uri} holds {len(other)} file(s) drivegen did not write (e.g. {other[0]}): "
-                             "--overwrite deletes only a run's own files, and a new run needs an empty folder; "
-                             "move them or choose a new --out", file=store.uri_of(other[0]))
+        raise RunFolderError(f"{store.uri} holds {len(other)} file(s) drivegen did not write (e.g. "
+                             f"{_shown(store, other[0])}): --overwrite deletes only a run's own files, and a new run "
+                             "needs an empty folder; move them or choose a new --out", file=store.uri_of(other[0]))
+    return _delete_run_files(store, ours)
+
+
+def clean_run(store: RunStore) -> tuple[int, list[str]]:
+    """Delete a run folder's own files (``run_files``, the rule of ``clear_run``; the caller holds its lock, which
+    stays) and keep every other one (a user's notes, a link: never followed), for ``drivegen clean``: (how many
+    files were deleted, the files kept)."""
+    ours, other = run_files(store)
+    return _delete_run_files(store, ours), other
+
+
+def _delete_run_files(store: RunStore, ours: list[str]) -> int:
+    """Delete ``ours`` (all but the lock), then drivegen's folders that are left empty."""
     gone = [rel for rel in ours if rel != layout.LOCK]
     for rel in gone:
         store.delete(rel)
     for d in (*_RUN_FOLDERS, *{t.folder for t in layout.TABLES.values()}, "perception", layout.IMAGES_DIR,
               *sorted({e.folder for _, e in family_exports()})):
-        store.delete_dir(d)
+        if store.exists(d) and not store.list(d, recursive=True):  # a folder still holding a kept file stays
+            store.delete_dir(d)
     return len(gone)
+
+
+def _shown(store: RunStore, rel: str) -> str:
+    """``rel`` as a message names it: a link with where it leads."""
+    full = store.full(rel)
+    return f"{rel} (a link to {os.readlink(full)})" if store.is_local and os.path.islink(full) else rel

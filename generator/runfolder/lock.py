@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from generator.runfolder.store import RunStore
 from schemas import layout
-from schemas.errors import DrivegenError, RunFolderError
+from schemas.errors import DrivegenError, RunFolderError, from_write_error
 
 log = logging.getLogger("drivegen.runfolder")
 
@@ -318,8 +318,7 @@ class RunLock:
             raise RunFolderError(f"{self.store.uri} is being written by "
                                  f"{now.describe() if now else 'another writer'}", file=path) from None
         except OSError as err:  # read-only filesystem, permissions, a full disk
-            raise RunFolderError(f"cannot write {path}: {err.strerror or err}; give an --out folder you can write to",
-                                 file=path) from None
+            raise from_write_error(path, err) from None
         with os.fdopen(fd, "w") as fh:
             json.dump(self._info(epoch), fh)
             fh.flush()

@@ -8,6 +8,13 @@ add a copy and a delete per file (S3 has no rename) and leave a name to clean up
 opened with ``allow_delayed_open``, so a file smaller than a multipart part is one PutObject, not three requests.
 The manifest is what makes a scene visible (``generator.runfolder.commit``). Paths inside the store are relative
 and '/'-separated (``schemas.layout``).
+
+**What drivegen may delete** (the one rule, ``RunStore.deletable``; every delete goes through it): a path it
+wrote, relative to the folder, that stays inside it: no empty, ``.`` or ``..`` part, not absolute, and, on a
+local disk, reached through no link (a link in the folder may lead anywhere: it is never followed, and never
+deleted). Whatever a marker file (a manifest, an intent, ``publish.json``, ``report.json``...) lists, a path
+that breaks the rule is refused with a RunFolderError naming it, and nothing outside the folder is touched.
+Listing does not follow links either: a link is listed as an entry of its own (``links`` names them).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
@@ -22,7 +30,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from schemas.errors import RunFolderError
+from schemas.errors import DrivegenError, RunFolderError, from_write_error
 from schemas.layout import STAGING_DIR, tmp_name
 from schemas.tables import read_parquet, write_parquet
 
@@ -97,10 +105,39 @@ class RunStore:
         return json.loads(self.read_bytes(rel))
 
     def list(self, rel_dir: str, recursive: bool = False) -> list[str]:
-        """Relative paths of the plain files under ``rel_dir`` (sorted; [] when it does not exist)."""
+        """Relative paths of the files under ``rel_dir`` (sorted; [] when it does not exist). On a local disk
+        every entry that is not a folder (a link too, whatever it points to), never descending into a link."""
+        if self.is_local:
+            return sorted(rel for rel, _ in self._local_entries(rel_dir, recursive))
         sel = pafs.FileSelector(self.full(rel_dir), allow_not_found=True, recursive=recursive)
         n = len(self.base) + 1
         return sorted(i.path[n:] for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File)
+
+    def links(self, rel_dir: str = "") -> list[str]:
+        """The links under ``rel_dir`` (local disks; object stores have none): entries ``list`` gives that are
+        never drivegen's (it writes no link) and that no delete follows."""
+        if not self.is_local:
+            return []
+        return sorted(rel for rel, link in self._local_entries(rel_dir, True) if link)
+
+    def _local_entries(self, rel_dir: str, recursive: bool) -> list[tuple[str, bool]]:
+        """(relative path, is a link) of every entry under ``rel_dir`` that is not a folder; links not followed."""
+        n = len(self.base) + 1
+        out: list[tuple[str, bool]] = []
+        stack = [self.full(rel_dir)]
+        while stack:
+            try:
+                it = os.scandir(stack.pop())
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        if recursive:
+                            stack.append(e.path)
+                    else:
+                        out.append((e.path[n:], e.is_symlink()))
+        return out
 
     def list_dirs(self, rel_dir: str) -> list[str]:
         """Relative paths of the folders directly under ``rel_dir`` (sorted)."""
@@ -132,10 +169,8 @@ class RunStore:
             raise self._write_error(rel_dir, err) from None
         self._made.add(rel_dir)
 
-    def _write_error(self, rel: str, err: BaseException) -> RunFolderError:
-        why = getattr(err, "strerror", None) or str(err)
-        return RunFolderError(f"cannot write {self.uri_of(rel)}: {why}; give an --out folder you can write to",
-                              file=self.uri_of(rel))
+    def _write_error(self, rel: str, err: OSError) -> DrivegenError:
+        return from_write_error(self.uri_of(rel), err)  # refused, unwritable folder or storage out of reach
 
     def write_bytes(self, rel: str, data: bytes, durable: bool = True) -> None:
         """Write ``data`` at ``rel``: temporary name, then move into place (fsynced first unless
@@ -228,15 +263,63 @@ class RunStore:
             self._delete_tmp(tmp, dst_rel)
             raise self._write_error(dst_rel, err) from None
 
-    def delete(self, rel: str) -> None:
-        self._delete_quiet(rel)
+    # ---- deleting: the one rule (module docstring)
+    def deletable(self, rel, marker: str | None = None) -> str:
+        """``rel`` when drivegen may delete it (module docstring: inside this folder, reached through no link, not
+        a link itself); RunFolderError naming it otherwise (``marker``: the file that listed it, named too)."""
+        why = _outside(rel)
+        if why is None and self.is_local:
+            why = self._through_link(rel)
+        if why is None:
+            return rel
+        where = f" (listed in {self.uri_of(marker)})" if marker else ""
+        raise RunFolderError(f"refusing to delete {rel!r} of {self.uri}{where}: {why}; drivegen deletes only files "
+                             "it wrote inside the folder it owns (was the listing edited by hand?)",
+                             file=self.uri_of(marker) if marker else self.uri)
+
+    def _through_link(self, rel: str) -> str | None:
+        """Why deleting ``rel`` of a local folder would follow or remove a link (None: it would not)."""
+        path = self.base
+        for part in rel.split("/"):
+            path = os.path.join(path, part)
+            try:
+                mode = os.lstat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # nothing there to delete
+            except OSError as err:
+                return f"cannot check {path}: {err.strerror or err}"
+            if stat.S_ISLNK(mode):
+                return f"{path} is a link (to {os.readlink(path)}), which drivegen never follows or deletes"
+        return None
+
+    def delete(self, rel: str, marker: str | None = None) -> None:
+        """Delete the file ``rel`` (a missing one is no error), by the rule of ``deletable``."""
+        self._delete_quiet(self.deletable(rel, marker))
 
     def delete_dir(self, rel_dir: str) -> None:
-        self._made = {d for d in self._made if not (d == rel_dir or d.startswith(rel_dir + "/") or not rel_dir)}
+        """Delete the folder ``rel_dir`` and what it holds, by the rule of ``deletable``; a link inside it is
+        removed as a link, never followed."""
+        self.deletable(rel_dir)
+        self._made = {d for d in self._made if not (d == rel_dir or d.startswith(rel_dir + "/"))}
         try:
-            self.fs.delete_dir(self.full(rel_dir))
+            if self.is_local:
+                shutil.rmtree(self.full(rel_dir))  # on Linux by file descriptors: links inside are not followed
+            else:
+                self.fs.delete_dir(self.full(rel_dir))
         except (FileNotFoundError, OSError):
             pass
+
+    def remove_if_empty(self) -> bool:
+        """Remove the folder itself when it holds nothing (local disks; an object store has no empty folders);
+        True when it is gone."""
+        if self.is_local:
+            try:
+                os.rmdir(self.base)
+            except FileNotFoundError:
+                pass
+            except OSError:  # not empty, or not ours to remove
+                return False
+        return not self.exists("")
 
     def _write_name(self, rel: str) -> str:
         """The name a file of ``rel`` is written under: ``rel`` itself on object storage (an upload appears whole),
@@ -301,6 +384,16 @@ def _json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _outside(rel) -> str | None:
+    """Why ``rel`` is not a path inside a folder (None when it is): not a relative '/'-separated path of named
+    parts (an empty, ``.`` or ``..`` part, absolute, a NUL)."""
+    if not isinstance(rel, str) or not rel:
+        return "not a path"
+    if rel.startswith("/") or "\x00" in rel or any(part in ("", ".", "..") for part in rel.split("/")):
+        return "it leaves the folder (an absolute path, or an empty, '.' or '..' part)"
+    return None
 
 
 # Filesystems whose uploads appear whole or not at all (GCS only where pyarrow was built with it).

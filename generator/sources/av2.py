@@ -37,6 +37,7 @@ from generator.sources.remote import RemoteRoot, is_remote
 from generator.sources.vehicles import ego_body
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
 from schemas.config import EgoBodyConfig, KeyframeConfig, SourceLimitsConfig
+from schemas.files import file_problem
 
 FRONT_CAMERA = "ring_front_center"
 POSES_FILE = "city_SE3_egovehicle.feather"
@@ -44,6 +45,7 @@ ANNOTATIONS_FILE = "annotations.feather"
 INTRINSICS_FILE = "calibration/intrinsics.feather"
 EXTRINSICS_FILE = "calibration/egovehicle_SE3_sensor.feather"
 IMAGE_MATCH_TOL_NS = 50_000_000  # cameras run at 20 Hz, LiDAR at 10 Hz
+QUAT_NORM_TOLERANCE = 1e-3  # a pose's quaternion is a rotation: unit length (AV2 stores them to 1e-7)
 VELOCITY_MAX_DT_S = 1.5  # one-sided difference; doubled for central differences (as the nuScenes devkit)
 
 
@@ -55,8 +57,11 @@ def _read(path: Path, columns: list[str], scene: str, what: str):
     import pyarrow as pa
     import pyarrow.feather as feather
 
-    if not path.is_file():
-        raise SourceError(f"{what} file is missing", scene=scene, file=str(path), stage="read")
+    problem = file_problem(path)  # a FIFO would block the read; it is no missing file either
+    if problem:
+        raise SourceError(f"{what} file is missing" if problem == "missing" else
+                          f"{what} file is {problem}: drivegen reads a regular file", scene=scene, file=str(path),
+                          stage="read")
     try:
         table = feather.read_table(str(path))
     except (pa.ArrowInvalid, OSError) as err:
@@ -269,7 +274,7 @@ class AV2Source(LogSource):
         ann = None
         lidar_dir = log / "sensors" / "lidar"
         frame_ns = np.array(sorted(int(p.stem) for p in lidar_dir.glob("*.feather")), dtype=np.int64)
-        if ann_path.is_file():
+        if file_problem(ann_path) != "missing":  # (one that is no regular file is refused by _read, by name)
             ann = _read(ann_path, ["timestamp_ns", "track_uuid", "category", "length_m", "width_m", "height_m",
                                    "qw", "qx", "qy", "qz", "tx_m", "ty_m", "tz_m", "num_interior_pts"],
                         scene, "annotations")
@@ -296,6 +301,12 @@ class AV2Source(LogSource):
                               file=str(poses_path), stage="read")
         check_ego_positions(self.limits, pt, scene=scene, file=str(poses_path),
                             row_name=lambda i: f"ego pose at timestamp_ns {pose_ns[i]} (tx_m, ty_m, tz_m)")
+        q_norm = np.linalg.norm(pq, axis=1)
+        if np.any(np.abs(q_norm - 1) > QUAT_NORM_TOLERANCE):  # no rotation: a zero (or scaled) quaternion
+            i = int(np.flatnonzero(np.abs(q_norm - 1) > QUAT_NORM_TOLERANCE)[0])
+            raise SourceError(f"ego pose at timestamp_ns {pose_ns[i]}: quaternion (qw, qx, qy, qz) = "
+                              f"{tuple(float(v) for v in pq[i])} has norm {q_norm[i]:.6g}, not 1: no rotation; the "
+                              "row is corrupt: fix or remove it", scene=scene, file=str(poses_path), stage="read")
         try:
             R_ce, t_ce = interpolate_poses(pose_ns, pq, pt, frame_ns)
         except ValueError:

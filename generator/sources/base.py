@@ -44,7 +44,8 @@ class LogSource(ABC):
         return None
 
     def drivable_map(self, scene_id: str) -> dict | None:
-        """The map of the scene's paved surface, when the logs have one: ``{"path": absolute PNG path,
+        """The map of the scene's paved surface, when the logs have one: ``{"path": absolute PNG path or,
+        for logs on object storage, its URI (never the node cache's copy),
         "resolution_m": metres per pixel, "kind": ...}`` (a binary mask, 255 = paved, in the poses' global frame,
         origin at the image's bottom-left: nuScenes' semantic prior). None when the logs carry no such map."""
         return None

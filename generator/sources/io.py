@@ -19,10 +19,21 @@ import numpy as np
 from generator.geometry import SE3
 from generator.types import Frame, SourceError
 from schemas.config import SourceLimitsConfig
+from schemas.files import file_problem
 
 NUSCENES_RECORD_FLOATS = 5  # x, y, z, intensity, ring index (float32 each)
 AV2_LIDAR_COLUMNS = ("x", "y", "z", "intensity")
 AZIMUTH_BINS = 360  # one-degree bins for the azimuth coverage of a sweep
+MAX_IMAGE_FILE_BYTES = 256 << 20  # read whole before decoding: an uncompressed 8K frame is 100 MB, nuScenes' 0.2 MB
+
+
+def _not_a_file(what: str, path: str) -> str | None:
+    """'<what> is missing' / '<what> is a FIFO (named pipe): ...' when ``path`` is no regular file, else None
+    (a FIFO would block the read forever; a symlink loop is not a missing file)."""
+    problem = file_problem(path) if path else "missing"
+    if problem is None:
+        return None
+    return f"{what} is missing" if problem == "missing" else f"{what} is {problem}: drivegen reads a regular file"
 
 
 def _err(frame: Frame, path: str, what: str) -> SourceError:
@@ -153,8 +164,9 @@ def _read_checked(frame: Frame, checked_bytes: int = 0) -> tuple[np.ndarray, int
     reader = _READERS.get(frame.lidar_format)
     if reader is None:
         raise _err(frame, path, f"unknown lidar_format {frame.lidar_format!r}; known: {sorted(_READERS)}")
-    if not path or not os.path.isfile(path):
-        raise _err(frame, path, "LiDAR file is missing")
+    problem = _not_a_file("LiDAR file", path)
+    if problem:
+        raise _err(frame, path, problem)
     return reader(frame, path, checked_bytes)
 
 
@@ -231,7 +243,13 @@ def jpeg_problem(data: bytes) -> str | None:
 
 
 def image_file_problem(path: str) -> str | None:
-    """``jpeg_problem`` of the file at ``path`` when it is a JPEG (by content or by name), else None."""
+    """What is wrong with the image file at ``path``: 'missing', not a regular file (a FIFO...), larger than any
+    image (``MAX_IMAGE_FILE_BYTES``), or ``jpeg_problem`` when it is a JPEG (by content or by name); else None."""
+    problem = file_problem(path)
+    if problem is None and os.path.getsize(path) > MAX_IMAGE_FILE_BYTES:
+        problem = f"{os.path.getsize(path):,} bytes, larger than any image ({MAX_IMAGE_FILE_BYTES:,} at most)"
+    if problem:
+        return problem
     with open(path, "rb") as fh:
         return image_problem(fh.read(), path)
 
@@ -255,8 +273,9 @@ def read_lidar_records(path: str, lidar_format: str, ego_SE3_lidar: SE3, record_
 
     if lidar_format not in _READERS:
         raise err(f"unknown lidar_format {lidar_format!r}; known: {sorted(_READERS)}")
-    if not path or not os.path.isfile(path):
-        raise err("LiDAR file is missing")
+    problem = _not_a_file("LiDAR file", path)
+    if problem:
+        raise err(problem)
     if lidar_format == "nuscenes_bin":
         pts = _bin_records(path, os.path.getsize(path), record_dim, err)
     else:
@@ -279,8 +298,12 @@ def _image_file(frame: Frame, camera: str) -> tuple[str, bytes]:
     path = frame.image_paths.get(camera, "")
     if not path:
         raise _err(frame, path, f"the log has no image for camera {camera!r}")
-    if not os.path.isfile(path):
-        raise _err(frame, path, f"image of camera {camera!r} is missing")
+    problem = _not_a_file(f"image of camera {camera!r}", path)
+    if not problem and os.path.getsize(path) > MAX_IMAGE_FILE_BYTES:
+        problem = (f"image of camera {camera!r} is {os.path.getsize(path):,} bytes, larger than any image "
+                   f"({MAX_IMAGE_FILE_BYTES:,} at most)")
+    if problem:
+        raise _err(frame, path, problem)
     with open(path, "rb") as fh:
         data = fh.read()
     problem = image_problem(data, path)

@@ -33,7 +33,9 @@ import pyarrow as pa
 from generator.sources.base import LogSource
 from schemas.errors import SourceError
 from schemas.tables import VIDEO_BOXES
-from schemas.vocab import JAAD_BEHAVIOUR_TAGS, JAAD_SPLITS, JAAD_TRACK_LABELS, JAAD_VEHICLE_ACTIONS
+from schemas.files import file_problem
+from schemas.vocab import (JAAD_BEHAVIOUR_TAGS, JAAD_BEHAVIOUR_VALUES, JAAD_SPLITS, JAAD_TRACK_LABELS,
+                           JAAD_VEHICLE_ACTIONS)
 
 BEHAVIOUR_TAGS = JAAD_BEHAVIOUR_TAGS
 PED_ATTRIBUTES_INT = ("crossing", "crossing_point", "decision_point", "group_size", "num_lanes")
@@ -123,24 +125,65 @@ def list_videos(root: str | os.PathLike) -> list[str]:
 SPLIT_CONFLICT = "conflict"  # read_splits' value for a video listed in two split files (read_video refuses it)
 
 
+MAX_SPLIT_FILE_BYTES = 1 << 20  # a list of video ids (JAAD's: 4 kB)
+
+
+def split_folder(root: str | os.PathLike, variant: str) -> Path:
+    return Path(root) / "split_ids" / variant
+
+
+def missing_split_files(root: str | os.PathLike, variant: str) -> list[str]:
+    """The files of ``split_ids/<variant>/`` (train.txt, val.txt, test.txt) that are not there; [] when the folder
+    itself is absent (no split lists: the documented hashed split)."""
+    d = split_folder(root, variant)
+    if not d.is_dir():
+        return []
+    return [f"{s}.txt" for s in JAAD_SPLITS if not (d / f"{s}.txt").exists()]
+
+
 def read_splits(root: str | os.PathLike, variant: str = "default") -> dict[str, str]:
-    """video_id -> 'train' | 'val' | 'test' from ``split_ids/<variant>/``; {} when the folder is absent. A video
-    listed in two of the files maps to ``SPLIT_CONFLICT:<files>`` (that video is refused, the others go on)."""
+    """video_id -> 'train' | 'val' | 'test' from ``split_ids/<variant>/``; {} when there is no ``split_ids/``
+    folder. A video listed in two of the files maps to ``SPLIT_CONFLICT:<files>`` (that video is refused, the
+    others go on). SourceError naming the folder or file when ``split_ids/`` holds no such variant, or a split
+    file is not a regular file (a FIFO, a symlink loop) or larger than any list of videos."""
     out: dict[str, str] = {}
-    d = Path(root) / "split_ids" / variant
+    d = split_folder(root, variant)
+    if not d.is_dir():
+        if (Path(root) / "split_ids").is_dir():
+            found = sorted(p.name for p in (Path(root) / "split_ids").iterdir() if p.is_dir())
+            raise SourceError(f"no split variant {variant!r} in split_ids/ (there: {found}): check the split "
+                              "variant setting", file=str(d))
+        return out
     for split in JAAD_SPLITS:
         p = d / f"{split}.txt"
-        if p.is_file():
-            for line in p.read_text().split():
-                vid = line.strip()
-                if vid in out and out[vid] != split:
-                    out[vid] = f"{SPLIT_CONFLICT}:{out[vid]}.txt and {split}.txt"
-                else:
-                    out[vid] = split
+        problem = file_problem(p)
+        if problem == "missing":
+            continue  # a video it would list is refused by read_video, naming it
+        if problem is None and p.stat().st_size > MAX_SPLIT_FILE_BYTES:
+            problem = f"{p.stat().st_size:,} bytes, larger than any list of videos ({MAX_SPLIT_FILE_BYTES:,})"
+        if problem:
+            raise SourceError(f"the split file is {problem}: drivegen reads a regular file", file=str(p))
+        for line in p.read_text().split():
+            vid = line.strip()
+            if vid in out and out[vid] != split:
+                out[vid] = f"{SPLIT_CONFLICT}:{out[vid]}.txt and {split}.txt"
+            else:
+                out[vid] = split
     return out
 
 
+MAX_ANNOTATION_BYTES = 64 << 20  # one video's XML; JAAD's largest (video_0135.xml, 600 frames) is 3.5 MB
+
+
 def _parse(path: Path, video_id: str) -> ET.Element:
+    problem = file_problem(path)  # a FIFO would block the read forever, a symlink loop is no missing file
+    if problem not in (None, "missing"):
+        raise SourceError(f"{video_id}: the annotation file is {problem}: drivegen reads a regular file",
+                          scene=video_id, file=str(path))
+    if problem is None and path.stat().st_size > MAX_ANNOTATION_BYTES:
+        raise SourceError(f"{video_id}: the annotation file is {path.stat().st_size:,} bytes, larger than any "
+                          f"video's annotation ({MAX_ANNOTATION_BYTES:,} bytes at most)", scene=video_id,
+                          file=str(path))
     try:
         return ET.parse(path).getroot()
     except FileNotFoundError:
@@ -236,9 +279,17 @@ def _read_annotations(root, video_id: str, cfg: JaadReading) -> tuple[dict, dict
             cols["y1_px"].append(y1)
             cols["x2_px"].append(x2)
             cols["y2_px"].append(y2)
-            cols["occluded"].append(box.get("occluded") == "1")
+            occluded = box.get("occluded")
+            if occluded not in (None, "0", "1"):  # CVAT's flag
+                raise SourceError(f"{video_id}: {pid} frame {frame}: occluded is {_shown(occluded)}, not 0 or 1",
+                                  scene=video_id, file=str(path))
+            cols["occluded"].append(occluded == "1")
             for t in BEHAVIOUR_TAGS:
-                cols[t].append(attrs.get(t))
+                v = attrs.get(t)
+                if v is not None and v not in JAAD_BEHAVIOUR_VALUES[t]:
+                    raise SourceError(f"{video_id}: {pid} frame {frame}: {t} is {_shown(v)}, not one of "
+                                      f"{JAAD_BEHAVIOUR_VALUES[t]} (JAAD's coding)", scene=video_id, file=str(path))
+                cols[t].append(v)
         if not frames:
             continue
         if pid in seen:
@@ -318,7 +369,7 @@ def _read_vehicle(root, video_id: str, num_frames: int) -> dict[str, list]:
 def _read_traffic(root, video_id: str) -> tuple[str | None, dict[str, list]]:
     path = annotation_path(root, video_id, "annotations_traffic")
     cols: dict[str, list] = {n: [] for n in TRAFFIC_SCHEMA.names}
-    if not path.is_file():  # optional: not every JAAD copy has it
+    if file_problem(path) == "missing":  # optional: not every JAAD copy has it (a FIFO is refused by _parse)
         return None, cols
     xml = _parse(path, video_id)
     for f in xml.iter("frame"):
@@ -334,7 +385,8 @@ def _read_traffic(root, video_id: str) -> tuple[str | None, dict[str, list]]:
 def read_video(root: str | os.PathLike, video_id: str, cfg: JaadReading | None = None,
                splits: dict[str, str] | None = None, require_clip: bool = False) -> dict[str, pa.Table]:
     """One video's tables ({videos, boxes, pedestrians, vehicle, traffic}); raises ``SourceError`` naming the
-    file and the video. ``require_clip``: its ``clips/<video>.mp4`` must exist too."""
+    file and the video. ``splits``: ``read_splits``'s (None: the split is not looked up); ``require_clip``: its
+    ``clips/<video>.mp4`` must exist too."""
     cfg = cfg or JaadReading()
     meta, boxes = _read_annotations(root, video_id, cfg)
     peds = _read_attributes(root, video_id, meta["num_frames"])
@@ -344,6 +396,13 @@ def read_video(root: str | os.PathLike, video_id: str, cfg: JaadReading | None =
         raise SourceError(f"{video_id}: missing video", scene=video_id, file=str(clip_path(root, video_id)))
     meta["road_type"] = road_type
     meta["split"] = (splits or {}).get(video_id)
+    missing = missing_split_files(root, cfg.split_variant) if splits is not None and meta["split"] is None else []
+    if missing:  # it may be listed in the missing file: a hashed split would put it in another one silently
+        d = split_folder(root, cfg.split_variant)
+        raise SourceError(f"{video_id}: listed in no split file of split_ids/{cfg.split_variant}/, and "
+                          f"{' and '.join(missing)} of it {'is' if len(missing) == 1 else 'are'} missing: restore "
+                          f"{'it' if len(missing) == 1 else 'them'} (JAAD's split lists train, val and test)",
+                          scene=video_id, file=str(d / missing[0]))
     if (meta["split"] or "").startswith(SPLIT_CONFLICT):
         files = meta["split"].split(":", 1)[1]
         raise SourceError(f"{video_id}: listed in two splits ({files} of split_ids/)", scene=video_id,
@@ -490,7 +549,11 @@ class JaadSource(LogSource):
         trimmed), or None when the folder has none."""
         p = clip_path(self.root, video_id)
         if self.remote is None:
-            return str(p) if p.is_file() else None
+            problem = file_problem(p)  # a FIFO would block OpenCV forever: named, never "no clip"
+            if problem not in (None, "missing"):
+                raise SourceError(f"{video_id}: the clip is {problem}: drivegen reads a regular file",
+                                  scene=video_id, file=str(p))
+            return str(p) if problem is None else None
         rel = f"clips/{video_id}.mp4"
         if rel not in self._clips:
             return None

@@ -27,6 +27,7 @@ from generator.sources.nuscenes_index import MAP_RESOLUTION_M, SceneIndex, scene
 from generator.sources.remote import RemoteRoot, is_remote
 from generator.sources.vehicles import GENERATED_EGO_VEHICLE, ego_body
 from generator.types import Boxes3D, CameraCalib, Frame, FrameIssue, LidarSweep, Scene, SourceError
+from schemas.files import file_problem
 from schemas.vocab import NUSCENES_CAMERAS
 from schemas.config import EgoBodyConfig, KeyframeConfig, SourceLimitsConfig
 
@@ -80,9 +81,14 @@ class NuScenesSource(LogSource):
         else:
             self.dataroot = Path(os.path.abspath(dataroot))
         table_root = self.dataroot / version
-        if not (table_root / "scene.json").is_file():
+        if file_problem(table_root / "scene.json") == "missing":
             raise SourceError(f"no nuScenes tables for version {version!r} (scene.json missing)",
                               file=str(table_root), stage="open")
+        for table in sorted(table_root.glob("*.json")):  # each is read whole when converted: a FIFO would block it
+            problem = file_problem(table)
+            if problem:
+                raise SourceError(f"nuScenes table {table.name} is {problem}: drivegen reads a regular file",
+                                  file=str(table), stage="open")
         self.index = SceneIndex.open(table_root, self.limits)  # converted once per table set (its module docstring)
         scenes_t = self.index.scenes
         names, tokens = scenes_t.column("name").to_pylist(), scenes_t.column("token").to_pylist()
@@ -143,7 +149,9 @@ class NuScenesSource(LogSource):
         if not path.is_file():
             return None
         category = self.index.scenes.column("map_category")[i].as_py()
-        return {"path": str(path), "resolution_m": MAP_RESOLUTION_M, "kind": f"nuScenes {category or 'map'}"}
+        # named by its object on object storage: the node's cache path is no output's
+        return {"path": self.remote.uri_of(path) if self.remote is not None else str(path),
+                "resolution_m": MAP_RESOLUTION_M, "kind": f"nuScenes {category or 'map'}"}
 
     def load_scene(self, scene_id: str) -> Scene:
         name = scene_id if scene_id in self._row else self._name_of.get(scene_id)
@@ -237,9 +245,15 @@ class NuScenesSource(LogSource):
         in the whole instance table (its track id)."""
         scene = rec["name"]
         log = nusc.get("log", rec["log_token"])
-        samples = []
+        samples, seen = [], set()
         tok = rec["first_sample_token"]
         while tok:
+            if tok in seen:  # a chain that comes back on itself would be followed forever
+                back = len(samples) - 1 - [x["token"] for x in samples].index(tok)
+                raise SourceError(f"the scene's sample chain loops: sample {samples[-1]['token']} has next {tok!r}, "
+                                  f"the sample {back} back in the chain; fix its next field", scene=scene,
+                                  file=self._table_file("sample"), stage="read")
+            seen.add(tok)
             s = nusc.get("sample", tok)
             samples.append(s)
             tok = s["next"]
@@ -289,7 +303,7 @@ class NuScenesSource(LogSource):
                                   scene=scene, file=self._table_file("calibrated_sensor"), stage="read") from None
             images[cam] = self._path(scene, sd)
             if self.check_files:  # a damaged image is this frame's problem: recorded, the camera goes imageless
-                problem = "missing" if not os.path.isfile(images[cam]) else image_file_problem(images[cam])
+                problem = image_file_problem(images[cam])
                 if problem:
                     issues.append(FrameIssue(index, "load", "image_unreadable",
                                              f"image of {cam} of sample {sample['token']} is unreadable ({problem}); "

@@ -9,15 +9,18 @@ The cache (``NodeCache``), in the order its rules apply:
 1. a file is downloaded under a temporary name beside its final one and renamed into place once whole, so
    concurrent workers on one node never see half a file (``schemas.layout``-style ``.<name>.<id>.tmp``);
 2. its size is checked against the object's: a short download is an error naming the object, never a file;
-3. a file already cached with the object's size is reused; using it refreshes its time (least recently used);
+3. the object's identity (its ETag and version on S3: the content's; elsewhere its size and modification time) is
+   recorded beside the file (``.<name>.id``, written after the file); a file already cached is reused only
+   when its recorded identity is the object's now (an object replaced by another of the same size is downloaded
+   again); using it refreshes its time (least recently used);
 4. after each scene the cache is trimmed to ``sources.cache_max_bytes`` by removing the least recently used
    files, never one used in the last ``sources.cache_keep_s`` (a scene in flight on this node keeps its files;
    while many are in flight the bound is exceeded rather than a file pulled from under a reader).
 
 A missing object, an unreachable endpoint, wrong credentials or a bucket that does not exist raise
-``SourceError`` naming the URI. A network error is not a missing file: a fetch that cannot reach the storage
-(``UnreachableError``) is tried ``sources.fetch_attempts`` times with a doubling wait, then fails the scene
-(``--resume`` redoes it), where a missing object is recorded as its frame's problem.
+``SourceError`` naming the URI. A network error is not a missing file: a fetch or a listing that cannot reach the
+storage (``UnreachableError``) is tried ``sources.fetch_attempts`` times with a doubling wait (``NodeCache.retry``),
+then fails the scene (``--resume`` redoes it), where a missing object is recorded as its frame's problem.
 """
 from __future__ import annotations
 
@@ -60,6 +63,28 @@ def _is_tmp(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+def _id_file(local: Path) -> Path:
+    """Where the identity of the object a cached file holds is recorded (rule 3)."""
+    return local.with_name(f".{local.name}.id")
+
+
+def _is_id(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".id")
+
+
+def _identity(fh) -> str | None:
+    """The identity of an opened object where the store gives one: its ETag and version (S3: a hash of its
+    content); None elsewhere (the caller then uses its size and modification time)."""
+    try:
+        meta = {(k.decode() if isinstance(k, bytes) else k).lower(): (v.decode() if isinstance(v, bytes) else v)
+                for k, v in (fh.metadata() or {}).items()}
+    except (AttributeError, OSError):
+        return None
+    if not meta.get("etag"):
+        return None
+    return f"etag {meta['etag']} version {meta.get('versionid') or '-'} size {fh.size()}"
+
+
 @functools.lru_cache(maxsize=16)
 def _filesystem(root: str):
     """(pyarrow filesystem, its path of ``root``) per ``scheme://bucket``: an S3 client is costly to create, and
@@ -93,6 +118,18 @@ def read_log_file(path: str) -> bytes:
         raise OSError(f"cannot read {path}: {err}") from None
 
 
+def cached_object(uri: str, limits=None) -> Path:
+    """The object ``uri`` as a local file in the node cache (``RemoteRoot`` of its folder; ``limits``: the
+    ``SourceLimitsConfig``, default its defaults): for a reader that needs a file path (a map mask) where the
+    outputs name the object. SourceError names it."""
+    if limits is None:
+        from schemas.config import SourceLimitsConfig
+
+        limits = SourceLimitsConfig()
+    folder, _, name = str(uri).rpartition("/")
+    return RemoteRoot(folder, limits).local(name)
+
+
 class NodeCache:
     """Files of remote log roots on this node's disk, bounded by ``max_bytes`` (see the module docstring).
 
@@ -110,58 +147,67 @@ class NodeCache:
         self._known: int | None = None  # bytes in the cache as far as this process knows (None: never walked)
         self._walked = 0.0  # time.monotonic() of the last walk
 
-    def fetch(self, fs, remote: str, local: Path, uri: str) -> Path:
-        """``remote`` (a path on ``fs``; ``uri`` names it in errors) as the local file ``local``. A network error
-        is tried again ``attempts`` times in all, waiting ``backoff_s`` and then twice as long each time; then
-        ``UnreachableError`` names the object, the error and the attempts. A missing object is a SourceError at
-        once."""
+    def retry(self, once, uri: str, stage: str = "read"):
+        """``once()``, where an ``UnreachableError`` (a network error) is tried again ``attempts`` times in all,
+        waiting ``backoff_s`` and then twice as long each time; then ``UnreachableError`` names the object, the
+        error and the attempts. Any other error (a missing object) is raised at once. Fetches and listings alike."""
         wait, waited = self.backoff_s, 0.0
         for attempt in itertools.count(1):
             try:
-                return self._fetch_once(fs, remote, local, uri)
+                return once()
             except UnreachableError as err:
                 if attempt >= self.attempts:
                     tries = f" ({attempt} attempts over {waited:.0f} s)" if attempt > 1 else ""
                     raise UnreachableError(f"{err.message}{tries}: a network error, not a missing file; the scene "
                                            "fails and drivegen run --resume redoes it once the storage can be "
-                                           "reached", file=uri, stage="read") from None
+                                           "reached", file=uri, stage=stage) from None
                 log.warning("%s; trying again in %.1f s (attempt %d of %d)", err.message, wait, attempt + 1,
                             self.attempts)
                 time.sleep(wait)
                 waited += wait
                 wait *= 2
 
-    def _fetch_once(self, fs, remote: str, local: Path, uri: str) -> Path:
-        import pyarrow.fs as pafs
+    def fetch(self, fs, remote: str, local: Path, uri: str) -> Path:
+        """``remote`` (a path on ``fs``; ``uri`` names it in errors) as the local file ``local``, network errors
+        tried again (``retry``). A missing object is a SourceError at once."""
+        return self.retry(lambda: self._fetch_once(fs, remote, local, uri), uri)
 
+    def _fetch_once(self, fs, remote: str, local: Path, uri: str) -> Path:
         try:
-            info = fs.get_file_info(remote)
+            src = fs.open_input_file(remote)  # one request on S3 (HEAD): its size and identity, no byte read yet
+            size = src.size()
+            ident = _identity(src) or f"size {size} mtime_ns {fs.get_file_info(remote).mtime_ns}"
+        except (FileNotFoundError, IsADirectoryError):
+            raise SourceError(f"{uri} does not exist", file=uri, stage="read") from None
         except OSError as err:
             raise UnreachableError(f"cannot reach {uri}: {err}", file=uri, stage="read") from None
-        if info.type != pafs.FileType.File:
-            raise SourceError(f"{uri} does not exist", file=uri, stage="read")
-        try:
-            if local.stat().st_size == info.size:
-                os.utime(local)  # used now: the last to be evicted
-                return local
-        except FileNotFoundError:
-            pass
-        local.parent.mkdir(parents=True, exist_ok=True)
-        tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:12]}.tmp")
-        try:
-            with fs.open_input_stream(remote) as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, 8 << 20)
-            got = tmp.stat().st_size
-            if got != info.size:
-                raise UnreachableError(f"{uri}: downloaded {got} of its {info.size} bytes (the connection broke or "
-                                       "the object changed)", file=uri, stage="read")
-            os.replace(tmp, local)
-            if self._known is not None:
-                self._known += got
-        except OSError as err:
-            raise UnreachableError(f"cannot read {uri}: {err}", file=uri, stage="read") from None
-        finally:
-            tmp.unlink(missing_ok=True)
+        with src:
+            try:
+                if _id_file(local).read_text() == ident and local.stat().st_size == size:
+                    os.utime(local)  # used now: the last to be evicted
+                    return local
+            except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+                pass
+            local.parent.mkdir(parents=True, exist_ok=True)
+            tmp = local.with_name(f".{local.name}.{uuid.uuid4().hex[:12]}.tmp")
+            try:
+                with open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 8 << 20)
+                got = tmp.stat().st_size
+                if got != size:
+                    raise UnreachableError(f"{uri}: downloaded {got} of its {size} bytes (the connection broke "
+                                           "or the object changed)", file=uri, stage="read")
+                os.replace(tmp, local)
+                # the identity after the file: a reader between the two sees another identity and downloads again,
+                # never an old file under a new identity
+                tmp.write_text(ident)
+                os.replace(tmp, _id_file(local))
+                if self._known is not None:
+                    self._known += got
+            except OSError as err:
+                raise UnreachableError(f"cannot read {uri}: {err}", file=uri, stage="read") from None
+            finally:
+                tmp.unlink(missing_ok=True)
         return local
 
     def trim(self) -> list[Path]:
@@ -182,7 +228,7 @@ class NodeCache:
                 except FileNotFoundError:  # removed by another worker meanwhile
                     continue
                 total += st.st_size
-                if not _is_tmp(name):
+                if not _is_tmp(name) and not _is_id(name):
                     files.append((st.st_mtime, st.st_size, p))
         removed: list[Path] = []
         self._known = total
@@ -193,6 +239,7 @@ class NodeCache:
             if total <= self.max_bytes or now - mtime < self.keep_s:
                 break
             p.unlink(missing_ok=True)
+            _id_file(p).unlink(missing_ok=True)
             total -= size
             removed.append(p)
         self._known = total
@@ -242,11 +289,15 @@ class RemoteRoot:
         import pyarrow.fs as pafs
 
         where = f"{self.uri}/{rel}".rstrip("/")
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{rel}".rstrip("/"), allow_not_found=True,
-                                                            recursive=True))
-        except OSError as err:
-            raise SourceError(f"cannot list {where}: {err}", file=where, stage="open") from None
+        sel = pafs.FileSelector(f"{self.base}/{rel}".rstrip("/"), allow_not_found=True, recursive=True)
+
+        def once():
+            try:
+                return self.fs.get_file_info(sel)
+            except OSError as err:  # a network error: tried again as a fetch is
+                raise UnreachableError(f"cannot list {where}: {err}", file=where, stage="open") from None
+
+        infos = self.cache.retry(once, where, stage="open")
         files = sorted(i.path[len(self.base) + 1:] for i in infos if i.type == pafs.FileType.File)
         if not files and not allow_empty:
             raise SourceError(f"{where} holds no files: is the URI the logs' root?", file=where, stage="open")

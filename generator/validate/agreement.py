@@ -36,11 +36,16 @@ from scipy.optimize import linear_sum_assignment
 from generator.qa import question_types
 from generator.types import Boxes3D, Scene
 from generator.validate.groundtruth import ValidateInputError
+from schemas.config import QAConfig
 from schemas.tables import OBJECTS, PROJECTIONS, check_schema
 
 log = logging.getLogger(__name__)
 
-UNCAPPED = 1_000_000
+
+
+def _most(field: str) -> int:
+    """The largest value ``qa.<field>`` accepts (its ``le`` bound): the label QA is as uncapped as a config can be."""
+    return next(m.le for m in QAConfig.model_fields[field].metadata if getattr(m, "le", None) is not None)
 
 
 # ------------------------------------------------------------------------------------------ label objects
@@ -259,8 +264,8 @@ def label_agreement(rd, es, source, cfg, gate_m: float = 2.0) -> dict:
     gt_proj = gt_proj.set_column(gt_proj.schema.get_field_index("track_id"), "track_id",
                                  pa.array(pj["gt_track_id"].to_numpy(np.int64), pa.int64()))
     label_cfg = cfg.model_copy(deep=True)
-    label_cfg.qa.max_objects_per_keyframe = UNCAPPED
-    label_cfg.qa.max_pairs_per_keyframe = UNCAPPED
+    label_cfg.qa.max_objects_per_keyframe = _most("max_objects_per_keyframe")
+    label_cfg.qa.max_pairs_per_keyframe = _most("max_pairs_per_keyframe")
     label_attrs = compute_attributes(labels, frames, cfg.ego)
     label_qa = generate_qa(frames, label_attrs, check_schema(gt_proj, PROJECTIONS), label_cfg, templates)
     out = compare_answers(qa, label_qa, matches, cfg.tolerances)

@@ -364,7 +364,7 @@ def _cell(v, limit: int = 160) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
 
 
-def _code(v) -> str:
+def code_span(v) -> str:
     """A value as an inline code span that no backtick in it can close (CommonMark: a longer fence)."""
     text = " ".join(str(v).split())
     fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
@@ -510,9 +510,9 @@ def _provenance(info: dict, licence: dict | None) -> list[str]:
     if prov.get("source"):
         src = prov["source"]
         out += ["Source description (`source.json`): " + ", ".join(
-            f"{k} {_code(v)}" for k, v in src.items() if k in ("kind", "version", "dataroot", "root")) + ".", ""]
+            f"{k} {code_span(v)}" for k, v in src.items() if k in ("kind", "version", "dataroot", "root")) + ".", ""]
     if prov.get("backends"):
-        out += [_md_table(["stage", "backend"], [[k, _code(v)] for k, v in prov["backends"].items()]), ""]
+        out += [_md_table(["stage", "backend"], [[k, code_span(v)] for k, v in prov["backends"].items()]), ""]
     if prov.get("camera_only"):
         out += ["**Camera-only logs**: the answers come from the videos' own 2D annotations and, for DRAMA-X "
                 "intent, from their frames (Farneback optical flow), not from a 3D detector.", ""]

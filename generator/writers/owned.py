@@ -4,8 +4,9 @@ that decides whether a folder is one drivegen made and which files it may remove
 A by-product folder carries a marker JSON (``marker``) written last, with ``"format": fmt`` and the list of its
 ``files``. A later write replaces only those files; a non-empty folder without such a marker is a user's and is
 refused, so drivegen never overwrites or deletes a user's files. ``store`` is any object with the
-``generator.runfolder.RunStore`` reading methods (``exists``, ``list``, ``read_json``, ``full``), so writers use
-it without importing the run-folder layer above them.
+``generator.runfolder.RunStore`` reading methods (``exists``, ``list``, ``read_json``, ``full``) and its deletion
+rule (``deletable``: inside the folder, through no link), so writers use it without importing the run-folder layer
+above them. Every listed file is checked by that rule before any is removed.
 """
 from __future__ import annotations
 
@@ -30,4 +31,7 @@ def owned_files(store, rel_dir: str, marker: str, fmt: str, what: str | None = N
         raise RunFolderError(f"{store.uri_of(rel_dir)} already exists and is not {what or 'a ' + fmt + ' folder'} made "
                              f"by drivegen ({len(existing)} file(s) in it, e.g. {existing[0]}); choose an empty or "
                              "new --out folder", file=store.uri_of(rel_dir))
-    return [f for f in old.get("files", []) if isinstance(f, str)] if isinstance(old, dict) else []
+    files = [f for f in old.get("files", []) if isinstance(f, str)] if isinstance(old, dict) else []
+    for f in files:  # a listed path that leaves the folder (or passes a link) is refused, naming the marker
+        store.deletable(f"{rel_dir}/{f}" if rel_dir else f, marker_rel)
+    return files

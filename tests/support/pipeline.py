@@ -2,6 +2,7 @@
 subprocess, reading a run's rows, a log set with one corrupted LiDAR file, finding busy Ray workers."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -272,6 +273,22 @@ def count_values(table, column: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ comparing runs
+# Files that describe one run rather than its data: timings (summary, manifests, report), the run's epoch and
+# config (ray.num_cpus differs between the runs compared), part keys (hash of a manifest), the run's own path.
+RUN_SPECIFIC = ("config.yaml", "run.json", "summary.json", "manifest/", "parts/", "report/",
+                "intention/export_summary.json")
+
+
+def data_checksums(out: Path) -> dict[str, str]:
+    """SHA-256 of every file of the run folder but the run-specific ones (``RUN_SPECIFIC``)."""
+    sums = {}
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out).as_posix()
+        if p.is_file() and not any(rel == s or rel.startswith(s) for s in RUN_SPECIFIC):
+            sums[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return sums
+
+
 def _sorted(out, folder) -> pa.Table:
     t = read_table(str(out), folder)
     keys = [k for k in ("scene_id", "frame_index", "track_id", "camera", "subject", "qa_id") if k in t.column_names]

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from schemas.config import MAX_SPAN_S, _Model, check_time_steps
+from schemas.config import MAX_IMAGE_PX, MAX_RATE_HZ, MAX_SPAN_S, _Model, check_time_steps
 
 
 class DramaRiskConfig(_Model):
@@ -53,7 +53,7 @@ class DramaImageIntentConfig(_Model):
     """subtract the camera displacement (False: raw image motion, for comparison)"""
     region_scale: float = Field(2.0, gt=1)
     """ring = the box grown to this many times its width/height ..."""
-    region_min_px: int = Field(24, ge=1)
+    region_min_px: int = Field(24, ge=1, le=MAX_IMAGE_PX)
     """... and at least this many pixels on each side"""
     statistic: Literal["median", "mean"] = "median"
     """§3.2 text says median, Eq. 3.2 a mean"""
@@ -63,16 +63,16 @@ class DramaImageIntentConfig(_Model):
     """|dy of the box bottom| / box height per second: towards / away"""
     flow_pyr_scale: float = Field(0.5, gt=0, lt=1)
     """cv2.calcOpticalFlowFarneback(pyr_scale, levels, winsize, iterations, poly_n, poly_sigma)"""
-    flow_levels: int = Field(5, ge=1)
-    flow_winsize: int = Field(21, ge=3)
-    flow_iterations: int = Field(3, ge=1)
-    flow_poly_n: int = Field(7, ge=5)
+    flow_levels: int = Field(5, ge=1, le=16)
+    flow_winsize: int = Field(21, ge=3, le=255)
+    flow_iterations: int = Field(3, ge=1, le=100)
+    flow_poly_n: int = Field(7, ge=5, le=15)
     flow_poly_sigma: float = Field(1.5, gt=0)
-    video_fps: float = Field(10.0, gt=0)
+    video_fps: float = Field(10.0, gt=0, le=MAX_RATE_HZ)
     """camera-only videos (``drivegen run --source jaad``, 30 fps, 1920x1080): the flow runs on frames taken at
     this rate and scaled down to at most this width (not from the paper: DRAMA-X's own clips are 2 s at 1 Hz
     keyframes; these keep Farneback at about 0.1 s a frame pair on one core)"""
-    video_max_width_px: int = Field(960, ge=64)
+    video_max_width_px: int = Field(960, ge=64, le=MAX_IMAGE_PX)
 
 
 class DramaXConfig(_Model):

@@ -24,7 +24,7 @@ class IntentionConfig(_Model):
     classify_at_s: float = Field(1.5, gt=0)
     """The instruction's maneuver is the labeller's (generator.attributes.labels.ego_labels) on the trajectory
     past + future, at this time after the sample (the middle of the 3 s horizon)."""
-    collision_substeps: int = Field(5, ge=1)
+    collision_substeps: int = Field(5, ge=1, le=100)
     """the ego body (swept for collisions) is the config's ``ego`` section boxes checked at this many points per
     waypoint interval"""
     lane_half_width_m: float = Field(1.75, gt=0)

@@ -27,6 +27,7 @@ from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_n
 from generator.families.intention_drive.attributes import GOALS, Instructions, PlanningSamples
 from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
 from generator.families.intention_drive.vocab import INSTRUCTION_KINDS
+from generator.sources.remote import cached_object, is_remote
 from schemas.vocab import INTENT_LATERAL, MANEUVERS, SPEED_STATUS
 
 EXPORT_FORMAT = "drivegen-intention-drive"
@@ -190,8 +191,9 @@ def _nested(arr, width: int, k: int) -> np.ndarray:
 
 
 def road_lookup(map_path: list[str | None], resolution_m: np.ndarray, dilation_m: float = 0.0):
-    """``PlanningSamples.road`` over samples whose maps are ``map_path`` (N,) (None: no map, always on road),
-    read with the devkit's ``MapMask`` (255 = paved; points off the image are off the road). Returns
+    """``PlanningSamples.road`` over samples whose maps are ``map_path`` (N,: a path, or the URI of a map on object
+    storage; None: no map, always on road), read with the devkit's ``MapMask`` (255 = paved; points off the image
+    are off the road). Returns
     (road callable or None when no sample has a map, (N,) bool: the sample's map was read, problems: list of
     maps that could not be read)."""
     from nuscenes.utils.map_mask import MapMask
@@ -201,8 +203,8 @@ def road_lookup(map_path: list[str | None], resolution_m: np.ndarray, dilation_m
     masks, problems = {}, []
     for p in uniq:
         res = float(resolution_m[np.flatnonzero(paths == p)[0]])
-        try:
-            m = MapMask(p, resolution=res)
+        try:  # a map on object storage (its URI) is read through the node cache
+            m = MapMask(str(cached_object(p)) if is_remote(p) else p, resolution=res)
             m.mask()  # read now: a missing or broken file is a problem here, not an exception mid-check
             masks[p] = m
         except Exception as err:  # noqa: BLE001

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from schemas.config import MAX_SPAN_S, _Model, check_time_steps
+from schemas.config import MAX_COUNT, MAX_RATE_HZ, MAX_SPAN_S, _Model, check_time_steps
 
 
 BENCHMARK_ACTION = {"observation_frames": 16, "tte_min_frames": 30, "tte_max_frames": 60, "overlap": 0.8}
@@ -20,16 +20,16 @@ class PieConfig(_Model):
     prediction: intention, action, event risk", §III-A data and §III-D metrics) unless the comment says
     otherwise."""
 
-    fps: float = Field(30.0, gt=0)
+    fps: float = Field(30.0, gt=0, le=MAX_RATE_HZ)
     """JAAD/PIE videos are 30 fps (JAAD annotations README)"""
-    observation_frames: int = Field(15, ge=1)
+    observation_frames: int = Field(15, ge=1, le=MAX_COUNT)
     """§III-A: observation length 0.5 s = 15 frames"""
     overlap: float = Field(0.3, ge=0, lt=1)
     """§III-A: samples extracted with a 30 % overlap"""
-    tte_min_frames: int = Field(30, ge=0)
+    tte_min_frames: int = Field(30, ge=0, le=MAX_COUNT)
     """§III-A 2): observations end 1-3 s (30-90 frames) before the event"""
-    tte_max_frames: int = Field(90, ge=1)
-    risk_horizon_frames: int = Field(90, ge=1)
+    tte_max_frames: int = Field(90, ge=1, le=MAX_COUNT)
+    risk_horizon_frames: int = Field(90, ge=1, le=MAX_COUNT)
     """§III-A 3): risk class from the box centre 3 s ahead"""
     risk_region_width_px: float = Field(160.0, gt=0)
     """§III-A 3): vertical regions 160 px wide ..."""

@@ -25,11 +25,13 @@ at every time up to k, ``TLC`` = at all four, each overall and per relation.
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from generator.qa.answers import parse, success
 from schemas.errors import InputError
+from schemas.files import file_problem
 
 HELP = "STRIDE-QA-Bench answers (export_bench): per-quantity success, LSR, MLSR, TLC, as the bench's toolkit"
 
@@ -44,16 +46,34 @@ def group_of(question_id: str) -> str:
     return "g" + question_id.split("_g", 1)[1] if "_g" in question_id else question_id
 
 
-def _bench_dir(target: str) -> Path:
-    p = Path(target)
-    for d in (p, p / "bench"):
-        if (d / "annotation_files" / "annotation_sheet.csv").is_file():
-            return d
-    raise InputError(f"{target}: no STRIDE-QA-Bench export here (annotation_files/annotation_sheet.csv; "
-                     "drivegen export_bench writes it)", file=str(target))
+SHEET = "annotation_files/annotation_sheet.csv"
 
 
-def _question_list(path: Path) -> list:
+def _bench_dir(target: str):
+    """The bench export at ``target`` (a path or URI: the export, or a run folder holding it in ``bench/``) as a
+    ``RunStore``. InputError when neither holds its annotation sheet; a refusal (403, permissions) or an
+    unreachable store is said as such (``schemas.errors.from_os_error``), never "no export here"."""
+    from generator.runfolder import RunStore
+    from schemas.errors import from_os_error
+
+    store = RunStore(target)
+    for d in ("", "bench"):
+        rel = f"{d}/{SHEET}" if d else SHEET
+        try:
+            found = store.exists(rel)
+        except OSError as err:
+            raise from_os_error(err) from None
+        if not found and store.is_local:  # a folder this user may not read is no missing export either
+            problem = file_problem(store.full(rel))
+            if problem not in (None, "missing"):
+                raise InputError(f"{store.uri_of(rel)} is {problem}", file=store.uri_of(rel))
+        if found:
+            return RunStore(store.uri_of(d)) if d else store
+    raise InputError(f"{target}: no STRIDE-QA-Bench export here ({SHEET}; drivegen export_bench writes it)",
+                     file=str(target))
+
+
+def _question_list(path: Path | str) -> list:
     """One file of questions (the export's or the toolkit's output), a JSON list (``read_predictions``, the
     scorers' reader: a missing, unreadable or non-JSON file is an InputError naming it)."""
     from generator.validate.score import read_predictions as read_file
@@ -75,11 +95,19 @@ def read_predictions(pred_path: str) -> list[dict]:
 
 def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     """The bench's metrics of the answers in ``pred_path`` on the bench export ``target``."""
+    from schemas.errors import from_os_error
+
     bench = _bench_dir(target)
-    with open(bench / "annotation_files" / "annotation_sheet.csv", newline="", encoding="utf-8") as fh:
-        relation = {r["group_id"]: (r.get("relation") or None) for r in csv.DictReader(fh)}
-    questions = {q["question_id"]: q for f in sorted((bench / "annotation_files").glob("strideqa_bench*.json"))
-                 for q in _question_list(f) if not splits or q.get("split") in splits}
+    try:
+        sheet = bench.read_bytes(SHEET).decode("utf-8")
+        files = [f for f in bench.list("annotation_files") if PurePosixPath(f).match("strideqa_bench*.json")]
+    except OSError as err:
+        raise from_os_error(err) from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{bench.uri_of(SHEET)}: not UTF-8 text ({err})", file=bench.uri_of(SHEET)) from None
+    relation = {r["group_id"]: (r.get("relation") or None) for r in csv.DictReader(io.StringIO(sheet, newline=""))}
+    questions = {q["question_id"]: q for f in files for q in _question_list(bench.uri_of(f))
+                 if not splits or q.get("split") in splits}
     problems: list[str] = []
     records = []  # (group, time, subject, qa_type, success)
     seen = set()
@@ -117,7 +145,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
             per = {t: [ok for tt, ok in rows if tt == t] for t in sorted({t for t, _ in rows})}
             rates[name] = {**{str(t): {"success_rate": sum(v) / len(v), "sample_size": len(v)} for t, v in per.items()},
                            "avg": {"success_rate": sum(ok for _, ok in rows) / len(rows), "sample_size": len(rows)}}
-    return {"predictions": str(pred_path), "target": str(bench), "rows": len(records), "questions": len(questions),
+    return {"predictions": str(pred_path), "target": bench.uri, "rows": len(records), "questions": len(questions),
             "missing": len(missing), "metrics": rates, "temporal_consistency": temporal(lsr_ok, relation),
             "problems": problems}
 

@@ -31,12 +31,15 @@ def scorer_names() -> list[str]:
 def scorer(name: str):
     """The scorer module registered for ``drivegen score <name>`` (imported now)."""
     from schemas.errors import InputError
-    from schemas.families import scorers
+    from schemas.families import broken_named, scorers
 
     if name in CORE_SCORERS:
         return importlib.import_module(CORE_SCORERS[name])
     known = scorers()
     if name not in known:
+        broken = broken_named(name)
+        if broken is not None:
+            raise InputError(f"scorer {name!r} is unavailable: its paper family {broken.line()} could not be loaded")
         raise InputError(f"unknown scorer {name!r}; available: {scorer_names()}")
     return importlib.import_module(known[name].scorer())
 
@@ -49,15 +52,20 @@ def _json(text: str):
     return json.loads(text, parse_int=lambda s: int(s) if len(s) <= 18 else float(s))
 
 
-def read_predictions(path: str):
+MAX_JSON_PREDICTION_BYTES = 64 << 20
+"""A JSON prediction file is parsed whole, at about eight times its size in memory (a 109 MB file peaked at 819
+MB): larger predictions come as JSON Lines or Parquet, which ``read_predictions(stream=True)`` reads a record at
+a time."""
+MAX_PREDICTION_BYTES = 4 << 30  # JSON Lines or Parquet: millions of answers; a file past this is no predictions
+
+
+def read_predictions(path: str, stream: bool = False):
     """The content of a prediction file, a local path or a URI: Parquet (recognised by its magic bytes) as a
     list of row dicts, JSON Lines (``.jsonl``) as a list, JSON as the parsed value; each scorer checks the shape
-    it expects. ``InputError`` naming the file when it is missing or unreadable."""
-    import io
+    it expects. ``stream``: Parquet and JSON Lines as an iterator of their records instead (read a batch or a
+    line at a time, never whole). ``InputError`` naming the file when it is missing, unreadable, not a regular
+    file, or larger than ``MAX_PREDICTION_BYTES`` (``MAX_JSON_PREDICTION_BYTES`` for JSON, parsed whole)."""
     import os
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from generator.runfolder import RunStore
     from schemas.errors import InputError
@@ -69,23 +77,60 @@ def read_predictions(path: str):
 
         check_regular_file(path, "prediction file")
     store = RunStore(folder)
-    if not store.exists(name):
-        raise InputError(f"prediction file {path} does not exist", file=path)
     try:
-        data = store.read_bytes(name)
+        size = store.size(name)
+        if size is None:
+            raise InputError(f"prediction file {path} does not exist", file=path)
+        with store.fs.open_input_stream(store.full(name)) as fh:
+            magic = fh.read(4)
     except OSError as err:
         raise InputError(f"cannot read the prediction file {path}: {err}", file=path) from None
-    if data[:4] == b"PAR1":
-        try:
-            return pq.read_table(io.BytesIO(data)).to_pylist()
-        except (pa.ArrowException, OSError) as err:
-            raise InputError(f"unreadable Parquet predictions in {path}: {err}", file=path) from None
+    parquet, lines = magic == b"PAR1", name.endswith(".jsonl")
+    limit = MAX_PREDICTION_BYTES if parquet or lines else MAX_JSON_PREDICTION_BYTES
+    if size > limit:
+        raise InputError(f"prediction file {path} is {size:,} bytes, more than {limit:,}"
+                         + ("" if parquet or lines else " for a JSON file, which is parsed whole: give larger "
+                            "predictions as JSON Lines (.jsonl) or Parquet, read a record at a time"), file=path)
+    records = _records(store, name, path, parquet, lines) if parquet or lines else None
+    if records is not None:
+        return records if stream else list(records)
     try:
-        text = data.decode("utf-8")
-        if name.endswith(".jsonl"):
-            return [_json(line) for line in text.splitlines() if line.strip()]
+        text = store.read_bytes(name).decode("utf-8")
         return _json(text)
+    except OSError as err:
+        raise InputError(f"cannot read the prediction file {path}: {err}", file=path) from None
     except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: predictions are neither Parquet nor JSON ({str(err)[:200]})", file=path) from None
+    except RecursionError:
+        raise InputError(f"{path}: the JSON is nested too deeply to be predictions", file=path) from None
+
+
+def _records(store, name: str, path: str, parquet: bool, lines: bool):
+    """The records of a Parquet or JSON Lines prediction file, read a batch or a line at a time (a generator: the
+    file is opened when the first record is asked for)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from schemas.errors import InputError
+
+    try:
+        with store.fs.open_input_file(store.full(name)) as fh:
+            if parquet:
+                for batch in pq.ParquetFile(fh).iter_batches(batch_size=8192):
+                    yield from batch.to_pylist()
+                return
+            for n, line in enumerate(io.TextIOWrapper(io.BufferedReader(fh), encoding="utf-8"), 1):
+                if line.strip():
+                    try:
+                        yield _json(line)
+                    except ValueError as err:
+                        raise InputError(f"{path}: line {n} is not JSON ({str(err)[:200]})", file=path) from None
+    except (pa.ArrowException, OSError) as err:
+        what = "unreadable Parquet predictions in" if parquet else "cannot read the prediction file"
+        raise InputError(f"{what} {path}: {err}", file=path) from None
+    except UnicodeDecodeError as err:
         raise InputError(f"{path}: predictions are neither Parquet nor JSON ({str(err)[:200]})", file=path) from None
     except RecursionError:
         raise InputError(f"{path}: the JSON is nested too deeply to be predictions", file=path) from None

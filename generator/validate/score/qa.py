@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 
 from generator.qa.answers import (DISTANCE_REL, QUANTITY_OF_UNIT, Numbers, equal_at_precision, parse,
                                   parse_lenient, same_at_precision, stated_decimals, success, tokens, yes_no)
@@ -45,23 +46,33 @@ def _norm(text) -> str:
     return _WORDS.sub(" ", str(text).lower()).strip(" .")
 
 
-def _answers(raw, problems: list[str]) -> dict[str, dict]:
-    """{qa_id: {"answer": ..., "value": ...}} of what ``read_predictions`` read; rows without a ``qa_id`` and
-    repeated ids (the last one counts) are listed in ``problems``."""
+def _answers(raw, problems: list[str], wanted: set[str]) -> tuple[dict[str, dict], list[str], int]:
+    """({qa_id: {"answer": ..., "value": ...}}, unknown ids, how many) of what ``read_predictions`` read, for the
+    ids in ``wanted`` (the questions scored: an answer to no such question is not kept, so a stream of answers
+    costs the memory of the questions, not of the file; the first ``MAX_LISTED`` such ids are listed, all are
+    counted); rows without a ``qa_id`` and repeated ids (the last one counts) are listed in ``problems``."""
     if isinstance(raw, dict):
-        return {str(k): (v if isinstance(v, dict) else {"answer": v}) for k, v in raw.items()}
-    if not isinstance(raw, list):
+        raw = ({**(v if isinstance(v, dict) else {"answer": v}), "qa_id": k} for k, v in raw.items())
+    elif not isinstance(raw, (list, Iterator)):  # (JSON Lines and Parquet: streamed, a record at a time)
         raise InputError(f"answers: expected a list of rows with qa_id, or an object {{qa_id: answer}}, got "
                          f"{type(raw).__name__}")
     out: dict[str, dict] = {}
+    unknown: list[str] = []
+    n_unknown = 0
     for k, r in enumerate(raw):
         if not isinstance(r, dict) or "qa_id" not in r:
             problems.append(f"row {k}: no qa_id: ignored")
             continue
-        if str(r["qa_id"]) in out:
+        qid = str(r["qa_id"])
+        if qid not in wanted:
+            n_unknown += 1
+            if len(unknown) < MAX_LISTED:
+                unknown.append(qid)
+            continue
+        if qid in out:
             problems.append(f"{r['qa_id']}: answered twice: the last answer counts")
-        out[str(r["qa_id"])] = r
-    return out
+        out[qid] = {"answer": r.get("answer"), "value": r.get("value")}
+    return out, unknown, n_unknown
 
 
 def _number(v) -> float | None:
@@ -175,7 +186,8 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     if splits:
         rows = [r for r in rows if r["split"] in splits]
     problems: list[str] = []
-    answers = _answers(read_predictions(pred_path), problems)
+    answers, unknown, n_unknown = _answers(read_predictions(pred_path, stream=True), problems,
+                                           {r["qa_id"] for r in rows})
     cells: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # questions, answered, correct
     missing, unreadable = [], []
     readings: dict = {}
@@ -194,16 +206,15 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
         c[2] += int(ok)
         if why:
             unreadable.append(f"{r['qa_id']} ({r['family']}/{r['question_type']}): {why}")
-    known = {r["qa_id"] for r in rows}
-    unknown = [q for q in answers if q not in known]
     where = " in the split(s)" if splits else ""
-    for items, more in ((unreadable, "answers that could not be read"),
-                        ([f"{q}: no such question{where}: ignored" for q in unknown], f"answers to ids the run does "
-                                                                                        f"not have{where}"),
-                        ([f"{q}: no answer" for q in missing], "questions without an answer")):
+    for items, total, more in (
+            (unreadable, len(unreadable), "answers that could not be read"),
+            ([f"{q}: no such question{where}: ignored" for q in unknown], n_unknown,
+             f"answers to ids the run does not have{where}"),
+            ([f"{q}: no answer" for q in missing], len(missing), "questions without an answer")):
         problems += items[:MAX_LISTED]
-        if len(items) > MAX_LISTED:
-            problems.append(f"... {len(items) - MAX_LISTED} more {more} ({len(items)} in all)")
+        if total > MAX_LISTED:
+            problems.append(f"... {total - MAX_LISTED} more {more} ({total} in all)")
     families: dict[str, dict] = {}
     for (fam, qt), (n, answered, correct) in sorted(cells.items()):
         f = families.setdefault(fam, {"questions": 0, "answered": 0, "correct": 0, "types": {}})
@@ -215,7 +226,7 @@ def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     for f in families.values():
         f["accuracy"] = f["correct"] / f["answered"] if f["answered"] else None
     return {"predictions": str(pred_path), "target": str(target), "questions": len(rows),
-            "answered": len(rows) - len(missing), "unreadable": len(unreadable), "unknown_ids": len(unknown),
+            "answered": len(rows) - len(missing), "unreadable": len(unreadable), "unknown_ids": n_unknown,
             "families": families, "problems": problems}
 
 
