@@ -212,5 +212,5 @@ def test_a_changed_run_published_again_leaves_no_stale_shard(labelled_run, tmp_p
     got = pq.read_table(dest / "qa", columns=["qa_id", "answer"]).to_pylist()
     assert sorted(map(str, got)) == sorted(map(str, want))
     qa_files = len(list(dest.glob("qa/*.parquet")))
-    assert again.written == qa_files + 2 < first.written  # the QA shards, the card and SHA256SUMS
+    assert again.written == qa_files + 3 < first.written  # the QA shards, the card, SHA256SUMS and the marker
     assert not leftover.exists() and not [p for p in dest.rglob("*") if p.name.endswith(".tmp")]
