@@ -73,9 +73,20 @@ def oracle_confusions(scene, detections: list) -> set[str]:
     frame's true boxes of their class by least total centre distance, knowing every object's true place; a
     detection given another object's box names both objects. What no tracker working from box positions can
     avoid at that noise."""
+    return _oracle(scene, detections)[0]
+
+
+def oracle_foreign(scene, detections: list) -> int:
+    """How many detections the oracle of ``oracle_confusions`` gives another object's box: the foreign boxes a
+    tracker working from positions cannot avoid."""
+    return _oracle(scene, detections)[1]
+
+
+def _oracle(scene, detections: list) -> tuple[set[str], int]:
     from scipy.optimize import linear_sum_assignment
 
     out: set[str] = set()
+    foreign = 0
     for fr, d in zip(scene.frames, detections):
         gt = fr.labels
         tok = d.instance_token.astype(str)
@@ -87,7 +98,8 @@ def oracle_confusions(scene, detections: list) -> set[str]:
             a, b = linear_sum_assignment(cost)
             wrong = tok[di[a]] != gt.instance_token[gi[b]].astype(str)
             out |= set(tok[di[a]][wrong]) | set(gt.instance_token[gi[b]][wrong].astype(str))
-    return out
+            foreign += int(wrong.sum())
+    return out, foreign
 
 
 def highway_scene(hz: float, duration_s: float = 20.0, ego_speed_mps: float = 25.0, center_std_m: float = 0.2,
