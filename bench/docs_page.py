@@ -23,6 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = REPO / "docs" / "benchmarks"
 
 
+def checkout_label(module: str) -> str:
+    """The checkout whose ``generator/__init__.py`` (``module``) a measurement ran: 'this checkout', or another's
+    folder (a bench's ``--code``)."""
+    checkout = Path(module).resolve().parents[1]
+    return "this checkout" if checkout == REPO else str(checkout)
+
+
 def machine() -> str:
     """'<CPU model> x <cores> cores' from /proc/cpuinfo (the platform's processor string elsewhere), plus the
     GPU's name when a CUDA GPU is visible to an already imported torch."""

@@ -91,14 +91,9 @@ def _run(code: str, env: dict, what: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def _label(module: str) -> str:
-    """The checkout whose ``generator/__init__.py`` a measurement ran: 'this checkout', or another's folder
-    (``--code``)."""
-    checkout = Path(module).resolve().parents[1]
-    return "this checkout" if checkout == REPO else str(checkout)
-
-
 def main(argv=None) -> int:
+    from docs_page import checkout_label  # bench/ is on sys.path when a bench runs as a script
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenes", type=int, nargs=2, default=[10, 850], metavar=("A", "B"))
     ap.add_argument("--load", type=int, default=3, help="scenes the worker loads (default 3)")
@@ -142,7 +137,7 @@ def main(argv=None) -> int:
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"sources measured: {_label(results[a][1]['code'])}")
+    print(f"sources measured: {checkout_label(results[a][1]['code'])}")
     d = results[b][1]["rss"] / results[a][1]["rss"]
     w = results[b][2]["rss"] / results[a][2]["rss"]
     print(f"summary: peak memory at {b} vs {a} scenes: driver {d:.2f}x, worker {w:.2f}x (flat: <= 1.2x)")

@@ -100,14 +100,9 @@ def _requests(log: Path, start: int) -> int:
         return len(_REQUEST.findall(fh.read().decode("utf-8", "replace")))
 
 
-def _label(module: str) -> str:
-    """The checkout whose ``generator/__init__.py`` a measurement ran: 'this checkout', or another's folder
-    (``--code``)."""
-    checkout = Path(module).resolve().parents[1]
-    return "this checkout" if checkout == REPO else str(checkout)
-
-
 def main(argv=None) -> int:
+    from docs_page import checkout_label  # bench/ is on sys.path when a bench runs as a script
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--logs", type=int, nargs=2, default=[400, 4000], metavar=("A", "B"))
     ap.add_argument("--load", type=int, default=3, help="logs the worker loads (default 3)")
@@ -161,7 +156,7 @@ def main(argv=None) -> int:
                     shutil.rmtree(work / "cache", ignore_errors=True)
                 results[code][n] = step
                 d, w = step["driver"], step["worker"]
-                print(f"{n} logs, {_label(w['code'])}: driver {d['cpu']:.2f} CPU s, {d['wall']:.1f} s, {d['requests']} "
+                print(f"{n} logs, {checkout_label(w['code'])}: driver {d['cpu']:.2f} CPU s, {d['wall']:.1f} s, {d['requests']} "
                       f"requests; worker {w['cpu'] / w['loads']:.3f} CPU s and {w['requests'] / w['loads']:.1f} "
                       f"requests per log loaded ({w['loads']} logs, {w['wall']:.1f} s)")
     finally:
@@ -172,7 +167,7 @@ def main(argv=None) -> int:
         wa, wb = results[code][a]["worker"], results[code][b]["worker"]
         cpu = (wb["cpu"] / wb["loads"]) / (wa["cpu"] / wa["loads"])
         req = (wb["requests"] / wb["loads"]) / max(wa["requests"] / wa["loads"], 1e-9)
-        print(f"summary ({_label(wa['code'])}): a worker's cost per log at {b} vs {a} logs: CPU {cpu:.2f}x, requests "
+        print(f"summary ({checkout_label(wa['code'])}): a worker's cost per log at {b} vs {a} logs: CPU {cpu:.2f}x, requests "
               f"{req:.2f}x (flat: about 1)")
     return 0
 
