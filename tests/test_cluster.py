@@ -34,7 +34,7 @@ from support.raynodes import free_port, stop_own
 
 PAGE = REPO / "docs" / "guide" / "cluster.md"
 SECTION = "## Try a cluster on one machine"
-PORT_VARS = ("HEAD_PORT", "CLIENT_PORT", "DASHBOARD_PORT", "METRICS_PORT")
+PORT_VARS = ("HEAD_PORT", "CLIENT_PORT", "DASHBOARD_PORT", "METRICS_PORT", "AGENT_PORT")
 SCENES = 6  # `drivegen synth --scenes 6 --small` in the page
 RUNS = ("cluster", "job")  # the page's run folders under $DEMO/runs
 
