@@ -457,8 +457,11 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     tb = track[boxes]
     t_cls = np.zeros(n_tracks, dtype=np.int64)
     t_cls[tb] = cls[boxes]
-    sm, grid = _smooth(tb, frame[boxes], bottom[boxes], meas_var[boxes], t_s, q_of_class[t_cls], n_tracks,
-                       ends=False)
+    if exact:  # the boxes are output as given: no smoothed path is needed (nor filled)
+        sm, grid = None, _grid(tb, frame[boxes], n_tracks)
+    else:
+        sm, grid = _smooth(tb, frame[boxes], bottom[boxes], meas_var[boxes], t_s, q_of_class[t_cls], n_tracks,
+                           ends=False)
     row_frame, row_of_box, row_track = grid.row_frame, grid.row_of_box, grid.row_track
     # Step 6: whole-track score, in log-odds: the mean log-odds of the detections' scores, times (as odds) the share
     # n / (n + length_hits) and the hit ratio to the power hit_ratio_power.
@@ -522,7 +525,7 @@ def _finish(track, n_tracks, frame, t_s, bottom, meas_var, size, yaw, score, cls
     dyaw = np.mod(yaw[bn] - yaw[bp] + np.pi / 2, np.pi) - np.pi / 2  # modulo pi: a flipped yaw is fixed later
     tr = row_track[fr]
     f_size = np.where(rigid[tr][:, None], med[tr], (1 - u)[:, None] * size[bp] + u[:, None] * size[bn])
-    f_center = sm.pos[fr].copy()
+    f_center = sm.pos[fr].copy() if sm is not None else np.zeros((0, 3))
     f_center[:, 2] += f_size[:, 2] / 2
     return OfflineTracks(res_track, res_center, res_size, res_score, row_frame[fr], tr, f_center, f_size,
                          yaw[bp] + u * dyaw, t_score[tr], bp)
