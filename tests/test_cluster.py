@@ -55,6 +55,21 @@ def with_ports(block: str, ports: dict[str, int]) -> str:
     return block
 
 
+def with_node_dirs(block: str, ray_tmp: Path) -> str:
+    """``block`` with the worker nodes' ``--temp-dir /tmp/ray-node-N`` under ``ray_tmp`` (short, and this test's
+    alone: ``stop_own`` and the clean-up find them there)."""
+    block, n = re.subn(r"--temp-dir /tmp/ray-node-(\d+)\b", rf"--temp-dir {ray_tmp}/node-\1", block)
+    assert n == 2, f"the walkthrough gives {n} worker nodes a --temp-dir of their own (2 expected)"
+    return block
+
+
+def replaced_packages(ray_tmp: Path) -> list[str]:
+    """Ray's log lines, on every node, of a job's working directory removed and unpacked again where a process may
+    be running from it (nodes sharing one session folder do this)."""
+    return [line.strip() for log in sorted(ray_tmp.rglob("runtime_env_setup-*.log"))
+            for line in log.read_text(errors="replace").splitlines() if "Removing " in line and "_ray_pkg_" in line]
+
+
 def clean_copy(dst: Path) -> Path:
     """The repository's files as a clone holds them (tracked and not ignored), copied to ``dst``."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
@@ -77,6 +92,7 @@ class Walkthrough:
     embedded: Path  # the same logs on the embedded Ray
     embedded_result: subprocess.CompletedProcess | None
     seconds: float
+    replaced: list[str]  # `replaced_packages` once the page's commands ended
 
 
 def _env(home: Path, ray_tmp: Path, shim: Path) -> dict:
@@ -94,10 +110,10 @@ def walkthrough(tmp_path_factory):
     blocks = walkthrough_blocks(PAGE.read_text())
     assert len(blocks) >= 4 and blocks[-1].strip() == "ray stop", "the walkthrough ends with `ray stop`"
     ports = {name: free_port() for name in PORT_VARS}
-    blocks[0] = with_ports(blocks[0], ports)
+    ray_tmp = Path(tempfile.mkdtemp(prefix="dgw", dir="/tmp"))  # short: Ray's socket paths live under it
+    blocks[0] = with_node_dirs(with_ports(blocks[0], ports), ray_tmp)
     home = tmp_path_factory.mktemp("home")
     clone = clean_copy(tmp_path_factory.mktemp("clone"))
-    ray_tmp = Path(tempfile.mkdtemp(prefix="dgw", dir="/tmp"))  # short: Ray's socket paths live under it
     shim = tmp_path_factory.mktemp("shim")
     (shim / "ray").write_text(f'#!/bin/bash\nif [ "$1" = stop ]; then exec {sys.executable} '
                               f'{REPO / "tests/support/raynodes.py"} "$RAY_TMPDIR"; fi\n'
@@ -121,6 +137,7 @@ def walkthrough(tmp_path_factory):
             shutil.rmtree(home)
             home.mkdir()
         seconds = time.monotonic() - t0
+        replaced = replaced_packages(ray_tmp)
         demo = home / "drivegen-demo"
         embedded = home / "embedded"
         embedded_result = None
@@ -130,7 +147,7 @@ def walkthrough(tmp_path_factory):
                  "--out", str(embedded), "--no-progress"], cwd=clone, env=env, capture_output=True, text=True,
                 timeout=900)
         yield Walkthrough(result, env, home, demo, f"127.0.0.1:{ports['HEAD_PORT']}", embedded, embedded_result,
-                          seconds)
+                          seconds, replaced)
     finally:
         stop = subprocess.run(["bash", "-e", "-c", blocks[-1]], cwd=clone, env=env, capture_output=True, text=True,
                               timeout=120)
@@ -159,6 +176,9 @@ def test_walkthrough_runs_as_written(walkthrough):
     on them with the second worker node killed while scenes streamed, its metrics, a Ray Job; both run folders
     hold the same bytes as the embedded run of the same logs, every data file."""
     w = walkthrough
+    # each node unpacked the job's working directory into its own folder (shared, one node's unpacking removes the
+    # files the job's driver runs from on another: ModuleNotFoundError)
+    assert not w.replaced, "a node replaced a job's working directory under another:\n" + "\n".join(w.replaced)
     assert w.result.returncode == 0, _script_failed(w)
     out, err = w.result.stdout, w.result.stderr
     assert re.search(r"0\.0/4\.0 CPU", out) and re.search(r"0\.0/1\.0 GPU", out), out[-3000:]
