@@ -10,6 +10,7 @@
     │   ├── AccessDeniedError      a disk or object store refused this user or these credentials
     │   └── ClusterError           a Ray cluster not joined: unreachable, authentication, version mismatch
     ├── StorageError               a disk or object store failed or could not be reached: a command exits 1
+    ├── FamilyError                a paper family (built in or a plugin) broke its contract: its scenes fail
     └── (other subclasses)         a known failure that is not the input's fault: a command exits 1
 
 An ``OSError`` that escapes a command is the storage's, never a bug: ``from_os_error`` says which of the two
@@ -81,6 +82,11 @@ CLUSTER_REASONS = ("unreachable", "authentication", "version mismatch")
 
 class StorageError(DrivegenError):
     """A disk or an object store failed, or could not be reached (a network error: never a missing file)."""
+
+
+class FamilyError(DrivegenError):
+    """A paper family broke its contract (``schemas.families.PaperFamily``), e.g. its ``derive`` returned a table
+    it does not declare: the family's code is at fault, not the input; the message names the family and the hook."""
 
 
 # What S3 (and pyarrow's AWS SDK messages) say when the credentials or the permissions are at fault.

@@ -46,7 +46,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from schemas.errors import ConfigError
+from schemas.errors import ConfigError, FamilyError
 
 if TYPE_CHECKING:  # annotations only: the contract names the core's types without importing them
     import pyarrow as pa
@@ -121,11 +121,13 @@ class PaperFamily:
 
     def derive(self, scene: dict[str, pa.Table], cfg) -> dict[str, pa.Table]:
         """Per 3D scene, in the attributes stage: ``scene`` holds ``frames``, ``objects``, ``attributes``,
-        ``labels``; returns tables named in ``tables()``. A pure function of its inputs."""
+        ``labels``; returns tables named in ``tables()`` (any other name fails the scene with a FamilyError: a
+        family never replaces a core table or another family's). A pure function of its inputs."""
         return {}
 
     def derive_video(self, video, cfg) -> dict[str, pa.Table]:
-        """Per camera-only video (``generator.pipeline.video.VideoInputs``), in the video stage."""
+        """Per camera-only video (``generator.pipeline.video.VideoInputs``), in the video stage; tables named in
+        ``tables()``, as ``derive``."""
         return {}
 
     def video_settings(self, cfg):
@@ -139,7 +141,9 @@ class PaperFamily:
 
     def counts(self, tables: dict[str, pa.Table], cfg) -> dict[str, int]:
         """Counts of the tables its ``derive`` (a 3D scene) or ``derive_video`` (a video) just made, for the
-        scene's manifest; the run summary sums them and hands the sums to ``summary``."""
+        scene's manifest, where they are kept in the family's own namespace (``family_counts``: no key of the
+        core's or another family's is overwritten); the run summary sums them and hands the family's sums to
+        ``summary``."""
         return {}
 
     def qa_families(self) -> list:
@@ -175,8 +179,8 @@ class PaperFamily:
 
     def summary(self, counts: dict, exports: dict[str, dict], camera_only: bool) -> SummaryEntry | None:
         """Its typed entry of the run summary (``schemas.summary.SummaryEntry``: ``to_json()`` and ``lines()``,
-        the lines ``drivegen run`` prints), from the run's summed manifest counts and its exports' summaries;
-        None for none."""
+        the lines ``drivegen run`` prints), from its own counts (what its ``counts`` returned) summed over the
+        run's scenes and its exports' summaries; None for none."""
         return None
 
     def summary_entry(self, data: dict) -> SummaryEntry:
@@ -191,7 +195,7 @@ class PaperFamily:
 
     def report_video_cells(self, reader, video_id: str, counts: dict) -> dict[str, str]:
         """Its columns of the report's table of a camera-only run's videos: {header: cell} for one video
-        (``counts``: the video's manifest counts)."""
+        (``counts``: its own counts of the video, what its ``counts`` returned)."""
         return {}
 
     def report_sample_note(self, row: dict, cfg) -> str | None:
@@ -205,6 +209,38 @@ class PaperFamily:
 
     def __repr__(self) -> str:
         return f"<paper family {self.name!r}>"
+
+
+FAMILY_COUNTS = "families"  # the key of a scene's manifest counts that holds each family's own counts, by name
+
+
+def family_counts(counts: dict, name: str) -> dict:
+    """The counts of family ``name`` in a scene's manifest counts, or in a run's summed ones: its own namespace
+    (``counts["families"][name]``, what its ``counts()`` returned). A manifest written before the namespace holds
+    every family's counts among the core's: those are returned whole."""
+    if FAMILY_COUNTS not in counts:
+        return counts
+    return counts[FAMILY_COUNTS].get(name, {})
+
+
+def add_family_counts(counts: dict, name: str, own: dict) -> None:
+    """Put what family ``name``'s ``counts()`` returned (``own``) into a scene's manifest counts, in its own
+    namespace: never over a key of the core's or of another family's."""
+    if own:
+        counts.setdefault(FAMILY_COUNTS, {})[name] = dict(own)
+
+
+def declared_output(fam: PaperFamily, tables: dict, hook: str) -> dict:
+    """``tables`` as ``fam.<hook>()`` (``derive`` or ``derive_video``) returned them, each name checked against
+    the tables the family declares (``tables()``); FamilyError naming the family, the hook and the tables
+    otherwise. A family writes only its own tables: a core table or another family's is never replaced."""
+    declared = {t.name for t in fam.tables()}
+    undeclared = sorted(set(tables) - declared)
+    if undeclared:
+        raise FamilyError(f"paper family {fam.name!r}: {hook}() returned {', '.join(map(repr, undeclared))}, which its "
+                          f"tables() does not declare (it declares {sorted(declared) or 'none'}); a family returns "
+                          f"only its own tables, never a core table or another family's", stage=hook)
+    return tables
 
 
 def resolve(ref: str):
@@ -349,6 +385,6 @@ def exports() -> list[tuple[PaperFamily, Export]]:
     return [(f, e) for f in families().values() for e in f.exports()]
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "BrokenFamily", "Export", "PaperFamily", "families", "broken_families",
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILY_COUNTS", "BrokenFamily", "Export", "PaperFamily", "families", "broken_families",
            "broken_named", "command_broken", "config_sections", "moved_settings", "qa_family_names", "family_tables",
-           "scorers", "exports", "resolve"]
+           "scorers", "exports", "resolve", "family_counts", "add_family_counts", "declared_output"]

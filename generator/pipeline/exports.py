@@ -14,6 +14,7 @@ from pathlib import Path
 from generator.runfolder import RunReader, RunStore
 from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.families import families, family_counts
 from schemas.summary import CameraOnly, CardEntry, RunSummary
 
 log = logging.getLogger("drivegen.pipeline")
@@ -188,8 +189,6 @@ def card_info(reader: RunReader, summary: RunSummary | None = None) -> dict:
     cfg = reader.config() if reader.store.exists(layout.CONFIG) else None
     src = reader.source()
     raw = yaml.safe_load(reader.config_text() or b"") or {}
-    from schemas.families import families
-
     sections = [sec for sec in (f.card_section(reader, cfg) for f in families().values()) if sec] if cfg else []
     info: dict = {"configs": card_configs(reader, cfg), "licence": source_licence(src) if src else None,
                   "family_sections": sections,
@@ -291,7 +290,6 @@ def finalize_parts(cfg: PipelineConfig, camera_only: bool = False) -> list:
     own once the scene is committed (``generator.pipeline.core.build_committed_parts``); ``finalize_run`` builds
     what is missing."""
     from generator.runfolder.parts import PartSpec
-    from schemas.families import families
 
     specs = [PartSpec(CARD_PART, "generator.pipeline.exports:card_part")] if cfg.writers.card else []
     for fam in families().values():
@@ -313,7 +311,6 @@ def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only:
     ``source``: the run's opened logs when the caller holds them (an export without parts that needs them reads
     them from it instead of opening the logs again)."""
     from generator.runfolder.parts import build_parts
-    from schemas.families import families
 
     reader = RunReader(store, require=False)
     cfg = reader.config()
@@ -332,6 +329,6 @@ def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only:
     if camera_only:
         summary.camera_only = CameraOnly(int(counts.get("clips", 0)), int(counts.get("images", 0)))
     for fam in families().values():
-        entry = fam.summary(counts, results.get(fam.name, {}), camera_only)
+        entry = fam.summary(family_counts(counts, fam.name), results.get(fam.name, {}), camera_only)
         if entry is not None:
             summary.families[fam.name] = entry

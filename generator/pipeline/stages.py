@@ -32,7 +32,7 @@ from generator.pipeline.core import Described, Loaded, Questions, SceneWork, Sta
 from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.errors import DrivegenError
-from schemas.families import families
+from schemas.families import add_family_counts, declared_output, families
 from schemas.tables import ISSUES, write_parquet
 from schemas.vocab import MODEL_STAGES, UNLABELLED_ISSUE
 
@@ -139,9 +139,9 @@ def attributes(work: SceneWork, env: StageEnv) -> None:
              "projections": work.perceived.projections}
     derived: dict = {}
     for fam in families().values():
-        tables = fam.derive(scene, env.cfg)
+        tables = declared_output(fam, fam.derive(scene, env.cfg), "derive")
         derived.update(tables)
-        work.counts.update(fam.counts(tables, env.cfg))
+        add_family_counts(work.counts, fam.name, fam.counts(tables, env.cfg))
     work.described = Described(attrs, labels, derived)
 
 

@@ -35,6 +35,7 @@ import pyarrow as pa
 from generator.pipeline.core import SceneWork, Stage, StageEnv
 from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.families import add_family_counts, declared_output, families
 from schemas.tables import ISSUES, write_parquet
 from schemas.vocab import VIDEO_CAMERA
 
@@ -76,7 +77,6 @@ def video_settings(cfg: PipelineConfig):
     """How camera-only videos are read (JAAD's split variant, track gaps, fps, frame extraction): the settings
     of the paper family that declares them (``PaperFamily.video_settings``). InputError when none does."""
     from schemas.errors import ConfigError
-    from schemas.families import families
 
     for fam in families().values():
         settings = fam.video_settings(cfg)
@@ -163,15 +163,14 @@ def video(work: SceneWork, env: StageEnv) -> None:
     """Every registered family's ``derive_video`` over the video, then its QA (``generator.qa.video``)."""
     from generator.pipeline.stages import qa_counts
     from generator.qa.video import video_qa
-    from schemas.families import families
 
     v, cfg, vid = work.need("video", "video"), env.cfg, work.scene_id
     v.derived = {}
     with _named(work):
         for fam in families().values():
-            tables = fam.derive_video(v, cfg)
+            tables = declared_output(fam, fam.derive_video(v, cfg), "derive_video")
             v.derived.update(tables)
-            work.counts.update(fam.counts(tables, cfg))
+            add_family_counts(work.counts, fam.name, fam.counts(tables, cfg))
     rows = annotation_issues(v, cfg)
     if v.clip is None:
         rows.append({"scene_id": vid, "frame_index": -1, "stage": "video", "reason": "no_clip", "camera": VIDEO_CAMERA,
@@ -214,8 +213,6 @@ def annotation_issues(v: Video, cfg: PipelineConfig) -> list[dict]:
 
 def frames_to_extract(v: Video) -> np.ndarray:
     """The frames the families' tables name an extracted image for (``PaperFamily.frames_to_extract``)."""
-    from schemas.families import families
-
     parts = [np.asarray(f, np.int64) for f in (fam.frames_to_extract(v.derived) for fam in families().values())
              if f is not None]
     return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)

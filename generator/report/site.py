@@ -29,7 +29,7 @@ from generator.report.images import ReportImages
 from generator.runfolder import RunReader, RunStore
 from generator.writers.owned import owned_files
 from schemas import layout
-from schemas.families import families
+from schemas.families import families, family_counts
 from schemas.config import ReportConfig
 
 log = logging.getLogger("drivegen.report")
@@ -210,7 +210,7 @@ class _Site:
             c = (self.reader.manifest(sid) or {}).get("counts", {})
             cells: dict[str, str] = {}
             for fam in families().values():
-                cells.update(fam.report_video_cells(self.reader, sid, c))
+                cells.update(fam.report_video_cells(self.reader, sid, family_counts(c, fam.name)))
             columns += [k for k in cells if k not in columns]
             rows.append({"id": sid, "frames": c.get("frames", 0), "pedestrians": c.get("pedestrians", 0),
                          "clip": bool(c.get("clips")), "cells": cells,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.families import Export, PaperFamily
+from schemas.families import Export, PaperFamily, family_counts
 
 HERE = Path(__file__).parent
 
@@ -101,7 +101,7 @@ class LaneKeeping(PaperFamily):
     def card_section(self, reader, cfg):
         n = kept = 0
         for m in reader.manifests():
-            c = m.get("counts") or {}
+            c = family_counts(m.get("counts") or {}, self.name)
             n, kept = n + c.get("lane_keyframes", 0), kept + c.get("lane_kept", 0)
         return (f"## Ego lane keeping\n\nThe ego's lateral offset {cfg.lane_keeping.horizon_s:g} s after each keyframe, "
                 f"from the line of its heading at the keyframe (positive: left): {n} keyframes, {kept} within "
