@@ -14,7 +14,7 @@ from __future__ import annotations
 
 
 def _cuda_available() -> bool:
-    import torch
+    import torch  # torch: seconds to import; only the model backends need it
 
     return bool(torch.cuda.is_available())
 
@@ -42,7 +42,7 @@ def autocast_args(device_type: str, precision: str) -> dict:
     """``torch.autocast`` arguments for a model's ``precision`` setting (``schemas.config.Precision``) on a
     torch device type: 'auto' = bfloat16 on CUDA and float32 elsewhere; 'bf16' / 'fp16' = that type on any
     device (the CPU's autocast runs bfloat16 too, which the precision tests use); 'fp32' = autocast off."""
-    import torch
+    import torch  # torch: seconds to import; only the model backends need it
 
     if precision == "auto":
         precision = "bf16" if device_type == "cuda" else "fp32"

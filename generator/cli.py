@@ -19,6 +19,9 @@ import sys
 import time
 import traceback
 
+from schemas.errors import DrivegenError, InputError, from_os_error
+from schemas.families import broken_families, command_broken, families
+
 _STARTED_AT = time.perf_counter()  # the process's command starts about here (the CLI is imported first)
 
 COMMANDS = ("synth", "run", "regenerate", "validate", "inspect", "export", "publish", "score", "report", "view",
@@ -33,8 +36,6 @@ def command_modules() -> list[str]:
 
 def _command_owners() -> list[tuple[str, object]]:
     """(command module, its paper family or None for the core's), in order."""
-    from schemas.families import families
-
     return [(f"generator.commands.{name}", None) for name in COMMANDS] + [
         (m, f) for f in families().values() for m in f.commands()]
 
@@ -45,8 +46,6 @@ class _Parser(argparse.ArgumentParser):
     exports, instead of "invalid choice" alone."""
 
     def error(self, message: str):
-        from schemas.families import broken_families
-
         broken = broken_families()
         if broken and "invalid choice" in message:
             asked = message.split("invalid choice: ", 1)[1].split("'")[1] if "invalid choice: '" in message else ""
@@ -58,8 +57,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from schemas.families import broken_families, command_broken
-
     parser = _Parser(
         prog="drivegen",
         description="Generate driving QA datasets and labels from LiDAR/camera logs on Ray.",
@@ -124,8 +121,6 @@ def stdout_closed() -> bool:
 
 def _command(argv: list[str] | None) -> int:
     called_at = time.perf_counter()  # a command called in-process starts here (its parser's imports included)
-    from schemas.errors import DrivegenError, InputError, from_os_error
-
     for stream in (sys.stdout, sys.stderr):  # a value from the user's files that cannot be encoded (a lone
         if hasattr(stream, "reconfigure"):  # surrogate in an id) is printed escaped, never a crash
             stream.reconfigure(errors="backslashreplace")

@@ -27,7 +27,7 @@ def quat_wxyz_to_matrix(q: np.ndarray) -> np.ndarray:
 
 def matrix_to_quat_wxyz(R: np.ndarray) -> np.ndarray:
     """Rotation matrix (3, 3) -> unit quaternion (4,) as (w, x, y, z) with w >= 0."""
-    from scipy.spatial.transform import Rotation
+    from scipy.spatial.transform import Rotation  # scipy: over a second to import; only where this runs
 
     x, y, z, w = Rotation.from_matrix(np.asarray(R, dtype=np.float64)).as_quat()
     q = np.array([w, x, y, z])

@@ -28,6 +28,7 @@ a few per object per frame, and glibc's scalar ``atan2`` takes ~20 ns (``bench/p
 """
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 import os
 import re
 import sys
@@ -44,8 +45,6 @@ def features_off(numpy_version: str | None = None) -> tuple[str, ...]:
     """The names to disable for this numpy (``numpy_version``; default: the installed one, read from its
     metadata without importing it, since the variable must be set before the import)."""
     if numpy_version is None:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             numpy_version = version("numpy")
         except PackageNotFoundError:

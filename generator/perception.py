@@ -24,15 +24,17 @@ the same checks): decoding took a quarter of its time.
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from actors.segment import reads_pixels, rle
+from actors.segment import build_segmenter, reads_pixels, rle
 from actors.track.pubtracker import track_scene
 from generator.geometry import box_corners, points_in_boxes_pairs, project_to_image
 from generator.projection import corners_in_camera, project_corners
+from generator.sources import io
 from generator.types import Boxes3D, DrivegenError, Frame, FrameIssue, Scene
 from generator.visibility import decide_visibility, geometric_reasons
 from schemas.config import PipelineConfig
@@ -144,8 +146,6 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
     on one thread, the segmenter runs on this one, and ``_frame_rows`` (visibility, RLE) on another. Each step
     is a function of its frame alone and the results are taken in frame order, so the output is the same as
     one frame after the other."""
-    from concurrent.futures import ThreadPoolExecutor
-
     if not isinstance(detections, Detections):
         detections = Detections(list(detections))
     if len(detections.boxes) != len(scene.frames):
@@ -172,8 +172,6 @@ def perceive_scene(scene: Scene, detections: Detections | list[Boxes3D], cfg: Pi
             issues.extend(frame_issues)
             if seg_items:
                 if segmenter is None:
-                    from actors.segment import build_segmenter
-
                     segmenter = build_segmenter(cfg.segmentation)
                 for owner, (masks, scores) in zip(seg_owner, segmenter.segment_crops(seg_items)):
                     per_cam[owner]["masks"], per_cam[owner]["scores"] = masks, scores
@@ -202,8 +200,6 @@ class _Inline:
     """``ThreadPoolExecutor``'s ``submit`` run at once in this thread (the steps one after the other)."""
 
     def submit(self, fn, *args):
-        from concurrent.futures import Future
-
         fut = Future()
         try:
             fut.set_result(fn(*args))
@@ -222,8 +218,6 @@ def _frame_inputs(fr: Frame, boxes: Boxes3D, cfg: PipelineConfig, lidar_bad: boo
     """One frame's work before segmentation: per camera the projected boxes and geometric checks, LiDAR
     points per box where needed (``boxes.num_lidar_pts`` filled in), the images read.
     -> (per-camera records, segmenter items, the record each item belongs to, the frame's issues)."""
-    from generator.sources import io
-
     vcfg = cfg.visibility
     cpu_seg = cfg.segmentation.backend == "cpu"
     pixels = reads_pixels(cfg.segmentation)

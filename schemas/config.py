@@ -8,6 +8,7 @@ Intention-Drive §3) or, where no paper gives one, the value chosen here with th
 from __future__ import annotations
 
 import copy
+import difflib
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
@@ -17,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from schemas.errors import ConfigError, InputError
 from schemas.families import broken_named, config_sections, moved_settings, qa_family_names
+from schemas.files import check_regular_file
+from schemas.tables import QA
 from schemas.vocab import DETECTION_CLASSES, MODEL_STAGES, NUSCENES_CAMERAS
 
 __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "config_from_yaml", "DETECTION_CLASSES"]
@@ -795,7 +798,6 @@ class WriterConfig(_Model):
 
     @model_validator(mode="after")
     def _qa_columns(self):
-        from schemas.tables import QA
         unknown = [c for c in self.qa_statistics_columns if c not in QA.names]
         if unknown:
             raise ValueError(f"qa_statistics_columns: {unknown} are not QA columns; known: {QA.names}")
@@ -1117,8 +1119,6 @@ def _known_keys(loc: tuple) -> list[str]:
 
 def _did_you_mean(loc: tuple) -> str:
     """' (did you mean 'x'?)' for a misspelt key with a close known one, else ''."""
-    import difflib
-
     if not loc or not isinstance(loc[-1], str):
         return ""
     close = difflib.get_close_matches(loc[-1], _known_keys(loc), n=1, cutoff=0.75)
@@ -1201,8 +1201,6 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     p = Path(path)
     where = str(p)
     if p.exists() or p.is_symlink():  # a FIFO would block the read, a symlink loop is not a missing file
-        from schemas.files import check_regular_file
-
         try:
             check_regular_file(p, "config file")
         except InputError as err:

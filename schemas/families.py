@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from schemas.errors import ConfigError, FamilyError
+from schemas.summary import FamilyEntry
 
 if TYPE_CHECKING:  # annotations only: the contract names the core's types without importing them
     import pyarrow as pa
@@ -185,8 +186,6 @@ class PaperFamily:
 
     def summary_entry(self, data: dict) -> SummaryEntry:
         """Its entry read back from ``summary.json`` (``data``: the entry's ``to_json()``)."""
-        from schemas.summary import FamilyEntry
-
         return FamilyEntry(self.title, dict(data))
 
     def card_section(self, reader, cfg) -> str | None:

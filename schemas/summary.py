@@ -126,7 +126,7 @@ class RunSummary:
 
     @classmethod
     def from_json(cls, data: dict) -> "RunSummary":
-        from schemas.families import families
+        from schemas.families import families  # cycle: schemas.families imports schemas.summary
 
         known = {f.name for f in fields(cls)} - {"extra"}
         registered = families()

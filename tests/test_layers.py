@@ -1,6 +1,8 @@
-"""The layering of the code base (pyproject.toml [tool.importlinter]) holds, and the check can fail."""
+"""The layering of the code base (pyproject.toml [tool.importlinter]) holds, and the check can fail; every import
+inside a function says why it is there."""
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -60,3 +62,48 @@ def test_the_core_importing_a_family_breaks_it(tmp_path):
     assert r.returncode != 0
     assert "the core never imports a paper family BROKEN" in r.stdout, r.stdout[-3000:]
 
+
+
+# ------------------------------------------------------------------------------------------ function-local imports
+# An import inside a function hides an edge of the graph above from a reader (import-linter sees it; a reader of
+# the module's head does not). One is kept only for a reason its comment gives: a heavy or optional stack loaded
+# where it is used ("torch: ...", "lazy: ... loads cv2 ..."), an import cycle ("cycle: A imports B"), or a family's
+# package that the registry imports for its declarations alone. The ceiling only goes down.
+LOCAL_IMPORTS_MAX = 157
+
+
+def local_imports(root: Path) -> list[tuple[str, int, str, bool]]:
+    """(file, line, statement, says why) of every import inside a function under ``root``'s product packages;
+    a comment on its line or the line above says why."""
+    found = []
+    for pkg in ("generator", "actors", "schemas"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            lines = path.read_text().splitlines()
+            seen = set()
+            for fn in ast.walk(ast.parse("\n".join(lines))):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in seen:
+                        seen.add(node.lineno)
+                        line, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                        found.append((path.relative_to(root).as_posix(), node.lineno, line.strip(),
+                                      "#" in line or above.startswith("#")))
+    return found
+
+
+def test_function_local_imports_say_why():
+    found = local_imports(REPO)
+    silent = [f"{f}:{n}: {s}" for f, n, s, why in found if not why]
+    assert not silent, "function-local imports without a comment saying why:\n" + "\n".join(silent)
+    assert len(found) <= LOCAL_IMPORTS_MAX, (
+        f"{len(found)} function-local imports, more than {LOCAL_IMPORTS_MAX}: import at the top, or say why")
+
+
+def test_a_silent_local_import_is_found(tmp_path):
+    (tmp_path / "generator").mkdir()
+    (tmp_path / "generator" / "m.py").write_text(
+        "import json\n\n\ndef f():\n    import os  # os: only here\n    from json import dumps\n\n"
+        "    return os, dumps\n")
+    found = local_imports(tmp_path)
+    assert [(n, why) for _, n, _, why in found] == [(5, True), (6, False)]

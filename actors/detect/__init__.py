@@ -7,22 +7,19 @@ wrapper (``generator.pipeline.ray_exec``).
 from __future__ import annotations
 
 from actors.detect.base import Detector
+from actors.detect.labels import LabelsDetector
+from actors.detect.lidar import LidarDetector
+from actors.detect.mmdet3d_backend import Mmdet3dDetector
 from schemas.config import DetectionConfig
 
 
 def build_detector(cfg: DetectionConfig) -> Detector:
     """The configured backend, with its model (if any) built once."""
     if cfg.backend == "labels":
-        from actors.detect.labels import LabelsDetector
-
         return LabelsDetector(cfg)
     if cfg.backend == "lidar":
-        from actors.detect.lidar import LidarDetector
-
         return LidarDetector(cfg)
     if cfg.backend == "mmdet3d":
-        from actors.detect.mmdet3d_backend import Mmdet3dDetector
-
         return Mmdet3dDetector(cfg)
     raise ValueError(f"unknown detection backend {cfg.backend!r}")
 

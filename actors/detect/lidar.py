@@ -43,7 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from actors.detect.base import Detector
+from actors.detect.motion import estimate_displacement, occupancy, owned_occupancy
 from actors.detect.priors import SIZE_PRIORS_LWH_M
+from actors.detect.sweeps import CachedReader
+from generator.sources import io
 from generator.types import Boxes3D, Frame
 from schemas.config import LidarDetectorConfig
 
@@ -155,7 +158,7 @@ def cluster_points(xy: np.ndarray, cfg: LidarDetectorConfig) -> np.ndarray:
     """DBSCAN labels (N,) (-1 = noise) of BEV points (N, 2) via open3d. Deterministic on any thread count
     (its threads only fill each point's own neighbour list; labels are expanded sequentially in point order),
     which ``tests/test_detect_determinism.py`` checks across processes."""
-    import open3d as o3d
+    import open3d as o3d  # open3d: seconds to import; only where this runs
 
     if len(xy) == 0:
         return np.zeros(0, dtype=np.int64)
@@ -292,8 +295,6 @@ def cluster_motion(cl: Clusters, earlier: np.ndarray | None, lag_s: float, cfg: 
     up to ``motion_max_speed_mps`` with ``motion_lateral_speed_mps`` of sideways slack. Only moving clusters
     get a velocity: a still one's NaN leaves its heading to the tracker's per-track consistency
     (``actors.track.heading`` looks at boxes without detector velocity)."""
-    from actors.detect.motion import estimate_displacement, occupancy, owned_occupancy
-
     n = len(cl.start)
     vel = np.full((n, 2), np.nan)
     moving = np.zeros(n, dtype=bool)
@@ -444,8 +445,6 @@ def detect_points(points_ego: np.ndarray, cfg: LidarDetectorConfig, earlier_ego:
 def earlier_sweep(frame: Frame, cfg: LidarDetectorConfig, read=None) -> tuple[np.ndarray | None, float]:
     """(points (M, 3) of the frame's listed sweep nearest ``motion_lag_s`` before it, moved into the frame's
     ego frame; the lag in s), or (None, 0) when the frame lists none within ``motion_max_lag_s``."""
-    from generator.sources import io
-
     sweeps = frame.lidar_sweeps or []
     lags = np.array([(frame.timestamp_us - sw.timestamp_us) / 1e6 for sw in sweeps])
     ok = (lags > 0) & (lags <= cfg.motion_max_lag_s)
@@ -462,9 +461,6 @@ class LidarDetector(Detector):
     name = "lidar"
 
     def __call__(self, frames: list[Frame]) -> list[Boxes3D]:
-        from actors.detect.sweeps import CachedReader
-        from generator.sources import io
-
         cfg = self.cfg.lidar
         read = CachedReader(frames[0].scene_id if frames else None)
         out = []

@@ -45,6 +45,7 @@ The config's ``custom_imports`` (``projects.BEVFusion.bevfusion``) registers the
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 import copy
 
 import numpy as np
@@ -117,7 +118,7 @@ def frame_input(frame: Frame, points: np.ndarray, use_camera: bool, box_type_3d,
 
 def _float32(x):
     """``x`` (a tensor, or lists / tuples / dicts of them) with its floating tensors in float32."""
-    import torch
+    import torch  # torch: seconds to import; only the model backends need it
 
     if isinstance(x, torch.Tensor):
         return x.float() if x.is_floating_point() else x
@@ -131,7 +132,7 @@ def _float32(x):
 def _decode_in_float32(model) -> None:
     """Under reduced precision only the network runs in it: each head's ``predict_by_feat`` (box decoding,
     score thresholds, NMS, whose CUDA ops take float32) gets float32 inputs and runs with autocast off."""
-    import torch
+    import torch  # torch: seconds to import; only the model backends need it
 
     device_type = next(model.parameters()).device.type
     for module in model.modules():
@@ -152,10 +153,11 @@ class Mmdet3dDetector(Detector):
 
     def __init__(self, cfg: DetectionConfig):
         super().__init__(cfg)
-        import torch
-        from mmdet3d.apis import init_model
+        import torch  # torch: seconds to import; only the model backends need it
+        from mmdet3d.apis import init_model  # mmdet3d: optional model stack (extra 'mmdet3d'), only for its backend
+        # mmdet3d: optional model stack (extra 'mmdet3d'), only for its backend
         from mmdet3d.structures import get_box_type
-        from mmengine.dataset import Compose
+        from mmengine.dataset import Compose  # mmengine: optional model stack (extra 'mmdet3d'), only for its backend
 
         mc = cfg.mmdet3d
         if not mc.config:
@@ -184,9 +186,8 @@ class Mmdet3dDetector(Detector):
     def __call__(self, frames: list[Frame]) -> list[Boxes3D]:
         """Boxes per frame. A batch's input (sweeps read and stacked, the test pipeline) is built on a second
         thread while the model runs on the batch before, so the GPU does not wait on the CPU between batches."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        import torch
+        import torch  # torch: seconds to import; only the model backends need it
+        # mmengine: optional model stack (extra 'mmdet3d'), only for its backend
         from mmengine.dataset import pseudo_collate
 
         bs = self.cfg.mmdet3d.batch_size

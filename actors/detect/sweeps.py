@@ -41,6 +41,7 @@ from typing import Callable
 import numpy as np
 
 from generator.geometry import SE3
+from generator.sources.io import read_lidar_records
 
 REMOVE_CLOSE_RADIUS_M = 1.0  # LoadPointsFromMultiSweeps._remove_close's default radius (a square, |x|, |y| < 1)
 TIME_LAG_COLUMN = 4  # the column LoadPointsFromMultiSweeps overwrites with the time lag (nuScenes: ring index)
@@ -231,8 +232,6 @@ class CachedReader:
         self.reads = 0
 
     def __call__(self, path: str, lidar_format: str, ego_SE3_lidar: SE3, record_dim: int) -> np.ndarray:
-        from generator.sources.io import read_lidar_records
-
         key = (path, lidar_format, record_dim, ego_SE3_lidar.as_matrix().tobytes())
         if key not in self._cache:
             self._cache[key] = read_lidar_records(path, lidar_format, ego_SE3_lidar, record_dim, scene=self.scene)

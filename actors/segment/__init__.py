@@ -7,6 +7,8 @@ Masks are stored as COCO RLE (``actors.segment.rle``).
 from __future__ import annotations
 
 from actors.segment.base import Segmenter
+from actors.segment.cpu import CpuSegmenter
+from actors.segment.sam2_backend import Sam2Segmenter
 from schemas.config import SegmentationConfig
 
 
@@ -18,12 +20,8 @@ def reads_pixels(cfg: SegmentationConfig) -> bool:
 
 def build_segmenter(cfg: SegmentationConfig) -> Segmenter:
     if cfg.backend == "cpu":
-        from actors.segment.cpu import CpuSegmenter
-
         return CpuSegmenter(cfg)
     if cfg.backend == "sam2":
-        from actors.segment.sam2_backend import Sam2Segmenter
-
         return Sam2Segmenter(cfg)
     raise ValueError(f"unknown segmentation backend {cfg.backend!r}")
 

@@ -35,7 +35,7 @@ FILL_REF = 0.5
 def mask_from_points(image: np.ndarray | None, box_xyxy: np.ndarray, points_uv: np.ndarray, height: int, width: int,
                      dilate_px: int, close_px: int, grabcut_iterations: int = 0):
     """One mask. Returns (crop mask (h, w) bool, (x0, y0) crop origin, score float). Empty crop -> zero mask."""
-    import cv2
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     x0, y0 = int(np.floor(max(box_xyxy[0], 0))), int(np.floor(max(box_xyxy[1], 0)))
     x1, y1 = int(np.ceil(min(box_xyxy[2], width))), int(np.ceil(min(box_xyxy[3], height)))

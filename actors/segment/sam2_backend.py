@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors.device import autocast_args, resolve_device
 from actors.segment.base import Segmenter, check_prompts
 from schemas.config import SegmentationConfig
 
@@ -36,8 +37,8 @@ _STD = (0.229, 0.224, 0.225)
 
 def preprocess(images_bgr: list[np.ndarray], size: int, device):
     """BGR uint8 images -> (B, 3, size, size) float tensor: to [0, 1], resize (antialiased bilinear), normalise."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # torch: seconds to import; only the model backends need it
+    import torch.nn.functional as F  # torch: seconds to import; only the model backends need it
 
     out = []
     for img in images_bgr:
@@ -56,10 +57,8 @@ class Sam2Segmenter(Segmenter):
 
     def __init__(self, cfg: SegmentationConfig):
         super().__init__(cfg)
-        import torch
-        from sam2.build_sam import build_sam2
-
-        from actors.device import autocast_args, resolve_device
+        import torch  # torch: seconds to import; only the model backends need it
+        from sam2.build_sam import build_sam2  # sam2: optional model stack (extra 'sam2'), only for its backend
 
         sc = cfg.sam2
         self.device = torch.device(resolve_device(sc.device))
@@ -71,7 +70,7 @@ class Sam2Segmenter(Segmenter):
 
     def encode(self, images_bgr: list[np.ndarray]) -> list[dict]:
         """Image features for a batch of images (one backbone pass)."""
-        import torch
+        import torch  # torch: seconds to import; only the model backends need it
 
         with torch.inference_mode(), torch.autocast(**self.autocast):
             x = preprocess(images_bgr, self.size, self.device)
@@ -110,8 +109,8 @@ class Sam2Segmenter(Segmenter):
         at most ``max_prompts`` prompts a call (None: no limit), each prompt with its own image's features
         gathered to it, which is what ``repeat_image`` does within one image; masks are resized to each image's
         own size. -> [(masks (M, H, W) bool, scores (M,))] per image."""
-        import torch
-        import torch.nn.functional as F
+        import torch  # torch: seconds to import; only the model backends need it
+        import torch.nn.functional as F  # torch: seconds to import; only the model backends need it
 
         parts: list[list] = [[] for _ in feats]  # per image: (masks, scores) pieces in prompt order
         groups: dict[int, list[int]] = {}

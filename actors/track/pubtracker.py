@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors.track.kalman import gate_speeds
+from actors.track.heading import apply_flips, heading_flips
+from actors.track.kalman import gate_speeds, kalman_tracking
 from actors.track.linking import link_fragments
+from actors.track.offline import offline_tracking
 from generator.geometry import SE3
 from generator.types import Boxes3D
 from schemas.config import DETECTION_CLASSES, TrackingConfig
@@ -214,9 +216,6 @@ def _filtered_boxes(t_s, frame_start, frame_of_box, allb: Boxes3D, cg, vg, yawg,
     (boxes (ego frames), frame_of_box, centre (global), velocity (global), yaw (global), class index, raw track
     ids). Made boxes carry no velocity, no LiDAR count, no instance token. The offline tracker's input boxes take
     its smoothed centres, track sizes and track scores."""
-    from actors.track.kalman import kalman_tracking
-    from actors.track.offline import offline_tracking
-
     # Without ego motion in the poses (a log without poses gives identity poses) the tracking frame moves with
     # the ego, while detectors give velocities over the ground (what they are trained on): no measurement of the
     # tracked state then, so the filter uses centres only.
@@ -286,8 +285,6 @@ def track_scene(timestamps_us, detections: list[Boxes3D], cfg: TrackingConfig,
     With ``cfg.heading_from_motion`` the yaws of boxes without detector velocity and without ``instance_token``
     may be turned by pi (``actors.track.heading``); all other yaws of input boxes are returned unchanged.
     """
-    from actors.track.heading import apply_flips, heading_flips
-
     ts = np.asarray(timestamps_us, dtype=np.int64).reshape(-1)
     f = len(ts)
     if len(detections) != f or len(city_SE3_ego) != f:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 
+from generator.runfolder import RunLock, RunReader, RunStore, clean_run
+from schemas import layout
+from schemas.errors import RunFolderError
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("clean", help="delete a run folder's own files, keeping any other",
@@ -21,10 +25,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.runfolder import RunLock, RunReader, RunStore, clean_run
-    from schemas import layout
-    from schemas.errors import RunFolderError
-
     store = RunStore(args.out)
     if not store.exists(""):
         print(f"{store.uri}: nothing there to clean")

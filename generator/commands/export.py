@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from generator.runfolder import RunReader
+from schemas.config import load_config
+from schemas.families import exports
+
 
 def _exports() -> dict:
-    from schemas.families import exports
-
     return {exp.name: (fam, exp) for fam, exp in exports()}
 
 
@@ -34,9 +36,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.runfolder import RunReader
-    from schemas.config import load_config
-
     fam, exp = _exports()[args.name]
     reader = RunReader(args.run)
     cfg = load_config(args.config) if args.config else reader.config()

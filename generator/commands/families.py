@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from schemas.families import broken_families, families, scorers
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     return subparsers.add_parser("families", help="list the paper families, and those that could not be loaded",
@@ -13,8 +15,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from schemas.families import broken_families, families, scorers
-
     score_names = {id(f): n for n, f in scorers().items()}
     for fam in families().values():
         parts = [f"config section {fam.config_section}" if fam.config_section else "no settings",

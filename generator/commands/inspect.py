@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from generator.runfolder import RunReader, read_lock
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("inspect", help="summary and consistency check of a run folder",
@@ -17,8 +19,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    # lazy: generator.pipeline.driver loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.driver import format_summary
-    from generator.runfolder import RunReader, read_lock
 
     reader = RunReader(args.run)
     scenes = reader.planned_scenes()

@@ -31,6 +31,7 @@ def _shard_mb(text: str) -> float:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    # lazy: generator.pipeline.publish loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.publish import DEFAULT_TARGET_MB
 
     p = subparsers.add_parser("publish", help="publish a run folder as sized, shuffled Parquet and WebDataset shards",
@@ -51,6 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    # lazy: generator.pipeline.publish loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.publish import publish
 
     res = publish(args.run, args.out, seed=args.seed, target_mb=args.target_shard_mb,

@@ -9,6 +9,9 @@ import os
 from pathlib import Path
 
 from generator.commands.args import positive_int, seed
+from generator.qa import load_templates
+from generator.runfolder import RunReader
+from schemas.config import load_config
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,10 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    # lazy: generator.pipeline.regenerate loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.regenerate import regenerate, use_retaining_memory_pool
-    from generator.qa import load_templates
-    from generator.runfolder import RunReader
-    from schemas.config import load_config
 
     reader = RunReader(args.run_dir)
     cfg = load_config(args.config) if args.config else reader.config()
@@ -52,7 +53,7 @@ def main(args) -> int:
     started = False
     try:
         if executor == "ray":
-            from generator.pipeline.ray_connect import ensure_ray
+            from generator.pipeline.ray_connect import ensure_ray  # ray: only when this runs on Ray
 
             if not address:
                 cfg.ray.num_cpus = args.workers
@@ -61,7 +62,7 @@ def main(args) -> int:
                              progress=not args.no_progress)
     finally:
         if started:
-            import ray
+            import ray  # ray: only when this ran on Ray
 
             ray.shutdown()
     fam = " ".join(f"{k}={v}" for k, v in summary["by_family"].items())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from generator.commands.args import positive_int, seed
+from generator.runfolder import RunReader
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -21,8 +22,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    # lazy: generator.report loads cv2, jinja2, pycocotools, which this module needs only here
     from generator.report import build_report
-    from generator.runfolder import RunReader
 
     reader = RunReader(args.run)
     cfg = reader.config().report

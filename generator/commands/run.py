@@ -22,6 +22,8 @@ import logging
 import sys
 
 from generator.commands.args import port_number, positive_int, seed
+from generator.runfolder import RunReader
+from schemas import layout
 
 log = logging.getLogger("drivegen.run")
 
@@ -73,6 +75,7 @@ def _fail(msg: str) -> int:
 
 
 def main(args) -> int:
+    # lazy: generator.pipeline loads pycocotools, scipy, which this module needs only here
     from generator.pipeline import RunStore, run
 
     out = args.out
@@ -103,6 +106,7 @@ def main(args) -> int:
                  executor="local" if args.local else "ray", progress=not args.no_progress,
                  verbose=getattr(args, "verbose", False), report=write_report, started_at=args.started_at,
                  metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+    # lazy: generator.pipeline.driver loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.driver import format_summary
 
     print(format_summary(result.summary))
@@ -120,9 +124,8 @@ def write_report(store) -> str | None:
     filesystem OUT is; ``drivegen report OUT`` makes a local copy of a remote run's) when ``report.on_run`` and
     a scene finished. Returns its one-line description (None when none is due); raises ``DrivegenError`` when it
     could not be written (the run's data stay as they are)."""
+    # lazy: generator.report loads cv2, jinja2, pycocotools, which this module needs only here
     from generator.report import build_report
-    from generator.runfolder import RunReader
-    from schemas import layout
 
     reader = RunReader(store)
     if not reader.config().report.on_run or not reader.scene_ids():

@@ -12,11 +12,13 @@ import argparse
 import json
 import math
 
+from generator.runfolder import RunStore
+from generator.validate.score import scorer, scorer_names
+from schemas.errors import InputError
+from schemas.families import scorers
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from generator.validate.score import scorer_names
-    from schemas.families import scorers
-
     p = subparsers.add_parser("score", help="score a model's predictions on a generated label family",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -31,11 +33,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.runfolder import RunStore
-    from generator.validate.score import scorer
-    from schemas.errors import InputError
-    from schemas.families import scorers
-
     fam = scorers().get(args.family)  # None for a core scorer (qa)
     mod = scorer(args.family)
     extra = {}
@@ -63,8 +60,6 @@ SCORE_FORMAT = "drivegen-score/1"  # marks a score.json drivegen wrote (the only
 
 def _check_score_file(out) -> None:
     """InputError when ``out`` holds a ``score.json`` that drivegen did not write."""
-    from schemas.errors import InputError
-
     if not out.exists(SCORE_FILE):
         return
     try:

@@ -45,6 +45,7 @@ def image_width(text: str) -> int:
 
 
 def version_name(text: str) -> str:
+    # lazy: generator.synth.writer loads cv2, which this module needs only here
     from generator.synth.writer import version_problem
 
     problem = version_problem(text)
@@ -77,6 +78,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    # lazy: generator.synth loads cv2, which this module needs only here
     from generator.synth import MINIMAL_SCENES, make_dataset
 
     t0 = time.perf_counter()

@@ -11,6 +11,12 @@ import logging
 import os
 import sys
 
+from generator.runfolder import RunReader, RunStore
+from generator.types import DrivegenError
+from generator.validate.report import to_json, to_markdown
+from schemas import layout
+from schemas.config import ReportConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -45,9 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")  # the devkit's GT loader draws progress bars
-    from generator.runfolder import RunStore
-    from generator.types import DrivegenError
-    from generator.validate.report import to_json, to_markdown
+    # lazy: generator.validate.run loads nuscenes, scipy, which this module needs only here
     from generator.validate.run import ValidateOptions, validate_run
 
     if args.tracking_thresholds < 2:
@@ -69,8 +73,6 @@ def main(args) -> int:
                            keep_empty_predictions=args.keep_empty_predictions,
                            gates={k: v for k, v in gates.items() if v is not None})
     try:
-        from generator.runfolder import RunReader
-
         RunReader(args.run).require_3d("drivegen validate")
         report = validate_run(args.run, opts)
     except DrivegenError as err:
@@ -105,12 +107,12 @@ def _refresh_run_views(run: str) -> None:
     """Rewrite what shows the run's validation, where the run has it: the dataset card (``README.md``) and the
     HTML report (``report/``, with the settings it was built with), so both carry the figures just written. A
     failure is a warning: the validation report itself is written."""
+    # lazy: generator.pipeline.exports loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.exports import write_run_card
+    # lazy: generator.report loads cv2, jinja2, pycocotools, which this module needs only here
     from generator.report import build_report
+    # lazy: generator.report.site loads cv2, jinja2, pycocotools, which this module needs only here
     from generator.report.site import MARKER
-    from generator.runfolder import RunReader
-    from schemas import layout
-    from schemas.config import ReportConfig
 
     reader = RunReader(run)
     views = []

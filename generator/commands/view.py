@@ -22,7 +22,11 @@ import logging
 import sys
 
 import numpy as np
+import pyarrow.compute as pc
 
+from generator.geometry import SE3
+from generator.runfolder import RunReader
+from generator.sources.io import read_lidar_records
 from generator.sources.remote import read_log_file
 
 log = logging.getLogger(__name__)
@@ -53,12 +57,8 @@ def record_scene(reader, scene_id: str, out: str, max_frames: int | None = None)
     """Write scene ``scene_id`` of the run ``reader`` (a ``RunReader``) as a Rerun recording at ``out``; return
     what was logged: frames, points, boxes, images, masks (counts). ValueError naming the scene when the run
     has no such finished scene."""
-    import pyarrow.compute as pc
-    import rerun as rr
-    from pycocotools import mask as mask_utils
-
-    from generator.geometry import SE3
-    from generator.sources.io import read_lidar_records
+    import rerun as rr  # rerun: optional (extra 'view'), only for drivegen view
+    from pycocotools import mask as mask_utils  # pycocotools: only where masks are RLE-encoded
 
     if scene_id not in reader.scene_ids():
         known = reader.scene_ids()
@@ -146,8 +146,6 @@ def main(args) -> int:
               "pip install -e '.[view]' (rerun-sdk 0.23 is the last release that works with numpy 1.26)",
               file=sys.stderr)
         return 2
-    from generator.runfolder import RunReader
-
     if args.max_frames is not None and args.max_frames < 1:
         print("drivegen view: error: --max-frames must be at least 1", file=sys.stderr)
         return 2

@@ -22,11 +22,16 @@ import time
 import uuid
 from pathlib import Path
 
+from generator.pipeline import exports, stages as real, video
 from generator.pipeline.driver import RunResult, format_summary, run_pipeline
 from generator.pipeline.ray_connect import LOOPBACK, check_ray, ensure_ray, settle_metrics
+from generator.qa import check_families, load_templates
 from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
+from generator.sources import CAMERA_ONLY_KINDS, open_source
 from schemas import layout
-from schemas.errors import ConfigError, InputError, RunFolderError
+from schemas.config import load_config
+from schemas.errors import ConfigError, InputError, RunFolderError, SourceError
+from schemas.files import file_problem
 
 __all__ = ["run", "RunResult", "RunStore", "run_pipeline", "ensure_ray", "format_summary", "synth_logs",
            "SYNTH_VERSION", "DEFAULT_SYNTH_SCENES"]
@@ -49,7 +54,7 @@ def synth_logs(num_scenes: int = DEFAULT_SYNTH_SCENES, seed: int = 0, base: str 
     """Generated nuScenes-format logs, made once per (seed, count) in a cache folder
     (``$DRIVEGEN_SYNTH_DIR`` or ``~/.cache/drivegen/synth``) so that runs into different run folders read the
     very same input (identical rows). Built under a temporary name and renamed into place."""
-    from generator.synth import make_dataset
+    from generator.synth import make_dataset  # lazy: generator.synth loads cv2, which this module needs only here
 
     base = Path(base or os.environ.get("DRIVEGEN_SYNTH_DIR") or Path.home() / ".cache" / "drivegen" / "synth")
     root = base / synth_cache_name(seed, num_scenes)
@@ -73,7 +78,7 @@ def synth_logs(num_scenes: int = DEFAULT_SYNTH_SCENES, seed: int = 0, base: str 
 
 def _warn_if_not_shared(store: RunStore, desc: dict) -> None:
     """On a cluster of several machines every worker writes the run folder and reads the logs itself."""
-    import ray
+    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
 
     hosts = {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
     if len(hosts) > 1 and store.is_local:
@@ -91,8 +96,6 @@ def check_inputs(cfg) -> None:
     """Everything about a config that can fail a run, checked before any work or any write: the templates
     (``qa.template_dirs`` exist and parse), the QA families (registered), the shard sizes (``MIN_SHARD_ROWS``)
     and the model files given (``_check_model_files``). Raises an InputError."""
-    from generator.qa import check_families, load_templates
-
     for name, floor in MIN_SHARD_ROWS.items():
         value = getattr(cfg.writers, name)
         if value < floor:
@@ -107,8 +110,6 @@ def _check_model_files(cfg) -> None:
     """A model's config or checkpoint path that is there but no regular file (a FIFO would block its actor
     forever) refused naming the field; one that is not there is left to the nodes that load it (a cluster's
     workers may hold files the driver does not)."""
-    from schemas.files import file_problem
-
     given = []
     if cfg.detection.backend == "mmdet3d":
         given += [("detection.mmdet3d.config", cfg.detection.mmdet3d.config),
@@ -168,9 +169,6 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
     it deletes first); a resumed one refuses a changed config or source ->
     the run is described -> Ray -> the scenes stream -> summary, card, bench export -> the lock is released.
     """
-    from generator.sources import CAMERA_ONLY_KINDS, open_source
-    from schemas.config import load_config
-
     started_at = time.perf_counter() if started_at is None else started_at
     timings: dict[str, float] = {}
     if scenes is not None and scenes < 1:
@@ -236,18 +234,12 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
         part_specs: list = []  # the end-of-run parts a scene's worker builds once it is committed
         camera_only = (desc or {}).get("kind") in CAMERA_ONLY_KINDS
         if camera_only:  # videos: the camera stages
-            from generator.pipeline import video
-
             stages = stages if stages is not None else video.stages(cfg)
             write = write or video.write_video
         elif stages is None or write is None or finalize is None:
-            from generator.pipeline import stages as real
-
             stages = stages if stages is not None else real.default_stages(cfg)
             write = write or real.write_scene
         if finalize is None:  # the run's own end: its parts are built scene by scene as they are committed
-            from generator.pipeline import exports
-
             part_specs = exports.finalize_parts(cfg, camera_only)
             finalize = video.finalize if camera_only else functools.partial(exports.finalize_run, source=src)
         finalize = _still_described(finalize, lock)
@@ -266,7 +258,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             return result
         finally:
             if started:
-                import ray
+                import ray  # ray: only when this run started it
 
                 ray.shutdown()
 
@@ -302,8 +294,6 @@ def _unfinished(reader: RunReader) -> int:
 def _check_names(ids: list[str], where: str | None = None) -> None:
     """Refuse, before the run folder is touched, scene ids that cannot name the run's files: two that map to one
     file name, or one too long for a file name (``layout.MAX_SCENE_NAME_CHARS``). ``where``: the logs."""
-    from schemas.errors import SourceError
-
     too_long = [sid for sid in ids if len(layout.safe_name(sid)) > layout.MAX_SCENE_NAME_CHARS]
     if too_long:
         sid = too_long[0]

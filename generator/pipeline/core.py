@@ -20,17 +20,21 @@ import pickle
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
+import gc
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 
 from generator.perception import Detections, PerceptionResult
 from generator.runfolder import RunStore, commit_scene, config_key, make_fence, rollback_pending, write_error
+from generator.runfolder import StaleWriterError
 from generator.runfolder.commit import mark_attempt
 from generator.runfolder.parts import build_scene_parts
 from generator.types import Scene
 from schemas.config import PipelineConfig
+from schemas.layout import safe_name
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -189,8 +193,6 @@ def settle_heap() -> bool:
     (measured: 70-80 ms a generated scene, about 0.5 ms after). The collection first frees the first scene's
     garbage, which is never frozen; frozen objects are still freed when nothing refers to them (only cycles
     among them stay). Returns True for the call that froze."""
-    import gc
-
     _SCENES_BEGUN[0] += 1
     if _SCENES_BEGUN[0] != 2:
         return False
@@ -228,8 +230,6 @@ def finish_scene(work: SceneWork, env: StageEnv, write: Callable[[SceneWork, Sta
     scene's end-of-run parts ``part_specs`` are built (``build_committed_parts``); a failed scene gets its
     ERRORS row instead. Returns the small summary row the driver sees: scene_id, status ('ok'|'failed'|'stale'),
     info (JSON)."""
-    from generator.runfolder import StaleWriterError
-
     fence = make_fence(env.store, work.epoch)
     try:
         if fence is not None:
@@ -297,14 +297,10 @@ def build_committed_parts(store: RunStore, scene_id: str, part_specs: tuple) -> 
 
 
 def _short(scene_id: str) -> str:
-    from schemas.layout import safe_name
-
     return safe_name(scene_id)[:80]
 
 
 def _jsonable(o):
-    import numpy as np
-
     if isinstance(o, np.generic):
         return o.item()
     raise TypeError(type(o).__name__)

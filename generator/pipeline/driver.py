@@ -24,9 +24,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tqdm import tqdm
+
 from generator.numerics import numpy_pinned
 from generator.pipeline.core import (SceneFinish, SceneWork, Stage, StageEnv, StageError, apply_stage, cached_model,
                                      settle_heap)
+from generator.pipeline.metrics import RunMetrics
 from generator.runfolder import LockLostError, RunReader, RunStore, remove_leftovers, write_error
 from generator.runfolder.commit import count_attempts
 from schemas import layout
@@ -88,8 +91,6 @@ class _Progress:
     def __init__(self, total: int, enabled: bool, metrics=None):
         self.bar = None
         if enabled and total:
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, unit="scene", desc="scenes", file=sys.stderr, dynamic_ncols=True)
         self.ok = self.failed = 0
         self.metrics = metrics  # generator.pipeline.metrics.RunMetrics, when Ray's metrics are on
@@ -171,8 +172,6 @@ def run_pipeline(store: RunStore, source: dict, cfg: PipelineConfig, scene_ids: 
     tally = Tally()
     metrics = None
     if executor == "ray" and pending:
-        from generator.pipeline.metrics import RunMetrics
-
         metrics = RunMetrics(len(pending))
     bar = _Progress(len(pending), progress, metrics)
     finish = SceneFinish(write, tuple(part_specs))
@@ -248,6 +247,7 @@ def _run_local(pending, source, stages, finish: SceneFinish, cfg, store, tally, 
 
 
 def _run_ray(pending, source, stages, finish: SceneFinish, cfg, store, tally, bar, epoch) -> None:
+    # lazy: generator.pipeline.ray_exec loads ray, which this module needs only here
     from generator.pipeline.ray_exec import build_dataset, configure_data_context, iter_summaries
 
     configure_data_context(progress_bars=False)

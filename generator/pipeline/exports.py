@@ -9,13 +9,24 @@ import logging
 import shutil
 import tempfile
 from collections import Counter
+import fnmatch
 from pathlib import Path
+import uuid
 
+import pyarrow.dataset as pads
+import yaml
+
+from generator.qa import scene_split
 from generator.runfolder import RunReader, RunStore
+from generator.runfolder.parts import PartSpec, build_parts, read_parts, report_spec
+from generator.sources import source_licence
+from generator.writers.card import CONFIG_TABLES, merge_stats, partial_stats, write_card
+from generator.writers.owned import owned_files
 from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.families import families, family_counts
 from schemas.summary import CameraOnly, CardEntry, RunSummary
+from schemas.vocab import QA_SPLITS
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -24,8 +35,6 @@ log = logging.getLogger("drivegen.pipeline")
 def check_owned_folder(store: RunStore, rel_dir: str, marker: str, fmt: str, in_run_folder: bool = False) -> list[str]:
     """The files an earlier drivegen folder at ``rel_dir`` lists; RunFolderError for a user's folder
     (``generator.writers.owned.owned_files``, the one rule)."""
-    from generator.writers.owned import owned_files
-
     return owned_files(store, rel_dir, marker, fmt, in_run_folder=in_run_folder)
 
 
@@ -70,8 +79,6 @@ def staging(store: RunStore, name: str, beside: bool = False) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"drivegen-{name}-"))
     if not beside:
         return store.staging_dir(name)
-    import uuid
-
     root = Path(store.base)
     d = root.parent / f".{root.name}.{uuid.uuid4().hex}.tmp"
     d.mkdir(parents=True)
@@ -98,8 +105,6 @@ def card_extra(reader: RunReader, summary: RunSummary | None = None) -> dict:
 
 
 def _split_order(splits) -> list[str]:
-    from schemas.vocab import QA_SPLITS
-
     return sorted(splits, key=lambda sp: (QA_SPLITS.index(sp) if sp in QA_SPLITS else len(QA_SPLITS), sp))
 
 
@@ -110,12 +115,6 @@ def card_configs(reader: RunReader, cfg: PipelineConfig | None = None) -> list[d
     shards named before splits led the names), each per-scene table with its files listed per split, a
     scene's split being the one its QA rows carry (``generator.qa.scene_split`` of the config for a scene
     without QA rows). Rows per split from the manifests."""
-    import fnmatch
-
-    from generator.qa import scene_split
-    from generator.writers.card import CONFIG_TABLES
-    from schemas.vocab import QA_SPLITS
-
     qa_folder = layout.TABLES["qa"].folder + "/"
     split_of_scene: dict[str, str] = {}
     qa_files: dict[str, list[tuple[str, int]]] = {}
@@ -182,10 +181,6 @@ def card_info(reader: RunReader, summary: RunSummary | None = None) -> dict:
     """What the dataset card says about a run beyond its QA rows (``generator.writers.card.render_readme``):
     configs and splits, licence and provenance from ``source.json`` and the config, validation figures, the
     config's anonymisation section."""
-    import yaml
-
-    from generator.sources import source_licence
-
     cfg = reader.config() if reader.store.exists(layout.CONFIG) else None
     src = reader.source()
     raw = yaml.safe_load(reader.config_text() or b"") or {}
@@ -227,10 +222,6 @@ CARD_PART = "card"
 def card_part(part, cfg) -> dict | None:
     """One scene's part of the card's statistics (``generator.writers.card.partial_stats`` of its QA rows; a
     ``generator.runfolder.parts`` builder); None for a scene without QA rows."""
-    import pyarrow.dataset as pads
-
-    from generator.writers.card import partial_stats
-
     files = part.reader.files("qa")
     if not files:
         return None
@@ -243,17 +234,11 @@ def write_run_card(reader: RunReader, summary: RunSummary | None = None, parts: 
     """The dataset card (``README.md`` at the run folder's root, its stats and plots in ``card/``) over the
     committed QA shards; None when there are none. ``parts``: the statistics are merged from the scenes' card
     parts (``generator.runfolder.parts``, built by ``finalize_run``) instead of read from the rows."""
-    import pyarrow.dataset as pads
-
-    from generator.writers.card import merge_stats, write_card
-
     files = reader.files("qa")
     if not files:
         return None
     stats = None
     if parts:
-        from generator.runfolder.parts import read_parts
-
         stats = merge_stats(rec for _, rec in read_parts(reader.store, CARD_PART, reader.scene_ids()))
         dataset = None
     else:
@@ -289,16 +274,12 @@ def finalize_parts(cfg: PipelineConfig, camera_only: bool = False) -> list:
     enabled family export's that declares one (``Export.part``), and the report's. Each scene's worker builds its
     own once the scene is committed (``generator.pipeline.core.build_committed_parts``); ``finalize_run`` builds
     what is missing."""
-    from generator.runfolder.parts import PartSpec
-
     specs = [PartSpec(CARD_PART, "generator.pipeline.exports:card_part")] if cfg.writers.card else []
     for fam in families().values():
         for exp in fam.exports():
             if exp.part and not camera_only and exp.enabled(cfg):
                 specs.append(PartSpec(exp.name, exp.part))
     if cfg.report.on_run:  # the report follows finalize (``generator.commands.run.write_report``)
-        from generator.runfolder.parts import report_spec
-
         specs.append(report_spec(cfg.report))
     return specs
 
@@ -310,8 +291,6 @@ def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only:
     merged from the parts, and each family's typed entry of the summary (``summary.families``).
     ``source``: the run's opened logs when the caller holds them (an export without parts that needs them reads
     them from it instead of opening the logs again)."""
-    from generator.runfolder.parts import build_parts
-
     reader = RunReader(store, require=False)
     cfg = reader.config()
     specs = finalize_parts(cfg, camera_only)

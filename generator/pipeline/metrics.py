@@ -28,6 +28,7 @@ class RunMetrics:
     """The driver's metrics of one run (``record`` per finished scene). Ray must be initialised."""
 
     def __init__(self, total: int):
+        # ray: only where Ray runs (in-process runs and most commands never start it)
         from ray.util.metrics import Counter, Gauge
 
         self.scenes = Counter("drivegen_scenes_total", "scenes finished by status", tag_keys=("status",))
@@ -62,6 +63,7 @@ class ActorMetrics:
     """A model actor's busy time and GPU memory (``record(seconds)`` after each call)."""
 
     def __init__(self, stage: str):
+        # ray: only where Ray runs (in-process runs and most commands never start it)
         from ray.util.metrics import Counter, Gauge
 
         self.tags = {"stage": stage}

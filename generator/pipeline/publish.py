@@ -45,14 +45,21 @@ import time
 import zlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import yaml
 
+from generator.pipeline.exports import card_configs
+from generator.pipeline.ray_connect import ensure_ray
 from generator.runfolder import RunReader, RunStore
+from generator.runfolder.lock import live_lock
 from generator.writers.card import code_span
+from generator.writers.owned import owned_files
 from schemas import layout
 from schemas.errors import RunFolderError
+from schemas.tables import write_parquet
 
 log = logging.getLogger("drivegen.publish")
 
@@ -123,8 +130,6 @@ class Plan:
 def check_run(reader: RunReader, allow_partial: bool) -> None:
     """RunFolderError when RUN is still being written, or has failed or unfinished scenes (unless
     ``allow_partial``), naming them."""
-    from generator.runfolder.lock import live_lock
-
     held = live_lock(reader.store)  # the lock rule of every writer: a live pid here, or a recent heartbeat
     if held is not None:
         raise RunFolderError(f"{reader.uri} is still being written by {held.describe()}: publish it once that run "
@@ -150,8 +155,6 @@ def open_dest(dest: str, reader: RunReader) -> RunStore:
     """DEST as a store: refused when unreachable or inside RUN."""
     store = RunStore(dest)
     if store.is_local and reader.store.is_local:
-        from pathlib import Path
-
         d, r = Path(store.base).resolve(), Path(reader.store.base).resolve()
         if d == r or r in d.parents:
             raise RunFolderError(f"{store.uri} is inside the run folder {reader.uri}: publish to a folder of its "
@@ -168,8 +171,6 @@ def open_dest(dest: str, reader: RunReader) -> RunStore:
 def _sources(reader: RunReader) -> tuple[dict, dict]:
     """({config: {split: [(path, rows)]}}, {split: [wds tar paths]}) from the manifests and the card's configs
     (one rule for the split of a scene and the files of a config)."""
-    from generator.pipeline.exports import card_configs
-
     rows_of, scene_of = {}, {}
     for m in reader.manifests():
         for f in m.get("files", []):
@@ -258,8 +259,6 @@ def shard_rows(shard: ParquetShard) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _parquet_bytes(store: RunStore, shard: ParquetShard) -> bytes:
-    from schemas.tables import write_parquet
-
     src, local = shard_rows(shard)
     order = np.lexsort((local, src))  # read each source once, its rows in file order
     pieces = []
@@ -338,8 +337,6 @@ def write_shard(run: str, dest: str, shard: ParquetShard | WdsShard) -> str:
 def card_text(reader: RunReader, p: Plan) -> str:
     """The run's dataset card with its configs pointing at the published shards, and a section on the release
     (what it quotes, the run's URI included, as literal text: ``code_span``)."""
-    import yaml
-
     text = reader.store.read_bytes(CARD).decode("utf-8") if reader.store.exists(CARD) else ""
     meta, body = {}, text
     if text.startswith("---\n") and "\n---" in text[4:]:
@@ -398,8 +395,6 @@ def publish(run: str, dest: str, *, seed: int = 0, target_mb: float = DEFAULT_TA
             stop_after: int | None = None) -> PublishResult:
     """Publish RUN into DEST (module docstring). ``workers``/``address``: shards as Ray tasks. ``stop_after``
     (tests): stop after writing that many shards, as a killed publish would."""
-    from generator.writers.owned import owned_files
-
     t0 = time.perf_counter()
     reader = RunReader(run)
     check_run(reader, allow_partial)
@@ -449,9 +444,7 @@ def _write_shards(run: str, dest: str, shards: list, workers: int, address: str 
             write_shard(run, dest, s)
             log.info("publish: %d/%d %s", k, len(shards), s.path)
         return
-    import ray
-
-    from generator.pipeline.ray_connect import ensure_ray
+    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
 
     cfg = RunReader(run).config()
     cfg.ray.num_cpus = workers or None

@@ -31,10 +31,12 @@ authentication, version mismatch), found by ``probe_cluster`` in a second or two
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
 import sys
+import time
 
 from generator.numerics import ray_env_vars
 from schemas.config import PipelineConfig
@@ -92,6 +94,7 @@ def _set_auth_mode(mode: str | None) -> None:
     """Ray in this process (and its children) in ``mode`` (``token`` / ``disabled``; None: ``token`` when
     ``RAY_AUTH_MODE`` is unset), never given the token itself. Ray reads its config once per process: it is read
     again, as Ray's own switch to token mode does, and the token read afresh."""
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._raylet import AuthenticationTokenLoader, Config
 
     if mode is not None:
@@ -141,11 +144,15 @@ def probe_cluster(address: str) -> str:
     something answers there, it takes this process's token (this process is left in the cluster's authentication
     mode: token, with the token Ray finds, or none for a cluster without authentication, with a warning), and its
     Ray and Python versions are this process's. Raises a ClusterError naming the address and the reason."""
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._common.usage.usage_constants import CLUSTER_METADATA_KEY
     from ray._private import services  # Ray's own address rules and GCS client: Ray is imported here, when needed
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._private.ray_constants import KV_NAMESPACE_CLUSTER
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._private.utils import check_version_info
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # ray: only where Ray runs (in-process runs and most commands never start it)
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray.exceptions import AuthenticationError
 
     if address.startswith("ray://"):  # Ray Client: its proxy checks the rest when ray.init connects
@@ -154,6 +161,7 @@ def probe_cluster(address: str) -> str:
         return address
     target = address
     if address == "auto":  # never Ray's fallback for 'auto', any GCS process found on the machine (another user's)
+        # ray: only where Ray runs (in-process runs and most commands never start it)
         from ray._private.utils import read_ray_address
 
         target = os.environ.get("RAY_ADDRESS") or read_ray_address()
@@ -190,8 +198,6 @@ def probe_cluster(address: str) -> str:
         raise ClusterError(address, "unreachable", f"{gcs} accepts connections but no Ray GCS answered there "
                                                    f"({type(err).__name__}: {first})") from None
     if metadata:
-        import json
-
         try:
             check_version_info(json.loads(metadata), "the machine drivegen runs on", raise_on_mismatch=True)
         except Exception as err:  # noqa: BLE001 - Ray raises a plain RuntimeError naming both versions
@@ -297,7 +303,7 @@ def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = 
     address = _cluster_address(cfg, address)
     gcs = check_ray(cfg, address, metrics_port, metrics_host)
     with _single_machine(not address and metrics_host == LOOPBACK):
-        import ray
+        import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
 
         if ray.is_initialized():
             return False
@@ -326,9 +332,7 @@ def settle_metrics(cfg: PipelineConfig, address: str | None) -> None:
     (``metrics_report_interval_ms``, 10 s by default) so that the run's final counts reach the node's metrics
     endpoint, which outlives the driver. Ray reports a process's metrics periodically, never as it exits: without
     this the scenes finished in the run's last seconds never reach the cluster's Prometheus."""
-    import time
-
-    from ray._raylet import Config
+    from ray._raylet import Config  # ray: only where Ray runs (in-process runs and most commands never start it)
 
     if not _cluster_address(cfg, address):
         return
@@ -339,7 +343,8 @@ def settle_metrics(cfg: PipelineConfig, address: str | None) -> None:
 
 def _join(address: str, gcs: str, common: dict) -> None:
     """``ray.init`` on the probed cluster (``gcs``), its failures named as ``probe_cluster`` names them."""
-    import ray
+    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray.exceptions import AuthenticationError
 
     try:
@@ -352,6 +357,7 @@ def _join(address: str, gcs: str, common: dict) -> None:
         if "version mismatch" not in str(err).lower():
             raise
         raise ClusterError(address, "version mismatch", str(err).strip()) from None
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._raylet import AuthenticationMode, get_authentication_mode
 
     where = address if address == gcs else f"{address} ({gcs})"
@@ -364,7 +370,8 @@ def _join(address: str, gcs: str, common: dict) -> None:
 
 def _log_embedded(metrics_port: int | None) -> None:
     """What the embedded Ray actually is, read back from Ray (never what was asked for)."""
-    import ray
+    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
+    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._raylet import AuthenticationMode, get_authentication_mode
 
     host = ray.util.get_node_ip_address()

@@ -36,7 +36,9 @@ from typing import Iterator
 import numpy as np
 import ray
 
+from actors.device import device_note, resolve_device
 from generator.pipeline.core import SceneFinish, SceneWork, Stage, StageEnv, apply_stage, cached_model, settle_heap
+from generator.pipeline.metrics import ActorMetrics
 from generator.runfolder import RunStore
 from schemas.config import PipelineConfig
 
@@ -51,7 +53,7 @@ def fit_threads() -> int:
     n = os.environ.get("OMP_NUM_THREADS", "")
     if not n.isdigit():
         return 0
-    import cv2
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     n = max(1, int(n))
     if cv2.getNumThreads() != n:
@@ -106,8 +108,6 @@ class _ActorStage:
     GPUs Ray assigned this actor (``actors.device.resolve_device``)."""
 
     def __init__(self, stage: Stage, cfg: PipelineConfig, store: RunStore):
-        from actors.device import device_note, resolve_device
-
         fit_threads()
         self.stage = stage
         self.gpu_ids = list(ray.get_gpu_ids())
@@ -117,8 +117,6 @@ class _ActorStage:
             log.warning("stage %s: %s", stage.name, note)
         cfg = with_model_device(cfg, self.device)
         self.env = StageEnv(cfg, store, stage.build(cfg) if stage.build else None)
-        from generator.pipeline.metrics import ActorMetrics
-
         self.metrics = ActorMetrics(stage.name)
 
     def __call__(self, batch: dict) -> dict:
@@ -307,8 +305,6 @@ def _build(scene_ids, source, stages, finish, cfg, store, epoch):
 
 
 def configure_data_context(progress_bars: bool) -> None:
-    import logging
-
     import ray.data  # its import configures Ray Data's loggers; adjust them afterwards
 
     # Ray Data logs to its log file in Ray's temp folder (kept as is) and to the console at INFO; keep the console to errors.
@@ -317,6 +313,7 @@ def configure_data_context(progress_bars: bool) -> None:
         if type(handler).__name__ == "PlainRayHandler":
             handler.setLevel(level)
     if not progress_bars:  # the driver shows its own progress over finished scenes; skip Ray's notice
+        # ray: only where Ray runs (in-process runs and most commands never start it)
         from ray.util.debug import log_once
 
         log_once("ray_data_progress_manager_disabled")

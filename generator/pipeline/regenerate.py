@@ -18,16 +18,20 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from generator.attributes import compute_attributes
 from generator.attributes.arrays import codes, column, unique_strings
 from generator.qa import generate_qa
 from generator.qa.families import reads, selected
 from generator.qa.templates import TemplateSet
+from generator.qa.video import video_qa
 from generator.runfolder import (RunLock, RunReader, RunStore, commit_tables, config_key, make_fence, remove_leftovers)
 from schemas import layout
 from schemas.errors import RunFolderError
-from schemas.tables import ATTRIBUTES, to_storage
+from schemas.families import families
+from schemas.tables import ATTRIBUTES, QA, to_storage
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +110,6 @@ def load_scenes(run: str | RunReader, scene_ids: list[str], extra: dict[str, lis
 
 def _lacking_columns(reader: RunReader, table: str, scene_ids: list[str], columns: list[str]) -> list[str]:
     """The scenes whose committed ``table`` file lacks one of ``columns`` (written by an older drivegen)."""
-    import pyarrow.parquet as pq
-
     owner = reader.table_owner(table)
     out = []
     for sid in scene_ids:
@@ -141,6 +143,7 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
     them together, commit each scene's shards into ``out`` (fenced by ``epoch``). Returns {"qa",
     "by_family", "shards" (relative to ``out``), "scenes", wall and CPU seconds per step ("read_s",
     "read_cpu_s", ...) and "cpu_s" in all}."""
+    # lazy: generator.pipeline.stages loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.stages import qa_counts
 
     reader, store = RunReader(run), RunStore(out)
@@ -178,8 +181,8 @@ def regenerate_batch(run: str, out: str, cfg, templates: TemplateSet, scene_ids:
 def _video_tables(reader: RunReader, vid: str) -> dict:
     """What a video's QA is built from, read back from the run folder: its 2D boxes, every registered family's
     tables (``schemas.families``), its split (its QA shards' names) and its extracted frames (its manifest)."""
+    # lazy: generator.pipeline.video loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.video import video_media
-    from schemas.families import families
 
     derived = {}
     for fam in families().values():
@@ -196,9 +199,8 @@ def _video_tables(reader: RunReader, vid: str) -> dict:
 
 def _video_qa(videos: dict, cfg, templates: TemplateSet, reader: RunReader) -> pa.Table:
     """The QA of a camera-only run's videos (``generator.qa.video``) from their stored tables and 2D boxes."""
+    # lazy: generator.pipeline.video loads pycocotools, scipy, which this module needs only here
     from generator.pipeline.video import video_settings
-    from generator.qa.video import video_qa
-    from schemas.tables import QA
 
     fps = float(video_settings(cfg).fps)
     parts = []
@@ -221,7 +223,7 @@ def _run_batches_on_ray(run, out, cfg, templates, batches: list[list[str]], epoc
     """``regenerate_batch`` of every batch as Ray tasks (one CPU each, at most twice the cluster's CPUs in
     flight), results in batch order; ``done(result)`` is called as each finishes. A failed task raises its
     error (a RunFolderError stays one)."""
-    import ray
+    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
 
     task = ray.remote(num_cpus=1, max_retries=cfg.ray.max_retries)(_ray_batch)
     refs = [ray.put(x) for x in (run, out, cfg, templates)]
@@ -290,8 +292,6 @@ def regenerate(run: str, out: str, cfg, templates: TemplateSet, batch_scenes: in
         t0 = time.perf_counter()
         bar = None
         if progress and scenes:
-            from tqdm import tqdm
-
             bar = tqdm(total=len(scenes), unit="scene", desc="regenerate", file=sys.stderr, dynamic_ncols=True)
         finished = {"scenes": 0, "qa": 0}
 

@@ -28,7 +28,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from actors.detect import build_detector as new_detector
+from actors.segment import build_segmenter as new_segmenter
+from generator.attributes import compute_attributes, compute_labels
+from generator.perception import detect_scene, perceive_scene
 from generator.pipeline.core import Described, Loaded, Questions, SceneWork, Stage, StageEnv
+from generator.qa import generate_qa, load_templates
+from generator.sources import frames_table, source_from_description
+from generator.writers.parquet import write_qa_shards
+from generator.writers.wds import write_wds_shards
 from schemas import layout
 from schemas.config import PipelineConfig
 from schemas.errors import DrivegenError
@@ -46,14 +54,10 @@ class PartialSceneError(DrivegenError):
 # ------------------------------------------------------------------------------------------ load
 @functools.lru_cache(maxsize=4)
 def cached_source(desc_json: str):
-    from generator.sources import source_from_description
-
     return source_from_description(json.loads(desc_json))
 
 
 def load(work: SceneWork, env: StageEnv) -> None:
-    from generator.sources import frames_table
-
     scene = cached_source(json.dumps(work.source, sort_keys=True)).load_scene(work.scene_id)
     work.loaded = Loaded(scene, frames_table(scene))
     work.counts["frames"] = len(scene.frames)
@@ -62,28 +66,20 @@ def load(work: SceneWork, env: StageEnv) -> None:
 
 # ------------------------------------------------------------------------------------------ detect
 def build_detector(cfg: PipelineConfig):
-    from actors.detect import build_detector as build
-
-    return build(cfg.detection)
+    return new_detector(cfg.detection)
 
 
 def detect(work: SceneWork, env: StageEnv) -> None:
-    from generator.perception import detect_scene
-
     work.detected = detect_scene(work.loaded.scene, env.model)
     work.counts["detections"] = sum(len(b) for b in work.detected.boxes)
 
 
 # ------------------------------------------------------------------------------------------ perceive
 def build_segmenter(cfg: PipelineConfig):
-    from actors.segment import build_segmenter as build
-
-    return build(cfg.segmentation)
+    return new_segmenter(cfg.segmentation)
 
 
 def perceive(work: SceneWork, env: StageEnv) -> None:
-    from generator.perception import perceive_scene
-
     res = perceive_scene(work.loaded.scene, work.detected, env.cfg, segmenter=env.model)
     work.detected = None  # tracked boxes are in res.objects; no need to carry the raw detections further
     work.perceived = res
@@ -130,8 +126,6 @@ def check_failed_frames(work: SceneWork, cfg: PipelineConfig) -> None:
 def attributes(work: SceneWork, env: StageEnv) -> None:
     """Attributes and behaviour labels, then every registered paper family's ``derive`` over them (its
     tables, ``schemas.families``)."""
-    from generator.attributes import compute_attributes, compute_labels
-
     objects, frames = work.perceived.objects, work.loaded.frames
     attrs = compute_attributes(objects, frames, env.cfg.ego)
     labels = compute_labels(objects, frames, attrs, env.cfg.labels)
@@ -146,14 +140,10 @@ def attributes(work: SceneWork, env: StageEnv) -> None:
 
 
 def build_templates(cfg: PipelineConfig):
-    from generator.qa import load_templates
-
     return load_templates(cfg)
 
 
 def qa(work: SceneWork, env: StageEnv) -> None:
-    from generator.qa import generate_qa
-
     issues = issues_table(work.scene_id, work.perceived.issues) if work.perceived.issues else None
     table = generate_qa(work.loaded.frames, work.described.attributes, work.perceived.projections, env.cfg, env.model,
                         labels=work.described.labels, objects=work.perceived.objects, issues=issues,
@@ -180,8 +170,6 @@ def issues_table(scene_id: str, issues) -> pa.Table:
 
 def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
     """Every per-scene file of the run-folder layout (``schemas.layout``), built under ``staging``."""
-    from generator.writers.parquet import write_qa_shards
-
     cfg, sid = env.cfg, work.scene_id
     comp = cfg.writers.cache_compression
     loaded, perceived = work.need("loaded", "write"), work.need("perceived", "write")
@@ -197,8 +185,8 @@ def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
         write_parquet(path, table, compression=comp)
     write_qa_shards(questions.qa, staging, sid, cfg.writers, fsync=False)  # fsynced as they are committed
     if cfg.writers.webdataset and questions.qa.num_rows:
+        # lazy: generator.writers.anonymize loads cv2, which this module needs only here
         from generator.writers.anonymize import ScenePublisher
-        from generator.writers.wds import write_wds_shards
 
         publish = ScenePublisher.from_tables(sid, loaded.frames, perceived.objects, cfg.anonymize)
         write_wds_shards(questions.qa, staging, sid, cfg.writers, publish=publish)

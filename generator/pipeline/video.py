@@ -33,8 +33,15 @@ import numpy as np
 import pyarrow as pa
 
 from generator.pipeline.core import SceneWork, Stage, StageEnv
+from generator.pipeline.exports import finalize_run
+from generator.pipeline.stages import build_templates, cached_source, qa_counts
+from generator.qa.generate import scene_split
+from generator.qa.video import video_qa
+from generator.sources.jaad import annotation_path, iter_frames, split_folder
+from generator.writers.parquet import write_qa_shards
 from schemas import layout
 from schemas.config import PipelineConfig
+from schemas.errors import ConfigError, SourceError
 from schemas.families import add_family_counts, declared_output, families
 from schemas.tables import ISSUES, write_parquet
 from schemas.vocab import VIDEO_CAMERA
@@ -76,8 +83,6 @@ class Video:
 def video_settings(cfg: PipelineConfig):
     """How camera-only videos are read (JAAD's split variant, track gaps, fps, frame extraction): the settings
     of the paper family that declares them (``PaperFamily.video_settings``). InputError when none does."""
-    from schemas.errors import ConfigError
-
     for fam in families().values():
         settings = fam.video_settings(cfg)
         if settings is not None:
@@ -86,9 +91,6 @@ def video_settings(cfg: PipelineConfig):
 
 
 def load(work: SceneWork, env: StageEnv) -> None:
-    from generator.pipeline.stages import cached_source
-    from generator.sources.jaad import annotation_path, split_folder
-
     src = cached_source(json.dumps(work.source, sort_keys=True))
     settings = video_settings(env.cfg)
     tables = src.load_video(work.scene_id, settings)
@@ -118,8 +120,6 @@ def video_media(reader, video_id: str) -> tuple[dict[int, str], str | None]:
     if "clip" in manifest:
         clip = manifest["clip"]
     elif (manifest.get("counts") or {}).get("clips"):
-        from generator.pipeline.stages import cached_source
-
         clip = cached_source(json.dumps(reader.source(), sort_keys=True)).clip_location(video_id)
     else:
         clip = None
@@ -134,9 +134,6 @@ def image_rel(video_id: str, frame: int, fmt: str) -> str:
 @contextmanager
 def _named(work: SceneWork):
     """A SourceError raised inside names the object instead of its cached copy (logs on object storage)."""
-    from generator.pipeline.stages import cached_source
-    from schemas.errors import SourceError
-
     try:
         yield
     except SourceError as err:
@@ -145,9 +142,7 @@ def _named(work: SceneWork):
 
 def _gray_frames(clip: str, video_id: str, frames: np.ndarray, max_width: int, width_px: int
                  ) -> tuple[list[np.ndarray], float]:
-    import cv2
-
-    from generator.sources.jaad import iter_frames
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     out, scale = [], 1.0
     for _, img in iter_frames(clip, frames, video_id):
@@ -161,9 +156,6 @@ def _gray_frames(clip: str, video_id: str, frames: np.ndarray, max_width: int, w
 
 def video(work: SceneWork, env: StageEnv) -> None:
     """Every registered family's ``derive_video`` over the video, then its QA (``generator.qa.video``)."""
-    from generator.pipeline.stages import qa_counts
-    from generator.qa.video import video_qa
-
     v, cfg, vid = work.need("video", "video"), env.cfg, work.scene_id
     v.derived = {}
     with _named(work):
@@ -191,8 +183,6 @@ def video(work: SceneWork, env: StageEnv) -> None:
 def annotation_issues(v: Video, cfg: PipelineConfig) -> list[dict]:
     """``issues`` rows of what a video's annotations hold that drivegen keeps as given (module docstring): no
     split file lists it; a pedestrian decides (``decision_point``) after the frame it crosses at."""
-    from generator.qa.generate import scene_split
-
     vid, rows = v.video_id, []
     if v.meta.get("split") is None:
         split = scene_split([vid], cfg.qa.val_fraction)[0]
@@ -230,16 +220,12 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_parquet(path, table, compression=comp)
     if v.qa is not None:
-        from generator.writers.parquet import write_qa_shards
-
         write_qa_shards(v.qa, staging, vid, cfg.writers, fsync=False)  # fsynced as they are committed
     work.counts["images"] = 0
     wanted = v.extract
     if wanted is None or not len(wanted):
         return
-    import cv2
-
-    from generator.sources.jaad import iter_frames
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     fmt = video_settings(cfg).frame_format
     with _named(work):
@@ -252,16 +238,12 @@ def write_video(work: SceneWork, env: StageEnv, staging: Path) -> None:
 
 
 def stages(cfg: PipelineConfig) -> list[Stage]:
-    from generator.pipeline.stages import build_templates
-
     return [Stage("load", load, makes="video"), Stage("video", video, needs=("video",), build=build_templates)]
 
 
 def finalize(store, summary, source=None) -> None:
     """End of a camera-only run: the families' figures over every finished video and the dataset card when
     ``writers.card`` (as 3D runs; the card says what camera-only logs can and cannot answer)."""
-    from generator.pipeline.exports import finalize_run
-
     finalize_run(store, summary, source, camera_only=True)
 
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.runfolder import RunReader
+from generator.runfolder.parts import REPORT_PART, read_parts, report_spec, stream_parts
 from schemas.config import ReportConfig
 
 # fixed bins, so histograms accumulate scene by scene: (column, label, bin edges)
@@ -115,8 +116,6 @@ def collect(reader: RunReader, cfg: ReportConfig, parts: bool = False) -> RunSta
     """Counts, histograms, drops and the per-family sample (``cfg.seed``; every row of a family equally likely;
     the same run and seed give the same sample) of the finished scenes, merged from each scene's part
     (``report_part``): the parts the end of the run built (``parts``), or built here one scene at a time."""
-    from generator.runfolder.parts import REPORT_PART, read_parts, report_spec, stream_parts
-
     stats = RunStats(scenes=reader.scene_ids())
     stats.histograms = {k: Histogram(label, edges, np.zeros(len(edges) - 1, np.int64))
                         for k, (_, label, edges) in HISTOGRAMS.items()}

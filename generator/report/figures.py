@@ -10,10 +10,10 @@ CLASS_COLOURS = {"car": "#1f77b4", "truck": "#8c564b", "bus": "#9467bd", "pedest
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # matplotlib: seconds to import; only for figures
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: seconds to import; only for figures
 
     return plt
 
@@ -56,7 +56,7 @@ def birds_eye(ego_xy: np.ndarray, tracks: dict[int, tuple[str, np.ndarray]], tit
     city frame, equal axes."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.4, 4.0), dpi=100)
-    from matplotlib.collections import LineCollection
+    from matplotlib.collections import LineCollection  # matplotlib: seconds to import; only for figures
 
     by_cls: dict[str, list[np.ndarray]] = {}
     for _, (cls, xy) in sorted(tracks.items()):

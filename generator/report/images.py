@@ -88,7 +88,7 @@ class ReportImages:
 def _read_rgb(path: str, width: int | None = None) -> tuple[np.ndarray, int] | None:
     """Decoded at a reduced size when that is enough (PIL's JPEG draft mode scales in the DCT: a 1600 px
     frame shown 200 px wide decodes about 8x faster), then resized to ``width`` exactly."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # PIL: only where images are decoded or encoded
 
     if not path:
         return None

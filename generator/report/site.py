@@ -17,6 +17,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+import tempfile
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +28,7 @@ from generator.report import figures
 from generator.report.collect import RunStats, collect, scene_tracks
 from generator.report.images import ReportImages
 from generator.runfolder import RunReader, RunStore
+from generator.writers.anonymize import ScenePublisher
 from generator.writers.owned import owned_files
 from schemas import layout
 from schemas.families import families, family_counts
@@ -100,8 +102,6 @@ def build_report(run: str | RunReader, out: str | None = None, cfg: ReportConfig
 
 def _publishers(reader: RunReader, anon):
     """scene id -> its ScenePublisher (the scene's frames and objects read once, on first use)."""
-    from generator.writers.anonymize import ScenePublisher
-
     cache: dict[str, object] = {}
 
     def get(scene_id: str):
@@ -117,8 +117,6 @@ def _publishers(reader: RunReader, anon):
 def _staging(target: RunStore) -> Path:
     """A local folder to build the report in: beside ``out`` when it is local (the commit is a rename)."""
     if not target.is_local:
-        import tempfile
-
         return Path(tempfile.mkdtemp(prefix="drivegen-report-"))
     root = Path(target.base)
     d = root.parent / f".{root.name}.{uuid.uuid4().hex}.tmp"

@@ -21,20 +21,26 @@ Commands delete only what they made: files named by an intent, their own tempora
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import os
 import time
 import uuid
 from pathlib import Path
+import re
 from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from generator.runfolder.reader import RunReader
 from generator.runfolder.store import RunStore
+from generator.writers.parquet import QA_STORED, scene_split_of, write_bounded, write_qa_shards
 from schemas import layout
+from schemas.config import WriterConfig
 from schemas.errors import RunFolderError
 from schemas.families import exports as family_exports
-from schemas.tables import ERRORS, write_parquet
+from schemas.tables import ERRORS, QA, check_schema, write_parquet
 
 # -------------------------------------------------------------------------------------------- keys
 
@@ -61,8 +67,6 @@ def config_key(cfg) -> str:
 
 def source_key(desc: dict) -> str:
     """The key of a source description (``source.json``), independent of its formatting."""
-    import json
-
     return text_key(json.dumps(desc, sort_keys=True))
 
 
@@ -171,8 +175,6 @@ def commit_tables(store: RunStore, scene_id: str, tables: dict[str, pa.Table], *
     staging folder (QA as size-bounded shards, ``generator.writers.parquet.write_qa_shards``), then
     ``commit_scene``. For writers of run folders other than ``drivegen run`` (regenerate, tests, benches);
     ``tidy=False`` keeps the ``.staging`` folder for the next scene (the writer removes it at its end)."""
-    from generator.writers.parquet import write_qa_shards
-
     if store.is_local and set(tables) == {"qa"}:  # shards written beside their final names: no staging folder
         return _commit_qa_in_place(store, scene_id, tables["qa"], writer_cfg, counts=counts, config=config,
                                    epoch=epoch, fence=fence)
@@ -202,12 +204,6 @@ def _commit_qa_in_place(store: RunStore, scene_id: str, table: pa.Table, writer_
     """A scene's QA shards written under temporary names in ``qa/`` itself (fsynced, row counts known), then
     committed (renamed to their shard names under the intent): what ``commit_tables`` does through a staging
     folder, without creating and removing one per scene (regeneration commits thousands in a row)."""
-    import itertools
-
-    from generator.writers.parquet import QA_STORED, scene_split_of, write_bounded
-    from schemas.config import WriterConfig
-    from schemas.tables import QA, check_schema
-
     cfg = writer_cfg or WriterConfig()
     if not table.schema.equals(QA_STORED, check_metadata=True):
         table = check_schema(table, QA, where=f"QA rows of scene '{scene_id}'")
@@ -243,8 +239,6 @@ def write_error(store: RunStore, error: dict, attempt: int | None = None) -> str
 
 def clear_errors(store: RunStore, scene_id: str) -> None:
     """Remove the scene's error rows (``errors/<safe>-<stage>.parquet``; stage names are [a-z_])."""
-    import re
-
     pat = re.compile(rf"^{re.escape(layout.safe_name(scene_id))}-[a-z_]+\.parquet$")
     if store.is_local and not os.path.isdir(store.full(layout.ERRORS_DIR)):
         return
@@ -310,8 +304,6 @@ def run_files(store: RunStore) -> tuple[list[str], list[str]]:
     (``layout.RUN_FILES``), every file a manifest lists, the files of its own folders (``_RUN_FOLDERS``, the
     families' export folders) and drivegen's temporary names; anything else (a file a user put beside
     the tables, a stray file in a table folder, a link anywhere: never followed) is not."""
-    from generator.runfolder.reader import RunReader
-
     listed = {f["path"] for m in RunReader(store, require=False).manifests() for f in m.get("files", [])}
     folders = tuple(f"{d}/" for d in (*_RUN_FOLDERS, *sorted({e.folder for _, e in family_exports()})))
     ours, other = [], []

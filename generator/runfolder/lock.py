@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
 
 from generator.runfolder.store import RunStore
 from schemas import layout
@@ -104,7 +105,6 @@ class S3Conditional:
 
     def __init__(self, store: RunStore):
         import boto3  # here: only object-store runs need it, and it costs ~0.3 s to import
-        from urllib.parse import parse_qs, urlsplit
 
         q = {k: v[-1] for k, v in parse_qs(urlsplit(store.uri).query).items()}
         kw = {}
@@ -121,7 +121,7 @@ class S3Conditional:
         return f"{self.prefix}/{rel}" if self.prefix else rel
 
     def _call(self, what: str, rel: str, **kw):
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # botocore: only for a run folder's lock on S3
 
         try:
             return getattr(self.client, what)(Bucket=self.bucket, Key=self._key(rel), **kw)

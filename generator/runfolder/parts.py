@@ -24,6 +24,8 @@ the same parts in memory, one scene at a time (``stream_parts``), and merge them
 """
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 import json
 import logging
 import math
@@ -31,11 +33,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from generator.runfolder.commit import text_key
+from generator.runfolder.commit import config_key, text_key
 from generator.runfolder.reader import RunReader
 from generator.runfolder.store import RunStore
 from schemas import layout
 from schemas.errors import DrivegenError, RunFolderError
+from schemas.families import resolve
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -75,8 +78,6 @@ def part_key(manifest: dict, cfg_key: str, spec: PartSpec) -> str:
 
 
 def _build_one(spec: PartSpec, reader: RunReader, scene_id: str, cfg, put) -> dict | None:
-    from schemas.families import resolve
-
     try:
         return resolve(spec.build)(Part(scene_id, reader, put), cfg, **spec.options)
     except DrivegenError:
@@ -89,8 +90,6 @@ def _build_one(spec: PartSpec, reader: RunReader, scene_id: str, cfg, put) -> di
 def build_scene_parts(run: str | RunStore, scene_ids: list[str], specs: list[PartSpec]) -> dict[str, int]:
     """Build the missing or stale parts of ``scene_ids`` (a Ray task, the worker that committed the scene, or
     in-process); {"built": n, "kept": n}."""
-    from generator.runfolder.commit import config_key
-
     store = run if isinstance(run, RunStore) else RunStore(run)
     cfg = RunReader(store, require=False, scenes=[]).config()
     ckey = config_key(cfg)
@@ -176,9 +175,6 @@ def read_parts(store: RunStore, name: str, scene_ids: Iterable[str], prefetch: i
     when a part is missing (``build_parts`` first). ``prefetch`` parts are read ahead by threads (a part on object
     storage is a request of tens of milliseconds: read one by one, 100,000 scenes would wait hours), and no
     more: memory holds that many parts, not the run's."""
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
     ids = iter(scene_ids)
     with ThreadPoolExecutor(max_workers=max(1, prefetch)) as pool:
         window: deque = deque()

@@ -300,6 +300,7 @@ class RunReader:
         text = self.config_text()
         if text is None:
             return []
+        # cycle: generator.runfolder.commit imports generator.runfolder.reader
         from generator.runfolder.commit import config_key, text_key
 
         try:
@@ -317,6 +318,7 @@ class RunReader:
         recorded = self.run_state.get("source_key")
         src = self._json(layout.SOURCE)
         if recorded and src is not None:
+            # cycle: generator.runfolder.commit imports generator.runfolder.reader
             from generator.runfolder.commit import source_key
 
             if source_key(src) != recorded:

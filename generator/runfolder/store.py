@@ -27,6 +27,7 @@ import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -375,8 +376,6 @@ class RunStore:
 
 
 def _json_default(o):
-    import numpy as np
-
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):

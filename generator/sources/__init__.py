@@ -11,9 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from generator.sources.av2 import POSES_FILE, AV2Source
 from generator.sources.base import LogSource
-from generator.types import Scene, SourceError
+from generator.sources.jaad import JaadSource
+from generator.sources.nuscenes import NuScenesSource
+from generator.sources.remote import is_remote
+from generator.types import Scene, SourceError, scene_front_cameras
 from schemas import tables
 from schemas.config import KeyframeConfig, SourceLimitsConfig
 from schemas.vocab import CAMERA_ONLY_SOURCES
@@ -95,8 +100,6 @@ def _detect_version(dataroot: Path) -> str:
     if found:
         raise SourceError(f"{dataroot} holds several nuScenes versions ({', '.join(found)}): choose one with "
                           f"--version {found[0]}", file=str(dataroot), stage="open")
-    from generator.sources.av2 import POSES_FILE
-
     hint = ""
     if (dataroot / POSES_FILE).is_file() or any(dataroot.glob(f"*/{POSES_FILE}")):
         hint = f"; it looks like Argoverse 2 logs ({POSES_FILE}): use --source av2"
@@ -120,20 +123,14 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
     kf = _keyframe_cfg(cfg)
     limits = kw.pop("limits", None) or _limits_cfg(cfg)
     if kind == "nuscenes":
-        from generator.sources.nuscenes import NuScenesSource
-
         version = kw.pop("version", None)
         if version is None:
-            from generator.sources.remote import is_remote
-
             if is_remote(path):
                 raise SourceError(f"logs on object storage need their nuScenes version: pass --version (version=) "
                                   f"for {path}", file=str(path), stage="open")
             version = _detect_version(Path(path))
         return NuScenesSource(path, version=version, cfg=kf, limits=limits, **_sweep_options(cfg, kw))
     if kind == "av2":
-        from generator.sources.av2 import AV2Source
-
         require_labels = kw.pop("require_labels", _labels_required(cfg))
         check_files = kw.pop("check_files", True)
         unknown = sorted(set(kw) - {"max_sweeps", "list_logs"})
@@ -142,8 +139,6 @@ def open_source(kind: str, path, cfg=None, **kw) -> LogSource:
         return AV2Source(path, cfg=kf, limits=limits, require_labels=require_labels, check_files=check_files,
                          **_sweep_options(cfg, kw))
     if kind == "jaad":
-        from generator.sources.jaad import JaadSource
-
         if kw:
             raise TypeError(f"jaad source takes no options {sorted(kw)}")
         return JaadSource(path, limits)
@@ -200,10 +195,6 @@ def front_camera_images(frames: pa.Table, preferred: str) -> pa.Table:
     """The front camera's entry of every FRAMES row that has one: scene_id, frame_index, name, image_path,
     width_px, height_px. The camera is ``generator.types.front_camera`` over each scene's first frame with
     cameras (``preferred``: ``qa.front_camera``), so a scene keeps one camera; frames lacking it are left out."""
-    import pyarrow.compute as pc
-
-    from generator.types import scene_front_cameras
-
     cams = frames.column("cameras").combine_chunks()
     flat = pc.list_flatten(cams)
     parent = pa.array(pc.list_parent_indices(cams))

@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
 
 from generator.geometry import SE3, quat_wxyz_to_matrix, yaw_of_matrix
 from generator.sources.av2_classes import AV2_TO_NUSCENES
@@ -54,9 +56,6 @@ def _is_log(p: Path) -> bool:
 
 
 def _read(path: Path, columns: list[str], scene: str, what: str):
-    import pyarrow as pa
-    import pyarrow.feather as feather
-
     problem = file_problem(path)  # a FIFO would block the read; it is no missing file either
     if problem:
         raise SourceError(f"{what} file is missing" if problem == "missing" else
@@ -83,7 +82,7 @@ def interpolate_poses(pose_ts_ns: np.ndarray, q_wxyz: np.ndarray, t_m: np.ndarra
 
     pose_ts_ns (P,) strictly increasing; queries outside [first, last] raise ValueError.
     """
-    from scipy.spatial.transform import Rotation, Slerp
+    from scipy.spatial.transform import Rotation, Slerp  # scipy: over a second to import; only where this runs
 
     q = np.asarray(query_ns, dtype=np.int64)
     if len(q) and (q.min() < pose_ts_ns[0] or q.max() > pose_ts_ns[-1]):

@@ -15,6 +15,8 @@ import os
 from io import BytesIO
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
 
 from generator.geometry import SE3
 from generator.types import Frame, SourceError
@@ -122,9 +124,6 @@ def _bin_records(path: str, size: int, record_dim: int, err) -> np.ndarray:
 def _feather_points(path: str, dtype, err) -> np.ndarray:
     """(N, 4) x, y, z, intensity as ``dtype`` of an AV2 LiDAR feather file (ego frame); ``err(what)``: the error
     to raise when it cannot be read."""
-    import pyarrow as pa
-    import pyarrow.feather as feather
-
     try:
         table = feather.read_table(path, columns=list(AV2_LIDAR_COLUMNS))
     except (pa.ArrowInvalid, pa.ArrowKeyError, KeyError, OSError) as e:
@@ -322,7 +321,7 @@ def _check_image_size(frame: Frame, camera: str, path: str, height: int, width: 
 def load_image(frame: Frame, camera: str) -> np.ndarray:
     """Camera image as (H, W, 3) uint8 BGR (OpenCV order); its size must equal the calibration's. A JPEG
     (by content) must be whole (``jpeg_problem``)."""
-    import cv2
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     path, data = _image_file(frame, camera)
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)  # turned by EXIF as cv2.imread does

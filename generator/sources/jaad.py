@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from generator.sources.base import LogSource
+from generator.sources.remote import RemoteRoot, is_remote
+from schemas.config import SourceLimitsConfig
 from schemas.errors import SourceError
 from schemas.tables import VIDEO_BOXES
 from schemas.files import file_problem
@@ -449,7 +451,7 @@ def iter_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | 
     caller reducing or writing each frame never holds them all: one seek to the first wanted frame, then
     ``grab()`` over short stretches between wanted frames (a seek again past 60 frames). Raises ``SourceError``
     (file and video named) when the file is missing or unreadable or a frame is past its end."""
-    import cv2
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     p = str(path)
     vid = video_id or Path(p).stem
@@ -495,9 +497,6 @@ class JaadSource(LogSource):
     camera_only = True
 
     def __init__(self, root: str | os.PathLike, limits=None):
-        from generator.sources.remote import RemoteRoot, is_remote
-        from schemas.config import SourceLimitsConfig
-
         self.limits = limits or SourceLimitsConfig()
         self.remote = None
         if is_remote(root):  # the annotations are mirrored into the node cache now, a clip when its video loads

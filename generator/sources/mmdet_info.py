@@ -29,7 +29,7 @@ from generator.types import Boxes3D, CameraCalib, Frame, LidarSweep, Scene, Sour
 
 
 def _image_size(path: Path, scene: str) -> tuple[int, int]:
-    from PIL import Image
+    from PIL import Image  # PIL: only where images are decoded or encoded
 
     try:
         with Image.open(path) as im:  # reads the header only

@@ -36,6 +36,7 @@ LIDAR_CHANNEL = "LIDAR_TOP"
 
 def nuscenes_taxonomy() -> frozenset[str]:
     """The general nuScenes category names, as the devkit defines them (its class colormap)."""
+    # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
     from nuscenes.utils.color_map import get_colormap
 
     return frozenset(get_colormap())
@@ -335,6 +336,7 @@ class NuScenesSource(LogSource):
     def _labels(self, nusc, scene: str, sample: dict, ego_SE3_city: SE3, instance_rows: dict) -> Boxes3D:
         """The sample's annotations in the ego frame; categories without a detection class are dropped. Track
         ids: the instances' positions in the whole instance table (``instance_rows``)."""
+        # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes.eval.detection.utils import category_to_detection_name
 
         taxonomy = nuscenes_taxonomy()

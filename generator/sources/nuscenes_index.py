@@ -457,6 +457,7 @@ def scene_devkit(tables: dict[str, list[dict]], dataroot, version: str):
     devkit's own ``__make_reverse_index__``. The devkit reads tables only from files: its state is set here as its
     ``__init__`` sets it (tables, map masks at the default resolution), without the whole set's files."""
     from nuscenes import NuScenes  # the devkit: imported where it is used (heavy)
+    # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
     from nuscenes.utils.map_mask import MapMask
 
     nusc = NuScenes.__new__(NuScenes)

@@ -24,6 +24,7 @@ then fails the scene (``--resume`` redoes it), where a missing object is recorde
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -34,7 +35,10 @@ import time
 import uuid
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
 from generator.types import SourceError
+from schemas.config import SourceLimitsConfig
 
 DEFAULT_CACHE_DIR = "~/.cache/drivegen/logs"
 # the nuScenes scene index (generator.sources.nuscenes_index) lives in this folder of the cache root, outside the
@@ -89,8 +93,6 @@ def _identity(fh) -> str | None:
 def _filesystem(root: str):
     """(pyarrow filesystem, its path of ``root``) per ``scheme://bucket``: an S3 client is costly to create, and
     a command reads many images."""
-    import pyarrow.fs as pafs
-
     return pafs.FileSystem.from_uri(root)
 
 
@@ -101,8 +103,6 @@ def read_log_file(path: str) -> bytes:
     if not is_remote(path):
         with open(path, "rb") as fh:
             return fh.read()
-    import pyarrow.fs as pafs
-
     scheme, _, rest = path.partition("://")
     bucket = rest.split("/", 1)[0]
     try:
@@ -123,8 +123,6 @@ def cached_object(uri: str, limits=None) -> Path:
     ``SourceLimitsConfig``, default its defaults): for a reader that needs a file path (a map mask) where the
     outputs name the object. SourceError names it."""
     if limits is None:
-        from schemas.config import SourceLimitsConfig
-
         limits = SourceLimitsConfig()
     folder, _, name = str(uri).rpartition("/")
     return RemoteRoot(folder, limits).local(name)
@@ -250,8 +248,6 @@ class RemoteRoot:
     """A log root at ``uri`` mirrored into the node cache: ``local(rel)`` is the file ``uri/rel`` on this node."""
 
     def __init__(self, uri: str, limits):
-        import pyarrow.fs as pafs
-
         self.uri = str(uri).rstrip("/")
         try:
             self.fs, self.base = pafs.FileSystem.from_uri(self.uri)
@@ -286,8 +282,6 @@ class RemoteRoot:
         """Every file under ``uri/rel`` (the root by default), relative to the root, from one recursive listing;
         SourceError when there are none (``allow_empty``: [] instead) or the storage cannot be reached (endpoint
         down, credentials refused, no such bucket)."""
-        import pyarrow.fs as pafs
-
         where = f"{self.uri}/{rel}".rstrip("/")
         sel = pafs.FileSelector(f"{self.base}/{rel}".rstrip("/"), allow_not_found=True, recursive=True)
 
@@ -319,8 +313,6 @@ class RemoteRoot:
     def loaded(self, scene):
         """A scene loaded from the mirror: its tables will name files by URI (``Scene.files_at``), so do its
         load issues; then the cache is trimmed (this scene's files were just used: they stay)."""
-        import dataclasses
-
         scene.files_at = (str(self.mirror), self.uri)
         scene.issues = [dataclasses.replace(i, file=scene.shown_path(i.file or "") or i.file) for i in scene.issues]
         self.cache.trim()

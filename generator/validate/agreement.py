@@ -33,10 +33,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy.optimize import linear_sum_assignment
 
-from generator.qa import question_types
+from generator.attributes.arrays import fixed_list_to_numpy
+from generator.attributes.compute import compute_attributes
+from generator.qa import generate_qa, question_types
+from generator.qa.templates import load_templates
+from generator.sources import frames_table
 from generator.types import Boxes3D, Scene
 from generator.validate.groundtruth import ValidateInputError
 from schemas.config import QAConfig
+from schemas.errors import RunFolderError
 from schemas.tables import OBJECTS, PROJECTIONS, check_schema
 
 log = logging.getLogger(__name__)
@@ -89,8 +94,6 @@ def labels_to_objects(scene: Scene, frame_indices: np.ndarray | None = None) -> 
 
 # ----------------------------------------------------------------------------------------------- matching
 def _xy(table: pa.Table) -> np.ndarray:
-    from generator.attributes.arrays import fixed_list_to_numpy
-
     return fixed_list_to_numpy(table.column("center_ego_m"), 3)[:, :2]
 
 
@@ -220,12 +223,6 @@ def compare_answers(perception_qa: pa.Table, label_qa: pa.Table, matches: pd.Dat
 def label_agreement(rd, es, source, cfg, gate_m: float = 2.0) -> dict:
     """The label-noise section of the report (see module doc). ``rd``: RunData, ``es``: EvalSet,
     ``source``: the LogSource the run read, ``cfg``: the run's PipelineConfig."""
-    from generator.attributes.compute import compute_attributes
-    from generator.qa import generate_qa
-    from generator.qa.templates import load_templates
-    from generator.sources import frames_table
-    from schemas.errors import RunFolderError
-
     scenes = es.scenes
     objects = rd.objects.filter(pc.is_in(rd.objects.column("scene_id"), pa.array(scenes)))
     try:

@@ -22,6 +22,7 @@ import time
 import cv2
 import numpy as np
 
+from generator.geometry import SE3
 from generator.synth import rig
 from generator.synth.render import TRUTH_FACE, TRUTH_PLATE, CameraRenderer
 from generator.synth.roads import marking_quads
@@ -33,14 +34,13 @@ from schemas.vocab import NUSCENES_CAMERAS
 
 
 def _detection_class(category: str) -> str:
+    # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
     from nuscenes.eval.detection.utils import category_to_detection_name
 
     return category_to_detection_name(category) or "ignore"
 
 
 def _yaw_se3(x, y, yaw):
-    from generator.geometry import SE3
-
     c, s = np.cos(yaw), np.sin(yaw)
     return SE3(np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]]), np.array([x, y, 0.0]))
 

@@ -17,8 +17,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from actors.detect import build_detector
+from generator.runfolder import RunStore, commit_tables, config_key
+from generator.sources import frames_table
 from generator.types import Scene
 from schemas.config import PipelineConfig
+from schemas.tables import PROJECTIONS
 
 
 def frames_with_lidar(scene: Scene) -> Scene:
@@ -31,11 +35,8 @@ def write_run_folder(out, source, cfg: PipelineConfig, scenes: list[Scene] | Non
                      detector=None) -> Path:
     """A run folder of ``scenes`` (default: every scene of ``source``), committed scene by scene like the
     pipeline commits them (``generator.runfolder.commit_tables``); see the module docstring."""
-    from actors.detect import build_detector
+    # lazy: generator.perception loads pycocotools, scipy, which this module needs only here
     from generator.perception import detect_scene, objects_table, perceive_scene
-    from generator.runfolder import RunStore, commit_tables, config_key
-    from generator.sources import frames_table
-    from schemas.tables import PROJECTIONS
 
     store = RunStore(out)
     store.write_json("source.json", source.describe())
@@ -58,6 +59,7 @@ def write_run_folder(out, source, cfg: PipelineConfig, scenes: list[Scene] | Non
 
 def detection_metrics(run) -> dict:
     """``drivegen validate``'s detection section of a run folder (mAP, mAOE, ..., per class, false positives)."""
+    # lazy: generator.validate.run loads nuscenes, scipy, which this module needs only here
     from generator.validate.run import ValidateOptions, validate_run
 
     return validate_run(str(run), ValidateOptions(tracking=False, label_agreement=False))["detection"]

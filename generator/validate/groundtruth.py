@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.feather as feather
 from nuscenes.eval.common.data_classes import EvalBoxes
-
 from scipy.spatial.transform import Rotation
 
 from generator.geometry import quat_wxyz_to_matrix
@@ -89,6 +88,7 @@ class NuScenesGroundTruth(LogGroundTruth):
     has_attributes = True
 
     def __init__(self, dataroot: str | os.PathLike, version: str):
+        # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes import NuScenes
 
         root = Path(dataroot)
@@ -142,8 +142,11 @@ class NuScenesGroundTruth(LogGroundTruth):
         return self._samples[token]
 
     def boxes(self, tokens: list[str], kind: str) -> EvalBoxes:
+        # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes.eval.common.loaders import load_gt_of_sample_tokens
+        # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes.eval.detection.data_classes import DetectionBox
+        # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes.eval.tracking.data_classes import TrackingBox
 
         box_cls = DetectionBox if kind == "detection" else TrackingBox

@@ -17,10 +17,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generator.runfolder import RunReader, RunStore
+from generator.sources import source_from_description
+from generator.types import SourceError
 from generator.validate.boxes import BoxArrays, cap_per_sample, objects_to_arrays, to_detection_boxes, \
     to_tracking_boxes
 from generator.validate.groundtruth import LogGroundTruth, ValidateInputError, open_ground_truth
+from generator.validate.identity import track_identity
 from generator.validate.metrics import build_tracks, detection_config, evaluate_detection, tracking_config
+from generator.validate.report import check_gates
+from generator.validate.tracking import evaluate_tracking
+from schemas.config import ConfigError, config_from_yaml
 from schemas.errors import RunFolderError
 from schemas.tables import no_detection_rows
 
@@ -166,8 +172,6 @@ def select(run: RunData, gt: LogGroundTruth, opts: ValidateOptions) -> EvalSet:
 
 def run_config(rd: RunData):
     """The run's PipelineConfig (config.yaml; defaults when the run folder has none)."""
-    from schemas.config import ConfigError, config_from_yaml
-
     if rd.config_yaml is None:
         return config_from_yaml("", "<defaults>")
     try:
@@ -179,9 +183,6 @@ def run_config(rd: RunData):
 
 def open_source_of(rd: RunData, opts: ValidateOptions):
     """The run's LogSource (source.json), reading from ``opts.logs`` when given."""
-    from generator.sources import source_from_description
-    from generator.types import SourceError
-
     desc = dict(rd.source)
     if opts.logs:
         desc["dataroot" if desc.get("kind") == "nuscenes" else "root"] = str(opts.logs)
@@ -198,6 +199,7 @@ def _root(run: RunData, opts: ValidateOptions) -> str:
 
 
 def _filtered(gt: LogGroundTruth, boxes, class_range):
+    # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
     from nuscenes.eval.common.loaders import add_center_dist, filter_eval_boxes
 
     boxes = add_center_dist(gt.tables, boxes)
@@ -289,8 +291,6 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
 
     Raises ``ValidateInputError`` for unusable inputs (message says which and what to do).
     """
-    from generator.validate.report import check_gates
-
     opts = opts or ValidateOptions()
     if opts.tracking:  # fail before any work when the devkit's tracking evaluation cannot be imported
         import generator.validate.tracking  # noqa: F401
@@ -306,8 +306,6 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
 
     tracking = None
     if opts.tracking:
-        from generator.validate.tracking import evaluate_tracking
-
         t1 = time.perf_counter()
         tracking = evaluate_tracking(p.tracks_gt, p.tracks_pr, tracking_config(opts.tracking_thresholds),
                                      workers=opts.workers)
@@ -316,12 +314,11 @@ def validate_run(run: str, opts: ValidateOptions | None = None) -> dict:
     agreement = None
     if opts.label_agreement:
         t1 = time.perf_counter()
+        # lazy: generator.validate.agreement loads pandas, which this module needs only here
         from generator.validate.agreement import label_agreement
 
         agreement = label_agreement(rd, es, open_source_of(rd, opts), run_config(rd))
         timings["label_agreement_s"] = time.perf_counter() - t1
-    from generator.validate.identity import track_identity
-
     identity = track_identity(rd.objects)  # every class, any range: what the devkit's tracking classes leave out
     timings["total_s"] = time.perf_counter() - t0
 

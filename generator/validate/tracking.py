@@ -55,7 +55,7 @@ _WORK: dict = {}
 
 
 def _eval_class(class_name: str) -> tuple[str, dict, float]:
-    import sklearn
+    import sklearn  # scikit-learn: seconds to import; only the scorers need it
 
     t0 = time.perf_counter()
     ev = TracksTrackingEval(_WORK["gt"], _WORK["pred"], _WORK["cfg"], class_names=[class_name])

@@ -32,13 +32,13 @@ import json
 import os
 import re
 from collections import defaultdict
+import io
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-
 import yaml
 
 from schemas import tables as T
@@ -260,8 +260,8 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def _plot(hist: dict, name: str, path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: seconds to import; only for figures
+    from matplotlib.figure import Figure  # matplotlib: seconds to import; only for figures
 
     fig = Figure(figsize=(6, 3.2), dpi=100)
     FigureCanvasAgg(fig)
@@ -272,8 +272,6 @@ def _plot(hist: dict, name: str, path: Path) -> None:
     ax.set_ylabel("QA pairs")
     ax.set_title(f"{name} answers (n={sum(hist['counts'])}, outside range: {hist['below'] + hist['above']})")
     fig.tight_layout()
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     _write(path, buf.getvalue())
@@ -543,6 +541,7 @@ def _validation(v: dict | None) -> list[str]:
 def _anonymisation(anon) -> list[str]:
     """What the run's ``anonymize`` config did to the published images and metadata, and how well the method
     is measured to work (``generator.writers.anonymize.MEASURED_DEFAULT``)."""
+    # lazy: generator.writers.anonymize loads cv2, which this module needs only here
     from generator.writers.anonymize import MEASURED_DEFAULT as M
 
     out = ["## Anonymisation", ""]

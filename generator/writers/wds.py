@@ -182,7 +182,7 @@ def read_jpeg(path: str | os.PathLike, scene_id: str) -> bytes:
             raise WriterError(f"image referenced by a QA grounding is {problem}; restore it from the log and "
                               f"write the scene again", scene=scene_id, file=str(path), stage="write_wds")
         return data
-    import cv2
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if img is None:
@@ -201,8 +201,9 @@ def marked_member(frame_index: int, camera: str) -> str:
 def marked_jpeg(data: bytes, groundings: list[dict], frame_index: int, camera: str, scene_id: str,
                 quality: int = 90) -> bytes:
     """The JPEG ``data`` with the marks of ``groundings`` on (``frame_index``, ``camera``) drawn, as JPEG."""
-    import cv2
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
+    # lazy: generator.writers.marks loads cv2, pycocotools, which this module needs only here
     from generator.writers.marks import draw_marks, grounding_marks
 
     bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.compute as pc
+
 from schemas.families import PaperFamily
 
 HERE = Path(__file__).parent
@@ -21,22 +23,27 @@ class DramaX(PaperFamily):
     qa_names = ("drama_x",)
 
     def config_model(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.config import DramaXConfig
 
         return DramaXConfig
 
     def tables(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.tables import DRAMA_RISK, DRAMA_VIDEO
+        # lazy: the registry imports every family's package for its declarations alone
         from schemas.layout import TableLayout
 
         return [TableLayout("drama_risk", "drama_risk", DRAMA_RISK), TableLayout("drama_video", "drama_video", DRAMA_VIDEO)]
 
     def derive(self, scene, cfg):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.attributes import risk_table
 
         return {"drama_risk": risk_table(scene["frames"], scene["objects"], cfg.drama_x, cfg.ego)}
 
     def derive_video(self, video, cfg):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.attributes import video_intent
 
         table = video_intent(video, cfg)
@@ -47,6 +54,7 @@ class DramaX(PaperFamily):
         return {} if t is None else {"image_intent": t.num_rows}
 
     def qa_families(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.qa import DRAMA_X
 
         return [DRAMA_X]
@@ -55,24 +63,25 @@ class DramaX(PaperFamily):
         return [HERE / "templates"]
 
     def video_qa(self, tables, cfg):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.qa import video_batches
 
         t = tables.get("drama_video")
         return video_batches(t) if t is not None and t.num_rows else []
 
     def summary_entry(self, data):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.qa import DramaSummary
 
         return DramaSummary(**data)
 
     def summary(self, counts, exports, camera_only):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.qa import DramaSummary
 
         return DramaSummary(counts.get("image_intent", 0)) if camera_only else None
 
     def report_video_cells(self, reader, video_id, counts):
-        import pyarrow.compute as pc
-
         d = reader.read_scene("drama_video", video_id, columns=["risk"])
         n, at_risk = (0, 0) if d is None else (d.num_rows, int(pc.sum(d.column("risk")).as_py() or 0))
         return {"DRAMA-X rows (at risk)": f"{n} ({at_risk})"}
@@ -97,6 +106,7 @@ class DramaX(PaperFamily):
                             help="drama-x: the IoU an intent's box match needs (default: 0.3 paper, 0.6 public)")
 
     def score_options(self, args):
+        # lazy: the registry imports every family's package for its declarations alone
         from schemas.errors import InputError
 
         out = {k: getattr(args, k, None) for k in ("protocol", "od_iou", "match_iou")}

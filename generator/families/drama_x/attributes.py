@@ -163,7 +163,7 @@ def relative_position(x_ego_m: np.ndarray, y_ego_m: np.ndarray, front_deg: float
 # --------------------------------------------------------------------------------------- image intent
 def farneback(prev_gray: np.ndarray, next_gray: np.ndarray, th: DramaImageIntentConfig) -> np.ndarray:
     """Dense optical flow (H, W, 2) from ``prev_gray`` to ``next_gray`` (uint8 grayscale)."""
-    import cv2
+    import cv2  # cv2: about a second to import; only where images are read or drawn
 
     return cv2.calcOpticalFlowFarneback(prev_gray, next_gray, None, th.flow_pyr_scale, th.flow_levels,
                                         th.flow_winsize, th.flow_iterations, th.flow_poly_n, th.flow_poly_sigma, 0)
@@ -431,7 +431,7 @@ def match_boxes(tracks_xyxy: np.ndarray, labelled_xyxy: np.ndarray, iou_min: flo
     """App. A.3 matching: (pairs (track index, labelled index) with IoU >= ``iou_min``, method) where method
     is 'hungarian' or 'greedy' (the solver failed: a degenerate cost matrix). ``cost`` (1 - IoU) may be given
     directly (tests feed degenerate matrices this way)."""
-    from scipy.optimize import linear_sum_assignment
+    from scipy.optimize import linear_sum_assignment  # scipy: over a second to import; only where this runs
 
     if cost is None:
         cost = 1.0 - iou_matrix(tracks_xyxy, labelled_xyxy)

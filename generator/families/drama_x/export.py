@@ -244,6 +244,7 @@ def records_from_run(reader, cfg: DramaXConfig | None = None) -> dict[str, dict[
     written before that table existed)."""
     run_cfg = reader.config()
     if getattr(reader, "camera_only", False):
+        # lazy: generator.pipeline.video loads pycocotools, scipy, which this module needs only here
         from generator.pipeline.video import video_media
 
         return build_video_records(reader.read_table("drama_video"),

@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from generator.families.drama_x.export import check_export_folder, image_root, records_from_run, write_export
+from generator.runfolder import RunReader, RunStore
+from schemas.config import load_config
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export_drama", help="export DRAMA-X-format samples from a finished run",
@@ -24,10 +28,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.runfolder import RunReader, RunStore
-    from generator.families.drama_x.export import check_export_folder, image_root, records_from_run, write_export
-    from schemas.config import load_config
-
     reader = RunReader(args.run)
     cfg = load_config(args.config).drama_x if args.config else None
     store = RunStore(args.out)

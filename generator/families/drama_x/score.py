@@ -29,8 +29,15 @@ from collections import Counter
 
 import numpy as np
 
+from generator.families.drama_x import score_public as pub
+from generator.families.drama_x.attributes import iou_matrix, match_boxes
+from generator.families.drama_x.config import DramaXConfig
+from generator.families.drama_x.export import read_export, records_from_run
+from generator.families.drama_x.score_public import SCRIPTS_MATCH_IOU, SCRIPTS_OD_IOU
 from schemas.errors import InputError
 from generator.families.drama_x.vocab import DRAMA_ACTION_A2_TEXT, DRAMA_ACTIONS
+from generator.runfolder import RunReader, RunStore
+from generator.validate.score import read_predictions
 from schemas.vocab import INTENT_LATERAL, INTENT_VERTICAL
 
 NAME = "drama-x"
@@ -39,9 +46,6 @@ MAX_PROBLEMS = 200  # listed in full up to this many; the count is always comple
 
 
 def _target_samples(target: str):
-    from generator.runfolder import RunReader, RunStore
-    from generator.families.drama_x.export import read_export, records_from_run
-
     store = RunStore(target)
     try:
         samples = read_export(store)
@@ -59,10 +63,6 @@ def _target_samples(target: str):
 def _load_predictions(pred_path: str) -> dict:
     """{sample_id: sample} of a predictions file, or of an export folder (``export_drama``'s: its samples, as the
     public scripts would read its merged ``drama_x.json``)."""
-    from generator.families.drama_x.export import read_export
-    from generator.runfolder import RunStore
-    from generator.validate.score import read_predictions
-
     if "://" not in str(pred_path) and os.path.isdir(pred_path):
         samples = read_export(RunStore(pred_path))
         if samples is None:
@@ -170,8 +170,6 @@ def thresholds(protocol: str, od_iou: float | None, match_iou: float | None, cfg
     """The (OD, intent-matching) IoU thresholds of ``protocol``, unless given: the paper's ``drama_x.od_iou`` /
     ``match_iou`` (0.5 / 0.3) or the scripts' (0.25 / 0.6). InputError for an unknown protocol or a threshold
     outside (0, 1]."""
-    from generator.families.drama_x.score_public import SCRIPTS_MATCH_IOU, SCRIPTS_OD_IOU
-
     if protocol not in PROTOCOLS:
         raise InputError(f"unknown DRAMA-X protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     paper = protocol == "paper"
@@ -190,9 +188,6 @@ def score(pred_path: str, target: str, splits: list[str] | None = None, *, proto
     ``score_public``); ``od_iou`` / ``match_iou`` replace the protocol's thresholds. ``splits`` keeps samples
     whose ``split`` field is listed (samples without one are kept: the export does not split frames of one
     scene)."""
-    from generator.families.drama_x.attributes import iou_matrix, match_boxes
-    from generator.families.drama_x.config import DramaXConfig
-
     cfg = cfg or DramaXConfig()
     od_thr, match_thr = thresholds(protocol, od_iou, match_iou, cfg)
     gt, kind = _target_samples(target)
@@ -291,6 +286,7 @@ def _share(k, n) -> float:
 
 def _risk_metrics(risk_true: list[bool], risk_pred: list[bool]) -> dict:
     """Balanced accuracy and positive-class F1 of the per-sample risk (scikit-learn)."""
+    # scikit-learn: seconds to import; only the scorers need it
     from sklearn.metrics import balanced_accuracy_score, f1_score
 
     out = {"risk_balanced_accuracy": float("nan"), "risk_f1": float("nan")}
@@ -329,8 +325,6 @@ def _score_public(gt: dict, pred: dict, od_thr: float, match_thr: float, problem
     """The public scripts' figures (``score_public``): OD, LIP, VIP and their overall intent accuracy over the
     window of the first ``len(pred)`` ground-truth samples; risk and action over the window's predicted
     samples."""
-    from generator.families.drama_x import score_public as pub
-
     win = pub.window(gt, pred)
     for sid, p in pred.items():
         if isinstance(p, dict) and ("Pedestrians" in p or "Cyclists" in p):
@@ -366,7 +360,7 @@ def _score_public(gt: dict, pred: dict, od_thr: float, match_thr: float, problem
 
 def _bertscore(cands: list[str], refs: list[str], model: str, num_layers: int | None) -> dict:
     try:
-        from bert_score import score as bscore
+        from bert_score import score as bscore  # optional (extra 'bertscore'), only for --bertscore-model
     except ImportError:
         return {"action_bertscore_note": "bert-score is not installed: pip install bert-score"}
     if not cands:

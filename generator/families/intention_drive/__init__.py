@@ -24,11 +24,13 @@ class IntentionDrive(PaperFamily):
     score_name = "intention"
 
     def config_model(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.config import IntentionConfig
 
         return IntentionConfig
 
     def schemas(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
 
         return [INTENTION_SAMPLES, INTENTION_OBJECTS]
@@ -44,7 +46,9 @@ class IntentionDrive(PaperFamily):
                 f"and y to the left of the ego at the keyframe, in metres.")
 
     def qa_families(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.behaviour_qa import EGO_BEHAVIOUR
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.qa import EGO_INTENTION
 
         return [EGO_BEHAVIOUR, EGO_INTENTION]
@@ -61,11 +65,13 @@ class IntentionDrive(PaperFamily):
                        part="generator.families.intention_drive.export_run:intention_part")]
 
     def summary_entry(self, data):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.export_run import IntentionSummary
 
         return IntentionSummary(**data)
 
     def summary(self, counts, exports, camera_only):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.export_run import IntentionSummary
 
         return IntentionSummary.of(exports.get("intention"))

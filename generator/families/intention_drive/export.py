@@ -25,8 +25,10 @@ import pyarrow.compute as pc
 
 from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, numpy_to_fixed_list, to_numpy
 from generator.families.intention_drive.attributes import GOALS, Instructions, PlanningSamples
+from generator.families.intention_drive.attributes import instructions, planning_samples
 from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
 from generator.families.intention_drive.vocab import INSTRUCTION_KINDS
+from generator.sources import source_from_description
 from generator.sources.remote import cached_object, is_remote
 from schemas.vocab import INTENT_LATERAL, MANEUVERS, SPEED_STATUS
 
@@ -64,8 +66,6 @@ def road_maps(source, scene_ids: list[str]) -> tuple[dict[str, dict], str | None
     """{scene: drivable map} from the run's logs: an opened ``LogSource``, or its description (``source.json``)
     to open them with; and a note when the logs could not be opened (then no road edges are checked). Scenes
     without a map are left out."""
-    from generator.sources import source_from_description
-
     if not source:
         return {}, "the run folder has no source.json: road edges are not checked"
     try:
@@ -157,8 +157,6 @@ def scene_tables(frames: pa.Table, attributes: pa.Table, labels: pa.Table | None
     """One scene's (or several scenes') export tables from its run tables, with the run's config ``cfg``:
     the planning samples and instructions (``generator.families.intention_drive.attributes``, the rule the QA family used)
     of its ego_intention QA rows ``qa``."""
-    from generator.families.intention_drive.attributes import instructions, planning_samples
-
     s = planning_samples(frames, attributes, labels, cfg.labels, cfg.intention, cfg.ego)
     return tables(s, instructions(s, cfg.intention), qa, frames, maps)
 
@@ -196,6 +194,7 @@ def road_lookup(map_path: list[str | None], resolution_m: np.ndarray, dilation_m
     are off the road). Returns
     (road callable or None when no sample has a map, (N,) bool: the sample's map was read, problems: list of
     maps that could not be read)."""
+    # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
     from nuscenes.utils.map_mask import MapMask
 
     paths = np.asarray([p or "" for p in map_path], dtype=object)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from generator.runfolder import RunReader
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export_intention", help="export Intention-Drive planning samples from a finished run",
@@ -24,8 +26,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    # lazy: generator.families.intention_drive.export_run loads pycocotools, scipy, which this module needs only here
     from generator.families.intention_drive.export_run import export_intention
-    from generator.runfolder import RunReader
 
     summary = export_intention(RunReader(args.run).require_3d("drivegen export_intention"), args.out, splits=args.split)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("files", "config")}, indent=2))

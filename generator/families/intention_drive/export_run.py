@@ -11,9 +11,15 @@ from dataclasses import dataclass
 
 import pyarrow.compute as pc
 
+from generator.families.intention_drive.export import (
+    EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE, read_run_scene, road_maps
+)
+from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
 from generator.pipeline.exports import check_owned_folder, release_staging, replace_owned_folder, staging
 from generator.runfolder import RunReader, RunStore
+from generator.runfolder.parts import PartSpec, read_parts, stream_parts
 from schemas.config import PipelineConfig
+from schemas.tables import ParquetStream
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -28,8 +34,6 @@ def intention_part(part, cfg: PipelineConfig, splits: list[str] | None = None) -
     """One scene's part of the export (``generator.runfolder.parts``): its planning samples and objects
     (``tables``), the kind of its drivable map and, when the logs cannot give maps, why; None for a scene without
     ego_intention QA rows."""
-    from generator.families.intention_drive.export import read_run_scene, road_maps
-
     maps, note = ({}, "intention.road_edges is off")
     if cfg.intention.road_edges:
         src = part.reader.source()
@@ -72,11 +76,6 @@ def export_intention(run: str | RunReader, out: str | None = None, cfg: Pipeline
     (``generator.runfolder.parts``); otherwise each scene's part is built here, one scene at a time (its logs,
     for their maps, opened once in this process). Either way the files are written as a stream: memory holds one
     row group, not the export."""
-    from generator.families.intention_drive.export import EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE
-    from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
-    from generator.runfolder.parts import PartSpec, read_parts, stream_parts
-    from schemas.tables import ParquetStream
-
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
     agg = {"samples": 0, "keyframes": 0, "objects": 0, "with_map": 0, "kinds": Counter(), "splits": Counter(),

@@ -24,7 +24,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from generator.families.intention_drive.attributes import check
+from generator.families.intention_drive.export import (
+    EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE, read_run_scene, read_samples, road_maps
+)
+from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
+from generator.runfolder import RunReader, RunStore
+from generator.validate.score import read_predictions
+from schemas.config import parse_config
 from schemas.errors import InputError
+from schemas.tables import read_parquet
 
 NAME = "intention"
 HELP = "Intention-Drive: ADE, FDE, collision rate, intent success rate"
@@ -36,11 +45,6 @@ _PAIR = re.compile(r"\(\s*([-+0-9.eE]+)\s*,\s*([-+0-9.eE]+)\s*\)")
 def load_target(target: str, splits: list[str] | None = None):
     """(PlanningSamples, Instructions, sample ids, kinds, levels, config) of an export folder or a run folder;
     the config's ``labels``, ``intention`` and ``ego`` sections are the ones the samples were made with."""
-    from generator.runfolder import RunReader, RunStore
-    from generator.families.intention_drive.export import (EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE,
-                                                    read_samples)
-    from schemas.tables import read_parquet
-
     store = RunStore(target)
     summary = None
     if store.exists(EXPORT_SUMMARY):
@@ -49,8 +53,6 @@ def load_target(target: str, splits: list[str] | None = None):
         except ValueError:
             summary = None
     if isinstance(summary, dict) and summary.get("format") == EXPORT_FORMAT:
-        from schemas.config import parse_config
-
         samples = read_parquet(store.full(SAMPLES_FILE), filesystem=store.fs)
         objects = read_parquet(store.full(OBJECTS_FILE), filesystem=store.fs)
         cfg = parse_config(summary.get("config", {}), where=store.full(EXPORT_SUMMARY))
@@ -59,9 +61,6 @@ def load_target(target: str, splits: list[str] | None = None):
         if not reader.is_run_folder():
             raise InputError(f"{target} is neither an Intention-Drive export ({EXPORT_SUMMARY} with format "
                              f"{EXPORT_FORMAT!r}) nor a drivegen run folder", file=target)
-        from generator.families.intention_drive.export import read_run_scene, road_maps
-        from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
-
         cfg = reader.config()
         maps, _ = road_maps(reader.source(), reader.scene_ids()) if cfg.intention.road_edges else ({}, None)
         parts = [p for p in (read_run_scene(reader, sid, cfg, maps=maps) for sid in reader.scene_ids())
@@ -95,8 +94,6 @@ def baseline(name: str, s, ins) -> np.ndarray:
 
 def _records(path: str) -> list[dict]:
     """Prediction records: a list of objects, or ``{sample_id: waypoints}``."""
-    from generator.validate.score import read_predictions
-
     data = read_predictions(path)
     if isinstance(data, dict):
         return [{"sample_id": k, "waypoints": v} for k, v in data.items()]
@@ -166,8 +163,6 @@ def load_predictions(pred: str, s, ins, ids: pa.Array) -> tuple[np.ndarray, list
 
 
 def score(pred_path: str, target: str, splits: list[str] | None = None, **_) -> dict:
-    from generator.families.intention_drive.attributes import check
-
     s, ins, ids, kinds, levels, cfg = load_target(target, splits)
     traj, problems = load_predictions(pred_path, s, ins, ids)
     res = check(s, ins, traj, cfg.labels, cfg.intention)

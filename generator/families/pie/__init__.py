@@ -22,12 +22,15 @@ class Pie(PaperFamily):
     qa_names = ("pie",)
 
     def config_model(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.config import PieConfig
 
         return PieConfig
 
     def tables(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.tables import PIE_SAMPLES
+        # lazy: the registry imports every family's package for its declarations alone
         from schemas.layout import TableLayout
 
         return [TableLayout("pie_samples", "pie_samples", PIE_SAMPLES)]
@@ -36,21 +39,25 @@ class Pie(PaperFamily):
         return cfg.pie
 
     def derive_video(self, video, cfg):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.attributes import video_samples
 
         return {"pie_samples": video_samples(video, cfg)}
 
     def frames_to_extract(self, tables):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.attributes import sample_frames
 
         return sample_frames(tables.get("pie_samples"))
 
     def counts(self, tables, cfg):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.attributes import video_sample_counts
 
         return video_sample_counts(tables.get("pie_samples"))
 
     def qa_families(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.qa import PIE
 
         return [PIE]
@@ -59,17 +66,20 @@ class Pie(PaperFamily):
         return [HERE / "templates"]
 
     def video_qa(self, tables, cfg):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.qa import video_batches
 
         t = tables.get("pie_samples")
         return video_batches(t, cfg) if t is not None and t.num_rows else []
 
     def summary_entry(self, data):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.qa import PieSummary
 
         return PieSummary(**data)
 
     def summary(self, counts, exports, camera_only):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.qa import PieSummary
 
         return PieSummary.of(counts) if camera_only else None

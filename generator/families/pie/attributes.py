@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, to_numpy, unique_strings
+from generator.attributes.ego import ego_states, track_rows
 from generator.families.pie.config import BENCHMARK_ACTION, PieConfig
 from generator.sources.jaad import pedestrian_event
 from generator.families.pie.tables import PIE_SAMPLES
@@ -360,8 +362,6 @@ def log_config(cfg: PieConfig, fps: float) -> PieConfig:
 def pedestrian_rows(attributes: pa.Table) -> pa.Table:
     """The tracked pedestrians' rows of an ATTRIBUTES table (one row per OBJECTS row, centre split into x/y/z) in
     the OBJECTS columns ``path_entry`` reads: scene_id, frame_index, track_id, class_name, center_ego_m."""
-    from generator.attributes.arrays import column, to_numpy
-
     keep = pc.and_(pc.equal(column(attributes, "class_name"), "pedestrian"),
                    pc.greater_equal(column(attributes, "track_id"), 0))
     a = attributes.filter(pc.fill_null(keep, False))
@@ -382,9 +382,6 @@ def path_entry(frames: pa.Table, objects: pa.Table, cfg: PieConfig, body, ego=No
     the stopped ego is in it; one waiting at the kerb, or walking behind the ego, never is). Columns:
     scene_id, track_id, first_frame, last_frame, event_frame, event_t_s (seconds since the scene's first
     frame; NaN without an event). ``ego``: ``ego_states(frames)`` when the caller has it already."""
-    from generator.attributes.arrays import column, to_numpy
-    from generator.attributes.ego import ego_states, track_rows
-
     out_schema = pa.schema([("scene_id", pa.string()), ("track_id", pa.int64()), ("first_frame", pa.int64()),
                             ("last_frame", pa.int64()), ("event_frame", pa.int64()), ("event_t_s", pa.float64())])
     if objects is None or objects.num_rows == 0:
@@ -444,8 +441,6 @@ def jaad_tables_from_log(projections: pa.Table, entries: pa.Table, front: pa.Tab
     (``entries`` of ``path_entry``) a behavioural pedestrian whose ``crossing`` is 1 with ``crossing_point`` its
     event frame when it enters the ego's path, else 0; its boxes are its projected boxes in that camera
     (``projections`` rows with a finite box). ``splits[scene]``: the scene's split."""
-    from generator.attributes.arrays import KeyIndex, codes, column, fixed_list_to_numpy, to_numpy, unique_strings
-
     first = front.group_by("scene_id", use_threads=False).aggregate(
         [("name", "first"), ("width_px", "first"), ("height_px", "first")])
     vids = first.column("scene_id")

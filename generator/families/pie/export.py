@@ -15,11 +15,18 @@ write are deleted (nothing else is touched). The summary is written last.
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
+from generator.attributes.ego import ego_states
+from generator.families.pie.attributes import build_samples, jaad_tables_from_log, log_config, path_entry, sample_counts
 from generator.writers.owned import owned_files
 from generator.families.pie.tables import PIE_SAMPLES as SAMPLES
+from generator.qa.generate import scene_split
+from generator.sources import front_camera_images
+from schemas.errors import InputError
 
 EXPORT_FORMAT = "drivegen-pie/1"  # marks a folder as a drivegen PIE export (replaced only if it is one)
 EXPORT_SUMMARY = "export_summary.json"
@@ -72,14 +79,6 @@ def samples_from_run(reader, cfg=None) -> tuple[pa.Table, dict]:
     (``generator.families.pie.attributes.path_entry``), the benchmark's windows at the log's frame rate
     (``log_config``). ``image_paths`` are the front camera's images of the window's frames, ``split`` the QA
     split of the scene. Returns (samples, info for the summary); ``cfg``: a PieConfig (default: the run's)."""
-    import numpy as np
-
-    from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
-    from generator.attributes.ego import ego_states
-    from generator.families.pie.attributes import build_samples, jaad_tables_from_log, log_config, path_entry, sample_counts
-    from generator.qa.generate import scene_split
-    from generator.sources import front_camera_images
-
     run_cfg = reader.config()
     cfg = cfg or run_cfg.pie
     if reader.camera_only:
@@ -128,9 +127,6 @@ def _samples_from_video_run(reader, cfg, run_pie) -> tuple[pa.Table, dict]:
     """The samples a camera-only run (``drivegen run --source jaad``) stored per video, as they are: their
     ``image_paths`` name the frames the run extracted. A ``pie:`` config other than the run's is refused (the
     samples were cut with the run's)."""
-    from generator.families.pie.attributes import sample_counts
-    from schemas.errors import InputError
-
     if cfg.model_dump() != run_pie.model_dump():
         raise InputError(f"{reader.uri} is a camera-only run whose PIE samples were cut with its own pie: config; "
                          "export it without --config, or run the videos again with the new one")

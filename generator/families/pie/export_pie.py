@@ -19,6 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from generator.families.pie.attributes import build_samples, sample_counts
+from generator.families.pie.export import previous_export, samples_from_run, write_pie_export
+from generator.runfolder import RunReader, RunStore
+from generator.sources.jaad import read_jaad
+from schemas.config import load_config
+from schemas.errors import SourceError
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export_pie", help="export PIE/JAAD benchmark samples from a JAAD folder",
@@ -36,13 +43,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from generator.families.pie.attributes import build_samples, sample_counts
-    from generator.runfolder import RunStore
-    from generator.sources.jaad import read_jaad
-    from generator.families.pie.export import previous_export, write_pie_export
-    from schemas.config import load_config
-    from schemas.errors import SourceError
-
     cfg = load_config(args.config).pie
     store = RunStore(args.out)
     previous_export(store)  # refuse a foreign --out before any work
@@ -69,9 +69,6 @@ def main(args) -> int:
 
 
 def _from_run(args, store, cfg) -> int:
-    from generator.runfolder import RunReader
-    from generator.families.pie.export import samples_from_run, write_pie_export
-
     samples, info = samples_from_run(RunReader(args.run), cfg)
     summary = write_pie_export(store, samples, info)
     shown = {k: summary[k] for k in ("format", "source", "samples", "counts") if k in summary}

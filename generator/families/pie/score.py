@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+import functools
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +49,8 @@ from sklearn.metrics import (accuracy_score, average_precision_score, balanced_a
 
 from generator.families.pie.attributes import risk_classes, risk_weight, tte_weight
 from generator.families.pie.config import PieConfig
+from generator.families.pie.export import EXPORT_FORMAT, EXPORT_SUMMARY, samples_from_run
+from generator.runfolder import RunReader, RunStore
 from schemas.errors import InputError
 
 NAME = "pie"
@@ -64,8 +67,6 @@ def _f(x) -> float | None:
 
 def _quiet(fn):
     """sklearn's "y_pred contains classes not in y_true" is expected of a bad model: not a warning here."""
-    import functools
-
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         with warnings.catch_warnings():
@@ -186,13 +187,8 @@ def task_metrics(task: str, y: np.ndarray, conf: np.ndarray, tte_frames: np.ndar
 
 # ------------------------------------------------------------------------------------------ inputs
 def read_target(target: str, splits: list[str] | None = None) -> tuple[pa.Table, dict]:
-    from generator.runfolder import RunStore
-    from generator.families.pie.export import EXPORT_FORMAT, EXPORT_SUMMARY
-
     store = RunStore(target)
     if not store.exists(EXPORT_SUMMARY):
-        from generator.runfolder import RunReader
-
         if RunReader(store, require=False).is_run_folder():  # its samples, as export_pie --run would write them
             return _run_target(store, splits)
         raise InputError(f"{target} is not a PIE export (no {EXPORT_SUMMARY}) nor a run folder; make one with "
@@ -219,9 +215,6 @@ def read_target(target: str, splits: list[str] | None = None) -> tuple[pa.Table,
 
 def _run_target(store, splits: list[str] | None) -> tuple[pa.Table, dict]:
     """The samples of a run folder (``export.samples_from_run``, built in memory) and their summary."""
-    from generator.families.pie.export import EXPORT_FORMAT, samples_from_run
-    from generator.runfolder import RunReader
-
     samples, info = samples_from_run(RunReader(store))
     split = samples.column("split")
     keep = pc.is_in(split, pa.array(splits, pa.string())) if splits else pa.array([True] * samples.num_rows)
@@ -237,7 +230,7 @@ def _run_target(store, splits: list[str] | None) -> tuple[pa.Table, dict]:
 def read_predictions(path: str) -> list[dict]:
     """Rows of a Parquet or JSON prediction file (a list, or ``{"predictions": [...]}``); ``InputError`` naming
     the file when unreadable (``generator.validate.score.read_predictions``)."""
-    from generator.validate import score
+    from generator.validate import score  # its name is taken at module level
 
     obj = score.read_predictions(path)
     if isinstance(obj, dict) and isinstance(obj.get("predictions"), list):

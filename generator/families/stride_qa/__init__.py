@@ -24,11 +24,13 @@ class StrideQA(PaperFamily):
     qa_names = ("object_spatial", "ego_spatial", "ego_spatiotemporal")
 
     def config_model(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.stride_qa.config import BenchConfig
 
         return BenchConfig
 
     def qa_families(self):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.stride_qa.qa import EGO_SPATIAL, EGO_SPATIOTEMPORAL, OBJECT_SPATIAL
 
         return [OBJECT_SPATIAL, EGO_SPATIAL, EGO_SPATIOTEMPORAL]
@@ -44,11 +46,13 @@ class StrideQA(PaperFamily):
                        enabled=lambda cfg: cfg.bench.export, part="generator.families.stride_qa.export:bench_part")]
 
     def summary_entry(self, data):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.stride_qa.export import BenchSummary
 
         return BenchSummary(**data)
 
     def summary(self, counts, exports, camera_only):
+        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.stride_qa.export import BenchSummary
 
         return BenchSummary.of(exports.get("bench"))

@@ -47,6 +47,7 @@ import logging
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+import itertools
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -67,6 +68,8 @@ from generator.families.stride_qa.config import ScenarioConfig
 from schemas.config import PipelineConfig
 from schemas.layout import safe_name
 from generator.families.stride_qa.vocab import BENCH_SCENARIO_NAMES, SCENARIO_NAME, TOOLKIT_RELATION
+from generator.qa.generate import make_plan
+from generator.sources import front_camera_images
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +219,6 @@ class Group:
 def front_camera_name(frames: pa.Table, preferred: str) -> str:
     """One scene's front camera: the rule QA and the other exports use (``generator.sources.front_camera_images``:
     ``generator.types.front_camera`` over the scene's first frame with cameras)."""
-    from generator.sources import front_camera_images
-
     names = front_camera_images(frames, preferred).column("name") if frames.num_rows else pa.array([], pa.string())
     if len(names) == 0:
         raise ValueError("frames carry no cameras")
@@ -256,8 +257,6 @@ def _candidates(inp: SceneInputs, cfg: PipelineConfig) -> pd.DataFrame:
                              "region_id": pc.list_element(st.column("region_ids"), 0).to_numpy(zero_copy_only=False),
                              "split": st.column("split").to_numpy(zero_copy_only=False)}, columns=cols)
     else:
-        from generator.qa.generate import make_plan
-
         plan = make_plan(inp.frames, inp.attributes, inp.projections, cfg)
         if plan is None:
             return pd.DataFrame(columns=cols)
@@ -687,8 +686,6 @@ def write_bench(groups: list[Group], out_dir: str | os.PathLike, decimals: int =
     ``publishers``: scene id -> ``generator.writers.anonymize.ScenePublisher`` that blurs faces and plates in
     the images (None: images copied as they are). Returns the summary; its ``files`` lists every file written,
     relative to ``out_dir``."""
-    import itertools
-
     out = Path(out_dir)
 
     def put(rel: str, data: bytes) -> None:

@@ -10,6 +10,9 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from generator.pipeline.exports import check_owned_folder, release_staging, replace_owned_folder, staging
 from generator.runfolder import RunReader, RunStore
 from schemas.config import PipelineConfig
@@ -18,6 +21,8 @@ log = logging.getLogger("drivegen.pipeline")
 
 from generator.families.stride_qa.bench_export import (DROP_REASONS, EXPORT_FORMAT, EXPORT_SUMMARY, SceneInputs,
                                                        merge_bench, scene_groups, scene_images, scene_record)
+from generator.runfolder.parts import PartSpec, read_parts, remove_parts, stream_parts
+from generator.writers.wds import image_member, shard_members
 from schemas import layout
 
 BENCH_DIR = "bench"
@@ -27,9 +32,6 @@ BENCH_PART_BUILDER = "generator.families.stride_qa.export:bench_part"
 
 def scene_inputs(reader: RunReader, splits: list[str] | None = None, scene_ids: list[str] | None = None):
     """Yield ``SceneInputs`` (bench export) for every finished scene (of ``scene_ids``) with attributes."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     for sid in reader.scene_ids() if scene_ids is None else scene_ids:
         attributes = reader.read_scene("attributes", sid)
         if attributes is None or attributes.num_rows == 0:
@@ -56,6 +58,7 @@ def bench_part(part, cfg: PipelineConfig, splits: list[str] | None = None, image
     """One scene's part of the export (``generator.runfolder.parts``): its groups' records and sheet rows
     (``bench_export.scene_record``), the candidates it dropped and why, and the names of its context images,
     blurred as the config says and put beside the part; None for a scene with no candidate."""
+    # lazy: generator.writers.anonymize loads cv2, which this module needs only here
     from generator.writers.anonymize import ScenePublisher
 
     for inp in scene_inputs(part.reader, splits, [part.scene_id]):
@@ -75,8 +78,6 @@ def shard_images(reader: RunReader, scene_id: str, groups, cfg: PipelineConfig):
     hold them blurred as ``cfg.anonymize`` says when the run wrote them with that setting (the same images, the
     same publisher: the same bytes; ``tests/test_stride_qa_fidelity.py`` compares), so they are not decoded, blurred
     and encoded again; None when the shards were written otherwise or are absent."""
-    from generator.writers.wds import image_member, shard_members
-
     owner = reader.table_owner("wds")
     files = reader.files("wds", [scene_id])
     if not files or owner.config().anonymize != cfg.anonymize:
@@ -106,8 +107,6 @@ def export_bench(run: str | RunReader, out: str | None = None, cfg: PipelineConf
     ``parts``: merge the scenes' parts the end of the run built (``generator.runfolder.parts``; their images are
     copied into place by the store, not through this process); otherwise each scene's part is built here, one
     at a time."""
-    from generator.runfolder.parts import PartSpec, read_parts, remove_parts, stream_parts
-
     reader = run if isinstance(run, RunReader) else RunReader(run)
     cfg = cfg or reader.config()
     target = RunStore(out) if out is not None else reader.store

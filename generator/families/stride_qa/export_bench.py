@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from generator.runfolder import RunReader
+from schemas.config import load_config
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export_bench", help="export STRIDE-QA-Bench files from a finished run",
@@ -28,9 +31,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
+    # lazy: generator.families.stride_qa.export loads pandas, pycocotools, scipy, which this module needs only here
     from generator.families.stride_qa.export import export_bench
-    from generator.runfolder import RunReader
-    from schemas.config import load_config
 
     reader = RunReader(args.run).require_3d("drivegen export_bench")
     cfg = load_config(args.config) if args.config else None

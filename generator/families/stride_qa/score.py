@@ -30,7 +30,9 @@ from collections import defaultdict
 from pathlib import Path, PurePosixPath
 
 from generator.qa.answers import parse, success
-from schemas.errors import InputError
+from generator.runfolder import RunStore
+from generator.validate.score import read_predictions as read_file
+from schemas.errors import InputError, from_os_error
 from schemas.files import file_problem
 
 HELP = "STRIDE-QA-Bench answers (export_bench): per-quantity success, LSR, MLSR, TLC, as the bench's toolkit"
@@ -53,9 +55,6 @@ def _bench_dir(target: str):
     """The bench export at ``target`` (a path or URI: the export, or a run folder holding it in ``bench/``) as a
     ``RunStore``. InputError when neither holds its annotation sheet; a refusal (403, permissions) or an
     unreachable store is said as such (``schemas.errors.from_os_error``), never "no export here"."""
-    from generator.runfolder import RunStore
-    from schemas.errors import from_os_error
-
     store = RunStore(target)
     for d in ("", "bench"):
         rel = f"{d}/{SHEET}" if d else SHEET
@@ -76,8 +75,6 @@ def _bench_dir(target: str):
 def _question_list(path: Path | str) -> list:
     """One file of questions (the export's or the toolkit's output), a JSON list (``read_predictions``, the
     scorers' reader: a missing, unreadable or non-JSON file is an InputError naming it)."""
-    from generator.validate.score import read_predictions as read_file
-
     rows = read_file(str(path))
     if not isinstance(rows, list):
         raise InputError(f"{path}: expected a JSON list of questions, got {type(rows).__name__}", file=str(path))
@@ -95,8 +92,6 @@ def read_predictions(pred_path: str) -> list[dict]:
 
 def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
     """The bench's metrics of the answers in ``pred_path`` on the bench export ``target``."""
-    from schemas.errors import from_os_error
-
     bench = _bench_dir(target)
     try:
         sheet = bench.read_bytes(SHEET).decode("utf-8")

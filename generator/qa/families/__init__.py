@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 from generator.qa.fields import Family, QuestionType
+from schemas.errors import ConfigError
 from schemas.families import families
 
 
@@ -44,8 +45,6 @@ def selected(names) -> list[Family]:
     fams = registered()
     unknown = [n for n in names if n not in fams]
     if unknown:
-        from schemas.errors import ConfigError
-
         raise ConfigError(f"field 'qa.families': unknown families {unknown}; registered: {list(fams)}")
     wanted = set(names)
     return [f for f in fams.values() if f.name in wanted]

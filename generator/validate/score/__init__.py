@@ -16,6 +16,17 @@ The module is imported on use, so a broken or heavy scorer costs nothing to the 
 from __future__ import annotations
 
 import importlib
+import io
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from generator.runfolder import RunStore
+from schemas.errors import InputError
+from schemas.families import broken_named, scorers
+from schemas.files import check_regular_file
 
 CORE_SCORERS = {"qa": "generator.validate.score.qa"}
 """scorers of no paper family: ``qa`` scores answers to any run's QA shards"""
@@ -23,16 +34,11 @@ CORE_SCORERS = {"qa": "generator.validate.score.qa"}
 
 def scorer_names() -> list[str]:
     """Every name ``drivegen score`` takes: the core's and the registered paper families'."""
-    from schemas.families import scorers
-
     return sorted(set(CORE_SCORERS) | set(scorers()))
 
 
 def scorer(name: str):
     """The scorer module registered for ``drivegen score <name>`` (imported now)."""
-    from schemas.errors import InputError
-    from schemas.families import broken_named, scorers
-
     if name in CORE_SCORERS:
         return importlib.import_module(CORE_SCORERS[name])
     known = scorers()
@@ -47,8 +53,6 @@ def scorer(name: str):
 def _json(text: str):
     """JSON as predictions read it: an integer too long for any float becomes infinity (a non-finite value each
     scorer reports per item) instead of overflowing later."""
-    import json
-
     return json.loads(text, parse_int=lambda s: int(s) if len(s) <= 18 else float(s))
 
 
@@ -65,16 +69,9 @@ def read_predictions(path: str, stream: bool = False):
     it expects. ``stream``: Parquet and JSON Lines as an iterator of their records instead (read a batch or a
     line at a time, never whole). ``InputError`` naming the file when it is missing, unreadable, not a regular
     file, or larger than ``MAX_PREDICTION_BYTES`` (``MAX_JSON_PREDICTION_BYTES`` for JSON, parsed whole)."""
-    import os
-
-    from generator.runfolder import RunStore
-    from schemas.errors import InputError
-
     path = str(path)
     folder, name = path.rstrip("/").rsplit("/", 1) if "://" in path else os.path.split(os.path.abspath(path))
     if "://" not in path:  # a FIFO would block, a symlink loop is not a missing file
-        from schemas.files import check_regular_file
-
         check_regular_file(path, "prediction file")
     store = RunStore(folder)
     try:
@@ -108,13 +105,6 @@ def read_predictions(path: str, stream: bool = False):
 def _records(store, name: str, path: str, parquet: bool, lines: bool):
     """The records of a Parquet or JSON Lines prediction file, read a batch or a line at a time (a generator: the
     file is opened when the first record is asked for)."""
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from schemas.errors import InputError
-
     try:
         with store.fs.open_input_file(store.full(name)) as fh:
             if parquet:

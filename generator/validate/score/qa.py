@@ -34,6 +34,9 @@ from collections.abc import Iterator
 
 from generator.qa.answers import (DISTANCE_REL, QUANTITY_OF_UNIT, Numbers, equal_at_precision, parse,
                                   parse_lenient, same_at_precision, stated_decimals, success, tokens, yes_no)
+from generator.qa.families import question_types
+from generator.runfolder import RunReader
+from generator.validate.score import read_predictions
 from schemas.errors import InputError
 
 HELP = "answers to drivegen's own QA shards, judged as a careful annotator would: numbers, yes/no and choices"
@@ -104,8 +107,6 @@ def _regions(truth: dict) -> tuple[str | None, str | None]:
 
 
 def _reading(truth: dict):
-    from generator.qa.families import question_types
-
     qt = question_types().get((truth.get("family"), truth.get("question_type")))
     return None if qt is None else qt.reading
 
@@ -175,9 +176,6 @@ def _judge_quantity(truth: dict, got_value: float | None, answer) -> tuple[bool,
 
 
 def score(pred_path: str, target: str, splits: list[str] | None = None) -> dict:
-    from generator.runfolder import RunReader
-    from generator.validate.score import read_predictions
-
     table = RunReader(target).read_table("qa")
     if table is None:
         raise InputError(f"{target}: the run folder has no QA rows", file=str(target))
