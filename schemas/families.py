@@ -384,6 +384,7 @@ def exports() -> list[tuple[PaperFamily, Export]]:
     return [(f, e) for f in families().values() for e in f.exports()]
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILY_COUNTS", "BrokenFamily", "Export", "PaperFamily", "families", "broken_families",
-           "broken_named", "command_broken", "config_sections", "moved_settings", "qa_family_names", "family_tables",
-           "scorers", "exports", "resolve", "family_counts", "add_family_counts", "declared_output"]
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILY_COUNTS", "BrokenFamily", "Export", "PaperFamily", "families",
+           "broken_families", "broken_named", "command_broken", "config_sections", "moved_settings",
+           "qa_family_names", "family_tables", "scorers", "exports", "resolve", "family_counts", "add_family_counts",
+           "declared_output"]

@@ -19,7 +19,8 @@ from generator.families.drama_x.attributes import video_intent_frames
 from generator.families.pie.attributes import build_samples
 from generator.cli import main as cli
 from generator.runfolder import RunReader
-from generator.sources.jaad import read_frames, read_jaad, read_video
+from generator.sources.clips import read_frames
+from generator.sources.jaad import read_jaad, read_video
 from generator.families.drama_x.config import DramaImageIntentConfig
 from generator.families.pie.config import PieConfig
 from test_pie import JAAD, needs_jaad, write_video

@@ -21,7 +21,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
 def test_the_import_contract_holds():
     r = _lint(REPO)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert "3 kept, 0 broken" in r.stdout
+    assert "4 kept, 0 broken" in r.stdout
 
 
 def test_a_backwards_import_breaks_it(tmp_path):
@@ -34,7 +34,7 @@ def test_a_backwards_import_breaks_it(tmp_path):
     render.write_text(render.read_text() + "\n\ndef _backwards():\n    from generator.pipeline import run  # noqa\n")
     r = _lint(tmp_path)
     assert r.returncode != 0
-    assert "2 kept, 1 broken" in r.stdout and "generator.qa.render -> generator.pipeline" in r.stdout, r.stdout[-3000:]
+    assert "3 kept, 1 broken" in r.stdout and "generator.qa.render -> generator.pipeline" in r.stdout, r.stdout[-3000:]
 
 
 def _copy_with(tmp_path: Path, rel: str, line: str) -> subprocess.CompletedProcess:
@@ -107,3 +107,11 @@ def test_a_silent_local_import_is_found(tmp_path):
         "    return os, dumps\n")
     found = local_imports(tmp_path)
     assert [(n, why) for _, n, _, why in found] == [(5, True), (6, False)]
+
+
+def test_the_pipeline_importing_a_dataset_breaks_it(tmp_path):
+    """The camera-only stages read videos through ``VideoSource``; a stage importing JAAD's module is refused."""
+    r = _copy_with(tmp_path, "generator/pipeline/video.py", "from generator.sources.jaad import read_video")
+    assert r.returncode != 0
+    assert "the pipeline names no dataset BROKEN" in r.stdout, r.stdout[-3000:]
+    assert "generator.pipeline.video -> generator.sources.jaad" in r.stdout

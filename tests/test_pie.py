@@ -19,7 +19,8 @@ from generator.families.pie.attributes import (build_samples, region_distance, r
                                       sample_counts, tte_weight)
 from generator.cli import main as cli
 from generator.runfolder import RunStore
-from generator.sources.jaad import read_frames, read_jaad
+from generator.sources.clips import read_frames
+from generator.sources.jaad import read_jaad
 from generator.families.pie import score as scorer
 from generator.families.pie.export import EXPORT_FORMAT, write_pie_export
 from generator.families.pie.config import PieConfig

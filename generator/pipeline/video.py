@@ -1,7 +1,7 @@
 """The camera-only stages of ``drivegen run`` (``--source jaad``): one scene per video, no LiDAR, no poses.
 
     stage   needs -> makes     pure function                                               runs as
-    load    -> video           JaadSource.load_video: the annotation XMLs as Arrow tables   task
+    load    -> video           VideoSource.load_video: the annotations as Arrow tables      task
     video   video              every registered paper family's ``derive_video`` (its tables of the  task
                                video, ``schemas.families``), then ``generator.qa.video`` (their
                                questions; templates loaded once per process)
@@ -37,7 +37,8 @@ from generator.pipeline.exports import finalize_run
 from generator.pipeline.stages import build_templates, cached_source, qa_counts
 from generator.qa.generate import scene_split
 from generator.qa.video import video_qa
-from generator.sources.jaad import annotation_path, iter_frames, split_folder
+from generator.sources.base import VideoSource
+from generator.sources.clips import iter_frames
 from generator.writers.parquet import write_qa_shards
 from schemas import layout
 from schemas.config import PipelineConfig
@@ -51,10 +52,10 @@ log = logging.getLogger("drivegen.pipeline")
 
 @dataclass
 class Video:
-    """One camera-only video as the families' ``derive_video`` hooks see it (``schemas.families``): its JAAD
-    tables (``generator.sources.jaad.read_video``: videos, boxes, pedestrians, vehicle), its clip as a local file
-    (None: not there) and where the clip is as the tables name it (``location``), the frame rate, and where the
-    run extracts a frame (``image_uri``; None when it extracts none). ``derived``: the families' tables;
+    """One camera-only video as the families' ``derive_video`` hooks see it (``schemas.families``): its
+    annotation tables (``VideoSource.load_video``; JAAD's: videos, boxes, pedestrians, vehicle), its clip as a
+    local file (None: not there) and where the clip is as the tables name it (``location``), the frame rate, and
+    where the run extracts a frame (``image_uri``; None when it extracts none). ``derived``: the families' tables;
     ``issues``/``qa``: the stage's."""
 
     video_id: str
@@ -63,7 +64,7 @@ class Video:
     location: str
     fps: float
     image_uri: object = None  # frame -> URI of the extracted frame, or None
-    attributes_file: str = ""  # where its annotations_attributes XML and its split lists are, as tables name them
+    attributes_file: str = ""  # where its attributes file and its split lists are (``VideoSource.annotation_files``)
     splits_file: str = ""
     derived: dict = None
     extract: np.ndarray | None = None  # the frames the families' rows show (``frames_to_extract``)
@@ -92,16 +93,19 @@ def video_settings(cfg: PipelineConfig):
 
 def load(work: SceneWork, env: StageEnv) -> None:
     src = cached_source(json.dumps(work.source, sort_keys=True))
+    if not isinstance(src, VideoSource):
+        raise SourceError(f"{work.scene_id}: the camera stages read videos, and a {src.name} source has none",
+                          scene=work.scene_id, stage="load")
     settings = video_settings(env.cfg)
     tables = src.load_video(work.scene_id, settings)
     clip = src.clip(work.scene_id)
+    files = src.annotation_files(work.scene_id, settings)
     uri = None
     if clip is not None and settings.extract_frames:
         def uri(frame, _vid=work.scene_id, _fmt=settings.frame_format, _store=env.store):
             return _store.uri_of(image_rel(_vid, frame, _fmt))
     work.video = Video(work.scene_id, tables, clip, src.clip_location(work.scene_id), float(settings.fps), uri,
-                       attributes_file=src.shown(annotation_path(src.root, work.scene_id, "annotations_attributes")),
-                       splits_file=src.shown(split_folder(src.root, settings.split_variant)))
+                       attributes_file=files.get("attributes", ""), splits_file=files.get("splits", ""))
     work.counts["frames"] = int(work.video.meta["num_frames"])
     work.counts["boxes"] = tables["boxes"].num_rows
     work.counts["pedestrians"] = len(set(tables["boxes"].column("ped_id").to_pylist()))

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import pyarrow as pa
+
 from generator.types import Scene
 from schemas.config import EgoBodyConfig
+from schemas.errors import SourceError
 
 
 class LogSource(ABC):
@@ -49,3 +52,39 @@ class LogSource(ABC):
         "resolution_m": metres per pixel, "kind": ...}`` (a binary mask, 255 = paved, in the poses' global frame,
         origin at the image's bottom-left: nuScenes' semantic prior). None when the logs carry no such map."""
         return None
+
+
+class VideoSource(LogSource):
+    """Camera-only logs: videos with 2D annotations, no LiDAR, no poses (``JaadSource``). Their scenes are videos;
+    they run through the camera stages (``generator.pipeline.video``), which read them through these methods
+    alone, and whose frames ``generator.sources.clips`` decodes from the local clip file ``clip`` gives.
+    ``reading`` is the settings object of the family that says how videos are read
+    (``PaperFamily.video_settings``)."""
+
+    camera_only = True
+
+    def load_scene(self, scene_id: str) -> Scene:
+        raise SourceError(f"{scene_id}: {self.name} is camera-only (no LiDAR, no poses); its videos run through the "
+                          "camera stages (generator.pipeline.video)", scene=scene_id, stage="load")
+
+    @abstractmethod
+    def load_video(self, video_id: str, reading) -> dict[str, pa.Table]:
+        """The video's annotation tables (``videos``: one row with ``num_frames``, ``width_px``, ``split``, ...;
+        ``boxes``; and what else the source has), SourceError naming the file and the video."""
+
+    @abstractmethod
+    def annotation_files(self, video_id: str, reading) -> dict[str, str]:
+        """Where the video's annotation files are, as the run's tables name them ({role: path or URI}), for the
+        issue rows that point a reader at them."""
+
+    @abstractmethod
+    def clip_location(self, video_id: str) -> str:
+        """Where the video's clip is expected (path or URI), whether or not it is there."""
+
+    @abstractmethod
+    def clip(self, video_id: str) -> str | None:
+        """The video's clip as a local file, or None when the logs have none."""
+
+    def shown(self, path: str) -> str:
+        """A path as the run's tables name it (a source on object storage names the object, not its cached copy)."""
+        return str(path)

@@ -14,7 +14,7 @@ A JAAD folder (ykotseruba/JAAD layout)::
 ``read_jaad(root)`` reads every video it finds and returns ``JaadTables`` (one Arrow table per kind, all
 videos concatenated) plus one ``SourceError`` per video it could not use (broken XML, a box outside the image,
 a track with a gap, missing files): that video is left out, the others continue. ``read_video`` reads one
-video and raises. ``read_frames`` decodes only the requested frames of a clip.
+video and raises. ``read_frames`` (``generator.sources.clips``) decodes only the requested frames of a clip.
 
 Units: pixels in the video's own image (``x1_px``...); frames are 0-based indices at the video's 30 fps.
 """
@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from generator.sources.base import LogSource
+from generator.sources.base import VideoSource
 from generator.sources.remote import RemoteRoot, is_remote
 from schemas.config import SourceLimitsConfig
 from schemas.errors import SourceError
@@ -441,52 +441,7 @@ def read_jaad(root: str | os.PathLike, cfg: JaadReading | None = None, video_ids
     return JaadTables(root=str(root), errors=errors, **out)
 
 
-def read_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | None = None) -> dict[int, np.ndarray]:
-    """Decode only ``frames`` (0-based) of a video, as BGR uint8 arrays (``iter_frames``, all at once)."""
-    return dict(iter_frames(path, frames, video_id))
-
-
-def iter_frames(path: str | os.PathLike, frames: Sequence[int], video_id: str | None = None):
-    """Decode only ``frames`` (0-based) of a video, yielding (frame, BGR uint8 array) in frame order, so that a
-    caller reducing or writing each frame never holds them all: one seek to the first wanted frame, then
-    ``grab()`` over short stretches between wanted frames (a seek again past 60 frames). Raises ``SourceError``
-    (file and video named) when the file is missing or unreadable or a frame is past its end."""
-    import cv2  # cv2: about a second to import; only where images are read or drawn
-
-    p = str(path)
-    vid = video_id or Path(p).stem
-    if not os.path.isfile(p):
-        raise SourceError(f"{vid}: missing video", scene=vid, file=p)
-    wanted = sorted({int(f) for f in frames})
-    if not wanted:
-        return
-    if wanted[0] < 0:
-        raise SourceError(f"{vid}: negative frame {wanted[0]} requested", scene=vid, file=p)
-    cap = cv2.VideoCapture(p)
-    try:
-        if not cap.isOpened():
-            raise SourceError(f"{vid}: OpenCV cannot open the video", scene=vid, file=p)
-        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-        if count > 0 and wanted[-1] >= count:
-            raise SourceError(f"{vid}: frame {wanted[-1]} past the video's {count} frames", scene=vid, file=p)
-        pos = None  # index of the next frame read() would return
-        for f in wanted:
-            if pos is None or f < pos or f - pos > 60:
-                cap.set(cv2.CAP_PROP_POS_FRAMES, f)
-                pos = f
-            while pos < f:
-                if not cap.grab():
-                    raise SourceError(f"{vid}: cannot decode frame {pos}", scene=vid, file=p)
-                pos += 1
-            ok, img = cap.read()
-            if not ok or img is None:
-                raise SourceError(f"{vid}: cannot decode frame {f}", scene=vid, file=p)
-            pos = f + 1
-            yield f, img
-    finally:
-        cap.release()
-
-class JaadSource(LogSource):
+class JaadSource(VideoSource):
     """A JAAD folder as the log source of ``drivegen run --source jaad``: one scene per annotated video
     (``video_XXXX``). Camera-only: no LiDAR, no poses, no 3D; its videos go through the camera stages
     (``generator.pipeline.video``), not the 3D ones, so ``load_scene`` refuses. ``root`` may be a URI
@@ -494,7 +449,6 @@ class JaadSource(LogSource):
     (``generator.sources.remote``), a clip when its video loads; errors and tables name the objects."""
 
     name = "jaad"
-    camera_only = True
 
     def __init__(self, root: str | os.PathLike, limits=None):
         self.limits = limits or SourceLimitsConfig()
@@ -538,6 +492,11 @@ class JaadSource(LogSource):
         except SourceError as err:
             raise self.named(err) from None
         return tables
+
+    def annotation_files(self, video_id: str, cfg: JaadReading) -> dict[str, str]:
+        """Its ``annotations_attributes`` XML and the split lists it was assigned from, as the tables name them."""
+        return {"attributes": self.shown(annotation_path(self.root, video_id, "annotations_attributes")),
+                "splits": self.shown(split_folder(self.root, cfg.split_variant))}
 
     def clip_location(self, video_id: str) -> str:
         """Where the video's clip is expected (path or URI), whether or not it is there."""
