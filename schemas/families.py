@@ -76,7 +76,7 @@ class Export:
     ``enabled(cfg) -> bool``: whether the end of a run writes it; ``write(reader, cfg, out=None, **options)
     -> dict``: writes it (into ``out`` or ``RUN/<folder>``) and returns its summary (``export_summary.json``);
     ``options``: what else the end of a run hands ``write``.
-    ``part``: "module:function" building one committed scene's part of the export (``generator.pipeline.parts``:
+    ``part``: "module:function" building one committed scene's part of the export (``generator.runfolder.parts``:
     ``build(part, cfg) -> dict | None``); then the end of a run builds every scene's part on the cluster and calls
     ``write(reader, cfg, parts=True)``, which merges them (reads the parts one at a time, not the run's rows)."""
 

@@ -48,7 +48,7 @@ STAGING_DIR = ".staging"
 CARD_DIR = "card"  # the card's stats.json and histogram PNGs
 CARD = "README.md"  # the dataset card itself, at the run folder's root: the dataset as published
 VALIDATE_DIR = "validate"
-PARTS_DIR = "parts"  # per-scene parts of the end-of-run work: parts/<name>/<scene>.json (generator.pipeline.parts)
+PARTS_DIR = "parts"  # per-scene parts of the end-of-run work: parts/<name>/<scene>.json (generator.runfolder.parts)
 REPORT_DIR = "report"  # the static HTML report (``drivegen report``; its marker: report/report.json)
 VALIDATE_REPORT = f"{VALIDATE_DIR}/report.json"  # what ``drivegen validate`` writes (without --out)
 # Folders and files a command may create inside a run folder (anything else there is the user's).

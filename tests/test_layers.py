@@ -3,11 +3,15 @@ inside a function says why it is there."""
 from __future__ import annotations
 
 import ast
+import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from schemas.families import families, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 LINT = Path(sys.executable).with_name("lint-imports")
@@ -115,3 +119,43 @@ def test_the_pipeline_importing_a_dataset_breaks_it(tmp_path):
     assert r.returncode != 0
     assert "the pipeline names no dataset BROKEN" in r.stdout, r.stdout[-3000:]
     assert "generator.pipeline.video -> generator.sources.jaad" in r.stdout
+
+
+# ------------------------------------------------------------------------------------------ "module:function" strings
+# A few parts are named by string (an export's writer, an end-of-run part's builder: they are resolved in a Ray
+# worker from a plugin's declaration), which import-linter cannot see: each one must resolve.
+REFERENCE = re.compile(r"^(generator|schemas|actors)(\.\w+)+:\w+(\.\w+)*$")
+
+
+def unresolved_references(root: Path) -> tuple[int, list[str]]:
+    """(how many "module:function" strings the product packages under ``root`` hold, those that do not resolve to
+    a callable: "file:line: reference: why")."""
+    refs, bad = 0, []
+    for pkg in ("generator", "actors", "schemas"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and REFERENCE.match(node.value):
+                    refs += 1
+                    try:
+                        ok = callable(resolve(node.value))
+                        why = "not callable"
+                    except (ImportError, AttributeError) as err:
+                        ok, why = False, f"{type(err).__name__}: {err}"
+                    if not ok:
+                        bad.append(f"{path.relative_to(root)}:{node.lineno}: {node.value}: {why}")
+    return refs, bad
+
+
+def test_every_module_function_string_resolves():
+    refs, bad = unresolved_references(REPO)
+    assert refs >= 8 and not bad, bad
+    for fam in families().values():  # the module paths a family declares (its commands, its scorer)
+        for mod in [*fam.commands(), *([fam.scorer()] if fam.scorer() else [])]:
+            assert callable(getattr(importlib.import_module(mod), "main" if mod in fam.commands() else "score")), mod
+
+
+def test_a_dangling_reference_is_found(tmp_path):
+    (tmp_path / "generator").mkdir()
+    (tmp_path / "generator" / "m.py").write_text('A = "generator.cli:main"\nB = "generator.cli:no_such_function"\n')
+    refs, bad = unresolved_references(tmp_path)
+    assert refs == 2 and len(bad) == 1 and "no_such_function" in bad[0] and "AttributeError" in bad[0], bad

@@ -35,11 +35,6 @@ def question_types() -> dict[tuple[str, str], QuestionType]:
     return {qt.key: qt for f in registered().values() for qt in f.question_types}
 
 
-def reset() -> None:
-    """Forget the QA families (after ``schemas.families.reset``)."""
-    _registered.cache_clear()
-
-
 def selected(names) -> list[Family]:
     """The registered families named in ``names`` (``cfg.qa.families``), in canonical order."""
     fams = registered()
@@ -61,4 +56,4 @@ def reads(families_) -> dict[str, list[str]]:
     return out
 
 
-__all__ = ["Family", "registered", "question_types", "selected", "reads", "reset"]
+__all__ = ["Family", "registered", "question_types", "selected", "reads"]
