@@ -319,3 +319,19 @@ def test_validation_metrics_appear_once_validate_has_run(labelled_run, tmp_path)
     shown = dict(re.findall(r'<tr><td>([^<]+)</td><td class="num">([^<]+)</td></tr>', det))
     for k in ("mAP", "NDS"):
         assert float(shown[k]) == pytest.approx(r["detection"][k], abs=1e-4)
+
+
+def test_markup_in_what_the_report_shows_is_escaped(labelled_run, tmp_path):
+    """The run's path is the user's (any name a filesystem takes): the report's pages show it as text. A run folder
+    named with an HTML element and a script-running attribute, copied from a real run, gives pages where that
+    element is escaped text, never markup."""
+    hostile = "run<img src=x onerror=alert(1)>"
+    run = tmp_path / hostile
+    shutil.copytree(labelled_run, run, symlinks=True)
+    out = tmp_path / "site"
+    res = build_report(str(run), str(out), ReportConfig(samples_per_family=1, rows_per_page=1, seed=3,
+                                                        max_scenes=1))
+    index = Path(res.index).read_text()
+    assert html.escape(hostile, quote=False) in index or html.escape(hostile) in index, index[:2000]
+    for page in out.glob("*.html"):
+        assert "<img src=x" not in page.read_text(), page.name
