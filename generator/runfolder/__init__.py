@@ -5,10 +5,12 @@ decides which of them belong to it.
 * ``store.RunStore``: bytes in and out, every write atomic;
 * ``reader.RunReader``: the committed content (a file belongs to the run exactly when a manifest lists it);
 * ``commit``: committing a scene exactly once, error rows, leftovers of killed writers;
+* ``keys``: the content keys manifests record (config, source);
 * ``lock.RunLock``: one writer at a time, run epochs that fence out workers of a killed driver.
 """
-from generator.runfolder.commit import (clean_run, clear_run, commit_scene, commit_tables, config_key, remove_leftovers,
-                                        rollback_pending, run_files, source_key, text_key, write_error)
+from generator.runfolder.commit import (clean_run, clear_run, commit_scene, commit_tables, remove_leftovers,
+                                        rollback_pending, run_files, write_error)
+from generator.runfolder.keys import config_key, source_key, text_key
 from generator.runfolder.lock import LockLostError, RunLock, StaleWriterError, current_epoch, make_fence, read_lock
 from generator.runfolder.reader import RunReader, read_table
 from generator.runfolder.store import RunStore

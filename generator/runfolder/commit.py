@@ -20,14 +20,12 @@ Commands delete only what they made: files named by an intent, their own tempora
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import os
+import re
 import time
 import uuid
 from pathlib import Path
-import re
 from typing import Callable
 
 import pyarrow as pa
@@ -41,34 +39,6 @@ from schemas.config import WriterConfig
 from schemas.errors import RunFolderError
 from schemas.families import exports as family_exports
 from schemas.tables import ERRORS, QA, check_schema, write_parquet
-
-# -------------------------------------------------------------------------------------------- keys
-
-
-def text_key(text: str | bytes) -> str:
-    """A short content hash (config.yaml, source.json): what manifests and run.json record."""
-    data = text.encode() if isinstance(text, str) else text
-    return hashlib.sha1(data).hexdigest()[:16]
-
-
-_CONFIG_KEYS: dict[str, str] = {}
-
-
-def config_key(cfg) -> str:
-    """The key of a PipelineConfig: the hash of the ``config.yaml`` it is written as. Memoised by the config's
-    JSON form (a millisecond; the YAML dump takes ~50: regeneration asks once per batch)."""
-    js = cfg.model_dump_json()
-    if js not in _CONFIG_KEYS:
-        if len(_CONFIG_KEYS) > 64:
-            _CONFIG_KEYS.clear()
-        _CONFIG_KEYS[js] = text_key(cfg.to_yaml())
-    return _CONFIG_KEYS[js]
-
-
-def source_key(desc: dict) -> str:
-    """The key of a source description (``source.json``), independent of its formatting."""
-    return text_key(json.dumps(desc, sort_keys=True))
-
 
 # ------------------------------------------------------------------------------------------ commit
 def _file_rows(path: Path) -> int | None:

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from generator.runfolder.commit import config_key, text_key
+from generator.runfolder.keys import config_key, text_key
 from generator.runfolder.reader import RunReader
 from generator.runfolder.store import RunStore
 from schemas import layout

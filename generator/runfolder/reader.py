@@ -18,6 +18,7 @@ from functools import cached_property
 
 import pyarrow as pa
 
+from generator.runfolder.keys import config_key, source_key, text_key
 from generator.runfolder.store import RunStore
 from schemas import layout
 from schemas.config import PipelineConfig, config_from_yaml
@@ -300,9 +301,6 @@ class RunReader:
         text = self.config_text()
         if text is None:
             return []
-        # cycle: generator.runfolder.commit imports generator.runfolder.reader
-        from generator.runfolder.commit import config_key, text_key
-
         try:
             want = config_key(config_from_yaml(text, layout.CONFIG))
         except Exception:  # noqa: BLE001
@@ -318,9 +316,6 @@ class RunReader:
         recorded = self.run_state.get("source_key")
         src = self._json(layout.SOURCE)
         if recorded and src is not None:
-            # cycle: generator.runfolder.commit imports generator.runfolder.reader
-            from generator.runfolder.commit import source_key
-
             if source_key(src) != recorded:
                 out.append(f"source.json changed since the run started (recorded {recorded}, now {source_key(src)})")
         return out
