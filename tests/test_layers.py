@@ -78,12 +78,14 @@ LOCAL_IMPORTS_MAX = 155
 
 def local_imports(root: Path) -> list[tuple[str, int, str, bool]]:
     """(file, line, statement, says why) of every import inside a function under ``root``'s product packages;
-    a comment on its line or the line above says why."""
+    a comment on its line or the line above says why, or the one of the import block it continues (an import on
+    the line right after one that says why)."""
     found = []
     for pkg in ("generator", "actors", "schemas"):
         for path in sorted((root / pkg).rglob("*.py")):
             lines = path.read_text().splitlines()
-            seen = set()
+            seen: set[int] = set()
+            explained: dict[int, bool] = {}  # last line of an import -> whether it (or its block) says why
             for fn in ast.walk(ast.parse("\n".join(lines))):
                 if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
@@ -91,8 +93,9 @@ def local_imports(root: Path) -> list[tuple[str, int, str, bool]]:
                     if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in seen:
                         seen.add(node.lineno)
                         line, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
-                        found.append((path.relative_to(root).as_posix(), node.lineno, line.strip(),
-                                      "#" in line or above.startswith("#")))
+                        why = "#" in line or above.startswith("#") or explained.get(node.lineno - 1, False)
+                        explained[node.end_lineno] = why
+                        found.append((path.relative_to(root).as_posix(), node.lineno, line.strip(), why))
     return found
 
 
@@ -107,10 +110,10 @@ def test_function_local_imports_say_why():
 def test_a_silent_local_import_is_found(tmp_path):
     (tmp_path / "generator").mkdir()
     (tmp_path / "generator" / "m.py").write_text(
-        "import json\n\n\ndef f():\n    import os  # os: only here\n    from json import dumps\n\n"
-        "    return os, dumps\n")
+        "import json\n\n\ndef f():\n    import os  # os: only here\n    import re\n\n    from json import dumps\n\n"
+        "    return os, re, dumps\n")
     found = local_imports(tmp_path)
-    assert [(n, why) for _, n, _, why in found] == [(5, True), (6, False)]
+    assert [(n, why) for _, n, _, why in found] == [(5, True), (6, True), (8, False)]
 
 
 def test_the_pipeline_importing_a_dataset_breaks_it(tmp_path):

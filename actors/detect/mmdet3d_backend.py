@@ -155,7 +155,6 @@ class Mmdet3dDetector(Detector):
         super().__init__(cfg)
         import torch  # torch: seconds to import; only the model backends need it
         from mmdet3d.apis import init_model  # mmdet3d: optional model stack (extra 'mmdet3d'), only for its backend
-        # mmdet3d: optional model stack (extra 'mmdet3d'), only for its backend
         from mmdet3d.structures import get_box_type
         from mmengine.dataset import Compose  # mmengine: optional model stack (extra 'mmdet3d'), only for its backend
 

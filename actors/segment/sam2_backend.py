@@ -38,7 +38,7 @@ _STD = (0.229, 0.224, 0.225)
 def preprocess(images_bgr: list[np.ndarray], size: int, device):
     """BGR uint8 images -> (B, 3, size, size) float tensor: to [0, 1], resize (antialiased bilinear), normalise."""
     import torch  # torch: seconds to import; only the model backends need it
-    import torch.nn.functional as F  # torch: seconds to import; only the model backends need it
+    import torch.nn.functional as F
 
     out = []
     for img in images_bgr:
@@ -110,7 +110,7 @@ class Sam2Segmenter(Segmenter):
         gathered to it, which is what ``repeat_image`` does within one image; masks are resized to each image's
         own size. -> [(masks (M, H, W) bool, scores (M,))] per image."""
         import torch  # torch: seconds to import; only the model backends need it
-        import torch.nn.functional as F  # torch: seconds to import; only the model backends need it
+        import torch.nn.functional as F
 
         parts: list[list] = [[] for _ in feats]  # per image: (masks, scores) pieces in prompt order
         groups: dict[int, list[int]] = {}

@@ -192,7 +192,7 @@ def _match(di: np.ndarray, ti: np.ndarray, cost: np.ndarray, n_tracks: int) -> t
         # so it makes as many allowed pairs as each group can, at each group's least cost: the groups' optimum.
         return _dense(rows, r, cols, k, cost)
     from scipy.sparse import coo_matrix  # scipy: over a second to import; only where this runs
-    from scipy.sparse.csgraph import connected_components  # scipy: over a second to import; only where this runs
+    from scipy.sparse.csgraph import connected_components
 
     n_det = int(di.max()) + 1
     graph = coo_matrix((np.ones(len(di)), (di, n_det + ti)), shape=(n_det + n_tracks,) * 2)
@@ -246,7 +246,6 @@ def _sparse_match(r: np.ndarray, k: np.ndarray, c: np.ndarray, n_r: int, n_c: in
     mirror between the dummies, which makes a full matching exist. The costs are shifted to >= 1 (a
     maximum matching has a fixed number of pairs: the shift does not change which is cheapest)."""
     from scipy.sparse import csr_matrix  # scipy: over a second to import; only where this runs
-    # scipy: over a second to import; only where this runs
     from scipy.sparse.csgraph import min_weight_full_bipartite_matching
 
     w = c - c.min() + 1.0

@@ -146,13 +146,10 @@ def probe_cluster(address: str) -> str:
     Ray and Python versions are this process's. Raises a ClusterError naming the address and the reason."""
     # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._common.usage.usage_constants import CLUSTER_METADATA_KEY
-    from ray._private import services  # Ray's own address rules and GCS client: Ray is imported here, when needed
-    # ray: only where Ray runs (in-process runs and most commands never start it)
+    from ray._private import services  # Ray's own address rules and GCS client
     from ray._private.ray_constants import KV_NAMESPACE_CLUSTER
-    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._private.utils import check_version_info
-    from ray._raylet import GcsClient  # ray: only where Ray runs (in-process runs and most commands never start it)
-    # ray: only where Ray runs (in-process runs and most commands never start it)
+    from ray._raylet import GcsClient
     from ray.exceptions import AuthenticationError
 
     if address.startswith("ray://"):  # Ray Client: its proxy checks the rest when ray.init connects
@@ -344,7 +341,6 @@ def settle_metrics(cfg: PipelineConfig, address: str | None) -> None:
 def _join(address: str, gcs: str, common: dict) -> None:
     """``ray.init`` on the probed cluster (``gcs``), its failures named as ``probe_cluster`` names them."""
     import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
-    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray.exceptions import AuthenticationError
 
     try:
@@ -371,7 +367,6 @@ def _join(address: str, gcs: str, common: dict) -> None:
 def _log_embedded(metrics_port: int | None) -> None:
     """What the embedded Ray actually is, read back from Ray (never what was asked for)."""
     import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
-    # ray: only where Ray runs (in-process runs and most commands never start it)
     from ray._raylet import AuthenticationMode, get_authentication_mode
 
     host = ray.util.get_node_ip_address()

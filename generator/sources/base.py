@@ -64,8 +64,8 @@ class VideoSource(LogSource):
     camera_only = True
 
     def load_scene(self, scene_id: str) -> Scene:
-        raise SourceError(f"{scene_id}: {self.name} is camera-only (no LiDAR, no poses); its videos run through the "
-                          "camera stages (generator.pipeline.video)", scene=scene_id, stage="load")
+        raise SourceError(f"{scene_id}: the {self.name} logs are camera-only (no LiDAR, no poses); its videos run "
+                          "through the camera stages (generator.pipeline.video)", scene=scene_id, stage="load")
 
     @abstractmethod
     def load_video(self, video_id: str, reading) -> dict[str, pa.Table]:

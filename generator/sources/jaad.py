@@ -444,8 +444,8 @@ def read_jaad(root: str | os.PathLike, cfg: JaadReading | None = None, video_ids
 class JaadSource(VideoSource):
     """A JAAD folder as the log source of ``drivegen run --source jaad``: one scene per annotated video
     (``video_XXXX``). Camera-only: no LiDAR, no poses, no 3D; its videos go through the camera stages
-    (``generator.pipeline.video``), not the 3D ones, so ``load_scene`` refuses. ``root`` may be a URI
-    (``s3://bucket/jaad``): the annotations are mirrored into the node cache when the source opens
+    (``generator.pipeline.video``), not the 3D ones, so ``load_scene`` refuses (``VideoSource``). ``root`` may be
+    a URI (``s3://bucket/jaad``): the annotations are mirrored into the node cache when the source opens
     (``generator.sources.remote``), a clip when its video loads; errors and tables name the objects."""
 
     name = "jaad"
@@ -476,11 +476,6 @@ class JaadSource(VideoSource):
 
     def scene_ids(self) -> list[str]:
         return list(self._ids)
-
-    def load_scene(self, scene_id: str):
-        raise SourceError(f"{scene_id}: JAAD is camera-only (no LiDAR, no poses); its videos run through the "
-                          "camera stages (generator.pipeline.video)", scene=scene_id, file=self.shown(self.root),
-                          stage="load")
 
     def load_video(self, video_id: str, cfg: JaadReading) -> dict[str, pa.Table]:
         """``read_video``'s tables of one video, its split from ``split_ids/<cfg.split_variant>``; raises

@@ -144,9 +144,7 @@ class NuScenesGroundTruth(LogGroundTruth):
     def boxes(self, tokens: list[str], kind: str) -> EvalBoxes:
         # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes.eval.common.loaders import load_gt_of_sample_tokens
-        # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes.eval.detection.data_classes import DetectionBox
-        # nuscenes-devkit: seconds to import (it pulls matplotlib); only to read or score nuScenes
         from nuscenes.eval.tracking.data_classes import TrackingBox
 
         box_cls = DetectionBox if kind == "detection" else TrackingBox

@@ -261,7 +261,7 @@ def _write(path: Path, data: bytes) -> None:
 
 def _plot(hist: dict, name: str, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: seconds to import; only for figures
-    from matplotlib.figure import Figure  # matplotlib: seconds to import; only for figures
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6, 3.2), dpi=100)
     FigureCanvasAgg(fig)

@@ -31,7 +31,6 @@ class DramaX(PaperFamily):
     def tables(self):
         # lazy: the registry imports every family's package for its declarations alone
         from generator.families.drama_x.tables import DRAMA_RISK, DRAMA_VIDEO
-        # lazy: the registry imports every family's package for its declarations alone
         from schemas.layout import TableLayout
 
         return [TableLayout("drama_risk", "drama_risk", DRAMA_RISK), TableLayout("drama_video", "drama_video", DRAMA_VIDEO)]

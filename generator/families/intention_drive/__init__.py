@@ -48,7 +48,6 @@ class IntentionDrive(PaperFamily):
     def qa_families(self):
         # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.behaviour_qa import EGO_BEHAVIOUR
-        # lazy: the registry imports every family's package for its declarations alone
         from generator.families.intention_drive.qa import EGO_INTENTION
 
         return [EGO_BEHAVIOUR, EGO_INTENTION]

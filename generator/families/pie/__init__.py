@@ -30,7 +30,6 @@ class Pie(PaperFamily):
     def tables(self):
         # lazy: the registry imports every family's package for its declarations alone
         from generator.families.pie.tables import PIE_SAMPLES
-        # lazy: the registry imports every family's package for its declarations alone
         from schemas.layout import TableLayout
 
         return [TableLayout("pie_samples", "pie_samples", PIE_SAMPLES)]
