@@ -107,7 +107,10 @@ class _Tables(Mapping):
         return self._all
 
     def __getitem__(self, name: str) -> TableLayout:
-        return self._tables()[name]
+        # a core table without the registry: a module reading one at import (``TABLES["qa"]``) loads no family,
+        # so a family may import the core that does (a family named like a core table is refused anyway)
+        core = _CORE_BY_NAME.get(name)
+        return core if core is not None else self._tables()[name]
 
     def __iter__(self):
         return iter(self._tables())
@@ -116,6 +119,7 @@ class _Tables(Mapping):
         return len(self._tables())
 
 
+_CORE_BY_NAME = {t.name: t for t in CORE_TABLES}
 TABLES: Mapping[str, TableLayout] = _Tables()
 
 

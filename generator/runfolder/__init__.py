@@ -11,10 +11,12 @@ decides which of them belong to it.
 from generator.runfolder.commit import (clean_run, clear_run, commit_scene, commit_tables, remove_leftovers,
                                         rollback_pending, run_files, write_error)
 from generator.runfolder.keys import config_key, source_key, text_key
+from generator.runfolder.owned import check_owned_folder, release_staging, replace_owned_folder, staging
 from generator.runfolder.lock import LockLostError, RunLock, StaleWriterError, current_epoch, make_fence, read_lock
 from generator.runfolder.reader import RunReader, read_table
 from generator.runfolder.store import RunStore
 
 __all__ = ["RunStore", "RunReader", "read_table", "RunLock", "LockLostError", "StaleWriterError", "current_epoch",
            "make_fence", "read_lock", "commit_scene", "commit_tables", "config_key", "source_key", "text_key", "remove_leftovers",
-           "rollback_pending", "write_error", "clean_run", "clear_run", "run_files"]
+           "rollback_pending", "write_error", "clean_run", "clear_run", "run_files", "check_owned_folder",
+           "replace_owned_folder", "release_staging", "staging"]

@@ -15,8 +15,8 @@ from generator.families.intention_drive.export import (
     EXPORT_FORMAT, EXPORT_SUMMARY, OBJECTS_FILE, SAMPLES_FILE, read_run_scene, road_maps
 )
 from generator.families.intention_drive.tables import INTENTION_OBJECTS, INTENTION_SAMPLES
-from generator.pipeline.exports import check_owned_folder, release_staging, replace_owned_folder, staging
-from generator.runfolder import RunReader, RunStore
+from generator.runfolder import (RunReader, RunStore, check_owned_folder, release_staging, replace_owned_folder,
+                                 staging)
 from generator.runfolder.parts import PartSpec, read_parts, stream_parts
 from schemas.config import PipelineConfig
 from schemas.tables import ParquetStream

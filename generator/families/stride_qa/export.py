@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generator.pipeline.exports import check_owned_folder, release_staging, replace_owned_folder, staging
-from generator.runfolder import RunReader, RunStore
+from generator.runfolder import (RunReader, RunStore, check_owned_folder, release_staging, replace_owned_folder,
+                                 staging)
 from schemas.config import PipelineConfig
 
 log = logging.getLogger("drivegen.pipeline")
