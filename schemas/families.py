@@ -1,31 +1,30 @@
 """Paper families: the contract a family fulfils and the one registry the rest of drivegen iterates.
 
 A *paper family* (STRIDE-QA, DRAMA-X, PIE/JAAD, Intention-Drive, or a user's own) is one package that
-declares a ``PaperFamily`` object. Everything drivegen does for a family it finds through that object:
+declares a ``PaperFamily`` object. Everything drivegen does for a family it finds through that object, whose
+hooks come in small groups (``HOOK_GROUPS``; each hook's signature and docstring below, listed in
+``docs/families/adding.md`` from this code):
 
-    config_section / config_model   its section of the root config (``cfg.<section>``, a pydantic model)
-    tables()                        the per-scene run tables it writes (``schemas.layout.TableLayout``)
-    derive(scene, cfg)              per 3D scene, in the attributes stage: {table name: Arrow table}
-    counts(tables, cfg)             its counts of a scene's or video's derived tables (manifest, summary)
-    derive_video(video, cfg)        per camera-only video, in the video stage: {table name: Arrow table}
-    video_settings / frames_to_extract   how camera-only videos are read; which frames a video's rows show
-    qa_families() / template_dirs() its QA families (``generator.qa.fields.Family``) and YAML templates
-    video_qa(...)                   its QA batches of a camera-only video
-    exports()                       its exports (``Export``): written by ``drivegen run`` and by a command
-    scorer()                        ``drivegen score <name>``: a module path (score(pred, target, **kw), to_text)
-    summary(counts, ...)            its typed entry of the run summary (``schemas.summary.RunSummary.families``)
-    summary_entry(data)             that entry read back from ``summary.json``
-    card_section(...) / report_video_cells(...) / report_sample_note(...)
-                                                  its part of the dataset card and of the HTML report
-    commands()                      extra ``drivegen`` subcommands (module paths)
+    Configured      config_section, config_model(), moved_settings(), settings(cfg): its section of the config
+    WritesTables    tables(), schemas(): the per-scene run tables it writes (``schemas.layout.TableLayout``)
+    Derives         derive(scene, cfg), counts(tables, cfg): per 3D scene, in the attributes stage
+    DerivesVideo    video_settings(cfg), derive_video(video, cfg), frames_to_extract(tables): per camera-only video
+    AsksQuestions   qa_names, qa_families(), template_dirs(), video_qa(tables, cfg): its QA families and templates
+    ExportsFiles    exports(): its exports (``Export``), written by ``drivegen run`` and ``drivegen export``
+    Scores          score_name, scorer(), score_arguments(parser), score_options(args): ``drivegen score``
+    Summarises      summary(counts, exports, camera_only), summary_entry(data): its typed run summary entry
+    Reports         card_section(...), report_video_cells(...), report_sample_note(...): card and HTML report
+    AddsCommands    commands(): extra ``drivegen`` subcommands (module paths)
 
-Every hook is optional; the defaults do nothing. The registry is the families built into drivegen
-(``BUILTIN``, module paths) followed by the entry points of the group ``drivegen.families`` (a user's
-package declares ``[project.entry-points."drivegen.families"] name = "pkg.module:FAMILY"``, so ``pip
-install`` adds a family without touching drivegen). This module is the one place that loads family code
-by name: nothing in drivegen's core imports a family package (``tests/test_layers.py``), and a family
-package imports the core, never another family. A family's module that only declares its object stays
-cheap to import; its hooks import the heavy work they call when they are called (start-up cost).
+A family's author imports one module, ``generator.families.api`` (this contract, the registry's helpers and
+the core's functions a family calls). Every hook is optional; the defaults do nothing.
+
+The registry is the families built into drivegen (``BUILTIN``, module paths) followed by the entry points of the
+group ``drivegen.families`` (a user's package declares ``[project.entry-points."drivegen.families"] name =
+"pkg.module:FAMILY"``, so ``pip install`` adds a family without touching drivegen). This module is the one place
+that loads family code by name: nothing in drivegen's core imports a family package (``tests/test_layers.py``),
+and a family package imports the core, never another family. A family's module that only declares its object
+stays cheap to import; its hooks import the heavy work they call when they are called (start-up cost).
 
 Families are ordered by ``order`` then name: the order of QA families in the QA rows, of the summary's
 lines, of the card's sections and the report's pages.
@@ -44,12 +43,14 @@ import logging
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from schemas.errors import ConfigError, FamilyError
 from schemas.summary import FamilyEntry
 
 if TYPE_CHECKING:  # annotations only: the contract names the core's types without importing them
+    import argparse
+
     import pyarrow as pa
     from pydantic import BaseModel
 
@@ -91,18 +92,22 @@ class Export:
         return resolve(self.write)(reader, cfg=cfg, **options)
 
 
-class PaperFamily:
-    """The contract of a paper family. Subclass it and override what the family has; declare one instance
-    (``FAMILY``) in the family's package. ``name`` is the registry key and the name ``drivegen score`` takes;
-    ``title`` the paper's name as people write it."""
+# The contract, as small hook groups: a family implements the groups it has (each hook's default does
+# nothing), and the core's code that calls one group names only that group. ``PaperFamily`` is their union.
+# Types a hook hands over that live above this module are named in words: ``cfg`` is the run's config
+# (``schemas.config.PipelineConfig``, a pydantic model), ``reader`` a ``generator.runfolder.RunReader``,
+# ``video`` a ``generator.pipeline.video.VideoInputs``.
+Tables = dict[str, "pa.Table"]  # run tables by name
+S = TypeVar("S", bound="BaseModel")  # a family's settings model
+
+
+class Configured(Generic[S]):
+    """Its settings: a section of the root config, validated by its own pydantic model."""
 
     name: str = ""
-    title: str = ""
-    order: int = 100
     config_section: str | None = None  # its top-level key in the config (None: no settings)
-    qa_names: tuple[str, ...] = ()  # the names of its QA families (``qa_families()``), generated by default
 
-    def config_model(self) -> type[BaseModel] | None:
+    def config_model(self) -> type[S] | None:
         """The pydantic model of ``cfg.<config_section>`` (defaults = the paper's values)."""
         return None
 
@@ -112,6 +117,17 @@ class PaperFamily:
         load; the old key's value is taken where the new key is not given."""
         return {}
 
+    def settings(self, cfg: BaseModel) -> S:
+        """Its section of the run's config ``cfg`` (an instance of ``config_model()``): how a family reads its
+        own settings, typed. FamilyError for a family without settings."""
+        if not self.config_section:
+            raise FamilyError(f"paper family {self.name!r} has no settings (its config_section is None)")
+        return getattr(cfg, self.config_section)
+
+
+class WritesTables:
+    """The per-scene run tables it writes."""
+
     def tables(self) -> list[TableLayout]:
         """The per-scene run tables this family writes (their names are global: unique across families)."""
         return []
@@ -120,34 +136,48 @@ class PaperFamily:
         """Every Arrow schema it declares (its run tables' and its export files'), for ``schemas.tables``."""
         return [t.schema for t in self.tables() if t.schema is not None]
 
-    def derive(self, scene: dict[str, pa.Table], cfg) -> dict[str, pa.Table]:
-        """Per 3D scene, in the attributes stage: ``scene`` holds ``frames``, ``objects``, ``attributes``,
-        ``labels``; returns tables named in ``tables()`` (any other name fails the scene with a FamilyError: a
-        family never replaces a core table or another family's). A pure function of its inputs."""
+
+class Derives:
+    """Its work on a 3D scene, in the attributes stage."""
+
+    def derive(self, scene: Tables, cfg: BaseModel) -> Tables:
+        """Per 3D scene: ``scene`` holds ``frames``, ``objects``, ``attributes``, ``labels``; returns tables named
+        in ``tables()`` (any other name fails the scene with a FamilyError: a family never replaces a core table
+        or another family's). A pure function of its inputs."""
         return {}
 
-    def derive_video(self, video, cfg) -> dict[str, pa.Table]:
-        """Per camera-only video (``generator.pipeline.video.VideoInputs``), in the video stage; tables named in
-        ``tables()``, as ``derive``."""
-        return {}
-
-    def video_settings(self, cfg):
-        """How camera-only videos are read (an object with the attributes ``generator.sources.jaad.JaadReading``
-        names, plus ``fps``, ``extract_frames``, ``frame_format``), when this family declares it; else None."""
-        return None
-
-    def frames_to_extract(self, tables: dict[str, pa.Table]):
-        """The frames of a video its derived ``tables`` name an extracted image for (an int array); None."""
-        return None
-
-    def counts(self, tables: dict[str, pa.Table], cfg) -> dict[str, int]:
+    def counts(self, tables: Tables, cfg: BaseModel) -> dict[str, int]:
         """Counts of the tables its ``derive`` (a 3D scene) or ``derive_video`` (a video) just made, for the
         scene's manifest, where they are kept in the family's own namespace (``family_counts``: no key of the
         core's or another family's is overwritten); the run summary sums them and hands the family's sums to
         ``summary``."""
         return {}
 
-    def qa_families(self) -> list:
+
+class DerivesVideo:
+    """Its work on a camera-only video, in the video stage."""
+
+    def video_settings(self, cfg: BaseModel) -> Any:
+        """How camera-only videos are read (an object with the attributes ``generator.sources.base.VideoSource``
+        reads, plus ``fps``, ``extract_frames``, ``frame_format``), when this family declares it; else None."""
+        return None
+
+    def derive_video(self, video: Any, cfg: BaseModel) -> Tables:
+        """Per camera-only video (``video``: ``generator.pipeline.video.VideoInputs``); tables named in
+        ``tables()``, as ``derive``."""
+        return {}
+
+    def frames_to_extract(self, tables: Tables) -> Any:
+        """The frames of a video its derived ``tables`` name an extracted image for (an int array); None."""
+        return None
+
+
+class AsksQuestions:
+    """Its QA families and templates."""
+
+    qa_names: tuple[str, ...] = ()  # the names of its QA families (``qa_families()``), generated by default
+
+    def qa_families(self) -> list[Any]:
         """Its QA families (``generator.qa.fields.Family``), in the order their rows are laid out."""
         return []
 
@@ -155,56 +185,93 @@ class PaperFamily:
         """Folders of its YAML templates (read after the core's, before ``qa.template_dirs``)."""
         return []
 
-    def video_qa(self, tables: dict[str, pa.Table], cfg) -> list:
+    def video_qa(self, tables: Tables, cfg: BaseModel) -> list[Any]:
         """Its QA batches (``generator.qa.video.VideoBatch``) of a camera-only video from the tables its
         ``derive_video`` made (``tables``: every family's); [] for none."""
         return []
 
+
+class ExportsFiles:
+    """Its exports: files in the paper's own format, written by ``drivegen run`` and by a command."""
+
     def exports(self) -> list[Export]:
+        """Its exports (``Export``), in the order they are written."""
         return []
+
+
+class Scores:
+    """``drivegen score <name>``: its scorer."""
 
     score_name: str | None = None  # the name ``drivegen score`` takes (default: ``name`` with '-' for '_')
 
-    def scorer(self):
+    def scorer(self) -> str | None:
         """The module path of its scorer (``HELP``, ``score(pred, target, **options) -> dict``, ``to_text``);
         None for none. Imported only when ``drivegen score`` uses it."""
         return None
 
-    def score_arguments(self, parser) -> None:
+    def score_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add its scorer's own options to ``drivegen score``'s argparse parser."""
 
-    def score_options(self, args) -> dict:
+    def score_options(self, args: argparse.Namespace) -> dict[str, Any]:
         """The keyword options its scorer takes from the parsed ``args`` ({} when none was given); InputError
         for an unusable combination."""
         return {}
 
-    def summary(self, counts: dict, exports: dict[str, dict], camera_only: bool) -> SummaryEntry | None:
-        """Its typed entry of the run summary (``schemas.summary.SummaryEntry``: ``to_json()`` and ``lines()``,
-        the lines ``drivegen run`` prints), from its own counts (what its ``counts`` returned) summed over the
-        run's scenes and its exports' summaries; None for none."""
+
+class Summarises:
+    """Its entry of the run summary (``summary.json``, the lines ``drivegen run`` prints)."""
+
+    title: str = ""
+
+    def summary(self, counts: dict[str, int], exports: dict[str, dict], camera_only: bool) -> SummaryEntry | None:
+        """Its typed entry of the run summary (``schemas.summary.SummaryEntry``: ``to_json()`` and ``lines()``),
+        from its own counts (what its ``counts`` returned) summed over the run's scenes and its exports'
+        summaries; None for none."""
         return None
 
-    def summary_entry(self, data: dict) -> SummaryEntry:
+    def summary_entry(self, data: dict[str, Any]) -> SummaryEntry:
         """Its entry read back from ``summary.json`` (``data``: the entry's ``to_json()``)."""
         return FamilyEntry(self.title, dict(data))
 
-    def card_section(self, reader, cfg) -> str | None:
+
+class Reports:
+    """Its parts of the dataset card and of the HTML report."""
+
+    def card_section(self, reader: Any, cfg: BaseModel) -> str | None:
         """Markdown for the dataset card (a ``## `` section); None for none."""
         return None
 
-    def report_video_cells(self, reader, video_id: str, counts: dict) -> dict[str, str]:
+    def report_video_cells(self, reader: Any, video_id: str, counts: dict[str, int]) -> dict[str, str]:
         """Its columns of the report's table of a camera-only run's videos: {header: cell} for one video
         (``counts``: its own counts of the video, what its ``counts`` returned)."""
         return {}
 
-    def report_sample_note(self, row: dict, cfg) -> str | None:
+    def report_sample_note(self, row: dict[str, Any], cfg: BaseModel) -> str | None:
         """A sentence the report's sample browser shows under a QA row of one of its QA families (``row``: the
         QA row; ``cfg``: the run's config), for what a reader needs to read the row right; None for none."""
         return None
 
+
+class AddsCommands:
+    """Extra ``drivegen`` subcommands."""
+
     def commands(self) -> list[str]:
         """Module paths of extra ``drivegen`` subcommands (``add_parser(subparsers)``, ``main(args)``)."""
         return []
+
+
+HOOK_GROUPS: tuple[type, ...] = (Configured, WritesTables, Derives, DerivesVideo, AsksQuestions, ExportsFiles, Scores,
+                                 Summarises, Reports, AddsCommands)
+
+
+class PaperFamily(Configured[S], WritesTables, Derives, DerivesVideo, AsksQuestions, ExportsFiles, Scores, Summarises,
+                  Reports, AddsCommands):
+    """A paper family: every hook group (``HOOK_GROUPS``). Subclass it (``PaperFamily[MySettings]`` types
+    ``settings(cfg)``), override what the family has and declare one instance (``FAMILY``) in the family's
+    package. ``name`` is the registry key; ``title`` the paper's name as people write it; ``order`` places it
+    among the families."""
+
+    order: int = 100
 
     def __repr__(self) -> str:
         return f"<paper family {self.name!r}>"
@@ -354,9 +421,11 @@ def broken_named(name: str) -> BrokenFamily | None:
     return next((b for b in broken_families() if name in b.names()), None)
 
 
-def config_sections() -> dict[str, type]:
-    """{section: pydantic model} of every family with settings, in family order."""
-    return {f.config_section: f.config_model() for f in families().values() if f.config_section}
+def config_sections() -> dict[str, type[BaseModel]]:
+    """{section: pydantic model} of every family with settings, in family order (a section without a model is
+    no section: its key is refused as unknown)."""
+    return {f.config_section: model for f in families().values()
+            if f.config_section and (model := f.config_model()) is not None}
 
 
 def moved_settings() -> dict[str, str]:
@@ -384,7 +453,9 @@ def exports() -> list[tuple[PaperFamily, Export]]:
     return [(f, e) for f in families().values() for e in f.exports()]
 
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILY_COUNTS", "BrokenFamily", "Export", "PaperFamily", "families",
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "FAMILY_COUNTS", "HOOK_GROUPS", "AddsCommands", "AsksQuestions", "BrokenFamily",
+           "Configured", "Derives", "DerivesVideo", "Export", "ExportsFiles", "PaperFamily", "Reports", "Scores",
+           "Summarises", "Tables", "WritesTables", "families",
            "broken_families", "broken_named", "command_broken", "config_sections", "moved_settings",
            "qa_family_names", "family_tables", "scorers", "exports", "resolve", "family_counts", "add_family_counts",
            "declared_output"]

@@ -48,7 +48,8 @@ def _written_pages() -> list[Path]:
     """The hand-written pages: the README and docs/ without the generated ones (the config reference and the
     benchmarks' own pages, which name their command, date and CPU)."""
     pages = [ROOT / "README.md"] + sorted(DOCS.rglob("*.md"))
-    return [p for p in pages if "benchmarks" not in p.relative_to(ROOT).parts[1:-1] and p.name != "config.md"]
+    return [p for p in pages if "benchmarks" not in p.relative_to(ROOT).parts[1:-1]
+            and p.name not in ("config.md", "family-hooks.md")]
 
 
 def _mkdocs(config: Path, site: Path) -> subprocess.CompletedProcess:
@@ -269,6 +270,23 @@ def test_config_reference_is_the_configs_own(monkeypatch):
     assert "| `box_iou_min` | float | >= 0, <= 1 | `0.3` |" in text
     monkeypatch.setattr(VisibilityConfig.model_fields["box_iou_min"], "description", "changed")
     assert config_reference() != text
+
+
+def test_family_hooks_page_is_the_contracts_own(monkeypatch):
+    """docs/reference/family-hooks.md is what ``python -m generator.commands.reference`` writes from the hook
+    groups: every hook of ``PaperFamily`` with its signature; a changed signature makes the page stale."""
+    from generator.commands.reference import HOOKS_PAGE, hooks_reference
+    from schemas.families import HOOK_GROUPS, PaperFamily, Scores
+
+    text = hooks_reference()
+    assert HOOKS_PAGE.read_text() == text, "stale: run python -m generator.commands.reference"
+    hooks = {n for g in HOOK_GROUPS for n in vars(g) if not n.startswith("_")}
+    assert hooks >= {n for n in dir(PaperFamily) if not n.startswith("_")} - {"order"}  # every hook is in a group
+    for name in hooks:
+        assert f"### `{name}" in text, name
+    assert "### `derive(scene: Tables, cfg: BaseModel) -> Tables`" in text
+    monkeypatch.setattr(Scores, "scorer", lambda self, strict=True: None)
+    assert hooks_reference() != text
 
 
 @needs_mkdocs

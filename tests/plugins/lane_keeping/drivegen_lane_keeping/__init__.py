@@ -14,9 +14,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.families import Export, PaperFamily, family_counts
+from drivegen_lane_keeping.derive import LANE_OFFSETS, lane_offsets
+from drivegen_lane_keeping.qa import EGO_LANE_KEEPING
+from generator.families import api
 
 HERE = Path(__file__).parent
 
@@ -43,69 +46,62 @@ class LaneKeepingSummary:
         return [f"Ego lane keeping: {self.keyframes} keyframes, {self.kept} within the lane{where}"]
 
 
-class LaneKeeping(PaperFamily):
+class LaneKeeping(api.PaperFamily[LaneKeepingConfig]):
     name = "lane_keeping"
     title = "Ego lane keeping"
     order = 90
     config_section = "lane_keeping"
     qa_names = ("ego_lane_keeping",)
 
-    def config_model(self):
+    def config_model(self) -> type[LaneKeepingConfig]:
         return LaneKeepingConfig
 
-    def tables(self):
-        from drivegen_lane_keeping.derive import LANE_OFFSETS
-        from schemas.layout import TableLayout
+    def tables(self) -> list[api.TableLayout]:
+        return [api.TableLayout("lane_offsets", "lane_offsets", LANE_OFFSETS)]
 
-        return [TableLayout("lane_offsets", "lane_offsets", LANE_OFFSETS)]
+    def derive(self, scene: api.Tables, cfg: BaseModel) -> api.Tables:
+        return {"lane_offsets": lane_offsets(scene["frames"], self.settings(cfg).horizon_s)}
 
-    def derive(self, scene, cfg):
-        from drivegen_lane_keeping.derive import lane_offsets
-
-        return {"lane_offsets": lane_offsets(scene["frames"], cfg.lane_keeping.horizon_s)}
-
-    def qa_families(self):
-        from drivegen_lane_keeping.qa import EGO_LANE_KEEPING
-
+    def qa_families(self) -> list[api.Family]:
         return [EGO_LANE_KEEPING]
 
-    def template_dirs(self):
+    def template_dirs(self) -> list[Path]:
         return [HERE / "templates"]
 
-    def exports(self):
-        return [Export("lane_keeping", "lane_keeping", "drivegen_lane_keeping.export:write",
-                       enabled=lambda cfg: cfg.lane_keeping.export)]
+    def exports(self) -> list[api.Export]:
+        return [api.Export("lane_keeping", "lane_keeping", "drivegen_lane_keeping.export:write",
+                           enabled=lambda cfg: self.settings(cfg).export)]
 
-    def scorer(self):
+    def scorer(self) -> str:
         return "drivegen_lane_keeping.score"
 
-    def summary(self, counts, exports, camera_only):
+    def summary(self, counts: dict[str, int], exports: dict[str, dict], camera_only: bool) -> LaneKeepingSummary | None:
         if camera_only:
             return None
         exp = exports.get("lane_keeping")
         return LaneKeepingSummary(int(counts.get("lane_keyframes", 0)), int(counts.get("lane_kept", 0)),
                                   exp["folder"] if exp else None)
 
-    def counts(self, tables, cfg):
-        import numpy as np
-
+    def counts(self, tables: api.Tables, cfg: BaseModel) -> dict[str, int]:
         t = tables.get("lane_offsets")
         if t is None:
             return {}
         off = t.column("lateral_offset_m").to_numpy(zero_copy_only=False)
-        return {"lane_keyframes": int(len(off)), "lane_kept": int(np.sum(np.abs(off) <= cfg.lane_keeping.keep_within_m))}
+        within = self.settings(cfg).keep_within_m
+        return {"lane_keyframes": int(len(off)), "lane_kept": int(np.sum(np.abs(off) <= within))}
 
-    def summary_entry(self, data):
+    def summary_entry(self, data: dict) -> LaneKeepingSummary:
         return LaneKeepingSummary(**data)
 
-    def card_section(self, reader, cfg):
+    def card_section(self, reader: api.RunReader, cfg: BaseModel) -> str:
         n = kept = 0
         for m in reader.manifests():
-            c = family_counts(m.get("counts") or {}, self.name)
+            c = api.family_counts(m.get("counts") or {}, self.name)
             n, kept = n + c.get("lane_keyframes", 0), kept + c.get("lane_kept", 0)
-        return (f"## Ego lane keeping\n\nThe ego's lateral offset {cfg.lane_keeping.horizon_s:g} s after each keyframe, "
-                f"from the line of its heading at the keyframe (positive: left): {n} keyframes, {kept} within "
-                f"{cfg.lane_keeping.keep_within_m:g} m (table `lane_offsets/`, QA family `ego_lane_keeping`).\n")
+        own = self.settings(cfg)
+        return (f"## Ego lane keeping\n\nThe ego's lateral offset {own.horizon_s:g} s after each keyframe, from the "
+                f"line of its heading at the keyframe (positive: left): {n} keyframes, {kept} within "
+                f"{own.keep_within_m:g} m (table `lane_offsets/`, QA family `ego_lane_keeping`).\n")
 
 
 FAMILY = LaneKeeping()

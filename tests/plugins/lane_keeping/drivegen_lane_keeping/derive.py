@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from generator.attributes.ego import ego_states, interp_grouped
+from generator.families.api import ego_states, interp_grouped
 
 LANE_OFFSETS = pa.schema([
     pa.field("scene_id", pa.string(), False), pa.field("frame_index", pa.int32(), False),

@@ -8,9 +8,10 @@ import json
 
 import pyarrow.parquet as pq
 
+from drivegen_lane_keeping import FAMILY
 from drivegen_lane_keeping.derive import LANE_OFFSETS
-from generator.pipeline.exports import check_owned_folder, release_staging, replace_owned_folder, staging
-from generator.runfolder import RunReader, RunStore
+from generator.families.api import (RunReader, RunStore, check_owned_folder, release_staging, replace_owned_folder,
+                                    staging)
 
 FOLDER = "lane_keeping"
 FORMAT = "drivegen-lane-keeping/1"
@@ -34,7 +35,7 @@ def write(run, cfg=None, out: str | None = None) -> dict:
                     w.write_table(part.select(LANE_OFFSETS.names).cast(LANE_OFFSETS))
                     rows, scenes = rows + part.num_rows, scenes + 1
         summary = {"format": FORMAT, "folder": FOLDER, "rows": rows, "scenes": scenes,
-                   "horizon_s": cfg.lane_keeping.horizon_s, "files": [OFFSETS]}
+                   "horizon_s": FAMILY.settings(cfg).horizon_s, "files": [OFFSETS]}
         (built / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
         replace_owned_folder(target, rel_dir, built, SUMMARY, FORMAT, in_run_folder=out is None)
     finally:

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generator.attributes.arrays import KeyIndex, codes, column, to_numpy
-from generator.qa.fields import Family, Field, QuestionType
-from generator.qa.generate import Batch, Plan, keyframe_batch, words
+from generator.families.api import (Batch, Family, Field, KeyIndex, Plan, QuestionType, codes, column, keyframe_batch,
+                                    to_numpy, words)
 
 NAME = "ego_lane_keeping"
 OFFSET = QuestionType(NAME, "lateral_offset", "quantitative", (

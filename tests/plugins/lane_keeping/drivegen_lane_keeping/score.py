@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from generator.runfolder import RunStore
-from schemas.errors import InputError
+from drivegen_lane_keeping.export import OFFSETS, SUMMARY
+from generator.families.api import InputError, RunReader, RunStore, read_parquet, read_predictions
 
 NAME = "lane-keeping"
 HELP = "ego lane keeping: mean absolute error of the lateral offset"
 
 
 def load_target(target: str) -> dict[tuple[str, int], float]:
-    from drivegen_lane_keeping.export import OFFSETS, SUMMARY
-    from generator.runfolder import RunReader
-    from schemas.tables import read_parquet
-
     store = RunStore(target)
     if store.exists(SUMMARY):
         t = read_parquet(store.full(OFFSETS), filesystem=store.fs)
@@ -38,7 +34,6 @@ def load_target(target: str) -> dict[tuple[str, int], float]:
 
 
 def score(pred_path: str, target: str, splits=None, **_) -> dict:
-    from generator.validate.score import read_predictions
 
     truth = load_target(target)
     problems = []
@@ -64,9 +59,9 @@ def score(pred_path: str, target: str, splits=None, **_) -> dict:
             else:
                 pred[key] = v
     keys = sorted(set(pred) & set(truth))
-    err = np.abs(np.array([pred[k] - truth[k] for k in keys])) if keys else np.zeros(0)
+    abs_err = np.abs(np.array([pred[k] - truth[k] for k in keys])) if keys else np.zeros(0)
     return {"family": "lane_keeping", "samples": len(truth), "scored": len(keys),
-            "missing": len(truth) - len(keys), "mae_m": float(err.mean()) if len(err) else None,
+            "missing": len(truth) - len(keys), "mae_m": float(abs_err.mean()) if len(abs_err) else None,
             "problems": problems}
 
 
