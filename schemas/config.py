@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import pyarrow as pa
 import yaml
@@ -1028,7 +1028,8 @@ class PipelineConfig(_Model):
             return handler(data)
         data = _move_settings(data, moved_settings())
         sections = config_sections()
-        errors, values = [], {}
+        errors: list[Any] = []  # pydantic's InitErrorDetails dicts
+        values: dict[str, BaseModel] = {}
         for key in data:
             if key not in cls.model_fields and key not in sections:
                 errors.append({"type": "extra_forbidden", "loc": (key,), "input": data[key]})
@@ -1064,7 +1065,7 @@ def _section(data: dict, dotted: str, create: bool = False) -> tuple[dict | None
     """(the mapping that holds ``dotted``'s last key, that key); None when a section on the way is not a
     mapping (or absent and not ``create``d)."""
     *head, last = dotted.split(".")
-    node = data
+    node: Any = data
     for part in head:
         if create and node.get(part) is None:
             node[part] = {}
@@ -1087,6 +1088,7 @@ def _move_settings(data: dict, moved: dict[str, str]) -> dict:
     data = copy.deepcopy(data)
     for old, new in found:
         node, key = _section(data, old)
+        assert node is not None  # (given(old) found it)
         value = node.pop(key)
         target, key = _section(data, new, create=True)
         if target is not None:  # (a malformed section: its own validation reports it)
@@ -1144,17 +1146,21 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 takes a tenth of a second: the run's config is read again by every scene's part builder)"""
 
 
+def _at_line(event) -> str:
+    """" (line N)" where the parser marked ``event``, else nothing."""
+    mark = event.start_mark
+    return f" (line {mark.line + 1})" if mark is not None else ""
+
+
 def _refuse_aliases(text: str | bytes) -> None:
     """Anchors and aliases refused from the parser's events, before any node is built: a config needs none,
     and nested aliases ("billion laughs") let a kilobyte of YAML stand for gigabytes once validated or
     printed."""
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent):
-            raise yaml.YAMLError(f"aliases (*name) are not allowed in a drivegen config "
-                                 f"(line {event.start_mark.line + 1})")
+            raise yaml.YAMLError(f"aliases (*name) are not allowed in a drivegen config{_at_line(event)}")
         if getattr(event, "anchor", None):
-            raise yaml.YAMLError(f"anchors (&name) are not allowed in a drivegen config "
-                                 f"(line {event.start_mark.line + 1})")
+            raise yaml.YAMLError(f"anchors (&name) are not allowed in a drivegen config{_at_line(event)}")
 
 
 _PARSED: dict[str | bytes, PipelineConfig] = {}

@@ -157,9 +157,10 @@ def from_write_error(target: str, err: OSError) -> DrivegenError:
                               "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE for s3://) and the "
                               "permissions, or give an --out folder you can write to", file=target)
     no_bucket = _NO_BUCKET.search(str(err)) is not None
-    if no_bucket or err.errno in _UNWRITABLE_ERRNOS or err.errno in _PATH_ERRNOS:
-        what = "a bucket that does not exist" if no_bucket else (_UNWRITABLE_ERRNOS.get(err.errno)
-                                                                  or _PATH_ERRNOS[err.errno])
+    errno = err.errno or 0  # (an OSError raised without one: 0 is no errno)
+    if no_bucket or errno in _UNWRITABLE_ERRNOS or errno in _PATH_ERRNOS:
+        what = "a bucket that does not exist" if no_bucket else (_UNWRITABLE_ERRNOS.get(errno)
+                                                                  or _PATH_ERRNOS[errno])
         return RunFolderError(f"cannot write {target}: {what} ({why}); give an --out folder you can write to",
                               file=target)
     return StorageError(f"cannot write {target}: {why}; the disk or object store failed or could not be reached, "

@@ -440,6 +440,7 @@ class ParquetStream:
         t = compact_dictionaries(to_storage(pa.concat_tables(self._buf)).combine_chunks())
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.where, t.schema, compression=self.compression)
+        assert self._writer is not None  # (for the type checker: set just above)
         self._writer.write_table(t, row_group_size=max(t.num_rows, 1))
         self._buf, self._pending = [], 0
 
