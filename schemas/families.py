@@ -11,7 +11,8 @@ declares a ``PaperFamily`` object. Everything drivegen does for a family it find
     video_settings / frames_to_extract   how camera-only videos are read; which frames a video's rows show
     qa_families() / template_dirs() its QA families (``generator.qa.fields.Family``) and YAML templates
     video_qa(...)                   its QA batches of a camera-only video
-    exports()                       its exports (``Export``): written by ``drivegen run`` and by a command
+    exports()                       its exports (``Export``): written by ``drivegen run`` and by ``drivegen export``
+    export_command()                ``drivegen export <name>``: a module path (its own options), or None (generic)
     scorer()                        ``drivegen score <name>``: a module path (score(pred, target, **kw), to_text)
     summary(counts, ...)            its typed entry of the run summary (``schemas.summary.RunSummary.families``)
     summary_entry(data)             that entry read back from ``summary.json``
@@ -163,6 +164,13 @@ class PaperFamily:
     def exports(self) -> list[Export]:
         return []
 
+    def export_command(self) -> str | None:
+        """The module path of its ``drivegen export <name>`` command (``<name>``: the family's ``name``) when it has
+        options of its own: the module's docstring is its help, ``HELP`` its one line, ``add_arguments(parser)``
+        adds its arguments, ``main(args) -> int`` runs it. None: ``drivegen export <name> RUN [--out] [--config]``
+        writes its ``exports()`` (a family with neither has no export)."""
+        return None
+
     score_name: str | None = None  # the name ``drivegen score`` takes (default: ``name`` with '-' for '_')
 
     def scorer(self):
@@ -290,7 +298,8 @@ def _load(ref: str, where: str) -> PaperFamily:
     if not isinstance(obj, PaperFamily) or not obj.name:
         raise ConfigError(f"is not a named schemas.families.PaperFamily: {str(obj)[:80]!r}")
     try:
-        for declared in (obj.config_model, obj.tables, obj.commands, obj.moved_settings, obj.scorer, obj.exports):
+        for declared in (obj.config_model, obj.tables, obj.commands, obj.moved_settings, obj.scorer, obj.exports,
+                         obj.export_command):
             declared()
     except (Exception, SystemExit) as err:  # noqa: BLE001
         raise ConfigError(f"its declarations fail: {_error_line(err)}") from None
