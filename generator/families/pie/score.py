@@ -54,7 +54,7 @@ from generator.runfolder import RunReader, RunStore
 from schemas.errors import InputError
 
 NAME = "pie"
-HELP = "PIE/JAAD pedestrian action prediction and event risk (export_pie): base, weighted, per-pedestrian metrics"
+HELP = "PIE/JAAD pedestrian action prediction and event risk (export pie): base, weighted, per-pedestrian metrics"
 
 TARGET_COLUMNS = ["sample_id", "task", "split", "video_id", "ped_id", "end_frame", "crossing", "tte_frames",
                   "risk_class"]

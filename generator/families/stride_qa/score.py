@@ -35,7 +35,7 @@ from generator.validate.score import read_predictions as read_file
 from schemas.errors import InputError, from_os_error
 from schemas.files import file_problem
 
-HELP = "STRIDE-QA-Bench answers (export_bench): per-quantity success, LSR, MLSR, TLC, as the bench's toolkit"
+HELP = "STRIDE-QA-Bench answers (export stride_qa): per-quantity success, LSR, MLSR, TLC, as the bench's toolkit"
 
 CATEGORIES = {"ego_distance_data": (0, "target"), "ego_speed_data": (0, "ego"), "target_speed_data": (0, "target"),
               "target_bearing_angle_data": (0, "target")}
