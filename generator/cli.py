@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
             command_broken(fam.name, f"its command module {name!r}", err)
             continue
         p.set_defaults(_main=mod.main)
-        _plain_help(p)
+    _plain_help(parser)
     parser.epilog = "Run 'drivegen COMMAND -h' for a command's options." + "".join(
         f"\nbroken paper family, left out: {b.line()}" for b in broken_families())
     return parser
@@ -83,12 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _plain_help(p: argparse.ArgumentParser) -> None:
     """The commands' help is written from their docstrings, which mark code with reST's double backticks; a
-    terminal shows plain text."""
+    terminal shows plain text. ``p`` and every parser under it (subcommands, and theirs: ``drivegen export NAME``)."""
     p.description = p.description and p.description.replace("``", "")
     p.epilog = p.epilog and p.epilog.replace("``", "")
     for action in p._actions:
         if isinstance(action.help, str):
             action.help = action.help.replace("``", "")
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):  # (an alias names the same parser again)
+                _plain_help(sub)
 
 
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a command stopped by its reader leaving

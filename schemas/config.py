@@ -788,7 +788,7 @@ class WriterConfig(_Model):
     compression: str = "zstd"
     """QA shards (the dataset): a Parquet codec pyarrow has"""
     cache_compression: str = "snappy"
-    """the run folder's perception, attribute and label tables: caches that regenerate, export_bench and validate
+    """the run folder's perception, attribute and label tables: caches that regenerate, export and validate
     read back, so decode speed matters more than size (snappy decodes ~35 % faster than zstd)"""
     qa_statistics_columns: list[str] = ["scene_id", "split", "keyframe_index", "timestamp_us", "family", "kind",
                                         "question_type", "template_id", "value", "unit", "horizon_s",

@@ -10,7 +10,8 @@ hooks come in small groups (``HOOK_GROUPS``; each hook's signature and docstring
     Derives         derive(scene, cfg), counts(tables, cfg): per 3D scene, in the attributes stage
     DerivesVideo    video_settings(cfg), derive_video(video, cfg), frames_to_extract(tables): per camera-only video
     AsksQuestions   qa_names, qa_families(), template_dirs(), video_qa(tables, cfg): its QA families and templates
-    ExportsFiles    exports(): its exports (``Export``), written by ``drivegen run`` and ``drivegen export``
+    ExportsFiles    exports(), export_command(): its exports (``Export``), written by ``drivegen run`` and by
+                    ``drivegen export <name>`` (with the options of its own command, when it has one)
     Scores          score_name, scorer(), score_arguments(parser), score_options(args): ``drivegen score``
     Summarises      summary(counts, exports, camera_only), summary_entry(data): its typed run summary entry
     Reports         card_section(...), report_video_cells(...), report_sample_note(...): card and HTML report
@@ -198,6 +199,13 @@ class ExportsFiles:
         """Its exports (``Export``), in the order they are written."""
         return []
 
+    def export_command(self) -> str | None:
+        """The module path of its ``drivegen export <name>`` command (``<name>``: the family's ``name``) when it has
+        options of its own: the module's docstring is its help, ``HELP`` its one line, ``add_arguments(parser)``
+        adds its arguments, ``main(args) -> int`` runs it. None: ``drivegen export <name> RUN [--out] [--config]``
+        writes its ``exports()`` (a family with neither has no export)."""
+        return None
+
 
 class Scores:
     """``drivegen score <name>``: its scorer."""
@@ -357,7 +365,8 @@ def _load(ref: str, where: str) -> PaperFamily:
     if not isinstance(obj, PaperFamily) or not obj.name:
         raise ConfigError(f"is not a named schemas.families.PaperFamily: {str(obj)[:80]!r}")
     try:
-        for declared in (obj.config_model, obj.tables, obj.commands, obj.moved_settings, obj.scorer, obj.exports):
+        for declared in (obj.config_model, obj.tables, obj.commands, obj.moved_settings, obj.scorer, obj.exports,
+                         obj.export_command):
             declared()
     except (Exception, SystemExit) as err:  # noqa: BLE001
         raise ConfigError(f"its declarations fail: {_error_line(err)}") from None

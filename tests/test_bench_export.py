@@ -341,18 +341,41 @@ def test_without_qa_rows_candidates_come_from_anchors(tmp_path):
 
 
 def test_cli(tmp_path, capsys):
+    """``drivegen export stride_qa`` takes the bench's own options: ``--split`` reaches the export (the run's
+    scenes are all in val, so a train bench is empty and says why)."""
     from generator.cli import main
 
     br = make_bench_run(tmp_path)
-    assert main(["export_bench", str(br.run), "--out", str(tmp_path / "out")]) == 0
+    assert main(["export", "stride_qa", str(br.run), "--out", str(tmp_path / "out")]) == 0
     assert json.loads(capsys.readouterr().out)["groups"] > 0
     assert (tmp_path / "out" / "annotation_files" / "strideqa_bench_t3.json").is_file()
-    assert main(["export_bench", str(tmp_path / "nothing")]) == 2
+    assert main(["export", "stride_qa", str(tmp_path / "nothing")]) == 2
     assert "not a drivegen run folder" in capsys.readouterr().err
-    assert main(["export_bench", str(br.run), "--split", "train", "--out", str(tmp_path / "o2")]) == 0
+    assert main(["export", "stride_qa", str(br.run), "--split", "train", "--out", str(tmp_path / "o2")]) == 0
     empty = json.loads((tmp_path / "o2" / "export_summary.json").read_text())
     assert empty["groups"] == 0  # the run's scenes are all in val: it says so, not "no rows"
     assert empty["why_empty"].startswith("no scene of the run is in split train (its QA rows are in val;"), empty
+
+
+def test_the_deprecated_export_bench_runs_the_same_export(tmp_path, capsys):
+    """``drivegen export_bench`` (deprecated for one release) says so on stderr, in one line naming the new form,
+    and writes the very files ``drivegen export stride_qa`` writes with the same options; ``bench``, the export's
+    earlier name under ``drivegen export``, still works."""
+    from generator.cli import main
+
+    br = make_bench_run(tmp_path)
+    outs = {}
+    for argv in (["export", "stride_qa"], ["export_bench"], ["export", "bench"]):
+        out = tmp_path / "_".join(argv)
+        assert main([*argv, str(br.run), "--split", "val", "--image-root", str(br.run), "--out", str(out)]) == 0
+        err = capsys.readouterr().err
+        outs[argv[-1]] = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        if argv == ["export_bench"]:
+            assert err.splitlines() == ["drivegen export_bench is deprecated and will be removed in the next release: "
+                                        "use drivegen export stride_qa"], err
+        else:
+            assert "deprecated" not in err, err
+    assert len(outs["stride_qa"]) > 3 and outs["export_bench"] == outs["stride_qa"] == outs["bench"]
 
 
 # --- the scenario classifier against scripted scenes -----------------------------------------------

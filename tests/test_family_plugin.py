@@ -168,6 +168,21 @@ def broken_env(tmp_path_factory) -> dict:
     return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
+def test_a_plugins_export_and_score_go_by_its_name(plugin_env, tmp_path):
+    """A family with only an ``Export`` (no command of its own) gets ``drivegen export <its name>`` with the generic
+    RUN/--out/--config, listed beside the built-in ones; ``drivegen score`` takes its name too (a run folder that is
+    none is refused by the scorer, not by the parser)."""
+    from support.pipeline import drivegen
+
+    r = drivegen("export", "lane_keeping", "-h", env=plugin_env)
+    assert r.returncode == 0 and "RUN/<folder>" in r.stdout and "--config" in r.stdout, r.stderr[-2000:]
+    assert "lane_keeping (Ego lane keeping)" in drivegen("export", "-h", env=plugin_env).stdout
+    r = drivegen("export", "lane-keeping", tmp_path / "nothing", env=plugin_env)
+    assert r.returncode == 2 and "not a drivegen run folder" in r.stderr, r.stderr[-2000:]
+    r = drivegen("score", "lane_keeping", tmp_path / "nothing", "--pred", "baseline:x", env=plugin_env)
+    assert r.returncode == 2 and "invalid choice" not in r.stderr, r.stderr[-2000:]
+
+
 def test_a_broken_plugin_breaks_only_itself(broken_env, tmp_path):
     """Issue 57 #14: one broken family plugin made every command die, ``--help`` included. Now each broken one is
     listed with its error (``drivegen families``, ``--help``), what is its own is refused naming it (its scorer,

@@ -19,7 +19,7 @@ def main(args) -> int:
     for fam in families().values():
         parts = [f"config section {fam.config_section}" if fam.config_section else "no settings",
                  f"QA {', '.join(fam.qa_names)}" if fam.qa_names else "",
-                 f"exports {', '.join(e.name for e in fam.exports())}" if fam.exports() else "",
+                 _export(fam),
                  f"score {score_names[id(fam)]}" if id(fam) in score_names else "",
                  f"commands {', '.join(c.rsplit('.', 1)[-1] for c in fam.commands())}" if fam.commands() else ""]
         print(f"{fam.name}: {fam.title}; " + "; ".join(p for p in parts if p))
@@ -28,3 +28,11 @@ def main(args) -> int:
         print(f"BROKEN {b.line()}")
     print(f"{len(families())} paper families loaded" + (f", {len(broken)} could not be loaded" if broken else ""))
     return 1 if broken else 0
+
+
+def _export(fam) -> str:
+    """``export NAME`` (``drivegen export NAME``) and the run-folder folders its exports write, if it has one."""
+    if fam.export_command() is None and not fam.exports():
+        return ""
+    folders = ", ".join(f"RUN/{e.folder}" for e in fam.exports())
+    return f"export {fam.name}" + (f" (end of a run: {folders})" if folders else "")

@@ -13,7 +13,7 @@ import json
 import math
 
 from generator.runfolder import RunStore
-from generator.validate.score import scorer, scorer_names
+from generator.validate.score import scorer, scorer_name, scorer_names
 from schemas.errors import InputError
 from schemas.families import scorers
 
@@ -22,7 +22,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("score", help="score a model's predictions on a generated label family",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("family", choices=scorer_names(), help="which family's metrics (qa: answers to a run's QA)")
+    own = ", ".join(f"{fam.name} = {name}" for name, fam in scorers().items() if fam.name != name)
+    p.add_argument("family", type=scorer_name, choices=scorer_names(),
+                   help=f"which family's metrics (qa: answers to a run's QA); a family's own name, with '-' or '_', "
+                        f"works too ({own})")
     p.add_argument("target", help="run folder or the family's export (path or URI)")
     p.add_argument("--pred", required=True, help="the model's predictions (format: docs/scoring.md and the family's page in docs/families/)")
     p.add_argument("--out", default=None, help="folder to write score.json into")

@@ -19,7 +19,7 @@ small merge, so that it runs on the cluster and the driver never holds a run's r
 3. ``read_parts`` yields the parts one at a time in scene order, for the merges (``generator.writers.card.
    merge_stats``, the families' exports): the driver holds their sums, never the run's rows.
 
-Commands that export into another folder or with other options (``drivegen export_bench --splits val``) build
+Commands that export into another folder or with other options (``drivegen export stride_qa --split val``) build
 the same parts in memory, one scene at a time (``stream_parts``), and merge them the same way.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     A file belongs to the run exactly when the manifest of a finished scene lists it.
 
-Every command and writer reads through ``RunReader`` (``run --resume``, ``regenerate``, ``export_bench``,
+Every command and writer reads through ``RunReader`` (``run --resume``, ``regenerate``, ``export``,
 ``validate``, ``inspect``, the card, the report): a scene staged but not committed, a file a killed worker
 left, or a stray file in a table folder is ignored by all of them alike. Works on any filesystem
 ``RunStore`` opens (local paths, ``s3://``, ``gs://``, ...).

@@ -1,7 +1,7 @@
 """DRAMA-X (seed 003): VRU intent, risk and suggested ego action. On 3D logs the attributes stage derives
 ``drama_risk`` (``attributes.risk_table``); on camera-only videos the video stage derives ``drama_video``
 (image intent from optical flow, ``attributes.video_image_intent`` and ``video_risk``). QA family
-``drama_x`` (``qa``, templates in ``templates/``), the A.2 export (``drivegen export_drama``, ``export``) and
+``drama_x`` (``qa``, templates in ``templates/``), the A.2 export (``drivegen export drama_x``, ``export``) and
 the scorer (``drivegen score drama-x``, ``score``).
 """
 from __future__ import annotations
@@ -117,8 +117,8 @@ class DramaX(PaperFamily):
             raise InputError("--bertscore-layers needs --bertscore-model")
         return {**out, "bertscore_model": model, "bertscore_num_layers": layers}
 
-    def commands(self):
-        return ["generator.families.drama_x.export_drama"]
+    def export_command(self):
+        return "generator.families.drama_x.export_drama"
 
 
 FAMILY = DramaX()

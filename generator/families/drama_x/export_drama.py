@@ -1,4 +1,4 @@
-"""``drivegen export_drama RUN --out DIR``: the run's VRU frames in the DRAMA-X format (one JSON object per
+"""``drivegen export drama_x RUN --out DIR``: the run's VRU frames in the DRAMA-X format (one JSON object per
 frame: image path, Risk, suggested_action, Pedestrians / Cyclists with box, class, intent pair, relative
 position and description), one file per scene under DIR/samples/, the marker DIR/drama_x_export.json last.
 
@@ -16,15 +16,15 @@ from generator.runfolder import RunReader, RunStore
 from schemas.config import load_config
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("export_drama", help="export DRAMA-X-format samples from a finished run",
-                              description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+HELP = "export DRAMA-X-format samples from a finished run"
+DEPRECATED_COMMAND = "export_drama"  # its earlier name, a deprecated alias until the next release
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run folder (path or URI)")
     p.add_argument("--out", required=True, help="export folder to write (path or URI)")
     p.add_argument("--config", default=None, help="pipeline config YAML whose drama_x section to use "
                                                   "(default: RUN/config.yaml)")
-    return p
 
 
 def main(args) -> int:

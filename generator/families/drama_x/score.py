@@ -61,13 +61,13 @@ def _target_samples(target: str):
 
 
 def _load_predictions(pred_path: str) -> dict:
-    """{sample_id: sample} of a predictions file, or of an export folder (``export_drama``'s: its samples, as the
+    """{sample_id: sample} of a predictions file, or of an export folder (``export drama_x``'s: its samples, as the
     public scripts would read its merged ``drama_x.json``)."""
     if "://" not in str(pred_path) and os.path.isdir(pred_path):
         samples = read_export(RunStore(pred_path))
         if samples is None:
             raise InputError(f"{pred_path} is a folder but not a DRAMA-X export (no drama_x_export.json): give the "
-                             "predictions' JSON file, or a folder export_drama wrote", file=str(pred_path))
+                             "predictions' JSON file, or a folder drivegen export drama_x wrote", file=str(pred_path))
         return samples
     pred = read_predictions(pred_path)
     if not isinstance(pred, dict):

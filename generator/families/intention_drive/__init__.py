@@ -1,5 +1,5 @@
 """Intention-Drive (seed 004): ego behaviour (atomic maneuvers, speed status) and ego intention QA
-(instructions, waypoints), the planning-sample export (``intention/``, ``drivegen export_intention``) and
+(instructions, waypoints), the planning-sample export (``intention/``, ``drivegen export intention_drive``) and
 its scorer (``drivegen score intention``).
 
     config section  intention      (``config.IntentionConfig``, ``export``)
@@ -78,8 +78,8 @@ class IntentionDrive(PaperFamily):
     def scorer(self):
         return "generator.families.intention_drive.score"
 
-    def commands(self):
-        return ["generator.families.intention_drive.export_intention"]
+    def export_command(self):
+        return "generator.families.intention_drive.export_intention"
 
 
 FAMILY = IntentionDrive()

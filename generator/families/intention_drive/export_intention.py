@@ -1,4 +1,4 @@
-"""``drivegen export_intention RUN [--out DIR]``: the run's Intention-Drive planning samples (one per
+"""``drivegen export intention_drive RUN [--out DIR]``: the run's Intention-Drive planning samples (one per
 ego_intention instruction: images, instruction levels, past states, logged waypoints, success predicate) and
 the objects a trajectory is checked against, as Parquet (docs/families/intention-drive.md). ``drivegen run`` writes
 the same into RUN/intention when ``writers.intention_export`` is on.
@@ -13,22 +13,27 @@ import argparse
 import json
 
 from generator.runfolder import RunReader
+from schemas.config import load_config
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("export_intention", help="export Intention-Drive planning samples from a finished run",
-                              description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+HELP = "export Intention-Drive planning samples from a finished run"
+DEPRECATED_COMMAND = "export_intention"  # its earlier name, a deprecated alias until the next release
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run folder (path or URI)")
     p.add_argument("--out", default=None, help="export folder to write (default: RUN/intention)")
+    p.add_argument("--config", default=None, help="pipeline config YAML whose intention section to use "
+                                                  "(default: RUN/config.yaml)")
     p.add_argument("--split", action="append", default=None, help="only samples of this split (repeatable)")
-    return p
 
 
 def main(args) -> int:
     # lazy: generator.families.intention_drive.export_run loads pycocotools, scipy, which this module needs only here
     from generator.families.intention_drive.export_run import export_intention
 
-    summary = export_intention(RunReader(args.run).require_3d("drivegen export_intention"), args.out, splits=args.split)
+    reader = RunReader(args.run).require_3d("drivegen export intention_drive")
+    cfg = load_config(args.config) if args.config else None
+    summary = export_intention(reader, args.out, cfg=cfg, splits=args.split)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("files", "config")}, indent=2))
     return 0

@@ -1,5 +1,5 @@
 """The Intention-Drive export of a run folder (``RUN/intention`` at the end of a run when ``intention.export``,
-or ``drivegen export_intention``): the planning samples and their objects (``export``), committed into a
+or ``drivegen export intention_drive``): the planning samples and their objects (``export``), committed into a
 folder drivegen owns (``generator.pipeline.exports``).
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``drivegen score intention --pred PRED TARGET``: Intention-Drive's metrics (§3.4) on planning samples.
 
-TARGET is an Intention-Drive export (``drivegen export_intention``; ``RUN/intention`` after a run) or a run
+TARGET is an Intention-Drive export (``drivegen export intention_drive``; ``RUN/intention`` after a run) or a run
 folder (its export is built in memory). PRED holds one trajectory per sample:
 
 - Parquet, JSON (a list of objects, or ``{sample_id: waypoints}``) or JSON Lines, with ``sample_id`` and either

@@ -1,6 +1,6 @@
 """PIE/JAAD (seed 001): pedestrian crossing action by time to event and event-risk regions. On camera-only
 videos (``drivegen run --source jaad``) the video stage derives ``pie_samples`` (``attributes.build_samples``);
-3D logs are exported by ``drivegen export_pie`` (``attributes.path_entry``). QA family ``pie`` (``qa``,
+3D logs are exported by ``drivegen export pie`` (``attributes.path_entry``). QA family ``pie`` (``qa``,
 templates in ``templates/``), the benchmark export (``export``) and the scorer (``drivegen score pie``).
 Its config section also holds how camera-only videos are read (``video_settings``: JAAD's split variant,
 track gaps, fps, frame extraction).
@@ -91,8 +91,8 @@ class Pie(PaperFamily):
     def scorer(self):
         return "generator.families.pie.score"
 
-    def commands(self):
-        return ["generator.families.pie.export_pie"]
+    def export_command(self):
+        return "generator.families.pie.export_pie"
 
 
 FAMILY = Pie()

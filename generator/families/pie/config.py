@@ -67,7 +67,7 @@ class PieConfig(_Model):
     results compare with published JAAD figures. Risk
     samples keep the paper's rules in either profile (the benchmark has no risk task). A setting a profile would
     not use is refused by name (``ignored_by_profile``); 3D logs always use the paper's profile (``log_config``),
-    and ``export_pie --run`` says so when the config asks for 'benchmark'."""
+    and ``export pie --run`` says so when the config asks for 'benchmark'."""
     require_clips: bool = False
     """``drivegen run --source jaad`` (not from the paper): a video without clips/<video>.mp4 is an error for
     that video (True) or runs from its annotations alone, without frames or image intent (False: the JAAD

@@ -1,4 +1,4 @@
-"""``drivegen export_pie (--data JAAD_DIR | --run RUN) --out DIR``: the PIE/JAAD benchmark samples of a JAAD folder,
+"""``drivegen export pie (--data JAAD_DIR | --run RUN) --out DIR``: the PIE/JAAD benchmark samples of a JAAD folder,
 or of a drivegen run over 3D logs (action prediction 1-3 s before the crossing event, event risk regions 3 s
 ahead) as Parquet per task and split, plus export_summary.json; score a model's predictions on it with
 ``drivegen score pie --pred PRED DIR``.
@@ -27,10 +27,11 @@ from schemas.config import load_config
 from schemas.errors import SourceError
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("export_pie", help="export PIE/JAAD benchmark samples from a JAAD folder",
-                              description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+HELP = "export PIE/JAAD benchmark samples from a JAAD folder or a run"
+DEPRECATED_COMMAND = "export_pie"  # its earlier name, a deprecated alias until the next release
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="JAAD folder (annotations/, annotations_attributes/, ...)")
     src.add_argument("--run", help="a drivegen run folder over 3D logs (path or URI)")
@@ -39,7 +40,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--video", action="append", default=None, help="export only this video id (repeatable)")
     p.add_argument("--require-clips", action="store_true",
                    help="a video without its clips/<video>.mp4 is an error (left out)")
-    return p
 
 
 def main(args) -> int:

@@ -1,7 +1,7 @@
 """PIE/JAAD (seed 001, §III): will a pedestrian cross in front of the ego vehicle, and where will it be.
 
 * ``crossing`` (per pedestrian candidate of a keyframe): whether it steps into the ego's path within the action
-  horizon (``pie.tte_max_frames`` / ``pie.fps`` = 3 s) after the keyframe, by the rule ``drivegen export_pie
+  horizon (``pie.tte_max_frames`` / ``pie.fps`` = 3 s) after the keyframe, by the rule ``drivegen export pie
   --run`` uses (``generator.families.pie.attributes.path_entry``); value 1/0 (unit ``bool``). A pedestrian already in the
   path at the keyframe, or entering it only later than the horizon, gets no question (neither answer is right).
 * ``risk_region`` (per pedestrian candidate): where its box centre will be in the front camera

@@ -1,5 +1,5 @@
 """``drivegen score pie --pred PRED EXPORT``: a pedestrian behaviour model's predictions on a PIE export
-(``drivegen export_pie``), or on a run folder (its samples built as ``export_pie --run`` builds them), with the
+(``drivegen export pie``), or on a run folder (its samples built as ``export pie --run`` builds them), with the
 benchmark paper's metrics (seed 001, §III-C..E).
 
 Predictions: a Parquet file, or a JSON file holding a list of objects (or ``{"predictions": [...]}``), one
@@ -54,7 +54,7 @@ from generator.runfolder import RunReader, RunStore
 from schemas.errors import InputError
 
 NAME = "pie"
-HELP = "PIE/JAAD pedestrian action prediction and event risk (export_pie): base, weighted, per-pedestrian metrics"
+HELP = "PIE/JAAD pedestrian action prediction and event risk (export pie): base, weighted, per-pedestrian metrics"
 
 TARGET_COLUMNS = ["sample_id", "task", "split", "video_id", "ped_id", "end_frame", "crossing", "tte_frames",
                   "risk_class"]
@@ -189,10 +189,10 @@ def task_metrics(task: str, y: np.ndarray, conf: np.ndarray, tte_frames: np.ndar
 def read_target(target: str, splits: list[str] | None = None) -> tuple[pa.Table, dict]:
     store = RunStore(target)
     if not store.exists(EXPORT_SUMMARY):
-        if RunReader(store, require=False).is_run_folder():  # its samples, as export_pie --run would write them
+        if RunReader(store, require=False).is_run_folder():  # its samples, as export pie --run would write them
             return _run_target(store, splits)
         raise InputError(f"{target} is not a PIE export (no {EXPORT_SUMMARY}) nor a run folder; make one with "
-                         "drivegen export_pie", file=store.uri_of(EXPORT_SUMMARY))
+                         "drivegen export pie", file=store.uri_of(EXPORT_SUMMARY))
     try:
         summary = store.read_json(EXPORT_SUMMARY)
     except Exception as err:  # noqa: BLE001 - a torn or foreign file: name it

@@ -1,5 +1,5 @@
 """STRIDE-QA (seed 000): object-centric, ego-centric and ego-centric spatiotemporal QA with ``Region [X]``
-grounding, and the STRIDE-QA-Bench export (``bench/``, ``drivegen export_bench``).
+grounding, and the STRIDE-QA-Bench export (``bench/``, ``drivegen export stride_qa``).
 
     config section  bench          (``config.BenchConfig``: the bench's scene-group rules, ``export``)
     QA families     object_spatial, ego_spatial, ego_spatiotemporal (``qa``; templates in ``templates/``)
@@ -57,8 +57,8 @@ class StrideQA(PaperFamily):
 
         return BenchSummary.of(exports.get("bench"))
 
-    def commands(self):
-        return ["generator.families.stride_qa.export_bench"]
+    def export_command(self):
+        return "generator.families.stride_qa.export_bench"
 
     def scorer(self):
         return "generator.families.stride_qa.score"

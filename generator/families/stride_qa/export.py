@@ -1,5 +1,5 @@
 """The STRIDE-QA-Bench export of a run folder (``RUN/bench`` at the end of a run when ``bench.export``, or
-``drivegen export_bench``): the ego-spatiotemporal groups (``bench_export``), built in a staging folder and
+``drivegen export stride_qa``): the ego-spatiotemporal groups (``bench_export``), built in a staging folder and
 committed file by file into a folder drivegen owns (``generator.pipeline.exports``).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``drivegen export_bench RUN [--out DIR]``: the run's ego-spatiotemporal scene groups as STRIDE-QA-Bench
+"""``drivegen export stride_qa RUN [--out DIR]``: the run's ego-spatiotemporal scene groups as STRIDE-QA-Bench
 files (annotation_files/strideqa_bench_t{0..3}.json, annotation_sheet.csv, images/), which the public
 toolkit's inference and evaluator read unchanged:
 
@@ -17,24 +17,24 @@ from generator.runfolder import RunReader
 from schemas.config import load_config
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("export_bench", help="export STRIDE-QA-Bench files from a finished run",
-                              description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+HELP = "export STRIDE-QA-Bench files from a finished run"
+DEPRECATED_COMMAND = "export_bench"  # its earlier name, a deprecated alias until the next release
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run folder (path or URI)")
     p.add_argument("--out", default=None, help="bench folder to write (default: RUN/bench)")
     p.add_argument("--config", default=None, help="pipeline config YAML (default: RUN/config.yaml)")
     p.add_argument("--split", action="append", default=None,
                    help="use only QA rows of this split (repeatable; e.g. --split val for a held-out bench)")
     p.add_argument("--image-root", default=None, help="folder that relative image paths are relative to")
-    return p
 
 
 def main(args) -> int:
     # lazy: generator.families.stride_qa.export loads pandas, pycocotools, scipy, which this module needs only here
     from generator.families.stride_qa.export import export_bench
 
-    reader = RunReader(args.run).require_3d("drivegen export_bench")
+    reader = RunReader(args.run).require_3d("drivegen export stride_qa")
     cfg = load_config(args.config) if args.config else None
     summary = export_bench(reader, args.out, cfg=cfg, splits=args.split, image_root=args.image_root)
     shown = {k: v for k, v in summary.items() if k != "files"}

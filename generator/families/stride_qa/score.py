@@ -7,7 +7,7 @@ holds for the same files.
 
 Input. ``--pred``: the toolkit's inference output, a folder of ``*_t*.json`` files (each a JSON list of the
 bench's questions with the model's ``pred`` text), or one such file. The target: a bench export (the
-``bench/`` folder ``drivegen export_bench`` writes, or a run folder holding it); its ``annotation_sheet.csv``
+``bench/`` folder ``drivegen export stride_qa`` writes, or a run folder holding it); its ``annotation_sheet.csv``
 gives each group's ``relation`` and its annotation files list the questions (a question without a prediction
 is listed as missing; the toolkit, which scores only the rows it is given, does not count it either).
 
@@ -35,7 +35,7 @@ from generator.validate.score import read_predictions as read_file
 from schemas.errors import InputError, from_os_error
 from schemas.files import file_problem
 
-HELP = "STRIDE-QA-Bench answers (export_bench): per-quantity success, LSR, MLSR, TLC, as the bench's toolkit"
+HELP = "STRIDE-QA-Bench answers (export stride_qa): per-quantity success, LSR, MLSR, TLC, as the bench's toolkit"
 
 CATEGORIES = {"ego_distance_data": (0, "target"), "ego_speed_data": (0, "ego"), "target_speed_data": (0, "target"),
               "target_bearing_angle_data": (0, "target")}
@@ -68,7 +68,7 @@ def _bench_dir(target: str):
                 raise InputError(f"{store.uri_of(rel)} is {problem}", file=store.uri_of(rel))
         if found:
             return RunStore(store.uri_of(d)) if d else store
-    raise InputError(f"{target}: no STRIDE-QA-Bench export here ({SHEET}; drivegen export_bench writes it)",
+    raise InputError(f"{target}: no STRIDE-QA-Bench export here ({SHEET}; drivegen export stride_qa writes it)",
                      file=str(target))
 
 

@@ -37,8 +37,24 @@ def scorer_names() -> list[str]:
     return sorted(set(CORE_SCORERS) | set(scorers()))
 
 
+def scorer_aliases() -> dict[str, str]:
+    """{other name: scorer name}: a family's scorer is also named by the family's ``name`` (``stride_qa``, the name
+    ``drivegen export`` takes), with '-' or '_' alike (``stride-qa``, ``drama_x``)."""
+    out = {}
+    for name, fam in scorers().items():
+        for alias in (fam.name, fam.name.replace("_", "-"), name.replace("-", "_")):
+            out.setdefault(alias, name)
+    return {alias: name for alias, name in out.items() if alias != name and alias not in CORE_SCORERS}
+
+
+def scorer_name(name: str) -> str:
+    """The scorer's name for ``name`` (``scorer_aliases``); ``name`` itself when it is no alias."""
+    return scorer_aliases().get(name, name)
+
+
 def scorer(name: str):
-    """The scorer module registered for ``drivegen score <name>`` (imported now)."""
+    """The scorer module registered for ``drivegen score <name>`` (imported now; ``name`` or an alias of it)."""
+    name = scorer_name(name)
     if name in CORE_SCORERS:
         return importlib.import_module(CORE_SCORERS[name])
     known = scorers()
