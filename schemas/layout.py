@@ -27,12 +27,10 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-import pyarrow as pa
-
 from schemas import tables
+from schemas.table_layout import TableLayout
 
 CONFIG = "config.yaml"
 SOURCE = "source.json"
@@ -54,19 +52,6 @@ VALIDATE_REPORT = f"{VALIDATE_DIR}/report.json"  # what ``drivegen validate`` wr
 # Folders and files a command may create inside a run folder (anything else there is the user's).
 IMAGES_DIR = "images"  # extracted video frames of camera-only runs: images/<video>/<frame:05d>.<ext>
 RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY, CARD)
-
-
-@dataclass(frozen=True)
-class TableLayout:
-    """Where a per-scene table lives: ``folder/<scene>.<ext>`` (``sharded``: ``folder/<scene>-<k:05d>.<ext>``;
-    ``by_split``: ``folder/<split>-<scene>-<k:05d>.<ext>``, the scene's split first)."""
-
-    name: str
-    folder: str
-    schema: pa.Schema | None  # None: not Parquet (WebDataset tars)
-    sharded: bool = False
-    ext: str = "parquet"
-    by_split: bool = False
 
 
 CORE_TABLES: tuple[TableLayout, ...] = (

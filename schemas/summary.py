@@ -11,29 +11,9 @@ this version does not know are kept in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any
 
-
-class SummaryEntry(Protocol):
-    """A paper family's entry of the run summary."""
-
-    def to_json(self) -> dict: ...
-
-    def lines(self) -> list[str]: ...
-
-
-@dataclass
-class FamilyEntry:
-    """The entry of a family that declares no type for it (or is not installed where the summary is read)."""
-
-    title: str
-    data: dict
-
-    def to_json(self) -> dict:
-        return dict(self.data)
-
-    def lines(self) -> list[str]:
-        return [f"{self.title}: " + ", ".join(f"{k}={v}" for k, v in self.data.items())]
+from schemas.family_contract import FamilyEntry, SummaryEntry  # a family's entry: the family contract's types
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The family API: the one module a paper family's author imports (``from generator.families import api``).
 
-It holds the contract (``schemas.families``: ``PaperFamily`` and its hook groups, ``Export``) and the parts
+It holds the contract (``schemas.family_contract``: ``PaperFamily`` and its hook groups, ``Export``) and the parts
 of drivegen's core a family's hooks call, under the names listed in ``__all__``; nothing else of drivegen is
 public to a family. ``docs/families/adding.md`` lists every hook with its signature, from this code
 (``tests/test_family_api.py`` checks that the page and the code agree), and the example family
@@ -30,9 +30,9 @@ from generator.runfolder import (RunReader, RunStore, check_owned_folder, releas
                                  staging)
 from generator.validate.score import read_predictions
 from schemas.errors import FamilyError, InputError
-from schemas.families import (HOOK_GROUPS, AddsCommands, AsksQuestions, Configured, Derives, DerivesVideo, Export,
-                              ExportsFiles, PaperFamily, Reports, Scores, Summarises, Tables, WritesTables,
-                              family_counts)
+from schemas.family_contract import (HOOK_GROUPS, AddsCommands, AsksQuestions, Configured, Derives, DerivesVideo,
+                                     Export, ExportsFiles, PaperFamily, Reports, Scores, Summarises, Tables,
+                                     WritesTables, family_counts)
 from schemas.layout import TableLayout
 from schemas.tables import read_parquet
 
