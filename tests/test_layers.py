@@ -73,7 +73,7 @@ def test_the_core_importing_a_family_breaks_it(tmp_path):
 # the module's head does not). One is kept only for a reason its comment gives: a heavy or optional stack loaded
 # where it is used ("torch: ...", "lazy: ... loads cv2 ..."), an import cycle ("cycle: A imports B"), or a family's
 # package that the registry imports for its declarations alone. The ceiling only goes down.
-LOCAL_IMPORTS_MAX = 155
+LOCAL_IMPORTS_MAX = 154
 
 
 def local_imports(root: Path) -> list[tuple[str, int, str, bool]]:
@@ -162,3 +162,30 @@ def test_a_dangling_reference_is_found(tmp_path):
     (tmp_path / "generator" / "m.py").write_text('A = "generator.cli:main"\nB = "generator.cli:no_such_function"\n')
     refs, bad = unresolved_references(tmp_path)
     assert refs == 2 and len(bad) == 1 and "no_such_function" in bad[0] and "AttributeError" in bad[0], bad
+
+
+# The modules that talk to Ray: connecting (ray_connect), the stream of scenes (ray_exec), the batch tasks
+# (ray_tasks) and the model actors' metrics (metrics). Every other module, the run-folder layer first, runs
+# without Ray and reaches it through these.
+RAY_MODULES = {"generator/pipeline/ray_connect.py", "generator/pipeline/ray_exec.py",
+               "generator/pipeline/ray_tasks.py", "generator/pipeline/metrics.py"}
+
+
+def ray_importers(root: Path) -> set[str]:
+    """The product modules under ``root`` with an import of ``ray`` (at their top or inside a function)."""
+    out = set()
+    for pkg in ("generator", "actors", "schemas"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                if any(n == "ray" or n.startswith("ray.") for n in names):
+                    out.add(path.relative_to(root).as_posix())
+    return out
+
+
+def test_only_the_executor_modules_import_ray(tmp_path):
+    assert ray_importers(REPO) == RAY_MODULES
+    (tmp_path / "generator" / "runfolder").mkdir(parents=True)
+    (tmp_path / "generator" / "runfolder" / "parts.py").write_text("def f():\n    import ray\n    return ray\n")
+    assert ray_importers(tmp_path) == {"generator/runfolder/parts.py"}  # the check can fail

@@ -38,6 +38,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args) -> int:
     # lazy: generator.pipeline.regenerate loads pycocotools, scipy, which this module needs only here
+    from generator.pipeline.ray_connect import ensure_ray, stop_ray
     from generator.pipeline.regenerate import regenerate, use_retaining_memory_pool
 
     reader = RunReader(args.run_dir)
@@ -53,18 +54,13 @@ def main(args) -> int:
     started = False
     try:
         if executor == "ray":
-            from generator.pipeline.ray_connect import ensure_ray  # ray: only when this runs on Ray
-
             if not address:
                 cfg.ray.num_cpus = args.workers
             started = ensure_ray(cfg, address)
         summary = regenerate(reader.uri, out, cfg, templates, batch_scenes=args.batch_scenes, executor=executor,
                              progress=not args.no_progress)
     finally:
-        if started:
-            import ray  # ray: only when this ran on Ray
-
-            ray.shutdown()
+        stop_ray(started)
     fam = " ".join(f"{k}={v}" for k, v in summary["by_family"].items())
     print(f"regenerated {summary['qa']} QA for {summary['scenes']} scenes ({fam}) with {summary['templates']} "
           f"templates, seed {summary['seed']} -> {summary['out_dir']}/qa ({len(summary['shards'])} shards) in "

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 import fnmatch
-from pathlib import Path
 
 import pyarrow.dataset as pads
 import yaml
@@ -236,7 +235,10 @@ def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only:
     reader = RunReader(store, require=False)
     cfg = reader.config()
     specs = finalize_parts(cfg, camera_only)
-    build_parts(store, reader.scene_ids(), specs)
+    # ray: its batch tasks only where the run started Ray (build_parts decided so before, with Ray imported)
+    from generator.pipeline.ray_tasks import tasks_if_running
+
+    build_parts(store, reader.scene_ids(), specs, run_tasks=tasks_if_running(cfg.ray) if specs else None)
     add_run_card(reader, summary, parts=bool(specs) and specs[0].name == CARD_PART)
     results: dict[str, dict[str, dict]] = {}
     for fam in families().values():

@@ -52,7 +52,7 @@ import pyarrow as pa
 import yaml
 
 from generator.pipeline.exports import card_configs
-from generator.pipeline.ray_connect import ensure_ray
+from generator.pipeline.ray_connect import ensure_ray, stop_ray
 from generator.runfolder import RunReader, RunStore
 from generator.runfolder.lock import live_lock
 from generator.writers.card import code_span
@@ -444,16 +444,14 @@ def _write_shards(run: str, dest: str, shards: list, workers: int, address: str 
             write_shard(run, dest, s)
             log.info("publish: %d/%d %s", k, len(shards), s.path)
         return
-    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
+    from generator.pipeline.ray_tasks import run_tasks  # ray: only where Ray runs (in-process publishing never)
 
     cfg = RunReader(run).config()
     cfg.ray.num_cpus = workers or None
     started = ensure_ray(cfg, address)  # the run's Ray rules: a cluster, or an embedded Ray with authentication
+    written = iter(range(1, len(shards) + 1))
     try:
-        task = ray.remote(num_cpus=1, max_retries=2)(write_shard)
-        refs = [task.remote(run, dest, s) for s in shards]
-        for k, ref in enumerate(refs, 1):
-            log.info("publish: %d/%d %s", k, len(refs), ray.get(ref))
+        run_tasks(write_shard, shards, cfg.ray, shared=(run, dest),
+                  done=lambda path: log.info("publish: %d/%d %s", next(written), len(shards), path))
     finally:
-        if started:
-            ray.shutdown()
+        stop_ray(started)

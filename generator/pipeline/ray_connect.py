@@ -289,6 +289,22 @@ def _single_machine(on: bool):
             constants.ENABLE_RAY_CLUSTER = constants.env_bool(_SINGLE_MACHINE_VAR, not constants.IS_WINDOWS_OR_OSX)
 
 
+def cluster_hosts() -> set[str]:
+    """The addresses of the machines of the Ray cluster this process is connected to (its live nodes)."""
+    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
+
+    return {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
+
+
+def stop_ray(started: bool) -> None:
+    """Disconnect from Ray when ``ensure_ray`` started or joined it for this command (``started``: what it
+    returned); nothing otherwise."""
+    if started:
+        import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
+
+        ray.shutdown()
+
+
 def ensure_ray(cfg: PipelineConfig, address: str | None = None, verbose: bool = False,
                metrics_port: int | None = None, metrics_host: str = LOOPBACK) -> bool:
     """Connect to Ray: ``address`` / ``cfg.ray.address`` / ``RAY_ADDRESS`` joins a running cluster (probed first:

@@ -214,41 +214,9 @@ def _video_qa(videos: dict, cfg, templates: TemplateSet, reader: RunReader) -> p
     return pa.concat_tables(parts) if parts else QA.empty_table()
 
 
-def _ray_batch(run, out, cfg, templates, scene_ids, epoch) -> dict:
+def _ray_batch(run, out, cfg, templates, epoch, scene_ids) -> dict:
     use_retaining_memory_pool()  # a worker process of its own: same allocator as a command's main
     return regenerate_batch(run, out, cfg, templates, scene_ids, epoch)
-
-
-def _run_batches_on_ray(run, out, cfg, templates, batches: list[list[str]], epoch, done) -> list[dict]:
-    """``regenerate_batch`` of every batch as Ray tasks (one CPU each, at most twice the cluster's CPUs in
-    flight), results in batch order; ``done(result)`` is called as each finishes. A failed task raises its
-    error (a RunFolderError stays one)."""
-    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
-
-    task = ray.remote(num_cpus=1, max_retries=cfg.ray.max_retries)(_ray_batch)
-    refs = [ray.put(x) for x in (run, out, cfg, templates)]
-    in_flight = max(1, int(2 * ray.cluster_resources().get("CPU", 1)))
-    results: list[dict | None] = [None] * len(batches)
-    pending: dict = {}
-    todo = iter(enumerate(batches))
-    while True:
-        for k, batch in todo:
-            pending[task.remote(*refs, batch, epoch)] = k
-            if len(pending) >= in_flight:
-                break
-        if not pending:
-            break
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        k = pending.pop(ready[0])
-        try:
-            results[k] = ray.get(ready[0])
-        except ray.exceptions.RayTaskError as err:  # the task's own error, not Ray's wrapper around it
-            for ref in pending:
-                ray.cancel(ref)
-            cause = getattr(err, "cause", None)
-            raise (cause if isinstance(cause, Exception) else err) from None
-        done(results[k])
-    return results
 
 
 def _claim_out(store: RunStore, run: RunReader) -> None:
@@ -305,7 +273,11 @@ def regenerate(run: str, out: str, cfg, templates: TemplateSet, batch_scenes: in
 
         try:
             if executor == "ray":
-                results = _run_batches_on_ray(reader.uri, store.uri, cfg, templates, batches, lock.epoch, done)
+                # ray: only where Ray runs (in-process regenerations never import it)
+                from generator.pipeline.ray_tasks import run_tasks
+
+                results = run_tasks(_ray_batch, batches, cfg.ray, shared=(reader.uri, store.uri, cfg, templates,
+                                                                          lock.epoch), done=done)
             else:
                 results = []
                 for batch in batches:

@@ -123,22 +123,25 @@ def build_scene_parts(run: str | RunStore, scene_ids: list[str], specs: list[Par
     return out
 
 
-def build_parts(store: RunStore, scene_ids: list[str], specs: list[PartSpec]) -> dict[str, int]:
+def _build_chunk(run: str, specs: list[PartSpec], scene_ids: list[str]) -> dict[str, int]:
+    return build_scene_parts(run, scene_ids, specs)
+
+
+def build_parts(store: RunStore, scene_ids: list[str], specs: list[PartSpec], run_tasks=None) -> dict[str, int]:
     """Every spec's part of every scene of ``scene_ids`` (committed scenes), built where it is missing or stale:
-    Ray tasks of a few scenes each when Ray is up, in this process otherwise. Returns {"built": n, "kept": n}."""
+    tasks of a few scenes each through ``run_tasks`` (the pipeline's batch executor on Ray,
+    ``generator.pipeline.ray_tasks.TaskRunner``: this layer does not import Ray), in this process when it is None.
+    Returns {"built": n, "kept": n}."""
     t0 = time.perf_counter()
     totals = {"built": 0, "kept": 0}
     if not specs or not scene_ids:
         return totals
-    import ray  # noqa: F401 - is_initialized() decides where the parts are built; Ray is imported by the run already
-
-    if ray.is_initialized():
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        size = max(1, min(64, math.ceil(len(scene_ids) / (4 * cpus))))  # ~4 tasks per CPU: balance, little overhead
-        task = ray.remote(num_cpus=1, max_retries=2)(build_scene_parts)
-        refs = [task.remote(store.uri, scene_ids[i:i + size], specs) for i in range(0, len(scene_ids), size)]
-        for ref in refs:
-            for k, v in ray.get(ref).items():
+    if run_tasks is not None:
+        # ~4 tasks per CPU: balance, little overhead
+        size = max(1, min(64, math.ceil(len(scene_ids) / (4 * run_tasks.cpus))))
+        chunks = [scene_ids[i:i + size] for i in range(0, len(scene_ids), size)]
+        for counts in run_tasks(_build_chunk, chunks, shared=(store.uri, specs)):
+            for k, v in counts.items():
                 totals[k] += v
     else:
         for i in range(0, len(scene_ids), 64):
