@@ -55,6 +55,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="only the first N scenes (generated logs: how many to generate, default 3)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the generated logs")
     p.add_argument("--local", action="store_true", help="run the same stages in this process, without Ray")
+    p.add_argument("--describe", action="store_true",
+                   help="print the stages a run with this --config and --source streams (needs -> makes, how each "
+                        "runs, what it does) and exit without running")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
                    help="serve the embedded Ray's live metrics (Prometheus text: drivegen's counters, Ray Data's, and "
@@ -76,8 +79,11 @@ def _fail(msg: str) -> int:
 
 def main(args) -> int:
     # lazy: generator.pipeline loads pycocotools, scipy, which this module needs only here
-    from generator.pipeline import RunStore, run
+    from generator.pipeline import RunStore, describe_stages, run
 
+    if args.describe:
+        print(describe_stages(args.config, args.source), end="")
+        return 0
     out = args.out
     if isinstance(args.resume, str):
         if out and out != args.resume:

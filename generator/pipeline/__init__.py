@@ -23,8 +23,9 @@ import uuid
 from pathlib import Path
 
 from generator.pipeline import exports, stages as real, video
+from generator.pipeline.core import describe
 from generator.pipeline.driver import RunResult, format_summary, run_pipeline
-from generator.pipeline.ray_connect import LOOPBACK, check_ray, ensure_ray, settle_metrics
+from generator.pipeline.ray_connect import LOOPBACK, check_ray, cluster_hosts, ensure_ray, settle_metrics, stop_ray
 from generator.qa import check_families, load_templates
 from generator.runfolder import RunLock, RunReader, RunStore, clear_run, config_key, source_key
 from generator.sources import CAMERA_ONLY_KINDS, open_source
@@ -34,7 +35,7 @@ from schemas.errors import ConfigError, InputError, RunFolderError, SourceError
 from schemas.files import file_problem
 
 __all__ = ["run", "RunResult", "RunStore", "run_pipeline", "ensure_ray", "format_summary", "synth_logs",
-           "SYNTH_VERSION", "DEFAULT_SYNTH_SCENES"]
+           "SYNTH_VERSION", "DEFAULT_SYNTH_SCENES", "describe_stages"]
 
 log = logging.getLogger("drivegen.pipeline")
 
@@ -76,11 +77,17 @@ def synth_logs(num_scenes: int = DEFAULT_SYNTH_SCENES, seed: int = 0, base: str 
     return root
 
 
+def describe_stages(config: str | None = None, source: str | None = None) -> str:
+    """The stages a run with this config (a YAML path; None: the defaults) and source kind would stream, described
+    by the stages themselves (``generator.pipeline.core.describe``): ``drivegen run --describe``."""
+    cfg = load_config(config)
+    stages = video.stages(cfg) if source in CAMERA_ONLY_KINDS else real.default_stages(cfg)
+    return describe(stages, cfg)
+
+
 def _warn_if_not_shared(store: RunStore, desc: dict) -> None:
     """On a cluster of several machines every worker writes the run folder and reads the logs itself."""
-    import ray  # ray: only where Ray runs (in-process runs and most commands never start it)
-
-    hosts = {n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}
+    hosts = cluster_hosts()
     if len(hosts) > 1 and store.is_local:
         log.warning("the Ray cluster spans %d machines but the run folder %s is a local path: every machine "
                     "writes its scenes to its own disk unless this path is shared storage (NFS/EFS); "
@@ -257,10 +264,7 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
                 settle_metrics(cfg, address)
             return result
         finally:
-            if started:
-                import ray  # ray: only when this run started it
-
-                ray.shutdown()
+            stop_ray(started)
 
 
 def _still_described(finalize, lock: RunLock):

@@ -168,6 +168,51 @@ class Stage:
     actor: bool = False
     gpu: bool = False  # the model can use a GPU (requested only when the cluster has GPUs)
 
+    def does(self) -> str:
+        """What the stage does: the first line of its ``run`` function's docstring (the pure function it wraps)."""
+        return ((self.run.__doc__ or "").strip().splitlines() or [""])[0]
+
+    def resources(self, cfg: PipelineConfig) -> str:
+        """How it runs under Ray with ``cfg.ray``: a task of ``cpu_stage_num_cpus`` CPUs, or an actor pool (its
+        size, CPUs and GPUs per actor; GPUs only when the cluster has them). In-process: one after another."""
+        rc = cfg.ray
+        if not self.actor:
+            return f"task, {rc.cpu_stage_num_cpus:g} CPU"
+        own = rc.stage_actors.get(self.name)
+        size = (own.pool_size if own is not None and own.pool_size else None) or rc.actor_pool_size
+        gpus = f", {rc.actor_num_gpus:g} GPU when the cluster has GPUs" if self.gpu else ""
+        return f"actor pool of {size}, {rc.actor_num_cpus:g} CPU{gpus}"
+
+
+def check_graph(stages: list[Stage], given: tuple[str, ...] = ()) -> None:
+    """Every stage's ``needs`` is made by a stage before it (or ``given``), and no two stages make the same
+    output; ValueError naming the stage otherwise."""
+    made = set(given)
+    for stage in stages:
+        missing = [n for n in stage.needs if n not in made]
+        if missing:
+            raise ValueError(f"stage {stage.name!r} needs {', '.join(missing)}, which no stage before it makes "
+                             f"(made so far: {', '.join(sorted(made)) or 'nothing'})")
+        if stage.makes is not None:
+            if stage.makes in made:
+                raise ValueError(f"stage {stage.name!r} makes {stage.makes!r}, which a stage before it makes already")
+            made.add(stage.makes)
+
+
+def describe(stages: list[Stage], cfg: PipelineConfig) -> str:
+    """The stage graph as text, read from the stages themselves (NeMo Curator's ``Pipeline.describe``): per stage
+    its needs -> makes, what it does and how it runs; then the write step every scene ends with."""
+    check_graph(stages)
+    rows = [("stage", "needs -> makes", "runs as", "does")]
+    for s in stages:
+        rows.append((s.name, f"{', '.join(s.needs) or '-'} -> {s.makes or '-'}", s.resources(cfg), s.does()))
+    rows.append(("write", "(all) -> run folder", f"task, {cfg.ray.cpu_stage_num_cpus:g} CPU",
+                 "The scene's files built in a staging folder, committed once (generator.runfolder.commit_scene)."))
+    widths = [max(len(r[k]) for r in rows) for k in range(3)]
+    table = "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows)
+    return (table + "\nOn Ray, consecutive task stages run as one task per scene (generator.pipeline.ray_exec); "
+            "with --local every stage runs in this process.\n")
+
 
 _MODEL_CACHE: dict[tuple[str, str], Any] = {}
 

@@ -1,16 +1,6 @@
-"""The real stages of ``drivegen run``, each a thin wrapper over the pure function that does the work.
-
-    stage       needs -> makes                        pure function                                   runs as
-    load        -> loaded                             source_from_description(...).load_scene; frames_table   task
-    detect      loaded -> detected                    generator.perception.detect_scene (actors.detect)       actor pool for mmdet3d
-    perceive    loaded, detected -> perceived         generator.perception.perceive_scene: tracking,          actor pool for sam2
-                                                      segmentation (actors.segment), visibility filter
-    attributes  loaded, perceived -> described        generator.attributes.compute_attributes / compute_labels, task
-                                                      then each paper family's derive (schemas.families)
-    qa          loaded, perceived, described          generator.qa.generate_qa with the templates loaded       task
-                -> questions                          once per process
-    write       (all)                                 per-scene files into a staging folder, committed by     task
-                                                      generator.runfolder.commit_scene
+"""The real stages of ``drivegen run``, each a thin wrapper over the pure function that does the work (the first
+line of each one's docstring says which). The graph describes itself: ``generator.pipeline.core.describe``
+(``drivegen run --describe`` prints it for a config: each stage's needs -> makes, how it runs, what it does).
 
 ``cfg.ray.model_stages`` ('auto' | 'actors' | 'tasks') decides where detect/perceive run. The scene object
 (calibration, poses, file paths; no sensor data) travels between stages inside ``SceneWork``; LiDAR and
@@ -58,6 +48,7 @@ def cached_source(desc_json: str):
 
 
 def load(work: SceneWork, env: StageEnv) -> None:
+    """The scene from its log source (source_from_description(...).load_scene) and its frames table."""
     scene = cached_source(json.dumps(work.source, sort_keys=True)).load_scene(work.scene_id)
     work.loaded = Loaded(scene, frames_table(scene))
     work.counts["frames"] = len(scene.frames)
@@ -70,6 +61,7 @@ def build_detector(cfg: PipelineConfig):
 
 
 def detect(work: SceneWork, env: StageEnv) -> None:
+    """3D boxes per frame: generator.perception.detect_scene with the detector (actors.detect)."""
     work.detected = detect_scene(work.loaded.scene, env.model)
     work.counts["detections"] = sum(len(b) for b in work.detected.boxes)
 
@@ -80,6 +72,7 @@ def build_segmenter(cfg: PipelineConfig):
 
 
 def perceive(work: SceneWork, env: StageEnv) -> None:
+    """Tracking, segmentation (actors.segment) and the visibility filter: generator.perception.perceive_scene."""
     res = perceive_scene(work.loaded.scene, work.detected, env.cfg, segmenter=env.model)
     work.detected = None  # tracked boxes are in res.objects; no need to carry the raw detections further
     work.perceived = res
@@ -124,8 +117,8 @@ def check_failed_frames(work: SceneWork, cfg: PipelineConfig) -> None:
 
 # ------------------------------------------------------------------------------------------ attributes, QA
 def attributes(work: SceneWork, env: StageEnv) -> None:
-    """Attributes and behaviour labels, then every registered paper family's ``derive`` over them (its
-    tables, ``schemas.families``)."""
+    """Attributes and labels (generator.attributes), then every registered paper family's derive over them.
+    """
     objects, frames = work.perceived.objects, work.loaded.frames
     attrs = compute_attributes(objects, frames, env.cfg.ego)
     labels = compute_labels(objects, frames, attrs, env.cfg.labels)
@@ -144,6 +137,7 @@ def build_templates(cfg: PipelineConfig):
 
 
 def qa(work: SceneWork, env: StageEnv) -> None:
+    """The QA rows: generator.qa.generate_qa with the templates loaded once per process."""
     issues = issues_table(work.scene_id, work.perceived.issues) if work.perceived.issues else None
     table = generate_qa(work.loaded.frames, work.described.attributes, work.perceived.projections, env.cfg, env.model,
                         labels=work.described.labels, objects=work.perceived.objects, issues=issues,

@@ -92,6 +92,7 @@ def video_settings(cfg: PipelineConfig):
 
 
 def load(work: SceneWork, env: StageEnv) -> None:
+    """The video from its source (a VideoSource: boxes, attributes, the clip), without its pixels."""
     src = cached_source(json.dumps(work.source, sort_keys=True))
     if not isinstance(src, VideoSource):
         raise SourceError(f"{work.scene_id}: the camera stages read videos, and a {src.name} source has none",
@@ -159,7 +160,7 @@ def _gray_frames(clip: str, video_id: str, frames: np.ndarray, max_width: int, w
 
 
 def video(work: SceneWork, env: StageEnv) -> None:
-    """Every registered family's ``derive_video`` over the video, then its QA (``generator.qa.video``)."""
+    """Every registered family's derive_video over the video, then its QA (generator.qa.video)."""
     v, cfg, vid = work.need("video", "video"), env.cfg, work.scene_id
     v.derived = {}
     with _named(work):
