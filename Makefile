@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=2: the suite on two pytest-xdist workers, each taking the next test as it frees (a Ray test
 # leaves the cores a third idle while it waits on its cluster: about a third faster on 2 cores).
 # Not the default: under the other worker's load, a Ray Data pool that must grow while scenes queue for it
-# (tests/test_gpu_scheduling.py) failed to in one of three such runs. 0 (default): one process, what CI runs.
+# (tests/pipeline/test_gpu_scheduling.py) failed to in one of three such runs. 0 (default): one process, what CI runs.
 PYTEST_WORKERS ?= 0
 
 .PHONY: setup run test quick bench clean

@@ -12,7 +12,7 @@
 * ``--features``: per ground-truth class, percentiles of the clusters' extents (long side, short side,
   height, points) on both: the measurements ``LidarDetectorConfig.shape_rules`` is set from.
 
-Figures, not timings; a quality goal belongs in the tests (tests/test_detect.py asserts the generated-log goals).
+Figures, not timings; a quality goal belongs in the tests (tests/actors/test_detect.py asserts the generated-log goals).
 """
 from __future__ import annotations
 

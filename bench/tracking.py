@@ -9,7 +9,7 @@ thresholds; the highway by CLEAR-MOT, ``actors.track.metrics``), each line with 
 offline) and the online Kalman tracker:
 
 * ``av2``: the real AV2 log's labels with the validation test's noise (centre 0.3 m, size 10 %, yaw 0.1 rad,
-  velocity 0.3 m/s; tests/test_validate.py): goal AMOTA >= 0.90, IDSW <= 5;
+  velocity 0.3 m/s; tests/validate/test_validate.py): goal AMOTA >= 0.90, IDSW <= 5;
 * ``av2-noisy``: the same plus 10 % drop-outs and 2 false positives per frame; ``av2-noisy-nopose``: tracked
   without ego poses (identity poses: ego-relative tracks, as on tracking benchmarks);
 * ``av2-realistic``: the validation noise plus a real detector's errors (``tests/support/track.py``

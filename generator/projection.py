@@ -6,7 +6,7 @@ the camera frame, corners at or behind the image plane (depth <= ``min_depth_m``
 are projected, their convex hull is intersected with the image canvas and the 2D box is the bounds of
 that intersection. Clipping the corners' bounding box to the canvas instead gives a box that is too
 large whenever the hull leaves the image through a corner; the real nuScenes keyframe test
-(tests/test_projection_real.py) shows the difference (IoU 0.82 -> 0.96 on a truncated car).
+(tests/perception/test_projection_real.py) shows the difference (IoU 0.82 -> 0.96 on a truncated car).
 The hull clipping runs vectorised in shapely 2 (GEOS), a nuscenes-devkit dependency.
 """
 from __future__ import annotations

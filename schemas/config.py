@@ -28,7 +28,7 @@ __all__ = ["PipelineConfig", "ConfigError", "load_config", "parse_config", "conf
 # Bounds on size-like settings, checked when the config is read (before any work or write, before --out exists):
 # a value past one would make a stage allocate what no machine holds or loop for days (a 1e9-step horizon is a
 # MemoryError naming no field; 1e9 GrabCut iterations never end). Every whole-number setting has an upper bound
-# (tests/test_config.py checks it of every section, the families' included), and so has every rate.
+# (tests/schemas/test_config.py checks it of every section, the families' included), and so has every rate.
 MAX_TIME_STEPS = 10_000  # samples of one time span (horizon / step); a 20 s log at 20 Hz has 400 frames
 MAX_SPAN_S = 60.0  # a look-ahead or look-back horizon; nuScenes scenes last 20 s, AV2 logs 15 s
 MAX_RATE_HZ = 1_000.0  # a sampling rate (keyframes, video frames): cameras run at 10-60 Hz, LiDARs at 10-20
@@ -87,7 +87,7 @@ class SourceLimitsConfig(_Model):
     not a driving scene: the scene fails with a ``SourceError`` naming the scene, the file, the field, the row
     and the value (raise the bound if your logs really hold such values). Chosen here with a wide margin over
     what real logs hold: the real AV2 log and the generated logs load with the defaults and fail with bounds
-    just below what they hold (tests/test_source_bounds.py)."""
+    just below what they hold (tests/sources/test_source_bounds.py)."""
 
     max_box_distance_m: float = Field(500.0, gt=0)
     """|box centre| from the ego (m). The AV2 log's farthest annotation is at 221 m; the longest-range automotive
@@ -291,7 +291,7 @@ class LabelNoiseConfig(_Model):
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
 """A model's arithmetic (``actors.device.autocast_args``): 'auto' = bfloat16 autocast on CUDA, float32 on
 the CPU; 'bf16' / 'fp16' = autocast to that type on any device; 'fp32' = full precision.
-``tests/test_precision.py`` bounds how far bfloat16 moves boxes and masks from float32."""
+``tests/schemas/test_precision.py`` bounds how far bfloat16 moves boxes and masks from float32."""
 
 
 class Mmdet3dConfig(_Model):
@@ -358,90 +358,62 @@ def _default_max_speeds() -> dict[str, float]:
 
 
 def _default_process_noise() -> dict[str, float]:
-    # Power spectral density q (m^2/s^3) of the white-noise acceleration of the constant-velocity model: the
-    # velocity variance grows by q per second (std 2.8 m/s after 1 s at 8). bench/tracking.py, q for all classes
-    # (AV2 noisy without poses / generated logs without poses / 2 Hz highway, AMOTA or MOTA and IDSW):
-    # q 1: 0.949/9, 0.815/17, 0.772/0 (the ego's own turns look like object accelerations);
-    # q 4: 0.967/1, 0.881/13, 0.777/0;  q 8: 0.967/3, 0.885/9, 0.757/0;  q 16: 0.967/3, 0.886/4, 0.723/2;
-    # q 64: 0.961/13, 0.907/3, 0.554/14 (the highway's oncoming cars jump to their neighbours).
+    # how this value was chosen, measured: docs/reference/tracker-settings.md
     return {"car": 8.0, "truck": 8.0, "bus": 8.0, "trailer": 8.0, "construction_vehicle": 8.0,
             "pedestrian": 8.0, "motorcycle": 8.0, "bicycle": 8.0, "traffic_cone": 8.0, "barrier": 8.0}
 
 
 class KalmanTrackerConfig(_Model):
-    """The default tracker (``actors.track.kalman``): a constant-velocity Kalman filter per track in the global
-    frame, two-stage association by a size-aware Mahalanobis cost, confirmation, coasting. Every time in seconds
-    and every noise per second, so 2 Hz and 10 Hz logs behave alike. Figures quoted are ``python
-    bench/tracking.py [--set kalman.<field>=<value>]`` (devkit AMOTA at 40 recall thresholds; CLEAR MOTA on the
-    highway), with the other fields at their defaults. Defaults: AV2 with the validation test's noise 0.979
-    (0 IDSW), with drop-outs and false positives too 0.967 (0), the same without poses 0.967 (3), generated
-    logs without poses 0.885 (9), lidar backend 0.495 (0), highway 10 Hz 0.962 (0), 2 Hz 0.757 (0)."""
+    """The online tracker (``actors.track.kalman``; ``tracking.mode: kalman``, and both passes of the offline
+    tracker): a constant-velocity Kalman filter per track in the global frame, two-stage association by a
+    size-aware Mahalanobis cost, confirmation, coasting. Every time in seconds and every noise per second, so
+    2 Hz and 10 Hz logs behave alike. How each default was chosen, with the figures ``bench/tracking.py``
+    measures for other values: docs/reference/tracker-settings.md."""
 
     process_noise: dict[str, float] = Field(default_factory=_default_process_noise)
-    """Process noise per class (m^2/s^3), see _default_process_noise; unknown classes take the largest."""
+    """Process noise per class (m^2/s^3): the power spectral density of the white-noise acceleration of the
+    constant-velocity model (the velocity variance grows by it per second); unknown classes take the largest."""
     position_std_m: float = Field(0.3, gt=0)
     """Centre measurement noise std (m): position_std_m and position_std_size_frac x the box's BEV diagonal,
-    added in quadrature (a detected centre errs more on larger boxes): 0.3 m is the centre noise of the AV2
-    validation test; lidar L-shape centres of generated logs err by a median 0.04 m (pedestrians) to 0.12 m
-    (cars) with tails to 2 m. A size fraction of 0.2: AV2 noisy 4 IDSW, without poses 20, highway 10 Hz 8."""
+    added in quadrature (a detected centre errs more on larger boxes)."""
     position_std_size_frac: float = Field(0.1, ge=0)
     velocity_std_mps: float = Field(0.5, gt=0)
-    """Detector velocity measurement noise std (m/s), where the detector gives velocities (CenterPoint's velocity
-    error on nuScenes, mAVE, is 0.2-0.5 m/s for vehicles, more for pedestrians and cycles)."""
+    """Detector velocity measurement noise std (m/s), where the detector gives velocities."""
     birth_velocity_std_mps: float = Field(15.0, gt=0)
     """Velocity std of a newborn track without detector velocity (m/s), which gates its second detection, where
     the tracker's frame moves with the ego (no poses); in the ground frame the std whose gate holds the class's
-    plausible speed (``max_speed_mps`` / sqrt(gate_chi2)), at most this (issue #33: a pedestrian track took a
-    second box 6 m away). Relative speeds without ego poses reach 30-44 m/s for oncoming cars: at 15 m/s the 99.9 % gate
-    holds 55 m/s. 10 and 20 measure the same on every case but the 2 Hz highway (22 m per frame): 0.649 and
-    0.728."""
+    plausible speed (``max_speed_mps`` / sqrt(gate_chi2)), at most this."""
     size_std_frac: float = Field(0.1, gt=0)
-    """Size (log l, w, h) and yaw filters: measurement noise std (the AV2 test's size and yaw noise) and
-    random-walk process noise per second (a box's fitted extent changes as the object turns its side). They
-    shape only coasted boxes."""
+    """Size (log l, w, h) and yaw filters: measurement noise std and random-walk process noise per second (a
+    box's fitted extent changes as the object turns its side). They shape only coasted boxes."""
     size_process_frac_per_s: float = Field(0.05, ge=0)
     yaw_std_rad: float = Field(0.1, gt=0)
     yaw_process_rad_per_s: float = Field(0.5, ge=0)
     gate_chi2: float = Field(13.82, gt=0)
-    """Gate on the squared Mahalanobis distance of the centre innovation: 13.82 = 99.9 % of a 2-dof chi-square
-    (9.21, 99 %: generated logs without poses 14 IDSW instead of 9)."""
+    """Gate on the squared Mahalanobis distance of the centre innovation: 13.82 = 99.9 % of a 2-dof chi-square."""
     high_score: float = Field(0.3, ge=0, le=1)
     """Two-stage association (ByteTrack): detections with score >= high_score are matched to every live track and
     start tracks; lower-scored ones only extend confirmed tracks left unmatched, and never start one. The
-    default equals detection.score_threshold (0.3), so the second stage only takes detections when the
-    detector's threshold is set lower: with the detectors here a higher value loses objects whose score is low
-    but true (the lidar backend scores 22 % of true pedestrians below 0.5): 0.4 / 0.5 give lidar backend 0.486
-    / 0.474, highway 10 Hz 0.941 / 0.823, 2 Hz 0.584 / 0.396."""
+    default equals detection.score_threshold, so the second stage only takes detections when the detector's
+    threshold is set lower."""
     confirm_hits: int = Field(3, ge=1, le=MAX_COUNT)
     """A track is output once it has confirm_hits matched detections (its earlier boxes are written back); a
     tentative track unmatched for longer than tentative_max_age_s in a frame with detections of its class, or for
     longer than tentative_max_miss_s in any frame the detector saw, is deleted with its boxes. Tentative tracks
-    still alive when the scene ends are kept (nothing contradicted them; a one-frame scene keeps its boxes).
-    2 hits: generated logs without poses 0.850 (15 IDSW), lidar backend 0.467 (3), highway 10 Hz 0.771 (11),
-    2 Hz 0.515 (28): a newborn track's wide gate takes false positives, a third hit has to lie on the track's
-    estimated motion."""
+    still alive when the scene ends are kept (nothing contradicted them; a one-frame scene keeps its boxes)."""
     tentative_max_age_s: float = Field(0.0, ge=0)
     tentative_max_miss_s: float = Field(0.3, ge=0)
     """Per-class management: a frame without detections of a tentative track's class is evidence against it only
-    once it has missed this long (a shorter gap: the detector may just not have seen the class). 0 (every frame
-    the detector saw counts): AV2 with a real detector's errors 0.929 instead of 0.950, AV2 noisy 0.967 either
-    way; no limit (100): generated logs without poses 0.587 instead of 0.885 (a false positive's tentative track
-    lives on until another false positive of its class lands in its ever wider gate); 1.0 measures as 0.3."""
+    once it has missed this long (a shorter gap: the detector may just not have seen the class)."""
     coast_output_s: float = Field(1.5, ge=0)
     """A confirmed track unmatched for up to coast_output_s gets boxes in the frames it missed: on the smoothed
     path when a later match bridges the gap, its prediction after its last match for up to coast_trailing_s;
-    their score is the last matched score halved every coast_score_half_life_s. Without coasted boxes
-    (coast_output_s 0) highway 10 Hz MOTA 0.866 instead of 0.962 (10 % drop-outs), 2 Hz 0.733; generated logs
-    without poses AMOTA 0.900 instead of 0.885 (the devkit interpolates gaps itself, and straight lines in the
-    global frame beat paths tracked relative to a turning ego). Trailing boxes (0.3 s) cost the 10 Hz highway
-    0.067 MOTA (objects that left) and change nothing elsewhere."""
+    their score is the last matched score halved every coast_score_half_life_s."""
     coast_trailing_s: float = Field(0.0, ge=0)
     coast_score_half_life_s: float = Field(0.5, gt=0)
     coast_min_hit_ratio: float = Field(0.0, ge=0, le=1)
     """Track quality: a confirmed track coasts (gets boxes in the frames it missed) only while its matched
-    detections are at least this share of the frames it has lived through (a ghost seen in 60 % of the frames
-    stays below 0.7). Off by default: 0.7 changed no AV2 or generated-log case and moved the highway's MOTA
-    both ways (10 Hz 0.958 instead of 0.962, 2 Hz 0.762 instead of 0.757)."""
+    detections are at least this share of the frames it has lived through (0: off)."""
 
 
 class OfflineTrackerConfig(_Model):
@@ -629,7 +601,7 @@ class VisibilityConfig(_Model):
     min_box_area_px: float = Field(16.0, ge=0)
     min_depth_m: float = Field(0.1, ge=0)
     """a box is "in front of" a camera when one of its corners is at least this far along the optical axis
-    (points closer than 0.1 m project unstably; chosen here, boundary-tested in tests/test_visibility.py)"""
+    (points closer than 0.1 m project unstably; chosen here, boundary-tested in tests/perception/test_visibility.py)"""
 
 
 class ToleranceConfig(_Model):
@@ -707,11 +679,11 @@ class LabelsConfig(_Model):
     """Behaviour labels (``generator.attributes.labels``): ego maneuver and speed status (Intention-Drive's
     atomic vocabulary), VRU intent (DRAMA-X's lateral x vertical), future waypoints. No paper fixes the
     maneuver thresholds: these are chosen here and checked against the scripted maneuvers of the
-    generated logs (tests/test_labels_generated.py)."""
+    generated logs (tests/attributes/test_labels_generated.py)."""
 
     maneuver_window_s: float = Field(7.0, gt=0)
     """Chosen on 18 generated scenes of seeds 0-2 (720 frames): 96.8 % agree with the scripted maneuver (93.5 %
-    with W 6 s, 8 deg/s and no heading bound); tests/test_labels_generated.py asserts >= 95 % on seed 1. W:
+    with W 6 s, 8 deg/s and no heading bound); tests/attributes/test_labels_generated.py asserts >= 95 % on seed 1. W:
     poses in [t - W/2, t + W/2] decide the maneuver at t"""
     min_window_s: float = Field(1.0, gt=0)
     """no label with less of the window inside the log"""
@@ -821,7 +793,7 @@ class AnonymizeConfig(_Model):
     that ship with OpenCV (Haar cascades in ``cv2.data.haarcascades``), run only inside candidate regions
     that the 3D boxes give: heads at the top of pedestrian boxes, plates on the front and rear faces of
     vehicle boxes. Values below were chosen here and measured on generated logs (docs/operations/anonymisation.md,
-    ``python bench/anonymize.py``; tests/test_anonymize.py)."""
+    ``python bench/anonymize.py``; tests/writers/test_anonymize.py)."""
 
     faces: bool = True
     plates: bool = True
@@ -1056,7 +1028,7 @@ class PipelineConfig(_Model):
         return out
 
     def to_yaml(self) -> str:
-        # libyaml's emitter when PyYAML has it: the same text (checked by tests/test_config.py) in a quarter of
+        # libyaml's emitter when PyYAML has it: the same text (checked by tests/schemas/test_config.py) in a quarter of
         # the time (30 ms of a regeneration's fixed cost otherwise)
         return yaml.dump(self.model_dump(mode="json"), Dumper=_YAML_DUMPER, sort_keys=False)
 

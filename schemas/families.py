@@ -4,7 +4,7 @@
 The registry is the families built into drivegen (``BUILTIN``, module paths) followed by the entry points of the
 group ``drivegen.families`` (a user's package declares ``[project.entry-points."drivegen.families"] name =
 "pkg.module:FAMILY"``, so ``pip install`` adds a family without touching drivegen). This module is the one place
-that loads family code by name: nothing in drivegen's core imports a family package (``tests/test_layers.py``),
+that loads family code by name: nothing in drivegen's core imports a family package (``tests/project/test_layers.py``),
 and a family package imports the core, never another family. A family's module that only declares its object
 stays cheap to import; its hooks import the heavy work they call when they are called (start-up cost).
 

@@ -11,7 +11,7 @@ grounding without a box) but cannot read it back ("Expected all lists to be of s
 size=0"), top level or nested in structs. So files store every fixed-size list as a variable-size list
 (``storage_schema``; names, nullability and metadata kept, so the files stay plain Parquet for pandas or
 ``datasets``), and reading casts back to the exact declared schema (``from_storage``), found from the
-file's ``drivegen.schema`` metadata when not given. ``tests/test_schemas_storage.py`` notices when a
+file's ``drivegen.schema`` metadata when not given. ``tests/schemas/test_schemas_storage.py`` notices when a
 pyarrow release fixes the bug.
 """
 from __future__ import annotations

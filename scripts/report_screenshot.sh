@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's picture of the report: a page of the sample browser of a run (default: ./out, what `make run`
 # wrote) rendered by headless Chromium into docs/assets/report.png, and what it shows (the page and its first QA
-# row) into docs/assets/report.png.json, which tests/test_docs.py checks against the default run's report.
+# row) into docs/assets/report.png.json, which tests/project/test_docs.py checks against the default run's report.
 #   scripts/report_screenshot.sh [RUN] [PAGE]      (PAGE default: samples-object_spatial-1.html)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,7 +1,7 @@
 """Write the example predictions of ``examples/score/`` from ``make run``'s output (``python
 scripts/score_examples.py out``): a model that is right on most items and wrong on some, for each scorer, so that
 ``drivegen score NAME --pred examples/score/... out`` shows a non-trivial score. Seeded: the same run gives the
-same files. ``tests/test_examples.py`` scores them on the default run.
+same files. ``tests/commands/test_examples.py`` scores them on the default run.
 
 - ``qa_answers.json`` (``score qa``): six questions of every question type, answered in turn with the row's own
   answer, its value, the answer in lower case without its full stop, or another question's answer of the same

@@ -22,11 +22,11 @@ if [[ "$libs" != *libusb-1.0.so.0* ]]; then
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libusb-1.0-0 >/dev/null
 fi
 
-# the report's browser test (tests/test_report.py) renders it in headless Chromium; skipped without it.
+# the report's browser test (tests/report/test_report.py) renders it in headless Chromium; skipped without it.
 if ! command -v chromium >/dev/null 2>&1; then
   log "installing Debian package chromium (browser test of drivegen report)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null || log "could not install chromium: tests/test_report.py's browser tests will be skipped"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null || log "could not install chromium: tests/report/test_report.py's browser tests will be skipped"
 fi
 
 key="$(cat "$here/pyproject.toml" "$here/scripts/setup.sh" | sha256sum | cut -c1-16)-$extras"
@@ -38,8 +38,8 @@ if [ ! -f "$stamp" ]; then
   "$py" -m pip install -q --upgrade "pip>=24" "setuptools>=77,<81" wheel
   # torch first, exactly the CPU wheel, so nothing later resolves CUDA torch.
   "$py" -m pip install -q "torch==2.13.0"
-  # view: rerun-sdk (CPU-only wheel) for `drivegen view`, so tests/test_view.py runs rather than skips;
-  # docs: MkDocs and its Material theme, so the suite builds the documentation site (tests/test_docs.py)
+  # view: rerun-sdk (CPU-only wheel) for `drivegen view`, so tests/report/test_view.py runs rather than skips;
+  # docs: MkDocs and its Material theme, so the suite builds the documentation site (tests/project/test_docs.py)
   "$py" -m pip install -q -e "$here[test,view,docs]"
   if [ "$extras" = auto ]; then
     # sam2 is source-only and its isolated build would download CUDA torch: build it against ours.

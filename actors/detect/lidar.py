@@ -157,7 +157,7 @@ def remove_ground(points: np.ndarray, cfg: LidarDetectorConfig) -> tuple[np.ndar
 def cluster_points(xy: np.ndarray, cfg: LidarDetectorConfig) -> np.ndarray:
     """DBSCAN labels (N,) (-1 = noise) of BEV points (N, 2) via open3d. Deterministic on any thread count
     (its threads only fill each point's own neighbour list; labels are expanded sequentially in point order),
-    which ``tests/test_detect_determinism.py`` checks across processes."""
+    which ``tests/actors/test_detect_determinism.py`` checks across processes."""
     import open3d as o3d  # open3d: seconds to import; only where this runs
 
     if len(xy) == 0:

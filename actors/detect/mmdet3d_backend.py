@@ -12,7 +12,7 @@ take 9 of them, 10 sweeps in all, with the time lag in column 4), moved into the
 mmdet3d does (``detection.mmdet3d.sweep_alignment``) and chosen as it does (9 of 10 at random without
 ``test_mode``, seeded per frame by ``detection.mmdet3d.sweep_seed``). A frame whose source lists no sweeps
 (``lidar_sweeps`` None: the demo keyframe's info file) is padded with copies of its sweep when the config
-says ``pad_empty_sweeps``, as mmdet3d does. ``tests/test_detect_mmdet3d.py`` checks the tensor against
+says ``pad_empty_sweeps``, as mmdet3d does. ``tests/actors/test_detect_mmdet3d.py`` checks the tensor against
 mmdet3d's own ``NuScenesDataset`` + test pipeline on the same samples. The pipeline's two loading steps
 become one ``LoadPointsFromDict`` fed with that tensor, so any log format works (AV2 feather sweeps too).
 Files shared by the frames of one call are read once (``sweeps.CachedReader``). For camera models the

@@ -3,9 +3,9 @@
 It holds the contract (``schemas.family_contract``: ``PaperFamily`` and its hook groups, ``Export``) and the parts
 of drivegen's core a family's hooks call, under the names listed in ``__all__``; nothing else of drivegen is
 public to a family. ``docs/families/adding.md`` lists every hook with its signature, from this code
-(``tests/test_family_api.py`` checks that the page and the code agree), and the example family
+(``tests/families/test_family_api.py`` checks that the page and the code agree), and the example family
 ``tests/plugins/lane_keeping`` imports nothing of drivegen but this module (the same test). A type checker
-reads it (``tests/test_types.py`` runs mypy on it and on the example): ``PaperFamily[MySettings]`` makes
+reads it (``tests/project/test_types.py`` runs mypy on it and on the example): ``PaperFamily[MySettings]`` makes
 ``FAMILY.settings(cfg)`` a ``MySettings``.
 
     the contract     PaperFamily, the hook groups (Configured, WritesTables, Derives, DerivesVideo,

@@ -341,7 +341,7 @@ _BASE = """<!doctype html>
 <header><b>drivegen report</b>{% for href, label in nav %}<a href="{{ href }}">{{ label }}</a>{% endfor %}</header>
 <main>{% block main %}{% endblock %}</main>
 <script>
-// which images failed to load (naturalWidth 0 once the page has loaded): read by tests/test_report.py
+// which images failed to load (naturalWidth 0 once the page has loaded): read by tests/report/test_report.py
 window.addEventListener("load", function () {
   var bad = [];
   for (var i = 0; i < document.images.length; i++) {

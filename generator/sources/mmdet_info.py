@@ -3,7 +3,7 @@
 Used with ``../shared/data/nuscenes-demo`` (a real nuScenes keyframe: sweep, six images, calibration, 69
 ground-truth boxes) to check projection and LiDAR conventions against real data.
 
-Conventions of the info file, checked on the real keyframe (tests/test_projection_real.py):
+Conventions of the info file, checked on the real keyframe (tests/perception/test_projection_real.py):
 - ``lidar2cam`` already contains the ego-motion compensation between the LiDAR and the camera timestamps
   (mmdet3d's ``obtain_sensor2top``); ``cam2ego`` does not. The camera extrinsic used here is therefore
   ``ego_SE3_cam = lidar2ego o inv(lidar2cam)``, the camera pose in the LiDAR sample's ego frame.

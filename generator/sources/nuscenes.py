@@ -8,7 +8,7 @@ Frames are the scene's samples (2 Hz keyframes): the LIDAR_TOP sweep, the six ca
 the LIDAR_TOP sample_data. Camera extrinsics are motion-compensated into the LiDAR sample's ego frame
 (``ego_SE3_cam = inv(city_SE3_ego@lidar) o city_SE3_ego@camera o ego_SE3_cam(calibrated_sensor)``), the
 same compensation mmdet3d bakes into ``lidar2cam``; without it a 3D box projects up to tens of pixels
-off on a moving car (tests/test_projection_real.py measures it). Labels are the sample's annotations as
+off on a moving car (tests/perception/test_projection_real.py measures it). Labels are the sample's annotations as
 ``Boxes3D`` in that ego frame.
 """
 from __future__ import annotations

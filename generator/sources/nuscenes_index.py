@@ -18,7 +18,7 @@ A worker reads the one batch of a scene it loads (those bytes only: ``SceneIndex
 devkit's own view of that scene (``scene_devkit``): a ``NuScenes`` over the scene's rows, de-normalised by the
 devkit's ``__make_reverse_index__`` (``sample.data``, ``sample.anns``, ``category_name``, ``channel``,
 ``sensor_modality``, ``log.map_token``), so ``get`` and ``box_velocity`` answer as the devkit over the whole set
-does; tests/test_nuscenes_index.py compares every scene's records with it. What depends on the whole table is
+does; tests/sources/test_nuscenes_index.py compares every scene's records with it. What depends on the whole table is
 kept by ``row``: an instance's position there is drivegen's track id.
 
 Where: ``<log cache>/nuscenes-index/<key>/`` (the log cache is ``sources.cache_dir``, else $DRIVEGEN_LOG_CACHE,

@@ -382,7 +382,7 @@ _DECALS = {
 # exact truth (``CameraRenderer.render(truth=True)``): a face-like pattern (skin oval, dark eyes and brows,
 # nose, mouth) on the front of pedestrians' heads, a white plate with dark characters on the front and rear
 # faces of vehicles (trailers: rear only). OpenCV's frontal-face and Russian-plate Haar cascades detect both
-# patterns when they are large enough (tests/test_anonymize.py).
+# patterns when they are large enough (tests/writers/test_anonymize.py).
 TRUTH_FACE, TRUTH_PLATE = 1, 2
 
 

@@ -12,7 +12,7 @@ counts pixels:
 * ``blurred_image_share`` = blurred pixels / all pixels (what the false blurring costs a model);
 * ``seconds_per_image``: time in ``anonymize_image`` (candidates, cascades, blur) per image.
 
-Printed by ``python bench/anonymize.py``; thresholds in tests/test_anonymize.py; what they mean in
+Printed by ``python bench/anonymize.py``; thresholds in tests/writers/test_anonymize.py; what they mean in
 docs/operations/anonymisation.md.
 """
 from __future__ import annotations

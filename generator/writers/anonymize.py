@@ -47,7 +47,7 @@ FACE, PLATE = "face", "plate"
 # whose file names carry them (nuScenes: <log date>__<camera>__<timestamp us>.jpg)
 # What ``python bench/anonymize.py`` measured with the default config on generated logs (2 scenes, 60 images of
 # 800x450, faces and plates painted with exact truth; docs/operations/anonymisation.md): the dataset card quotes it.
-# tests/test_anonymize.py re-measures a subset and holds the defaults to thresholds just below these.
+# tests/writers/test_anonymize.py re-measures a subset and holds the defaults to thresholds just below these.
 MEASURED_DEFAULT = {"face_recall": 1.000, "plate_recall": 1.000, "blurred_outside_share": 0.964,
                     "image_blurred_share": 0.0083, "images": 60, "size": "800x450",
                     "command": "python bench/anonymize.py"}

@@ -34,7 +34,7 @@ fixed so the same input gives the same bytes, and a rewritten scene loses its st
 
 ``write_sample`` adds a sample to a ``tarfile`` stream exactly as ``webdataset.TarWriter(path, mtime=0.0,
 encoder=False)`` does (its members sorted by suffix, mode 0444, owner ``bigdata``, time 0.0 in a PAX
-record; a stream; tests/test_writers_wds.py compares the bytes). The library itself is not imported to write: its
+record; a stream; tests/writers/test_writers_wds.py compares the bytes). The library itself is not imported to write: its
 package imports torch when torch is installed (about 1.4 CPU seconds and 180 MiB in every writing process,
 measured 2026-11-28), which the default CPU pipeline never needs. Readers use the library as before.
 """

@@ -27,7 +27,7 @@ HOTA: per sequence, the boxes the CLEAR evaluation ignores are removed first (ig
 box matched to it, ignored tracker boxes), every remaining pair's 3D IoU is the similarity, and HOTA is computed over
 all of the tracker's boxes (no score threshold) as ``trackeval.metrics.HOTA`` computes it (``hota_sequence``,
 ``hota_combined``; written here: trackeval 1.3.0 requires numpy >= 2.3 on Python 3.11, and drivegen keeps numpy
-1.26.4; tests/test_track_kitti.py compares the two where trackeval is importable).
+1.26.4; tests/actors/test_track_kitti.py compares the two where trackeval is importable).
 
 The Hungarian method is ``scipy.optimize.linear_sum_assignment`` on the same cost matrix as the released
 evaluator's Munkres (equal optima; among equal-cost assignments either may pick another).

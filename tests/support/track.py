@@ -1,4 +1,4 @@
-"""Helpers for tests/test_track*.py: tracker-only run folders that ``drivegen validate`` scores with the devkit.
+"""Helpers for tests/actors/test_track*.py: tracker-only run folders that ``drivegen validate`` scores with the devkit.
 
 ``tracked_run_folder`` detects and tracks each scene (no segmentation, visibility or QA: only what validate
 reads) and commits source.json, config.yaml and perception/{objects,frames} per scene like a run does,

@@ -1,4 +1,4 @@
-"""Helpers for tests/test_validate*.py: a run folder made by running perception per scene.
+"""Helpers for tests/validate/test_validate*.py: a run folder made by running perception per scene.
 
 The layout and commit protocol are the pipeline's (``generator.runfolder.commit_tables``: staged files, a
 manifest per scene), from ``generator.perception.detect_scene`` / ``perceive_scene``. Much cheaper than

@@ -11,7 +11,7 @@ from schemas.config import MAX_IMAGE_PX, MAX_RATE_HZ, MAX_SPAN_S, _Model, check_
 class DramaRiskConfig(_Model):
     """DRAMA-X risk and suggested action from hindsight (``generator.families.drama_x.attributes.risk_table``). DRAMA-X
     keeps DRAMA's human Risk / suggestion labels (App. A.2) and gives no rule: every threshold here is chosen
-    here and checked against the generated logs' scripts (tests/test_drama.py)."""
+    here and checked against the generated logs' scripts (tests/families/test_drama.py)."""
 
     horizon_s: float = Field(4.0, gt=0, le=MAX_SPAN_S)
     """look this far ahead for a conflict"""
@@ -45,7 +45,7 @@ class DramaImageIntentConfig(_Model):
     """DRAMA-X §3.2 image-based intent: 2D track displacement minus the camera displacement, which is the
     Farneback flow (OpenCV ``calcOpticalFlowFarneback``) in a ring around the object (its box excluded),
     over several windows. DRAMA-X gives no numbers; the windows fit 2 Hz keyframes, the thresholds are
-    chosen here and measured against the 3D-track intent on generated logs (tests/test_drama.py)."""
+    chosen here and measured against the 3D-track intent on generated logs (tests/families/test_drama.py)."""
 
     windows_s: list[float] = Field(default_factory=lambda: [0.5, 1.0], min_length=1)
     """displacement windows"""

@@ -49,7 +49,7 @@ the paved surface (``PlanningSamples.road``, from the logs' map; ``map_pose`` pl
 trajectory that puts a corner of the swept body off it collides too, unless the body is already off it now.
 
 The ground truth satisfies every instruction derived from it, by construction except for collisions, which
-``tests/test_intention.py`` checks are absent.
+``tests/families/test_intention.py`` checks are absent.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ class IntentionConfig(_Model):
     rate, ISR). The waypoints themselves are ``labels.num_waypoints`` x ``labels.waypoint_step_s`` (6 at
     0.5 s, the paper's setting). The paper annotates instructions with a VLM; drivegen derives them from what
     the log shows the ego does next, so every threshold below is chosen here and checked on the generated
-    logs (tests/test_intention.py: the ground truth satisfies every instruction it is given)."""
+    logs (tests/families/test_intention.py: the ground truth satisfies every instruction it is given)."""
 
     export: bool = True
     """Intention-Drive planning samples (intention/) at the end of a run"""

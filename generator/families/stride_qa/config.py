@@ -10,7 +10,7 @@ from schemas.config import _Model
 class ScenarioConfig(_Model):
     """Thresholds of the STRIDE-QA-Bench scenario classifier (``generator.families.stride_qa.bench_export.
     classify_scenario``, App. C.2 names the relations, not thresholds): chosen here and checked against the
-    scripted scenarios of the generated logs (tests/test_bench_export.py)."""
+    scripted scenarios of the generated logs (tests/families/test_bench_export.py)."""
 
     same_dir_deg: float = Field(45.0, gt=0, le=180)
     """|relative heading| below: same way as the ego"""

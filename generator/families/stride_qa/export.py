@@ -76,7 +76,7 @@ def bench_part(part, cfg: PipelineConfig, splits: list[str] | None = None, image
 def shard_images(reader: RunReader, scene_id: str, groups, cfg: PipelineConfig):
     """``scene_images``'s ``published``: the groups' context images from the scene's WebDataset shards, which
     hold them blurred as ``cfg.anonymize`` says when the run wrote them with that setting (the same images, the
-    same publisher: the same bytes; ``tests/test_stride_qa_fidelity.py`` compares), so they are not decoded, blurred
+    same publisher: the same bytes; ``tests/families/test_stride_qa_fidelity.py`` compares), so they are not decoded, blurred
     and encoded again; None when the shards were written otherwise or are absent."""
     owner = reader.table_owner("wds")
     files = reader.files("wds", [scene_id])

@@ -16,7 +16,7 @@ import pytest
 
 from schemas.families import BUILTIN, families
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CORE = ("generator", "actors", "schemas")
 
 

@@ -25,7 +25,7 @@ from generator.validate.run import ValidateOptions, validate_run
 from schemas.config import ToleranceConfig, parse_config
 from schemas.tables import OBJECTS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SWEEP = (0.0, 0.5, 1.0, 2.0)
 THRESHOLDS = 10  # recall thresholds for AMOTA in tests (devkit: 40; see generator.validate.tracking)
 

@@ -14,7 +14,7 @@ from generator.pipeline import stages as real, video
 from generator.pipeline.core import Stage, check_graph, describe
 from schemas.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_default_graph_describes_each_stage():

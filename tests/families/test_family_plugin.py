@@ -18,7 +18,7 @@ import pytest
 
 from support.pipeline import drivegen, link_synth_cache, write_config
 
-PLUGIN = Path(__file__).resolve().parent / "plugins" / "lane_keeping"
+PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "lane_keeping"
 
 
 @pytest.fixture(scope="module")

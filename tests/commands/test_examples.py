@@ -10,7 +10,7 @@ import pytest
 
 from generator.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "score"
 
 

@@ -22,7 +22,7 @@ import pytest
 from support.bench import make_bench_run, recommit
 from schemas.vocab import DETECTION_CLASSES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # visualize.py (create_lsr_relation_plots): the major relations and the panel of the rest
 TOOLKIT_RELATIONS = {"Oncoming_Pass", "Maintain_State", "Overtake", "Path_Divergence_at_Intersection",
                      "Other_Pulling_Away_From_Ego", "Minor_Relations"}

@@ -1,6 +1,6 @@
 """What drivegen guarantees about a run folder (docs/operations/guarantees.md): never lose a user's data, never
 say "ok" about wrong output. Each test reproduces what a careful user once found, on generated logs. Bounds on
-what a source reads, damaged sensor files and the synth command's arguments are in tests/test_source_bounds.py."""
+what a source reads, damaged sensor files and the synth command's arguments are in tests/sources/test_source_bounds.py."""
 from __future__ import annotations
 
 import json
@@ -424,7 +424,7 @@ def test_the_lock_heartbeat_is_not_a_leftover(tmp_path):
 @pytest.mark.slow
 def test_embedded_ray_refuses_clients_without_its_token(tmp_path):
     """During a run, gcs_server, raylet, the driver and the workers listened on all interfaces. They now listen on
-    127.0.0.1 only (tests/test_ray_connect.py); what keeps out another user of the same machine is the token
+    127.0.0.1 only (tests/pipeline/test_ray_connect.py); what keeps out another user of the same machine is the token
     authentication: a client without the token is refused. (The clients run in Ray's single-machine mode, as the
     embedded Ray does: otherwise Ray replaces 127.0.0.1 by the machine's address, where nothing listens.)"""
     import ray

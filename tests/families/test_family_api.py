@@ -11,7 +11,7 @@ from pathlib import Path
 from generator.families import api
 from schemas.families import HOOK_GROUPS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "tests" / "plugins" / "lane_keeping" / "drivegen_lane_keeping"
 DRIVEGEN = ("generator", "schemas", "actors")
 API = "generator.families.api"

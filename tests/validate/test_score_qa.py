@@ -90,7 +90,7 @@ def _table_rows() -> list[tuple[str, str, str, float | None, list[str], str]]:
     accepted answers, a wrong answer)."""
     from pathlib import Path
 
-    text = (Path(__file__).parents[1] / "docs" / "scoring.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "scoring.md").read_text()
     table = text.split("### Accepted answer forms", 1)[1]
     out = []
     for line in table.splitlines():

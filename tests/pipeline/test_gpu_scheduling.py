@@ -210,7 +210,7 @@ def test_gpu_bench_skips_with_a_clear_message_without_a_gpu():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU: run bench/gpu.py itself")
-    bench = Path(__file__).parents[1] / "bench" / "gpu.py"
+    bench = Path(__file__).parents[2] / "bench" / "gpu.py"
     r = subprocess.run([sys.executable, str(bench)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "skipped: no CUDA GPU here" in r.stdout and "--allow-cpu" in r.stdout

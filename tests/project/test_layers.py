@@ -13,7 +13,7 @@ from pathlib import Path
 
 from schemas.families import families, resolve
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LINT = Path(sys.executable).with_name("lint-imports")
 
 

@@ -15,7 +15,7 @@ from actors.detect.lidar import detect_points, fit_ground_plane
 from generator.types import Boxes3D
 from schemas.config import LidarDetectorConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO_PKL = "n015-2018-07-24-11-22-45+0800.pkl"
 
 # A child process: detect on every sweep of an .npz, write the boxes' fields (bytes compared by the parent).

@@ -27,7 +27,7 @@ from generator.families.pie.config import PieConfig
 from schemas.config import parse_config
 from schemas.errors import ConfigError, RunFolderError, SourceError
 
-JAAD = Path(__file__).parents[1].parent / "shared" / "data" / "jaad"
+JAAD = Path(__file__).parents[2].parent / "shared" / "data" / "jaad"
 needs_jaad = pytest.mark.skipif(not (JAAD / "annotations").is_dir(),
                                 reason=f"JAAD annotations not found at {JAAD} (../shared/data/jaad)")
 

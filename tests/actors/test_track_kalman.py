@@ -263,7 +263,7 @@ AV2_TEST_NOISE = {"center_m": 0.3, "size_frac": 0.1, "yaw_rad": 0.1, "velocity_m
 
 @pytest.mark.slow
 def test_av2_noisy_labels_meet_the_goal(av2_log, tmp_path):
-    """Issue #18's goal on the real AV2 log with the validation test's label noise (tests/test_validate.py):
+    """Issue #18's goal on the real AV2 log with the validation test's label noise (tests/validate/test_validate.py):
     AMOTA >= 0.90, IDSW <= 5 (measured 0.979, 0: the score with ground-truth identities is 0.979 too, the rest
     being boxes the devkit's 50 m range filter keeps on one side only). Greedy: 0.870, 21."""
     from generator.sources import open_source

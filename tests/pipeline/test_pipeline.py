@@ -27,7 +27,7 @@ from schemas.tables import write_parquet
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
@@ -352,7 +352,7 @@ def cluster3():
 def test_default_run_embedded(synth_root, tmp_path):
     """``drivegen run --out A`` (generated logs, embedded Ray on 2 CPUs, the default config): its summary is its
     tables' counts, every export is there, and the folder refuses a second run. The same run on a cluster of
-    ``ray start`` nodes gives the same bytes: tests/test_cluster.py."""
+    ``ray start`` nodes gives the same bytes: tests/pipeline/test_cluster.py."""
     cache = link_synth_cache(synth_root, tmp_path / "cache")
     cfg = write_config(tmp_path / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
     a = tmp_path / "embedded"
@@ -541,6 +541,6 @@ frozen = gc.get_freeze_count()
 assert settle_heap() is False and gc.get_freeze_count() == frozen  # once per process
 print("ok")
 """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

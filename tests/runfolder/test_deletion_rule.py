@@ -193,7 +193,7 @@ def test_make_clean_keeps_a_users_file(labelled_run, tmp_path):
     shutil.copytree(labelled_run, out)
     (out / "notes.md").write_text("x\n")
     venv = Path(sys.executable).parent.parent
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     r = subprocess.run(["make", "-s", "-C", str(root), "clean", f"OUT={out}", f"VENV={venv}"], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

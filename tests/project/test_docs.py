@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 MKDOCS = Path(sys.executable).with_name("mkdocs")
 needs_mkdocs = pytest.mark.skipif(not MKDOCS.is_file(), reason="mkdocs is not installed (the 'docs' extra; "
