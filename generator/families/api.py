@@ -2,11 +2,11 @@
 
 It holds the contract (``schemas.family_contract``: ``PaperFamily`` and its hook groups, ``Export``) and the parts
 of drivegen's core a family's hooks call, under the names listed in ``__all__``; nothing else of drivegen is
-public to a family. ``docs/families/adding.md`` lists every hook with its signature, from this code
-(``tests/families/test_family_api.py`` checks that the page and the code agree), and the example family
-``tests/plugins/lane_keeping`` imports nothing of drivegen but this module (the same test). A type checker
-reads it (``tests/project/test_types.py`` runs mypy on it and on the example): ``PaperFamily[MySettings]`` makes
-``FAMILY.settings(cfg)`` a ``MySettings``.
+public to a family. ``docs/reference/family-hooks.md`` lists every hook with its signature, generated from the
+contract (``tests/project/test_docs.py`` fails when it is stale), and the example family
+``tests/plugins/lane_keeping`` imports nothing of drivegen but this module (``tests/families/test_family_api.py``).
+A type checker reads it (``tests/project/test_types.py`` runs mypy on it and on the example):
+``PaperFamily[MySettings]`` makes ``FAMILY.settings(cfg)`` a ``MySettings``.
 
     the contract     PaperFamily, the hook groups (Configured, WritesTables, Derives, DerivesVideo,
                      AsksQuestions, ExportsFiles, Scores, Summarises, Reports, AddsCommands), Export, Tables,
