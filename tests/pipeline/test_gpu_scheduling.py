@@ -8,11 +8,13 @@ that report, per scene, what their worker holds; the model stage builds the real
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +24,7 @@ from schemas.config import PipelineConfig
 
 # the cluster tests start Ray and are marked slow; the device-rule tests take microseconds and run in `make quick`
 MODEL_SECONDS = 2.0  # each scene holds its model actor this long: long enough for overlaps to be unambiguous
+GROW_WAIT_SECONDS = 180.0  # the elastic pool's first actor waits at most this long for the second to start
 
 
 # ------------------------------------------------------------------------------- the device rule, pure
@@ -59,7 +62,22 @@ def _build_sam2(cfg):
     return {"segmenter": build_segmenter(cfg.segmentation), "built_at": time.time(), "pid": os.getpid()}
 
 
-def _model_probe(work, env) -> None:
+def _wait_for_a_second_actor(gate: str) -> None:
+    """Announce this actor in the folder ``gate`` and hold the scene until a second actor has announced itself
+    there, or until the deadline the test wrote there passed. The first actor then cannot finish every queued
+    scene while the pool's second actor is still starting (a worker process importing torch and SAM 2 on a loaded
+    machine): whether the pool grows no longer depends on the machine's load, and a pool that never grows still
+    fails the test, after the deadline."""
+    folder = Path(gate)
+    (folder / f"actor-{os.getpid()}").touch()
+    deadline = float((folder / "deadline").read_text())
+    while len(list(folder.glob("actor-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def _model_probe(work, env, gate: str | None = None) -> None:
+    if gate is not None:
+        _wait_for_a_second_actor(gate)
     t0 = time.time()
     time.sleep(MODEL_SECONDS)
     m = env.model
@@ -76,9 +94,11 @@ STAGES = [Stage("cpu_probe", _cpu_probe),
           Stage("model_probe", _model_probe, build=_build_sam2, actor=True, gpu=True)]
 
 
-def _run(address: str | None, tmp_path, n_scenes: int, pool: int, stage_actors: dict | None = None) -> list[dict]:
+def _run(address: str | None, tmp_path, n_scenes: int, pool: int, stage_actors: dict | None = None,
+         gate: Path | None = None) -> list[dict]:
     """The probe stages over ``n_scenes`` scenes on the cluster at ``address`` (None: an embedded local Ray of
-    2 CPUs and no GPU, what ``drivegen run`` starts on a laptop)."""
+    2 CPUs and no GPU, what ``drivegen run`` starts on a laptop); ``gate``: the model stage waits for a second
+    actor there (``_wait_for_a_second_actor``)."""
     import ray
     from ray import cloudpickle
 
@@ -97,6 +117,8 @@ def _run(address: str | None, tmp_path, n_scenes: int, pool: int, stage_actors: 
         store = RunStore(str(tmp_path / "out"))
         # ``ray.stage_actors`` takes model stage names only: the probe then stands in for the perceive stage
         stages = [STAGES[0], dataclasses.replace(STAGES[1], name="perceive")] if stage_actors else STAGES
+        if gate is not None:
+            stages = [stages[0], dataclasses.replace(stages[1], run=functools.partial(_model_probe, gate=str(gate)))]
         ds = build_dataset([f"scene-{k}" for k in range(n_scenes)], {}, stages, SceneFinish(_write_counts), cfg,
                            store)
         rows = list(iter_summaries(ds))
@@ -153,9 +175,12 @@ def test_an_elastic_pool_grows_to_the_gpus_it_may_use(tmp_path, sam2_installed):
     the two GPUs of a two-node cluster (its default maximum); CPU stages never hold a GPU."""
     from support.pipeline import LocalCluster
 
+    gate = tmp_path / "gate"  # the nodes are processes of this machine: they share its files
+    gate.mkdir()
     c = LocalCluster(workers=2, gpus_per_worker=1)
     try:
-        counts = _run(c.address, tmp_path, n_scenes=8, pool=1)
+        (gate / "deadline").write_text(str(time.time() + GROW_WAIT_SECONDS))
+        counts = _run(c.address, tmp_path, n_scenes=8, pool=1, gate=gate)
     finally:
         c.shutdown()
     model = [x["model_stage"] for x in counts]
