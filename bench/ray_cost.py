@@ -39,20 +39,19 @@ SAMPLE_S = 0.2
 
 class TreeCPU(threading.Thread):
     """The CPU seconds (user + system) of process ``pid`` and its descendants, read every ``SAMPLE_S``: per
-    process the last reading, summed (``total``)."""
+    process the last reading and kind (``seen``); ``stop`` returns their sum."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.root = psutil.Process(pid)
-        self.seen: dict[tuple[int, float], float] = {}  # (pid, create time) -> CPU s
-        self.names: dict[tuple[int, float], str] = {}
+        self.seen: dict[tuple[int, float], tuple[float, str]] = {}  # (pid, create time) -> (CPU s, kind)
         self._halt = threading.Event()
 
     def _read(self, p: psutil.Process) -> None:
         try:
-            t, key = p.cpu_times(), (p.pid, p.create_time())
-            self.seen[key] = t.user + t.system
-            self.names[key] = _kind(p)  # the last title: a Ray worker takes its ``ray::`` one once started
+            t = p.cpu_times()
+            # the last title: a Ray worker takes its ``ray::`` one once started
+            self.seen[(p.pid, p.create_time())] = (t.user + t.system, _kind(p))
         except psutil.Error:  # ended between the listing and the reading
             pass
 
@@ -69,8 +68,8 @@ class TreeCPU(threading.Thread):
     def by_kind(self) -> dict[str, tuple[int, float]]:
         """{kind of process: (how many, CPU s)}, the dearest first."""
         out: dict[str, list] = {}
-        for key, cpu in self.seen.items():
-            k = out.setdefault(self.names.get(key, "?"), [0, 0.0])
+        for cpu, kind in self.seen.values():
+            k = out.setdefault(kind, [0, 0.0])
             k[0] += 1
             k[1] += cpu
         return {n: (c, t) for n, (c, t) in sorted(out.items(), key=lambda kv: -kv[1][1])}
@@ -78,7 +77,7 @@ class TreeCPU(threading.Thread):
     def stop(self) -> float:
         self._halt.set()
         self.join()
-        return sum(self.seen.values())
+        return sum(cpu for cpu, _ in self.seen.values())
 
 
 def _kind(p: psutil.Process) -> str:
@@ -162,7 +161,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from docs_page import docs_page  # bench/ is on sys.path when a bench runs as a script
 
     with docs_page("ray_cost"):
