@@ -98,27 +98,36 @@ def repeated_logs(src: Path, dst: Path, copies: int) -> Path:
 class PeakMemory(threading.Thread):
     """Samples the RSS of this process (the driver) and its Ray worker processes (``ray::*`` descendants: task
     workers and actors of the embedded Ray started by this process): peaks of their sum (``peak``), of the
-    driver (``driver``) and of the largest worker (``worker``)."""
+    driver (``driver``) and of the largest worker (``worker``); ``timeline``: every sample as (seconds since the
+    start, driver RSS, sum), for figures of one phase (``peak_between``)."""
 
     def __init__(self, interval_s: float = 0.2, pid: int | None = None):
         super().__init__(daemon=True)
         self.interval_s, self.peak, self.driver, self.worker = interval_s, 0, 0, 0
+        self.timeline: list[tuple[float, int, int]] = []
+        self._t0 = time.perf_counter()
         self._halt = threading.Event()
         self.me = psutil.Process(pid)  # pid: another process is the driver (a `drivegen run` subprocess)
 
     def sample(self) -> int:
         try:
-            driver, workers = self.me.memory_info().rss, [0]
+            driver, workers, children = self.me.memory_info().rss, [0], self.me.children(recursive=True)
         except psutil.Error:  # the driver process has ended
             return 0
-        for p in self.me.children(recursive=True):
+        for p in children:
             try:
                 if p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
                     workers.append(p.memory_info().rss)
             except psutil.Error:
                 pass
         self.driver, self.worker = max(self.driver, driver), max(self.worker, *workers)
+        self.timeline.append((time.perf_counter() - self._t0, driver, driver + sum(workers)))
         return driver + sum(workers)
+
+    def peak_between(self, start_s: float, end_s: float) -> tuple[int, int]:
+        """(driver, sum) peaks of the samples taken ``start_s`` to ``end_s`` seconds after the start."""
+        got = [(d, a) for t, d, a in self.timeline if start_s <= t <= end_s]
+        return max((d for d, _ in got), default=0), max((a for _, a in got), default=0)
 
     def run(self):
         while not self._halt.is_set():

@@ -16,8 +16,10 @@ LiDAR; masks of the front camera only), repeated under new names, so a scene cos
 cores. Each count runs as its own ``drivegen run`` process (embedded Ray, every run-level output), then
 ``drivegen publish`` of its output. Per count it prints the driver's peak RSS (the ``drivegen run`` process),
 the end-of-run work (card, exports, report) per scene, ``publish``'s throughput and the file counts of the run
-folder and of the release; then the ratios of the largest count to the smallest (issue #31's goals: driver
-peak <= 1.15x, finalize per scene <= 1.2x).
+folder and of the release; then, per count, the peak RSS of the end of the run (card, exports, report) against
+the plateau of the scenes' stream, the driver's and that of the driver with its Ray workers (what the end of a
+run adds to the memory a node needs); then the ratios of the largest count to the smallest (issue #31's goals:
+driver peak <= 1.15x, finalize per scene <= 1.2x).
 
     python bench/scale.py [--counts 12,48,330] [--keep DIR]
     python bench/scale.py --minimal [--counts 200,2000] [--keep DIR]
@@ -85,6 +87,18 @@ def measured(cmd: list[str], env: dict) -> tuple[float, "bench_pipeline.PeakMemo
     return time.perf_counter() - t0, peaks, subprocess.CompletedProcess(cmd, proc.returncode, out)
 
 
+def end_of_run_bump(peaks: "bench_pipeline.PeakMemory", wall: float, timings: dict
+                    ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((driver, all) peak RSS of the streaming plateau, (driver, all) peak RSS of the end of the run) of one
+    measured ``drivegen run``: the end of the run is its last ``exports + report`` seconds (its summary's
+    timings) and Ray's stop after them, begun 10 s early (the command's start is not the sampler's to the
+    second, so the plateau never takes in the end's first seconds); the plateau is the second half of the
+    scenes' stream before that."""
+    end = wall - timings.get("exports", 0.0) - timings.get("report", 0.0) - 10.0
+    plateau = peaks.peak_between(end - timings.get("pipeline", 0.0) / 2, end)
+    return plateau, peaks.peak_between(end, wall + 1.0)
+
+
 def main_minimal(counts: list[int], work: Path) -> int:
     from generator.synth import MINIMAL_SCENES, make_dataset
 
@@ -107,7 +121,7 @@ def main_minimal(counts: list[int], work: Path) -> int:
     print(f"{'scenes':>6} {'wall s':>7} {'QA':>9} {'driver MiB':>10} {'worker MiB':>10} {'finalize s':>10} "
           f"{'ms/scene':>8} {'run files':>9} {'publish s':>9} {'rows/s':>8} {'MiB/s':>6} {'release files':>13}",
           flush=True)
-    rows = {}
+    rows, bumps = {}, {}
     for n in counts:
         out, pub = work / f"minimal-run-{n}", work / f"minimal-release-{n}"
         shutil.rmtree(out, ignore_errors=True)
@@ -129,9 +143,17 @@ def main_minimal(counts: list[int], work: Path) -> int:
         qa = summary["qa"]["total"]
         pub_bytes = sum(f.stat().st_size for f in pub.rglob("*") if f.is_file())
         rows[n] = (peaks.driver, finalize / n)
+        bumps[n] = end_of_run_bump(peaks, wall, t)
         print(f"{n:>6} {wall:>7.1f} {qa:>9,} {peaks.driver / 2**20:>10,.0f} {peaks.worker / 2**20:>10,.0f} "
               f"{finalize:>10.1f} {1000 * finalize / n:>8.1f} {file_count(out):>9,} {p_wall:>9.1f} "
               f"{qa / p_wall:>8,.0f} {pub_bytes / 2**20 / p_wall:>6.1f} {file_count(pub):>13,}", flush=True)
+    print("end of run against the streaming plateau (peak RSS, MiB; the plateau: the second half of the scenes' "
+          "stream, up to 10 s before the end of the run began):")
+    print(f"{'scenes':>6} {'driver plateau':>14} {'driver end':>10} {'ratio':>6} {'all plateau':>11} {'all end':>8} "
+          f"{'ratio':>6}")
+    for n, ((pd, pa_), (ed, ea)) in bumps.items():
+        print(f"{n:>6} {pd / 2**20:>14,.0f} {ed / 2**20:>10,.0f} {ed / max(pd, 1):>5.2f}x {pa_ / 2**20:>11,.0f} "
+              f"{ea / 2**20:>8,.0f} {ea / max(pa_, 1):>5.2f}x", flush=True)
     lo, hi = min(counts), max(counts)
     if lo != hi:
         rss, per = rows[hi][0] / rows[lo][0], rows[hi][1] / rows[lo][1]

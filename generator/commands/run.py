@@ -79,7 +79,7 @@ def _fail(msg: str) -> int:
 
 def main(args) -> int:
     # lazy: generator.pipeline loads pycocotools, scipy, which this module needs only here
-    from generator.pipeline import RunStore, describe_stages, run
+    from generator.pipeline import RunStore, describe_stages, format_summary, run
 
     if args.describe:
         print(describe_stages(args.config, args.source), end="")
@@ -112,9 +112,6 @@ def main(args) -> int:
                  executor="local" if args.local else "ray", progress=not args.no_progress,
                  verbose=getattr(args, "verbose", False), report=write_report, started_at=args.started_at,
                  metrics_port=args.metrics_port, metrics_host=args.metrics_host)
-    # lazy: generator.pipeline.driver loads pycocotools, scipy, which this module needs only here
-    from generator.pipeline.driver import format_summary
-
     print(format_summary(result.summary))
     print(f"summary: {RunStore(out).uri_of('summary.json')}")
     if result.report_line:

@@ -248,7 +248,10 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             write = write or real.write_scene
         if finalize is None:  # the run's own end: its parts are built scene by scene as they are committed
             part_specs = exports.finalize_parts(cfg, camera_only)
-            finalize = video.finalize if camera_only else functools.partial(exports.finalize_run, source=src)
+            if executor == "ray":  # the card, exports and report read every scene's parts: a Ray task does it
+                finalize, report = _on_ray(video.finalize if camera_only else exports.finalize_run, report, cfg)
+            else:
+                finalize = video.finalize if camera_only else functools.partial(exports.finalize_run, source=src)
         finalize = _still_described(finalize, lock)
         started = False
         if executor == "ray":
@@ -265,6 +268,21 @@ def run(out: str, *, source: str | None = None, data: str | None = None, version
             return result
         finally:
             stop_ray(started)
+
+
+def _on_ray(finalize, report, cfg):
+    """``finalize(store, summary)`` and ``report(store)`` (when given) each as one Ray task
+    (``generator.pipeline.ray_tasks.one_task``): the end of the run reads every scene's parts and draws the
+    card's and the report's figures, which would raise the driver's memory above its plateau while the scenes
+    stream; the summary the task fills is copied back into the driver's."""
+    from generator.pipeline.ray_tasks import one_task  # ray: imported only where a run uses it
+
+    task = one_task(functools.partial(exports.summary_filled_by, finalize), cfg.ray)
+
+    def finalize_on_ray(store: RunStore, summary) -> None:
+        vars(summary).update(vars(task(store, summary)))
+
+    return finalize_on_ray, (one_task(report, cfg.ray) if report is not None else None)
 
 
 def _still_described(finalize, lock: RunLock):

@@ -225,6 +225,13 @@ def finalize_parts(cfg: PipelineConfig, camera_only: bool = False) -> list:
     return specs
 
 
+def summary_filled_by(finalize, store: RunStore, summary: RunSummary) -> RunSummary:
+    """``finalize(store, summary)``, then the summary it filled: the end of a run as a Ray task hands it back to
+    the driver (``generator.pipeline.ray_tasks.one_task``)."""
+    finalize(store, summary)
+    return summary
+
+
 def finalize_run(store: RunStore, summary: RunSummary, source=None, camera_only: bool = False) -> None:
     """End of ``drivegen run``: the per-scene parts of the end-of-run work (``generator.runfolder.parts``: Ray
     tasks over the committed scenes when Ray is up; parts an earlier, killed finalize built are kept), then the

@@ -79,10 +79,24 @@ class TaskRunner:
         return run_tasks(fn, items, self.rc, shared=shared, done=done)
 
 
+def one_task(fn: Callable[..., T], rc: RayConfig) -> Callable[..., T]:
+    """``fn`` called as one Ray task of one CPU under the policy above (retries, its own error): for the work
+    of the driver's own commands that reads the run's files (the end of ``drivegen run``: card, exports, report),
+    so that the driver stays out of the data path and its memory flat. ``fn`` and its arguments are pickled."""
+    def call(*args):
+        return run_tasks(_call, [args], rc, shared=(fn,))[0]
+
+    return call
+
+
+def _call(fn: Callable[..., T], args: tuple) -> T:
+    return fn(*args)
+
+
 def tasks_if_running(rc: RayConfig) -> TaskRunner | None:
     """A ``TaskRunner`` when this process is connected to Ray (a run on the cluster or the embedded Ray), else
     None: the caller works in this process."""
     return TaskRunner(rc) if ray.is_initialized() else None
 
 
-__all__ = ["TaskRunner", "in_flight_limit", "run_tasks", "tasks_if_running"]
+__all__ = ["TaskRunner", "in_flight_limit", "one_task", "run_tasks", "tasks_if_running"]

@@ -338,6 +338,29 @@ def test_ray_work_keeps_to_its_cpus(ray2, tmp_path):
         assert (ratio == ray.data.context.DEFAULT_DOWNSTREAM_CAPACITY_BACKPRESSURE_RATIO) if reserved else ratio is None
 
 
+@pytest.mark.ray
+def test_the_end_of_a_ray_run_is_a_ray_task_and_fills_the_drivers_summary(ray2, tmp_path):
+    """On Ray, ``drivegen run``'s end (card, exports, report: every scene's parts read, figures drawn) runs as a
+    Ray task, not in the driver, whose memory then stays at its plateau while the scenes stream
+    (``bench/scale.py --minimal``); what the end writes into the summary reaches the driver's summary and
+    ``summary.json``, and the report's line comes back."""
+    from generator.pipeline import _on_ray
+
+    def finalize(store, summary):
+        summary.extra["ended_in"] = os.getpid()
+
+    def report(store):
+        return f"report drawn by {os.getpid()}"
+
+    on_ray, report_on_ray = _on_ray(finalize, report, toy_cfg())
+    res = run_pipeline(RunStore(tmp_path / "run"), {"kind": "toy"}, toy_cfg(), ["s-0"], toy_stages(), toy_write,
+                       progress=False, finalize=on_ray, report=report_on_ray)
+    ended_in = res.summary.extra["ended_in"]
+    assert isinstance(ended_in, int) and ended_in != os.getpid()
+    assert res.report_line.startswith("report drawn by ") and res.report_line != f"report drawn by {os.getpid()}"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["ended_in"] == ended_in
+
+
 # ------------------------------------------------------------------------------------------ real runs
 @pytest.fixture(scope="module")
 def cluster3():
