@@ -21,6 +21,7 @@ talks to Ray. This one is imported only where Ray runs (in-process runs and most
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, TypeVar
 
 import ray
@@ -82,15 +83,39 @@ class TaskRunner:
 def one_task(fn: Callable[..., T], rc: RayConfig) -> Callable[..., T]:
     """``fn`` called as one Ray task of one CPU under the policy above (retries, its own error): for the work
     of the driver's own commands that reads the run's files (the end of ``drivegen run``: card, exports, report),
-    so that the driver stays out of the data path and its memory flat. ``fn`` and its arguments are pickled."""
+    so that the driver stays out of the data path and its memory flat. ``fn`` and its arguments are pickled.
+    What ``fn`` logs on drivegen's loggers (INFO and above) is logged again by the driver once it returns: a
+    worker's own log reaches the driver's terminal only under ``--verbose``, and a warning of the end of a run
+    must not go unseen."""
     def call(*args):
-        return run_tasks(_call, [args], rc, shared=(fn,))[0]
+        result, records = run_tasks(_call, [args], rc, shared=(fn,))[0]
+        for name, level, message in records:
+            logging.getLogger(name).log(level, "%s", message)
+        return result
 
     return call
 
 
-def _call(fn: Callable[..., T], args: tuple) -> T:
-    return fn(*args)
+class _Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records: list[tuple[str, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.name, record.levelno, record.getMessage()))
+
+
+def _call(fn: Callable[..., T], args: tuple) -> tuple[T, list[tuple[str, int, str]]]:
+    """``fn(*args)`` in a worker, and the records drivegen's loggers emitted meanwhile."""
+    log, kept = logging.getLogger("drivegen"), _Kept()
+    level = log.level
+    log.addHandler(kept)
+    log.setLevel(logging.INFO)
+    try:
+        return fn(*args), kept.records
+    finally:
+        log.removeHandler(kept)
+        log.setLevel(level)
 
 
 def tasks_if_running(rc: RayConfig) -> TaskRunner | None:

@@ -5,6 +5,7 @@ Real Ray, real files. The toy stages are plain module functions that Ray pickles
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -339,23 +340,27 @@ def test_ray_work_keeps_to_its_cpus(ray2, tmp_path):
 
 
 @pytest.mark.ray
-def test_the_end_of_a_ray_run_is_a_ray_task_and_fills_the_drivers_summary(ray2, tmp_path):
+def test_the_end_of_a_ray_run_is_a_ray_task_and_fills_the_drivers_summary(ray2, tmp_path, caplog):
     """On Ray, ``drivegen run``'s end (card, exports, report: every scene's parts read, figures drawn) runs as a
     Ray task, not in the driver, whose memory then stays at its plateau while the scenes stream
     (``bench/scale.py --minimal``); what the end writes into the summary reaches the driver's summary and
-    ``summary.json``, and the report's line comes back."""
+    ``summary.json``, the report's line comes back, and what the task logged is logged by the driver."""
     from generator.pipeline import _on_ray
 
     def finalize(store, summary):
         summary.extra["ended_in"] = os.getpid()
+        logging.getLogger("drivegen.pipeline").warning("the card's figures were drawn in %d", os.getpid())
 
     def report(store):
         return f"report drawn by {os.getpid()}"
 
     on_ray, report_on_ray = _on_ray(finalize, report, toy_cfg())
-    res = run_pipeline(RunStore(tmp_path / "run"), {"kind": "toy"}, toy_cfg(), ["s-0"], toy_stages(), toy_write,
-                       progress=False, finalize=on_ray, report=report_on_ray)
+    with caplog.at_level("INFO", logger="drivegen"):
+        res = run_pipeline(RunStore(tmp_path / "run"), {"kind": "toy"}, toy_cfg(), ["s-0"], toy_stages(), toy_write,
+                           progress=False, finalize=on_ray, report=report_on_ray)
     ended_in = res.summary.extra["ended_in"]
+    # what the task logged is logged again by the driver (a worker's own log reaches it only under --verbose)
+    assert f"the card's figures were drawn in {ended_in}" in caplog.text
     assert isinstance(ended_in, int) and ended_in != os.getpid()
     assert res.report_line.startswith("report drawn by ") and res.report_line != f"report drawn by {os.getpid()}"
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["ended_in"] == ended_in
