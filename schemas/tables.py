@@ -419,30 +419,43 @@ class ParquetStream:
     """One Parquet file written like ``write_parquet`` from tables added one at a time (one declared schema), a row
     group per about ``rows_per_group`` rows: memory holds one row group, never the file's rows. ``empty``: that
     schema's empty table, written when no rows came. ``close()`` (or the ``with`` block's end) finishes the file;
-    ``rows``: how many were written."""
+    ``rows``: how many were written.
+
+    Tables of a few rows each (one scene's part) come by the thousand: every ``MERGE_EVERY`` of them waiting for
+    their row group are merged into one table, whose buffers replace their many small ones (each buffer of
+    each column of each small table kept about a kilobyte of allocator pages: 4,000 parts of 10 and 29 columns
+    held 150 MiB for 22 MiB of rows). The bytes written do not change: a row group is its rows, one chunk per
+    column, dictionaries compacted (``compact_dictionaries``), however they were buffered."""
+
+    MERGE_EVERY = 64
 
     def __init__(self, where, empty: pa.Table, compression: str = "zstd", rows_per_group: int = 1 << 17):
         self.where, self.empty, self.compression, self.rows_per_group = where, empty, compression, rows_per_group
         self._writer = None
         self._buf: list[pa.Table] = []
+        self._unmerged = 0  # the last tables of _buf, as they were added
         self._pending = 0
         self.rows = 0
 
     def add(self, table: pa.Table) -> None:
         if table.num_rows:
-            self._buf.append(table)
+            self._buf.append(to_storage(table))
+            self._unmerged += 1
             self._pending += table.num_rows
             self.rows += table.num_rows
             if self._pending >= self.rows_per_group:
                 self._flush()
+            elif self._unmerged >= self.MERGE_EVERY:
+                self._buf[-self._unmerged:] = [pa.concat_tables(self._buf[-self._unmerged:]).combine_chunks()]
+                self._unmerged = 0
 
     def _flush(self) -> None:
-        t = compact_dictionaries(to_storage(pa.concat_tables(self._buf)).combine_chunks())
+        t = compact_dictionaries(pa.concat_tables(self._buf).combine_chunks())
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.where, t.schema, compression=self.compression)
         assert self._writer is not None  # (for the type checker: set just above)
         self._writer.write_table(t, row_group_size=max(t.num_rows, 1))
-        self._buf, self._pending = [], 0
+        self._buf, self._pending, self._unmerged = [], 0, 0
 
     def close(self) -> None:
         if self._buf:
