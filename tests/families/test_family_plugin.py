@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from support.pipeline import drivegen, link_synth_cache, write_config
+from support.data import SYNTH_VERSION
+from support.pipeline import drivegen, write_config
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "lane_keeping"
 
@@ -61,9 +62,21 @@ def _table(folder: Path) -> pa.Table:
     return pa.concat_tables([pq.read_table(p) for p in sorted(folder.glob("*.parquet"))])
 
 
+@pytest.fixture(scope="module")
+def lane_logs(tmp_path_factory) -> Path:
+    """One generated 20 s scene (seed 0: the first scene of the embedded default's logs) with light sensors (the
+    minimal scenes' LiDAR keyframes only and 320x180 images): the family reads the ego's poses, which are the same
+    at any sensor density, and needs a whole scene of keyframes 1.5 s apart from its end."""
+    from generator.synth import MINIMAL_SCENES, make_dataset
+
+    root = tmp_path_factory.mktemp("lane-logs")
+    make_dataset(root, num_scenes=1, seed=0, version=SYNTH_VERSION, **{**MINIMAL_SCENES, "num_keyframes": 40})
+    return root
+
+
 @pytest.mark.ray
 @pytest.mark.slow
-def test_third_party_family_end_to_end(synth_root, plugin_env, tmp_path):
+def test_third_party_family_end_to_end(lane_logs, plugin_env, tmp_path):
     # without its entry point drivegen knows nothing of it: its config section is refused, no scorer, no export
     bad = write_config(tmp_path / "lk.yaml", {"lane_keeping": {"horizon_s": 1.5}})
     r = drivegen("run", "--out", tmp_path / "refused", "--config", bad)
@@ -72,12 +85,11 @@ def test_third_party_family_end_to_end(synth_root, plugin_env, tmp_path):
     assert "lane_keeping" not in drivegen("export", "-h").stdout
 
     # drivegen run on Ray, with the family's own setting
-    cache = link_synth_cache(synth_root, tmp_path / "cache")
     cfg = write_config(tmp_path / "lk.yaml", {"lane_keeping": {"horizon_s": 1.5}, "ray": {"num_cpus": 2},
                                               "writers": {"webdataset": False}})
     out = tmp_path / "run"
-    env = {**plugin_env, "DRIVEGEN_SYNTH_DIR": str(cache)}
-    r = drivegen("run", "--out", out, "--scenes", 1, "--config", cfg, env=env)
+    r = drivegen("run", "--out", out, "--source", "nuscenes", "--data", lane_logs, "--version", SYNTH_VERSION,
+                 "--scenes", 1, "--config", cfg, env=plugin_env)
     assert r.returncode == 0, r.stderr[-3000:]
     offsets = _table(out / "lane_offsets")
     by_hand = _offsets_by_hand(_table(out / "perception" / "frames"), 1.5)

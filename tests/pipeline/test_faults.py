@@ -1,6 +1,7 @@
-"""Fault tolerance of ``drivegen run`` on generated logs and a local multi-node Ray cluster (head + two
-2-CPU worker nodes on this machine). Each run is compared with a clean run by its set of (scene_id, qa_id):
-no row missing, none duplicated, no partial shard or temporary file visible.
+"""Fault tolerance of ``drivegen run`` on generated logs (two scenes of every sensor, their first 7 s:
+``short_logs``) and a local multi-node Ray cluster (head + two 2-CPU worker nodes on this machine). Each run is
+compared with a clean run by its set of (scene_id, qa_id): no row missing, none duplicated, no partial shard or
+temporary file visible.
 
   * a worker process SIGKILLed while it runs a scene -> Ray retries the task, the run completes;
   * the driver SIGKILLed mid-run, then ``drivegen run --resume`` -> finished scenes skipped, run complete;
@@ -45,9 +46,9 @@ def light_cfg():
 
 
 @pytest.fixture(scope="module")
-def clean(cluster, synth_root, light_cfg, tmp_path_factory):
+def clean(cluster, short_logs, light_cfg, tmp_path_factory):
     out = tmp_path_factory.mktemp("faults") / "clean"
-    res = run_drivegen(str(out), source="nuscenes", data=str(synth_root), cfg=light_cfg, progress=False)
+    res = run_drivegen(str(out), source="nuscenes", data=str(short_logs), cfg=light_cfg, progress=False)
     assert res.exit_code == 0, res.summary.errors
     keys = qa_keys(out)
     assert len(keys) > 100 and {s for s, _ in keys} == {"scene-0000", "scene-0001"}
@@ -78,7 +79,7 @@ class _Saboteur(threading.Thread):
             self.error = err
 
 
-def test_worker_sigkilled_mid_run(cluster, clean, synth_root, light_cfg, tmp_path):
+def test_worker_sigkilled_mid_run(cluster, clean, short_logs, light_cfg, tmp_path):
     out = tmp_path / "run"
 
     def kill(p):
@@ -89,7 +90,7 @@ def test_worker_sigkilled_mid_run(cluster, clean, synth_root, light_cfg, tmp_pat
 
     sab = _Saboteur(out, kill)
     sab.start()
-    res = run_drivegen(str(out), source="nuscenes", data=str(synth_root), cfg=light_cfg, progress=False)
+    res = run_drivegen(str(out), source="nuscenes", data=str(short_logs), cfg=light_cfg, progress=False)
     sab.join(5)
     assert sab.error is None and sab.victim is not None, "no busy worker was found to kill"
     assert sab.finished_before < SCENES  # it died mid-run
@@ -97,12 +98,12 @@ def test_worker_sigkilled_mid_run(cluster, clean, synth_root, light_cfg, tmp_pat
     assert_exactly_once(out, clean)
 
 
-def test_driver_killed_then_resume(cluster, clean, synth_root, tmp_path):
+def test_driver_killed_then_resume(cluster, clean, short_logs, tmp_path):
     """The driver runs one scene at a time; it is killed once the first scene is committed and the second
     is being processed. --resume skips the finished scene and completes the run."""
     cfg = write_config(tmp_path / "cfg.yaml", {**LIGHT, "ray": {"scenes_in_flight": 1}})
     out = tmp_path / "run"
-    proc = popen_drivegen("run", "--out", out, "--source", "nuscenes", "--data", synth_root, "--config", cfg,
+    proc = popen_drivegen("run", "--out", out, "--source", "nuscenes", "--data", short_logs, "--config", cfg,
                           "--address", cluster.address, "--no-progress")
     try:
         wait_for(lambda: manifest_count(out) >= 1 or proc.poll() is not None, 240, "the first finished scene")
@@ -126,9 +127,9 @@ def test_driver_killed_then_resume(cluster, clean, synth_root, tmp_path):
     assert_exactly_once(out, clean)
 
 
-def test_bad_input_scene_recorded_run_goes_on(cluster, clean, synth_root, tmp_path):
+def test_bad_input_scene_recorded_run_goes_on(cluster, clean, short_logs, tmp_path):
     bad_root = tmp_path / "logs"
-    bad_file = corrupt_lidar_logs(synth_root, bad_root, "scene-0001")
+    bad_file = corrupt_lidar_logs(short_logs, bad_root, "scene-0001")
     cfg = write_config(tmp_path / "cfg.yaml", LIGHT)
     out = tmp_path / "run"
     r = drivegen("run", "--out", f"file://{out}", "--source", "nuscenes", "--data", bad_root, "--config", cfg,
@@ -138,14 +139,14 @@ def test_bad_input_scene_recorded_run_goes_on(cluster, clean, synth_root, tmp_pa
     assert len(err) == 1
     assert err[0]["scene_id"] == "scene-0001" and err[0]["stage"] == "perceive"
     assert err[0]["error_type"] == "PartialSceneError" and err[0]["file"] == str(bad_file)
-    assert "8 of 40 frames" in err[0]["message"] and "truncated" in err[0]["message"]
+    assert "8 of 14 frames" in err[0]["message"] and "truncated" in err[0]["message"]
     assert "error: scene=scene-0001 stage=perceive" in r.stdout
     assert not (out / "manifest" / "scene-0001.json").exists()
     good = [k for k in clean if k[0] == "scene-0000"]
     assert_exactly_once(out, good)
 
 
-def test_worker_node_removed_mid_run(cluster, clean, synth_root, light_cfg, tmp_path):
+def test_worker_node_removed_mid_run(cluster, clean, short_logs, light_cfg, tmp_path):
     out = tmp_path / "run"
     removed = []
 
@@ -160,7 +161,7 @@ def test_worker_node_removed_mid_run(cluster, clean, synth_root, light_cfg, tmp_
     sab = _Saboteur(out, remove_its_node)
     sab.start()
     try:
-        res = run_drivegen(str(out), source="nuscenes", data=str(synth_root), cfg=light_cfg, progress=False)
+        res = run_drivegen(str(out), source="nuscenes", data=str(short_logs), cfg=light_cfg, progress=False)
     finally:
         sab.join(5)
         if removed:

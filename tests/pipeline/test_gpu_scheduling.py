@@ -138,17 +138,24 @@ def sam2_installed():
     pytest.importorskip("sam2", reason="sam2 is not installed (setup installs it; see README 'Models')")
 
 
-@pytest.mark.ray
-@pytest.mark.slow
-def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(tmp_path, sam2_installed, caplog):
+@pytest.fixture(scope="module")
+def two_gpu_nodes():
+    """A cluster of two worker nodes advertising one GPU each, started once for the tests of this module that run
+    on it. Each test is a Ray job of its own (``_run`` joins and leaves): its actors and worker processes end with
+    it, and the next test finds every GPU free."""
+    pytest.importorskip("sam2", reason="sam2 is not installed (setup installs it; see README 'Models')")
     from support.pipeline import LocalCluster
 
     c = LocalCluster(workers=2, gpus_per_worker=1)
-    try:
-        with caplog.at_level(logging.WARNING, logger="drivegen.pipeline"):
-            counts = _run(c.address, tmp_path, n_scenes=4, pool=2)
-    finally:
-        c.shutdown()
+    yield c
+    c.shutdown()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(two_gpu_nodes, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="drivegen.pipeline"):
+        counts = _run(two_gpu_nodes.address, tmp_path, n_scenes=4, pool=2)
     model = [x["model_stage"] for x in counts]
     cpu = [x["cpu_stage"] for x in counts]
     # CPU stages never hold a GPU; every model call ran on an actor holding exactly one
@@ -170,19 +177,13 @@ def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(tmp_path, sam2_
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_an_elastic_pool_grows_to_the_gpus_it_may_use(tmp_path, sam2_installed):
+def test_an_elastic_pool_grows_to_the_gpus_it_may_use(two_gpu_nodes, tmp_path):
     """A model stage's pool starts at one actor (``ray.actor_pool_size``) and, with scenes queued for it, grows to
     the two GPUs of a two-node cluster (its default maximum); CPU stages never hold a GPU."""
-    from support.pipeline import LocalCluster
-
     gate = tmp_path / "gate"  # the nodes are processes of this machine: they share its files
     gate.mkdir()
-    c = LocalCluster(workers=2, gpus_per_worker=1)
-    try:
-        (gate / "deadline").write_text(str(time.time() + GROW_WAIT_SECONDS))
-        counts = _run(c.address, tmp_path, n_scenes=8, pool=1, gate=gate)
-    finally:
-        c.shutdown()
+    (gate / "deadline").write_text(str(time.time() + GROW_WAIT_SECONDS))
+    counts = _run(two_gpu_nodes.address, tmp_path, n_scenes=8, pool=1, gate=gate)
     model = [x["model_stage"] for x in counts]
     assert all(x["cpu_stage"]["gpu_ids"] == [] for x in counts)
     assert all(len(x["gpu_ids"]) == 1 for x in model), model

@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 
 from support.data import REPO, SYNTH_VERSION
+from support.pipeline import LIGHT, write_config
 
 DASHBOARD = REPO / "docs" / "assets" / "grafana-drivegen.json"
 SAMPLE = re.compile(r'^(ray_drivegen_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$')
@@ -42,13 +43,16 @@ def parse(text: str) -> dict[tuple[str, str], float]:
 @pytest.mark.slow
 def test_metrics_endpoint_moves_during_a_run(minimal_logs, tmp_path):
     """``drivegen run --metrics-port P``: scraping http://127.0.0.1:P/metrics while the run goes shows the scenes
-    counter and each stage's counters rising between scrapes, and the pending gauge falling."""
+    counter and each stage's counters rising between scrapes, and the pending gauge falling. The lighter pipeline of
+    the fault tests (two cameras, no WebDataset, card or report): every stage and every metric is there, the
+    writers and the end-of-run report that no metric counts are not."""
     port = _free_port()
+    cfg = write_config(tmp_path / "light.yaml", LIGHT)
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_metrics_report_interval_ms": "500", "TQDM_DISABLE": "1"}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([sys.executable, "-m", "generator.cli", "run", "--source", "nuscenes", "--data",
                              str(minimal_logs), "--version", SYNTH_VERSION, "--out", str(tmp_path / "run"),
-                             "--metrics-port", str(port), "--no-progress"], cwd=REPO, env=env,
+                             "--config", str(cfg), "--metrics-port", str(port), "--no-progress"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     scrapes: list[dict] = []
 

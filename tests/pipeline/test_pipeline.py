@@ -377,18 +377,20 @@ def cluster3():
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_default_run_embedded(synth_root, tmp_path):
+def test_default_run_embedded(short_logs, tmp_path):
     """``drivegen run --out A`` (generated logs, embedded Ray on 2 CPUs, the default config): its summary is its
     tables' counts, every export is there, and the folder refuses a second run. The same run on a cluster of
-    ``ray start`` nodes gives the same bytes: tests/pipeline/test_cluster.py."""
-    cache = link_synth_cache(synth_root, tmp_path / "cache")
+    ``ray start`` nodes gives the same bytes: tests/pipeline/test_cluster.py. The generated logs in the cache are
+    two scenes of every sensor cut to their first 7 s (``short_logs``): the counts agree whatever a scene's
+    length."""
+    cache = link_synth_cache(short_logs, tmp_path / "cache")
     cfg = write_config(tmp_path / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
     a = tmp_path / "embedded"
     r = drivegen("run", "--out", a, "--scenes", 2, "--config", cfg, env={"DRIVEGEN_SYNTH_DIR": str(cache)})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "scenes: 2 ok, 0 failed, 0 skipped" in r.stdout
     src = json.loads((a / "source.json").read_text())
-    assert src["kind"] == "nuscenes" and Path(src["dataroot"]).resolve() == synth_root.resolve()
+    assert src["kind"] == "nuscenes" and Path(src["dataroot"]).resolve() == short_logs.resolve()
     assert PipelineConfig.model_validate(__import__("yaml").safe_load((a / "config.yaml").read_text())).ray.num_cpus == 2
     summary = json.loads((a / "summary.json").read_text())
     qa = read_table(a, "qa")

@@ -25,10 +25,12 @@ def _finished(uri: str) -> int:
         return 0
 
 
-def test_run_folder_on_s3_equals_local(s3_server, synth_root, tmp_path):
+def test_run_folder_on_s3_equals_local(s3_server, short_logs, tmp_path):
+    """Two generated scenes of 7 s at full sensor density (``short_logs``): the second still takes seconds after the
+    first is committed, long enough to kill the driver between them."""
     cfg = write_config(tmp_path / "cfg.yaml", {**LIGHT, "ray": {"num_cpus": 2, "scenes_in_flight": 1},
                                                "writers": {**LIGHT["writers"], "card": True}})
-    logs = ("--source", "nuscenes", "--data", synth_root, "--version", SYNTH_VERSION, "--config", cfg)
+    logs = ("--source", "nuscenes", "--data", short_logs, "--version", SYNTH_VERSION, "--config", cfg)
     local = tmp_path / "local"
     r = drivegen("run", "--out", local, *logs, "--local", "--no-progress")
     assert r.returncode == 0, r.stderr[-3000:]

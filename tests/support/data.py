@@ -72,6 +72,19 @@ def synth_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def short_logs(tmp_path_factory) -> Path:
+    """Two generated scenes (seed 0) at the full sensor density of ``synth_root`` (LiDAR sweeps at 10 Hz, six
+    800x450 cameras) but their first 7 s only (14 keyframes), made once per test run: every stage and every code
+    path of a scene at about a third of its cost, for the end-to-end tests whose property does not depend on a
+    scene's length (same bytes, S3 equals local)."""
+    from generator.synth import make_dataset
+
+    root = tmp_path_factory.mktemp("short-logs")
+    make_dataset(root, num_scenes=2, seed=0, version=SYNTH_VERSION, num_keyframes=14)
+    return root
+
+
+@pytest.fixture(scope="session")
 def minimal_logs(tmp_path_factory) -> Path:
     """Twelve short generated scenes (a few tenths of a CPU second each through the pipeline)."""
     from generator.synth import MINIMAL_SCENES, make_dataset
