@@ -23,7 +23,7 @@ from generator.sources.clips import read_frames
 from generator.sources.jaad import read_jaad, read_video
 from generator.families.drama_x.config import DramaImageIntentConfig
 from generator.families.pie.config import PieConfig
-from test_pie import JAAD, needs_jaad, write_video
+from support.jaad import JAAD, needs_jaad, write_video
 
 cv2 = pytest.importorskip("cv2")
 
