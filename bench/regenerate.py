@@ -139,7 +139,8 @@ def build_run(root: Path, n_scenes: int, n_tracks: int, seed: int = 0) -> None:
         sid = f"bench-{k:05d}"
         frames, objects, projections = synthetic_scene(sid, rng, n_tracks)
         commit_tables(store, sid, {"frames": frames, "objects": objects, "projections": projections,
-                                   "attributes": compute_attributes(objects, frames)}, compression=comp)
+                                   "attributes": compute_attributes(objects, frames)}, compression=comp,
+                      split="train")
 
 
 def scaling(run: Path, work: Path, cfg, templates, args, rows: int) -> None:

@@ -5,7 +5,11 @@
     OUT/scenes.json                     {"scene_ids": [...]}: the scenes the run covers
     OUT/run.json                        run state: epoch (one per driver), config and source hashes, parent
     OUT/_lock.json                      the writer's lock: owner, epoch, heartbeat (while a run is going)
-    OUT/<table folder>/<scene>.parquet  per-scene tables, see TABLES (issues/: frames a stage skipped)
+    OUT/<table folder>/<split>-<scene>.parquet  the per-scene tables the dataset card publishes (frames,
+                                        objects, projections, attributes, labels), the scene's split first
+                                        (``perception/objects/val-*.parquet`` is the val split: the card names
+                                        one glob per split, never the scenes' files)
+    OUT/<table folder>/<scene>.parquet  the other per-scene tables, see TABLES (issues/: frames a stage skipped)
     OUT/qa/<split>-<scene>-<k:05d>.parquet  QA shards (the scene's split first: ``qa/train-*.parquet`` is the
                                         train split, the glob the dataset card's ``data_files`` use);
     OUT/wds/<scene>-<k:05d>.tar         WebDataset shards
@@ -55,11 +59,12 @@ RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY, CARD)
 
 
 CORE_TABLES: tuple[TableLayout, ...] = (
-    TableLayout("frames", "perception/frames", tables.FRAMES),
-    TableLayout("objects", "perception/objects", tables.OBJECTS),
-    TableLayout("projections", "perception/projections", tables.PROJECTIONS),
-    TableLayout("attributes", "attributes", tables.ATTRIBUTES),
-    TableLayout("labels", "labels", tables.LABELS),
+    # by_split: the tables the dataset card publishes as configs (generator.writers.card.CONFIG_TABLES)
+    TableLayout("frames", "perception/frames", tables.FRAMES, by_split=True),
+    TableLayout("objects", "perception/objects", tables.OBJECTS, by_split=True),
+    TableLayout("projections", "perception/projections", tables.PROJECTIONS, by_split=True),
+    TableLayout("attributes", "attributes", tables.ATTRIBUTES, by_split=True),
+    TableLayout("labels", "labels", tables.LABELS, by_split=True),
     TableLayout("issues", "issues", tables.ISSUES),
     # camera-only runs (drivegen run --source jaad): the videos' own 2D boxes
     TableLayout("video_boxes", "video_boxes", tables.VIDEO_BOXES),
@@ -173,12 +178,6 @@ def manifest_file(scene_id: str) -> str:
 
 def error_file(scene_id: str | None, stage: str) -> str:
     return f"{ERRORS_DIR}/{safe_name(scene_id or 'run')}-{stage}.parquet"
-
-
-def scene_files_pattern(scene_id: str) -> re.Pattern:
-    """File names a scene owns inside a table folder: ``<safe>.<ext>`` or ``<safe>-<k digits>.<ext>`` (tables
-    not stored by split)."""
-    return re.compile(rf"^{re.escape(safe_name(scene_id))}(-\d+)?\.[A-Za-z0-9.]+$")
 
 
 _TMP = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")

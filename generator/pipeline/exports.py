@@ -51,14 +51,15 @@ def _split_order(splits) -> list[str]:
 
 def card_configs(reader: RunReader, cfg: PipelineConfig | None = None) -> list[dict]:
     """The card's configs over this run folder's committed files (``generator.writers.card.CONFIG_TABLES``
-    that it holds itself: a derived folder's tables read from its parent are not part of it): ``qa`` with
-    one glob per split (``schemas.layout.split_glob``; the files listed one by one where the folder holds
-    shards named before splits led the names), each per-scene table with its files listed per split, a
-    scene's split being the one its QA rows carry (``generator.qa.scene_split`` of the config for a scene
-    without QA rows). Rows per split from the manifests."""
+    that it holds itself: a derived folder's tables read from its parent are not part of it), ``qa`` first:
+    per split, the glob of the split's files (``schemas.layout.split_glob``: the tables the card publishes are
+    stored by split), so the card does not grow with the run. A scene's split is the one its QA rows carry
+    (``generator.qa.scene_split`` of the config for a scene without QA rows); where a folder holds files named
+    before their table was stored by split, that table's files are listed one by one. Rows per split from the
+    manifests."""
     qa_folder = layout.TABLES["qa"].folder + "/"
     split_of_scene: dict[str, str] = {}
-    qa_files: dict[str, list[tuple[str, int]]] = {}
+    per_table: dict[str, dict[str, list[tuple[str, int]]]] = {}
     for m in reader.manifests():
         for f in m.get("files", []):
             if not (f["path"].startswith(qa_folder) and f["path"].endswith(".parquet")):
@@ -70,34 +71,40 @@ def card_configs(reader: RunReader, cfg: PipelineConfig | None = None) -> list[d
                 col = reader.store.read_parquet(f["path"], columns=["split"]).column("split")
                 split = (col.unique().to_pylist() or ["train"])[0]
             split_of_scene[m["scene_id"]] = split
-            qa_files.setdefault(split, []).append((f["path"], f.get("rows") or 0))
-    configs = []
-    if qa_files and reader.table_owner("qa") is reader:
-        data_files = {}
-        for sp in _split_order(qa_files):
-            glob = layout.split_glob("qa", sp)
-            paths = [p for p, _ in qa_files[sp]]
-            data_files[sp] = glob if all(fnmatch.fnmatch(p, glob) for p in paths) else sorted(paths)
-        configs.append({"name": "qa", "table": "qa", "data_files": data_files,
-                        "rows": {sp: sum(n for _, n in qa_files[sp]) for sp in data_files}})
+            per_table.setdefault("qa", {}).setdefault(split, []).append((f["path"], f.get("rows") or 0))
+    names = [n for n in CONFIG_TABLES if reader.table_owner(n) is reader]
+    folders = {layout.TABLES[n].folder: n for n in names if n != "qa"}
     val_fraction = cfg.qa.val_fraction if cfg is not None else 0.0
-    for name in CONFIG_TABLES:
-        if name == "qa" or reader.table_owner(name) is not reader:
-            continue
-        t = layout.TABLES[name]
-        per_split: dict[str, list[tuple[str, int]]] = {}
-        for m in reader.manifests():
-            sid = m["scene_id"]
-            for f in m.get("files", []):
-                if f["path"] == layout.scene_file(name, sid):
-                    sp = split_of_scene.get(sid) or scene_split([sid], val_fraction)[0]
-                    per_split.setdefault(sp, []).append((f["path"], f.get("rows") or 0))
-        if per_split:
-            order = _split_order(per_split)
-            configs.append({"name": name, "table": t.name,
-                            "data_files": {sp: sorted(p for p, _ in per_split[sp]) for sp in order},
-                            "rows": {sp: sum(n for _, n in per_split[sp]) for sp in order}})
-    return configs
+    for m in reader.manifests():
+        sid = m["scene_id"]
+        for f in m.get("files", []):
+            folder, _, base = f["path"].rpartition("/")
+            name = folders.get(folder)
+            if name is None or not base.endswith("." + layout.TABLES[name].ext):
+                continue
+            head = base.split("-", 1)[0]
+            if head in QA_SPLITS and f["path"] == layout.scene_file(name, sid, split=head):
+                split = head
+            else:  # named before the table was stored by split
+                split = split_of_scene.get(sid) or scene_split([sid], val_fraction)[0]
+            per_table.setdefault(name, {}).setdefault(split, []).append((f["path"], f.get("rows") or 0))
+    return [_card_config(n, per_table[n]) for n in names if per_table.get(n)]
+
+
+def _card_config(name: str, per_split: dict[str, list[tuple[str, int]]]) -> dict:
+    """One config of the card: per split the glob of its files when it names them and no file of another split
+    (``schemas.layout.split_glob``), else the files themselves; the rows per split."""
+    order = _split_order(per_split)
+    globs = {sp: layout.split_glob(name, sp) for sp in order}
+    data_files: dict[str, str | list[str]] = {}
+    for sp in order:
+        ours = [p for p, _ in per_split[sp]]
+        theirs = (p for other in order if other != sp for p, _ in per_split[other])
+        exact = all(fnmatch.fnmatch(p, globs[sp]) for p in ours) and \
+            not any(fnmatch.fnmatch(p, globs[sp]) for p in theirs)
+        data_files[sp] = globs[sp] if exact else sorted(ours)
+    return {"name": name, "table": layout.TABLES[name].name, "data_files": data_files,
+            "rows": {sp: sum(n for _, n in per_split[sp]) for sp in order}}
 
 
 def validation_summary(reader: RunReader) -> dict | None:

@@ -78,14 +78,13 @@ def load_scenes(run: str | RunReader, scene_ids: list[str], extra: dict[str, lis
         raise RunFolderError(f"scene(s) {missing[:5]} are not finished scenes of {reader.uri}", file=reader.uri)
     tables = {}
     for name in ("frames", "projections"):
-        have = {f.rsplit("/", 1)[-1] for f in reader.files(name, scene_ids)}
-        lacking = [s for s in scene_ids if layout.scene_file(name, s).rsplit("/", 1)[-1] not in have]
+        have = set(reader.scenes_with(name, scene_ids))
+        lacking = [s for s in scene_ids if s not in have]
         if lacking:
             raise RunFolderError(f"scene {lacking[0]}: its manifest lists no {layout.TABLES[name].folder} file "
                                  f"in {reader.uri}", file=reader.uri)
         tables[name] = reader.read_table(name, scene_ids, QA_INPUT_COLUMNS[name])
-    with_att = {f.rsplit("/", 1)[-1] for f in reader.files("attributes", scene_ids)}
-    have_att = [s for s in scene_ids if layout.scene_file("attributes", s).rsplit("/", 1)[-1] in with_att]
+    have_att = reader.scenes_with("attributes", scene_ids)
     try:
         parts = [reader.read_table("attributes", have_att, att_cols)] if have_att else []
     except RunFolderError:  # attributes written before a column QA reads existed: recomputed from objects below

@@ -23,9 +23,9 @@ from actors.segment import build_segmenter as new_segmenter
 from generator.attributes import compute_attributes, compute_labels
 from generator.perception import detect_scene, perceive_scene
 from generator.pipeline.core import Described, Loaded, Questions, SceneWork, Stage, StageEnv
-from generator.qa import generate_qa, load_templates
+from generator.qa import generate_qa, load_templates, scene_split
 from generator.sources import frames_table, source_from_description
-from generator.writers.parquet import write_qa_shards
+from generator.writers.parquet import scene_split_of, write_qa_shards
 from generator.writers.wds import write_wds_shards
 from schemas import layout
 from schemas.config import PipelineConfig
@@ -173,8 +173,11 @@ def write_scene(work: SceneWork, env: StageEnv, staging: Path) -> None:
     if perceived.issues:
         tables["issues"] = issues_table(sid, perceived.issues)
         work.counts["issues"] = len(perceived.issues)
+    # the scene's split names its files of the tables stored by split: the one its QA rows carry, the hashed
+    # split of the config for a scene without QA rows (generator.qa.scene_split, what generate_qa gives its rows)
+    split = scene_split_of(questions.qa, sid) or scene_split([sid], cfg.qa.val_fraction)[0]
     for name, table in tables.items():
-        path = staging / layout.scene_file(name, sid)
+        path = staging / layout.scene_file(name, sid, split=split)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_parquet(path, table, compression=comp)
     write_qa_shards(questions.qa, staging, sid, cfg.writers, fsync=False)  # fsynced as they are committed

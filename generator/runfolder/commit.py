@@ -140,14 +140,27 @@ def listed_files(store: RunStore, rel: str) -> list[str]:
 
 def commit_tables(store: RunStore, scene_id: str, tables: dict[str, pa.Table], *, compression: str = "snappy",
                   writer_cfg=None, counts: dict | None = None, config: str | None = None,
-                  epoch: int | None = None, fence: Callable[[], None] | None = None, tidy: bool = True) -> dict:
+                  epoch: int | None = None, fence: Callable[[], None] | None = None, tidy: bool = True,
+                  split: str | None = None) -> dict:
     """Commit one scene's tables by layout name ({'frames': ..., 'qa': ...}) in one step: each written to a
     staging folder (QA as size-bounded shards, ``generator.writers.parquet.write_qa_shards``), then
     ``commit_scene``. For writers of run folders other than ``drivegen run`` (regenerate, tests, benches);
-    ``tidy=False`` keeps the ``.staging`` folder for the next scene (the writer removes it at its end)."""
+    ``tidy=False`` keeps the ``.staging`` folder for the next scene (the writer removes it at its end).
+    ``split``: the scene's split, which names its files of the tables stored by split (``schemas.layout``);
+    default the one its QA rows carry. ValueError naming the scene when such a table has neither, or when
+    the two differ."""
     if store.is_local and set(tables) == {"qa"}:  # shards written beside their final names: no staging folder
         return _commit_qa_in_place(store, scene_id, tables["qa"], writer_cfg, counts=counts, config=config,
                                    epoch=epoch, fence=fence)
+    rows_split = scene_split_of(tables["qa"], scene_id) if "qa" in tables else None
+    if split is not None and rows_split not in (None, split):
+        raise ValueError(f"commit_tables(scene '{scene_id}'): split {split!r} given, its QA rows carry "
+                         f"{rows_split!r}: a scene is in one split")
+    split = split or rows_split
+    by_split = sorted(n for n in tables if n != "qa" and layout.TABLES[n].by_split)
+    if by_split and split is None:
+        raise ValueError(f"commit_tables(scene '{scene_id}'): {', '.join(by_split)} are stored by split and the "
+                         "scene has no QA rows to take it from: give its split")
     staging = store.staging_dir(layout.safe_name(scene_id))
     try:
         rows: dict[str, int] = {}
@@ -158,7 +171,7 @@ def commit_tables(store: RunStore, scene_id: str, tables: dict[str, pa.Table], *
                     rows[p.relative_to(staging).as_posix()] = pq.ParquetFile(p).metadata.num_rows
                 continue
             synced = False
-            path = staging / layout.scene_file(name, scene_id)
+            path = staging / layout.scene_file(name, scene_id, split=split)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_parquet(path, table, compression=compression)
         return commit_scene(store, scene_id, staging, counts=counts, config=config, epoch=epoch, fence=fence,

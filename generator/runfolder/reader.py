@@ -214,6 +214,11 @@ class RunReader:
                           and f["path"].endswith("." + t.ext))
         return out
 
+    def scenes_with(self, table_name: str, scenes: list[str]) -> list[str]:
+        """Those of ``scenes`` whose manifest lists a file of the table, in the order given (whatever the
+        files' names: a folder written before a table was stored by split names them otherwise)."""
+        return [s for s in scenes if self.files(table_name, [s])]
+
     def read_table(self, table_name: str, scenes: list[str] | None = None, columns: list[str] | None = None,
                    schema: pa.Schema | None = None) -> pa.Table | None:
         """The committed rows of a table with their declared types (``schema``, default: the schema each

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from actors.detect import build_detector
+from generator.qa import scene_split
 from generator.runfolder import RunStore, commit_tables, config_key
 from generator.sources import frames_table
 from generator.types import Scene
@@ -53,7 +54,8 @@ def write_run_folder(out, source, cfg: PipelineConfig, scenes: list[Scene] | Non
             objects = objects_table(scene, detections.boxes, cfg.detection.backend)
             projections = PROJECTIONS.empty_table()
         commit_tables(store, scene.scene_id, {"objects": objects, "frames": frames_table(scene),
-                                              "projections": projections}, config=config_key(cfg))
+                                              "projections": projections}, config=config_key(cfg),
+                      split=scene_split([scene.scene_id], cfg.qa.val_fraction)[0])
     return Path(out)
 
 

@@ -1,6 +1,6 @@
 """``validate_run``: a finished run folder against the labelled logs it came from.
 
-Which frames count: a run's perceived frames (``perception/frames/<scene>.parquet``; without it, the
+Which frames count: a run's perceived frames (``perception/frames/<split>-<scene>.parquet``; without it, the
 frames its objects are on) that coincide with an annotated sample of a labelled scene (timestamps equal
 within ``match_tolerance_us``). nuScenes samples are 2 Hz keyframes; AV2 annotations are 10 Hz. Objects on
 other frames (nuScenes sweeps between keyframes) are not scored and are counted in the report.

@@ -418,9 +418,9 @@ def render_readme(stats: dict, title: str = "drivegen QA dataset", info: dict | 
         "```",
         "",
         "The files are plain Parquet (pyarrow, pandas, DuckDB read them as well). QA shards are named "
-        "`qa/<split>-<scene>-<k>.parquet`; per-scene tables `<table>/<scene>.parquet`, their split is their "
-        "scene's (the split its QA rows carry). WebDataset shards with the images are under `wds/` when the run "
-        "wrote them.",
+        "`qa/<split>-<scene>-<k>.parquet`; the per-scene tables among the configs below "
+        "`<table>/<split>-<scene>.parquet`, their split their scene's (the split its QA rows carry). WebDataset "
+        "shards with the images are under `wds/` when the run wrote them.",
         "",
         _md_table(["config", "what", "split", "files", "rows"],
                   [[f"`{c['name']}`" + (" (default)" if k == 0 else "") if j == 0 else "",

@@ -101,7 +101,8 @@ def generated_run(synth_root, tmp_path_factory):
                              "visible": True})
         proj = pa.Table.from_pylist(rows, schema=PROJECTIONS)
         labels = compute_labels(objects, frames)
-        commit_tables(store, sid, {"frames": frames, "objects": objects, "projections": proj, "labels": labels})
+        commit_tables(store, sid, {"frames": frames, "objects": objects, "projections": proj, "labels": labels},
+                      split="train")
         scenes[sid] = (scene, frames, objects, proj, labels, tokens)
     return store, scenes
 

@@ -66,7 +66,7 @@ def toy_qa(work, env):
 
 def toy_write(work, env, staging):
     for rel, table in ((layout.scene_file("qa", work.scene_id, 0, "train"), work.questions),
-                       (layout.scene_file("objects", work.scene_id), pa.table({"x": work.detected}))):
+                       (layout.scene_file("objects", work.scene_id, split="train"), pa.table({"x": work.detected}))):
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
         write_parquet(staging / rel, table)
 
@@ -129,7 +129,7 @@ def test_local_run_commits_manifests_errors_and_resumes(tmp_path):
     assert pq.read_table(out / "errors" / "bad-2-load.parquet").num_rows == 1
     m = json.loads((out / "manifest" / "s-1.json").read_text())
     assert {f["path"]: f["rows"] for f in m["files"]} == {"qa/train-s-1-00000.parquet": 4,
-                                                          "perception/objects/s-1.parquet": 4}
+                                                          "perception/objects/train-s-1.parquet": 4}
     # each stage's wall-clock span (bench/gpu.py's busy shares): one per timed stage, in stage order
     spans = m["stage_spans_unix"]
     assert set(spans) == set(m["timings_s"]) and len(spans) == len(toy_stages()) + 1

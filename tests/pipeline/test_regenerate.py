@@ -52,7 +52,7 @@ def run_dir(tmp_path):
         tables = {"frames": frames, "objects": objects, "projections": projections}
         if sid != "rg-c":
             tables["attributes"] = compute_attributes(objects, frames)
-        commit_tables(store, sid, tables)
+        commit_tables(store, sid, tables, split="train")
     return tmp_path / "run"
 
 
@@ -122,7 +122,7 @@ def test_refusals(run_dir, tmp_path):
     with pytest.raises(RunFolderError, match="not a regeneration of"):
         regenerate(str(run_dir), str(tmp_path / "user"), cfg, load_templates(cfg))
     assert (tmp_path / "user" / "notes.txt").read_text() == "mine"
-    (run_dir / layout.scene_file("projections", "rg-b")).unlink()
+    (run_dir / layout.scene_file("projections", "rg-b", split="train")).unlink()
     with pytest.raises(RunFolderError, match=r"cannot read perception/projections"):
         regenerate(str(run_dir), str(tmp_path / "o"), cfg, load_templates(cfg))
 
@@ -161,7 +161,7 @@ def test_ray_workers_write_the_same_shards_as_one_process(run_dir, tmp_path, cap
     assert s_ray["executor"] == "ray" and s_local["executor"] == "local"
     assert (s_ray["qa"], s_ray["by_family"], s_ray["scenes"]) == (s_local["qa"], s_local["by_family"], 3)
     assert s_ray["shards"] == s_local["shards"]  # in scene order, however the tasks finished
-    (run_dir / layout.scene_file("projections", "rg-b")).unlink()
+    (run_dir / layout.scene_file("projections", "rg-b", split="train")).unlink()
     assert cli(["regenerate", str(run_dir), "--out", str(tmp_path / "broken"), "--workers", "2",
                 "--batch-scenes", "1", "--no-progress"]) == 2
     assert re.search(r"cannot read perception/projections of .*rg-b", capsys.readouterr().err)
@@ -175,7 +175,7 @@ def test_attributes_without_a_column_qa_reads_are_recomputed(run_dir, tmp_path):
     frames, objects, projections = random_scene("rg-a", seed=10)
     old = compute_attributes(objects, frames).drop_columns(["instance_token"])
     commit_tables(store, "rg-a", {"frames": frames, "objects": objects, "projections": projections,
-                                  "attributes": old})
+                                  "attributes": old}, split="train")
     cfg = PipelineConfig()
     templates = load_templates(cfg)
     frames_t, attrs, proj, _ = load_scenes(str(run_dir), list(SCENES))

@@ -158,7 +158,7 @@ def test_resume_and_recommit_refuse_an_intent_or_manifest_listing_files_outside(
         m = json.loads(manifest.read_text())
         manifest.write_text(json.dumps({**m, "files": m["files"] + [{"path": bad, "rows": 1}]}))
         with pytest.raises(RunFolderError, match=manifest.name):
-            commit_tables(store, scene, {"frames": pa.table({"x": [1]})})
+            commit_tables(store, scene, {"frames": pa.table({"x": [1]})}, split="train")
         manifest.write_text(json.dumps(m))
     assert (run / layout.CONFIG).exists()
     assert _tree(outside) == {"secret.txt": SECRET, "sub/more.txt": SECRET}

@@ -291,7 +291,7 @@ def test_command_line_values_and_unwritable_folders(finished, synth_root, tmp_pa
         r = drivegen(*args)
         assert r.returncode == 2 and "cannot write" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
     broken = _copy(finished, tmp_path)
-    att = broken / layout.scene_file("attributes", "scene-0000")
+    [att] = [broken / p for p in RunReader(broken).files("attributes", ["scene-0000"])]
     att.write_bytes(att.read_bytes()[:100])
     r = drivegen("export_bench", broken)
     assert r.returncode == 2 and "attributes" in r.stderr and "Traceback" not in r.stderr

@@ -31,12 +31,12 @@ def polluted(tmp_path):
     store = RunStore(br.run)
     ghost_files = []
     for name, table in br.tables.items():
-        rel = layout.scene_file(name, GHOST, 0, "train") if name == "qa" else layout.scene_file(name, GHOST)
+        rel = layout.scene_file(name, GHOST, 0, "train") if name == "qa" else layout.scene_file(name, GHOST, split="train")
         write_parquet(br.run / rel, _renamed(table, GHOST))
         ghost_files.append(rel)
     store.write_json(f"{layout.PENDING_DIR}/{GHOST}.json", {"scene_id": GHOST, "files": ghost_files})
     write_parquet(br.run / layout.scene_file("qa", STRAY, 0, "train"), _renamed(br.tables["qa"], STRAY))
-    write_parquet(br.run / layout.scene_file("objects", STRAY), _renamed(br.tables["objects"], STRAY))
+    write_parquet(br.run / layout.scene_file("objects", STRAY, split="train"), _renamed(br.tables["objects"], STRAY))
     return br
 
 
@@ -55,7 +55,7 @@ def test_inspect_reports_what_it_ignores(polluted, capsys):
     assert cli(["inspect", str(polluted.run)]) == 1
     out = capsys.readouterr().out
     assert "1 finished" in out
-    assert f"qa/train-{STRAY}-00000.parquet" in out and f"perception/objects/{GHOST}.parquet" in out
+    assert f"qa/train-{STRAY}-00000.parquet" in out and f"perception/objects/train-{GHOST}.parquet" in out
     assert f"leftover of a killed writer: _pending/{GHOST}.json" in out
 
 
@@ -105,8 +105,8 @@ def test_resume_reruns_the_uncommitted_scene_only(polluted):
     run_pipeline(store, {"kind": "none"}, RunReader(store).config(), [SCENE, GHOST], [Stage("load", note)],
                  lambda *a: None, executor="local", progress=False)
     assert seen == [GHOST]
-    assert not (polluted.run / layout.scene_file("objects", GHOST)).exists()
-    assert (polluted.run / layout.scene_file("objects", STRAY)).exists()
+    assert not (polluted.run / layout.scene_file("objects", GHOST, split="train")).exists()
+    assert (polluted.run / layout.scene_file("objects", STRAY, split="train")).exists()
     assert json.loads((polluted.run / "summary.json").read_text())["scenes"]["skipped"] == 1
 
 

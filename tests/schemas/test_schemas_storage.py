@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from generator.runfolder import RunStore, commit_tables, read_table
+from generator.runfolder import RunReader, RunStore, commit_tables, read_table
 from schemas import layout
 from schemas.tables import ALL, OBJECTS, PROJECTIONS, from_storage, read_parquet, storage_schema, write_parquet
 
@@ -141,7 +141,12 @@ def test_run_folder_writers_round_trip(name, tmp_path):
         if "split" in t.column_names:  # ... and a scene is in one split (its QA shards are named by it)
             t = t.set_column(t.schema.get_field_index("split"), t.schema.field("split"),
                              pa.array(["train"] * t.num_rows, pa.string()))
-        commit_tables(store, "s-0", {name: t})
+        if layout.TABLES[name].by_split and name != "qa":  # named by the scene's split: without one, refused
+            with pytest.raises(ValueError, match=f"s-0.*{name}.*give its split"):
+                commit_tables(store, "s-0", {name: t})
+        commit_tables(store, "s-0", {name: t}, split="train")
+        assert {layout.scene_file(name, "s-0", 0, "train")} <= set(RunReader(store).files(name)) if name == "qa" \
+            else RunReader(store).files(name) == [layout.scene_file(name, "s-0", split="train")]
         _assert_exact(read_table(store, name), t, schema)
         _assert_exact(read_table(RunStore((tmp_path / "run").as_uri()), name, schema), t, schema)  # file:// URI
 

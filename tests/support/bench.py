@@ -28,8 +28,10 @@ from pycocotools import mask as mask_utils
 from generator.attributes.compute import compute_attributes
 from generator.geometry import SE3
 from generator.projection import project_boxes
+from generator.qa import scene_split
 from generator.runfolder import RunStore, commit_tables
 from generator.types import Boxes3D, CameraCalib
+from generator.writers.parquet import scene_split_of
 from schemas.tables import FRAMES, OBJECTS, PROJECTIONS, QA
 
 SCENE = "bench-scene-1"
@@ -99,6 +101,7 @@ class BenchRun:
     run: Path
     images: Path
     tables: dict  # what the run folder holds, by layout name (frames, objects, projections, attributes, qa)
+    split: str = "train"  # the scene's split (its QA rows', else the config's hashed one): it names its files
 
 
 def _box_rle(box):
@@ -191,12 +194,14 @@ def make_bench_run(root: Path, with_qa: bool | str = True, cfg=None) -> BenchRun
                                "grounding": []})
         tables["qa"] = pa.Table.from_pylist(qa, schema=QA)
     store.write_bytes("config.yaml", cfg.to_yaml().encode())
-    commit_tables(store, SCENE, tables)
-    return BenchRun(Path(store.base), img_dir, tables)
+    split = (scene_split_of(tables["qa"], SCENE) if "qa" in tables else None) or \
+        scene_split([SCENE], cfg.qa.val_fraction)[0]
+    commit_tables(store, SCENE, tables, split=split)
+    return BenchRun(Path(store.base), img_dir, tables, split)
 
 
 def recommit(br: BenchRun, **changed: pa.Table) -> None:
     """Commit the bench scene again with some of its tables replaced (a run folder is only ever changed
     through a commit: its manifest lists the new files and row counts)."""
     br.tables.update(changed)
-    commit_tables(RunStore(br.run), SCENE, br.tables)
+    commit_tables(RunStore(br.run), SCENE, br.tables, split=br.split)

@@ -56,7 +56,7 @@ def tracked_run_folder(out: Path, source, cfg: PipelineConfig, poses: str = "log
                    else track_scene(scene.timestamps_us, dets, cfg.tracking, seen))
         commit_tables(store, sid, {"objects": objects_table(scene, tracked, cfg.detection.backend,
                                                                   None if tracker is not None else cfg.tracking.mode),
-                                   "frames": frames_table(scene)})
+                                   "frames": frames_table(scene)}, split="train")
     return out
 
 

@@ -270,7 +270,7 @@ def test_scenes_absent_from_the_logs_are_refused(cli, synth_runs, tmp_path):
     shutil.copytree(run, moved)
     t = RunReader(moved).read_table("objects", ["scene-0000"])
     t = pa.Table.from_pylist([dict(r, scene_id="scene-9999") for r in t.to_pylist()], schema=OBJECTS)
-    commit_tables(RunStore(moved), "scene-9999", {"objects": t})
+    commit_tables(RunStore(moved), "scene-9999", {"objects": t}, split="train")
     _bad(cli(moved, "--no-tracking"), "scene-9999", "not in the logs", "--logs")
 
 
@@ -293,7 +293,7 @@ def test_class_missing_from_the_mapping_is_refused(cli, av2_log, tmp_path):
                track_id=0, class_name="car", score=0.9, center_ego_m=[5.0, 0, 0], size_lwh_m=[4.0, 2, 1.5],
                yaw_ego_rad=0.0, center_global_m=[0.0, 0, 0], yaw_global_rad=0.0, velocity_ego_mps=[0.0, 0],
                velocity_global_mps=[0.0, 0], num_lidar_pts=10, instance_token="", source="labels")
-    commit_tables(store, av2_log.name, {"objects": pa.Table.from_pylist([row], schema=OBJECTS)})
+    commit_tables(store, av2_log.name, {"objects": pa.Table.from_pylist([row], schema=OBJECTS)}, split="train")
     _bad(cli(tmp_path / "run", "--no-tracking"), "HOVERBOARD", "av2_classes.py")
 
 

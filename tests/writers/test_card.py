@@ -10,9 +10,11 @@ import pytest
 from support.writers import make_qa_table
 from generator.pipeline.exports import card_extra
 from generator.runfolder import RunReader, RunStore, commit_tables, write_error
-from generator.writers.card import compute_stats, write_card
+from generator.writers.card import CONFIG_TABLES, compute_stats, write_card
 from generator.writers.parquet import write_qa_shards
+from schemas import layout
 from schemas.config import WriterConfig
+from schemas.layout import split_glob
 from schemas.tables import PROJECTIONS
 
 
@@ -68,7 +70,7 @@ def test_write_card_files_and_run_extra(shards, tmp_path):
          "drop_reason": r}
         for i, (v, r) in enumerate([(True, None), (False, "box_iou"), (False, "box_iou"), (False, "coverage")])],
         schema=PROJECTIONS)
-    commit_tables(store, "scene-0", {"projections": proj}, counts={"dropped_by_reason": {"box_iou": 2, "coverage": 1}})
+    commit_tables(store, "scene-0", {"projections": proj}, split="train", counts={"dropped_by_reason": {"box_iou": 2, "coverage": 1}})
     for stage in ("detect", "segment"):
         write_error(store, {"scene_id": "scene-9", "stage": stage, "file": "x", "error_type": "SourceError",
                             "message": "m", "attempt": 1})
@@ -183,6 +185,8 @@ def test_published_card_loads_with_datasets(card_run, tmp_path, monkeypatch):
     assert names == ["qa", "labels", "attributes", "objects", "projections", "frames"]
     assert meta["configs"][0]["data_files"] == [{"split": "train", "path": "qa/train-*.parquet"},
                                                 {"split": "val", "path": "qa/val-*.parquet"}]
+    for c in meta["configs"]:  # every table one glob per split: the card does not grow with the run's scenes
+        assert c["data_files"] == [{"split": sp, "path": split_glob(c["config_name"], sp)} for sp in ("train", "val")]
     assert meta["license"] == "apache-2.0"  # generated logs: the project's own licence
 
     reader = RunReader(card_run)
@@ -275,8 +279,9 @@ def test_validate_rewrites_the_card_with_its_figures(card_run, tmp_path):
 
 
 def test_card_of_a_run_folder_from_before_split_names(card_run, tmp_path, monkeypatch):
-    """A run folder whose QA shards were named ``<scene>-<k>`` (before the split led the names): the card lists
-    each split's files (read from their rows) instead of a glob, and loads the same rows."""
+    """A run folder whose QA shards and per-scene tables were named ``<scene>-<k>``, ``<scene>`` (before the split
+    led the names): the card lists each split's files (QA's read from their rows, the tables' by their scene's
+    split) instead of a glob, and loads the same rows."""
     import shutil
 
     datasets = pytest.importorskip("datasets", reason="Hugging Face datasets is in the test extra")
@@ -286,23 +291,31 @@ def test_card_of_a_run_folder_from_before_split_names(card_run, tmp_path, monkey
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     run = tmp_path / "old"
     shutil.copytree(card_run, run)
+    by_split = tuple(f"{layout.TABLES[n].folder}/" for n in CONFIG_TABLES)
     for m_path in (run / "manifest").glob("*.json"):
         m = json.loads(m_path.read_text())
         for f in m["files"]:
-            if f["path"].startswith("qa/"):
-                old = "qa/" + f["path"][3:].split("-", 1)[1]  # drop the '<split>-'
+            if f["path"].startswith(by_split):  # the QA shards and the per-scene tables the card publishes
+                folder, name = f["path"].rsplit("/", 1)
+                old = f"{folder}/{name.split('-', 1)[1]}"  # drop the '<split>-'
                 (run / f["path"]).rename(run / old)
                 f["path"] = old
         m_path.write_text(json.dumps(m))
     assert RunReader(run).check() == []
     write_run_card(RunReader(run))
-    qa_cfg = _front_matter((run / "README.md").read_text())["configs"][0]
-    assert qa_cfg["config_name"] == "qa"
-    files = {d["split"]: d["path"] for d in qa_cfg["data_files"]}
-    assert set(files) == {"train", "val"} and all(isinstance(p, list) and len(p) == 1 for p in files.values())
-    qa = RunReader(run).read_table("qa", columns=["split"]).to_pandas()
+    configs = _front_matter((run / "README.md").read_text())["configs"]
+    assert [c["config_name"] for c in configs] == list(CONFIG_TABLES)
+    for c in configs:  # each split's files listed: a glob would name none of them
+        files = {d["split"]: d["path"] for d in c["data_files"]}
+        assert set(files) == {"train", "val"} and all(isinstance(p, list) and len(p) == 1 for p in files.values())
+    reader = RunReader(run)
+    qa = reader.read_table("qa", columns=["split", "scene_id"]).to_pandas()
     dd = datasets.load_dataset(str(run), cache_dir=str(tmp_path / "hf_cache"))
     assert {sp: d.num_rows for sp, d in dd.items()} == qa.groupby("split").size().to_dict()
+    [val_scene] = qa[qa["split"] == "val"]["scene_id"].unique()
+    labels = datasets.load_dataset(str(run), "labels", split="val", cache_dir=str(tmp_path / "hf_cache"))
+    assert set(labels.unique("scene_id")) == {val_scene}
+    assert labels.num_rows == reader.read_table("labels", [val_scene]).num_rows
 
 
 def test_card_quotes_the_data_as_text_never_as_markup(tmp_path):
