@@ -7,10 +7,10 @@ import re
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from support.data import SYNTH_VERSION
+from generator.runfolder import read_table
 from generator.writers.parquet import read_qa
 from schemas.config import PipelineConfig
 
@@ -61,7 +61,6 @@ def test_counts_per_family(generated_run):
 def test_ego_behaviour_answers_are_the_labels_table(generated_run):
     """The ego_behaviour family reads the behaviour-labels table: one question per keyframe and type, its
     value the label's index in the vocabulary, no region, grounded in the keyframe's front-camera image."""
-    from generator.runfolder import read_table
     from schemas.vocab import MANEUVERS, SPEED_STATUS
 
     out, _, qa = generated_run
@@ -104,8 +103,8 @@ def test_spatiotemporal_values_match_the_devkit(generated_run, synth_root):
     st = qa.filter(pc.equal(qa.column("family"), "ego_spatiotemporal")).to_pandas()
     checked = 0
     for scene_id, sub in st.groupby("scene_id"):
-        frames = pq.read_table(out / "perception" / "frames" / f"{scene_id}.parquet").to_pandas()
-        objs = pq.read_table(out / "perception" / "objects" / f"{scene_id}.parquet").to_pandas()
+        frames = read_table(out, "frames", scenes=[scene_id]).to_pandas()
+        objs = read_table(out, "objects", scenes=[scene_id]).to_pandas()
         token_of = dict(zip(frames.frame_index, frames.token))
         inst_of = dict(zip(objs.track_id, objs.instance_token))
         rows = sub[sub.question_type.isin(["distance", "bearing"]) & (sub.horizon_s > 0)].head(40)
