@@ -239,3 +239,25 @@ def test_the_ego_body_is_the_vehicle_of_the_scenes_logs(synth_root, tmp_path, li
     assert NuScenesSource(root, SYNTH_VERSION, check_files=False, limits=limits).ego_body() == ego_body("nuscenes")
     assert NuScenesSource(root, SYNTH_VERSION, scenes=others, check_files=False, limits=limits).ego_body() == \
         ego_body("generated")
+
+
+def test_a_large_table_set_is_converted_in_a_child_process(synth_root, tmp_path, limits, monkeypatch, caplog):
+    """Above ``CHILD_BYTES`` of JSON the index is made by a child process: the same bytes as in this one, its
+    progress logged here (records of the child's pid), a bad table's SourceError raised here with its fields."""
+    import logging
+    import os
+
+    here = nxi.convert(synth_root / SYNTH_VERSION, tmp_path / "here")
+    monkeypatch.setattr(nxi, "CHILD_BYTES", 0)
+    with caplog.at_level(logging.INFO, logger="drivegen"):
+        path = nxi.SceneIndex.open(synth_root / SYNTH_VERSION, limits).path
+    for name in (nxi.ROWS_FILE, nxi.SCENES_FILE):
+        assert (path / name).read_bytes() == (tmp_path / "here" / name).read_bytes()
+    written = [r for r in caplog.records if r.getMessage().startswith("scene index:") and "written" in r.getMessage()]
+    assert written and all(r.process != os.getpid() for r in written)
+    assert json.loads((path / nxi.META_FILE).read_text())["rows"] == here["rows"]
+    root = _copy_tables(synth_root, tmp_path / "bad")
+    (root / SYNTH_VERSION / "sample.json").write_text('{"not": "an array"}')
+    with pytest.raises(SourceError, match="sample.json is not a JSON array") as e:
+        nxi.SceneIndex.open(root / SYNTH_VERSION, limits)
+    assert e.value.file == str(root / SYNTH_VERSION / "sample.json") and e.value.stage == "open"
