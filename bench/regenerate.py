@@ -107,7 +107,7 @@ def synthetic_scene(scene_id: str, rng: np.random.Generator, n_tracks: int, n_fr
         # 32 hex digits like nuScenes instance tokens (QA rows carry them: their length is what a shard stores)
         "instance_token": pa.array([hashlib.md5(f"{scene_id}/{k}".encode()).hexdigest()
                                     for k in range(n_tracks)]).take(pa.array(tr)), "source": pa.array(["gt"]).take(
-            pa.array(np.zeros(n, np.int32))),
+            pa.array(np.zeros(n, np.int32))), "tracker": pa.nulls(n, pa.string()),  # ground truth: untracked
     }).cast(OBJECTS)
 
     # one projection per object, in the camera its bearing points to; ~85 % pass the visibility filter
