@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 from generator.commands.args import positive_int, seed
+from schemas.layout import RELEASE_SHARD_MB
 
 
 MIN_SHARD_MB, MAX_SHARD_MB = 0.01, 16_384.0  # 10 kB (a few rows a file) to 16 GB (more than any reader wants)
@@ -31,17 +32,14 @@ def _shard_mb(text: str) -> float:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    # lazy: generator.pipeline.publish loads pycocotools, scipy, which this module needs only here
-    from generator.pipeline.publish import DEFAULT_TARGET_MB
-
     p = subparsers.add_parser("publish", help="publish a run folder as sized, shuffled Parquet and WebDataset shards",
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("run", help="the run folder (path or URI)")
     p.add_argument("--out", required=True, help="the release folder (path or URI)")
-    p.add_argument("--target-shard-mb", type=_shard_mb, default=DEFAULT_TARGET_MB,
-                   help=f"about this many MB per Parquet shard and tar (default {DEFAULT_TARGET_MB:g})")
+    p.add_argument("--target-shard-mb", type=_shard_mb, default=RELEASE_SHARD_MB,
+                   help=f"about this many MB per Parquet shard and tar (default {RELEASE_SHARD_MB:g})")
     p.add_argument("--seed", type=seed, default=0, help="the shuffle's seed (default 0)")
     p.add_argument("--allow-partial", action="store_true",
                    help="publish the finished scenes of a run with failed or unfinished ones")

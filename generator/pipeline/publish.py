@@ -68,7 +68,6 @@ MARKER = "publish.json"
 CHECKSUMS = "SHA256SUMS"
 CARD = "README.md"
 WDS = "wds"
-DEFAULT_TARGET_MB = 256.0
 _TAR_BLOCK = 512
 
 
@@ -390,7 +389,7 @@ class PublishResult:
                 f"to {self.dest} in {self.seconds:.1f} s: rows {rows}")
 
 
-def publish(run: str, dest: str, *, seed: int = 0, target_mb: float = DEFAULT_TARGET_MB,
+def publish(run: str, dest: str, *, seed: int = 0, target_mb: float = layout.RELEASE_SHARD_MB,
             allow_partial: bool = False, workers: int = 0, address: str | None = None,
             stop_after: int | None = None) -> PublishResult:
     """Publish RUN into DEST (module docstring). ``workers``/``address``: shards as Ray tasks. ``stop_after``

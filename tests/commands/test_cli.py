@@ -30,6 +30,17 @@ def test_every_commands_help_is_plain_text():
         assert "``" not in text, name
 
 
+def test_building_the_command_line_loads_no_pipeline():
+    """Every command's parser is built at each start (``drivegen COMMAND`` for any COMMAND): it must not import the
+    pipeline and its stages' stack (scipy, pycocotools), which only the commands that run them need. A fresh
+    interpreter, since this one may have imported them for other tests."""
+    code = ("import sys; from generator.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in sys.modules if m.startswith(('generator.pipeline', 'scipy.optimize'))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]", r.stdout
+
+
 def test_run_help_names_every_source_its_data_can_be():
     from generator.cli import build_parser
 
