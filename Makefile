@@ -9,10 +9,11 @@ export DRIVEGEN_VENV := $(VENV)
 OUT ?= out
 PYTEST_ARGS ?=
 # PYTEST_WORKERS: the suite on that many pytest-xdist workers, each taking the next test as it frees (a Ray test
-# leaves the cores idle while it waits on its cluster). 2 (default, what CI runs): about a third faster than one
-# process on 2 cores (830 tests: 2,075 s against 3,033 s); no test depends on the machine's load (the elastic pool
-# test in tests/pipeline/test_gpu_scheduling.py waits for its second actor). 0: one process.
-PYTEST_WORKERS ?= 2
+# leaves cores idle while it waits on its cluster, a node or a subprocess). 3 (default, what CI runs): on 2 cores,
+# 833 tests in 729 s against 797 s on 2 workers, the cores 95 % busy (2026-11-29, AMD EPYC); 2 workers were about a
+# third faster than one process (2,075 s against 3,033 s on a slower machine). No test depends on the machine's
+# load (the elastic pool test in tests/pipeline/test_gpu_scheduling.py waits for its second actor). 0: one process.
+PYTEST_WORKERS ?= 3
 
 .PHONY: setup run test quick bench clean
 setup:
