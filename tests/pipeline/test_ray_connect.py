@@ -91,11 +91,24 @@ def listening():
             pass
     return sorted(found)
 
+def workers():  # Ray's task worker processes (they retitle themselves 'ray::IDLE' once started)
+    n = 0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            argv = p.cmdline()
+        except psutil.Error:
+            continue
+        if argv and (argv[0].startswith("ray::IDLE") or (len(argv) > 1 and argv[1].endswith("default_worker.py"))):
+            n += 1  # (not the raylet, whose arguments name default_worker.py too)
+    return n
+
 deadline = time.time() + 60  # the metrics agent starts after ray.init returns
 while a["port"] not in {port for _, port in listening()} and time.time() < deadline:
     time.sleep(0.5)
+time.sleep(1)  # a worker Ray started as the driver connected has had its time to appear
 print(json.dumps({"token": get_authentication_mode() == AuthenticationMode.TOKEN,
-                  "node_ip": ray.util.get_node_ip_address(), "listening": listening(), "log": stream.getvalue()}))
+                  "node_ip": ray.util.get_node_ip_address(), "listening": listening(), "log": stream.getvalue(),
+                  "workers": workers()}))
 sys.stdout.flush()
 sys.stdin.readline()  # the test scrapes the endpoint meanwhile
 ray.shutdown()
@@ -144,7 +157,8 @@ def test_embedded_ray_listens_on_loopback_and_logs_its_real_mode(tmp_path):
     token authentication as Ray reports it, and the log saying both; the endpoint shows the machine's and Ray's
     processes' figures, as the cluster guide says. Told otherwise (``--metrics-host 0.0.0.0``,
     here with the documented opt-out of authentication): the metrics endpoint on every interface, and a warning
-    that the Ray runs without authentication."""
+    that the Ray runs without authentication. No task worker is started before the first task
+    (``ray_connect.EMBEDDED_SYSTEM_CONFIG``)."""
     port = free_port()
     got = _embedded(port, env={"HOME": str(tmp_path)})
     assert got["token"] and got["node_ip"] == "127.0.0.1"
@@ -155,6 +169,7 @@ def test_embedded_ray_listens_on_loopback_and_logs_its_real_mode(tmp_path):
     assert "embedded Ray on 127.0.0.1 only, with token authentication" in got["log"], got["log"]
     assert f"live metrics (Prometheus): http://127.0.0.1:{port}/metrics" in got["log"]
     assert (tmp_path / ".ray" / "auth_token").stat().st_mode & 0o077 == 0  # the token file is the user's alone
+    assert got["workers"] == 0, "the embedded Ray started task workers before any task (prestart_worker_first_driver)"
 
     port = free_port()
     got = _embedded(port, host="0.0.0.0", allow=True, env={"HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"})
