@@ -56,7 +56,9 @@ VALIDATE_REPORT = f"{VALIDATE_DIR}/report.json"  # what ``drivegen validate`` wr
 # Folders and files a command may create inside a run folder (anything else there is the user's).
 IMAGES_DIR = "images"  # extracted video frames of camera-only runs: images/<video>/<frame:05d>.<ext>
 RUN_FILES = (CONFIG, SOURCE, SCENES, RUN_STATE, LOCK, SUMMARY, CARD)
-RELEASE_SHARD_MB = 256.0  # `drivegen publish`: about this many MB per release shard unless told otherwise
+
+# A release (`drivegen publish`, generator.pipeline.publish): about this many MB per shard unless told otherwise.
+RELEASE_SHARD_MB = 256.0
 
 
 CORE_TABLES: tuple[TableLayout, ...] = (
