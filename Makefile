@@ -11,10 +11,9 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS: the suite on that many pytest-xdist workers, each taking the next test as it frees (a Ray test
 # leaves cores idle while it waits on its cluster, a node or a subprocess). 3 (default, what CI runs): on 2 cores,
 # 833-834 tests in 729-792 s (three runs) against 778-800 s on 2 workers (three runs), the cores 95-97 % busy
-# (2026-11-29, AMD EPYC); 2
-# workers were about a third faster than one process (2,075 s against 3,033 s on a slower machine). No test
-# depends on the machine's load (the elastic pool test in tests/pipeline/test_gpu_scheduling.py waits for its
-# second actor). 0: one process.
+# (2026-11-29, AMD EPYC); 2 workers were about a third faster than one process (2,075 s against 3,033 s on a
+# slower machine). No test depends on the machine's load (the elastic pool test in
+# tests/pipeline/test_gpu_scheduling.py waits for its second actor). 0: one process.
 PYTEST_WORKERS ?= 3
 
 .PHONY: setup run test quick bench clean
