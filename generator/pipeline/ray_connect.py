@@ -45,18 +45,18 @@ from schemas.errors import ClusterError, InputError
 log = logging.getLogger("drivegen.ray")
 
 AUTH_MODE_VAR = "RAY_AUTH_MODE"
-# Ray's settings of the embedded instance. prestart_worker_first_driver: Ray starts num_cpus workers as the driver
-# connects, before any task; a drivegen run's first work is Ray Data's two actors, which take worker slots above
-# num_cpus, so Ray stops those idle workers a second later and starts new ones for the scenes' tasks (measured,
-# 3 generated scenes on 2 CPUs, four pairs: 5-6 worker processes -> 3-4, the run's CPU time over every process
-# 23.9 -> 22.2 s, wall 17.1 -> 16.3 s).
-EMBEDDED_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 RAY_TOKEN_FILE = "~/.ray/auth_token"  # Ray's default token file (one per user)
 AUTH_MODES = ("token", "disabled")  # the values of RAY_AUTH_MODE Ray knows
 LOOPBACK = "127.0.0.1"
 METRICS_HOSTS = (LOOPBACK, "0.0.0.0")  # Ray binds a node's ports to its address: loopback, or every interface
 _SINGLE_MACHINE_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # 0: Ray's node address is 127.0.0.1 (ray_constants)
 GCS_CONNECT_TIMEOUT_S = 10.0
+# Ray's settings of the embedded instance. prestart_worker_first_driver: Ray starts num_cpus workers as the driver
+# connects, before any task; a drivegen run's first work is Ray Data's two actors, which take worker slots above
+# num_cpus, so Ray stops those idle workers a second later and starts new ones for the scenes' tasks (measured,
+# 3 generated scenes on 2 CPUs, four pairs: 5-6 worker processes -> 3-4, the run's CPU time over every process
+# 23.9 -> 22.2 s, wall 17.1 -> 16.3 s).
+EMBEDDED_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 
 
 # ------------------------------------------------------------------------------------------ authentication

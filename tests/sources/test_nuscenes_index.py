@@ -4,6 +4,8 @@ once per table content, safely when converters run together."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import threading
 
@@ -244,9 +246,6 @@ def test_the_ego_body_is_the_vehicle_of_the_scenes_logs(synth_root, tmp_path, li
 def test_a_large_table_set_is_converted_in_a_child_process(synth_root, tmp_path, limits, monkeypatch, caplog):
     """Above ``CHILD_BYTES`` of JSON the index is made by a child process: the same bytes as in this one, its
     progress logged here (records of the child's pid), a bad table's SourceError raised here with its fields."""
-    import logging
-    import os
-
     here = nxi.convert(synth_root / SYNTH_VERSION, tmp_path / "here")
     monkeypatch.setattr(nxi, "CHILD_BYTES", 0)
     with caplog.at_level(logging.INFO, logger="drivegen"):
