@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from support.shared import built_once
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO.parent / "shared" / "data"
 SYNTH_VERSION = "v1.0-drivegen"
@@ -49,16 +51,19 @@ def av2_perceived(av2_log):
 @pytest.fixture(scope="session")
 def labelled_run(synth_root, tmp_path_factory) -> Path:
     """The two generated scenes through the whole pipeline in-process (labels backend, every default QA
-    family, the intention export; no WebDataset, bench export or card), made once per test run."""
-    from generator.pipeline import run
-    from schemas.config import parse_config
+    family, the intention export; no WebDataset, bench export or card), made once per test run
+    (``support.shared.built_once``)."""
 
-    out = tmp_path_factory.mktemp("labelled") / "run"
-    cfg = parse_config({"bench": {"export": False}, "writers": {"webdataset": False, "card": False}})
-    res = run(str(out), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg, executor="local",
-              progress=False)
-    assert res.exit_code == 0, res.summary
-    return out
+    def build(folder: Path) -> None:
+        from generator.pipeline import run
+        from schemas.config import parse_config
+
+        cfg = parse_config({"bench": {"export": False}, "writers": {"webdataset": False, "card": False}})
+        res = run(str(folder / "run"), source="nuscenes", data=str(synth_root), version=SYNTH_VERSION, cfg=cfg,
+                  executor="local", progress=False)
+        assert res.exit_code == 0, res.summary
+
+    return built_once(tmp_path_factory, "labelled-run", build) / "run"
 
 
 @pytest.fixture(scope="session")
@@ -66,9 +71,8 @@ def synth_root(tmp_path_factory) -> Path:
     """Two generated 20 s scenes (seed 0) in nuScenes format, made once per test run."""
     from generator.synth import make_dataset
 
-    root = tmp_path_factory.mktemp("synth")
-    make_dataset(root, num_scenes=2, seed=0, version=SYNTH_VERSION)
-    return root
+    return built_once(tmp_path_factory, "synth", lambda root: make_dataset(root, num_scenes=2, seed=0,
+                                                                           version=SYNTH_VERSION))
 
 
 @pytest.fixture(scope="session")
@@ -79,9 +83,8 @@ def short_logs(tmp_path_factory) -> Path:
     scene's length (same bytes, S3 equals local)."""
     from generator.synth import make_dataset
 
-    root = tmp_path_factory.mktemp("short-logs")
-    make_dataset(root, num_scenes=2, seed=0, version=SYNTH_VERSION, num_keyframes=14)
-    return root
+    return built_once(tmp_path_factory, "short-logs", lambda root: make_dataset(
+        root, num_scenes=2, seed=0, version=SYNTH_VERSION, num_keyframes=14))
 
 
 @pytest.fixture(scope="session")
@@ -89,9 +92,8 @@ def minimal_logs(tmp_path_factory) -> Path:
     """Twelve short generated scenes (a few tenths of a CPU second each through the pipeline)."""
     from generator.synth import MINIMAL_SCENES, make_dataset
 
-    root = tmp_path_factory.mktemp("minimal-logs")
-    make_dataset(root, num_scenes=12, seed=0, version=SYNTH_VERSION, **MINIMAL_SCENES)
-    return root
+    return built_once(tmp_path_factory, "minimal-logs", lambda root: make_dataset(
+        root, num_scenes=12, seed=0, version=SYNTH_VERSION, **MINIMAL_SCENES))
 
 
 @pytest.fixture(scope="session")
@@ -132,16 +134,22 @@ def default_run(tmp_path_factory):
     from generator.cli import main
     from schemas.summary import RunSummary
 
-    out = tmp_path_factory.mktemp("default-run") / "run"
-    printed = io.StringIO()
-    t = time.perf_counter()
-    with contextlib.redirect_stdout(printed):
-        code = main(["run", "--out", str(out), "--local", "--no-progress"])
-    wall = time.perf_counter() - t
-    assert code == 0, (out / "summary.json").read_text() if (out / "summary.json").is_file() else code
+    def build(folder: Path) -> None:
+        printed = io.StringIO()
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(printed):
+            code = main(["run", "--out", str(folder / "run"), "--local", "--no-progress"])
+        wall = time.perf_counter() - t
+        summary = folder / "run" / "summary.json"
+        assert code == 0, summary.read_text() if summary.is_file() else code
+        (folder / "command.json").write_text(json.dumps({"wall_s": wall, "printed": printed.getvalue()}))
+
+    folder = built_once(tmp_path_factory, "default-run", build)
+    out = folder / "run"
+    command = json.loads((folder / "command.json").read_text())
     summary = RunSummary.from_json(json.loads((out / "summary.json").read_text()))
     qa = pd.read_parquet(out / "qa")
     ann = out / "bench" / "annotation_files"
     bench = {t: json.loads((ann / f"strideqa_bench_t{t}.json").read_text()) for t in range(4)}
     sheet = pd.read_csv(ann / "annotation_sheet.csv")
-    return out, summary, qa, bench, sheet, wall, printed.getvalue()
+    return out, summary, qa, bench, sheet, command["wall_s"], command["printed"]
