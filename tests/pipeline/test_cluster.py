@@ -8,7 +8,7 @@ user, other tests' and other people's), and it runs at the end of the module, af
 cluster. A node that misses Ray's 30 s to register (a loaded machine) makes the walkthrough start over once.
 
 Shown: the walkthrough's run with a worker node killed mid-run and its Ray Job both hold the same bytes as the
-same logs on the embedded Ray; the token is written nowhere; a cluster that cannot be joined (no token, a wrong
+same logs in one process; the token is written nowhere; a cluster that cannot be joined (no token, a wrong
 token, nothing there, another Ray version) is exit 2 with the address and the reason, before the run folder
 exists; the KubeRay manifest uses only the fields KubeRay documents.
 """
@@ -89,8 +89,8 @@ class Walkthrough:
     home: Path
     demo: Path
     head: str  # 127.0.0.1:PORT
-    embedded: Path  # the same logs on the embedded Ray
-    embedded_result: subprocess.CompletedProcess | None
+    reference: Path  # the same logs in one process (``drivegen run --local``)
+    reference_result: subprocess.CompletedProcess | None
     seconds: float
     replaced: list[str]  # `replaced_packages` once the page's commands ended
 
@@ -139,14 +139,15 @@ def walkthrough(tmp_path_factory):
         seconds = time.monotonic() - t0
         replaced = replaced_packages(ray_tmp)
         demo = home / "drivegen-demo"
-        embedded = home / "embedded"
-        embedded_result = None
-        if (demo / "logs").is_dir():  # the reference: the page's logs through the embedded Ray
-            embedded_result = subprocess.run(
+        reference = home / "in-process"
+        reference_result = None
+        # the reference: the page's logs in one process (the embedded Ray gives the same bytes: test_determinism.py)
+        if (demo / "logs").is_dir():
+            reference_result = subprocess.run(
                 [sys.executable, "-m", "generator.cli", "run", "--source", "nuscenes", "--data", str(demo / "logs"),
-                 "--out", str(embedded), "--no-progress"], cwd=clone, env=env, capture_output=True, text=True,
+                 "--out", str(reference), "--local", "--no-progress"], cwd=clone, env=env, capture_output=True, text=True,
                 timeout=900)
-        yield Walkthrough(result, env, home, demo, f"127.0.0.1:{ports['HEAD_PORT']}", embedded, embedded_result,
+        yield Walkthrough(result, env, home, demo, f"127.0.0.1:{ports['HEAD_PORT']}", reference, reference_result,
                           seconds, replaced)
     finally:
         stop = subprocess.run(["bash", "-e", "-c", blocks[-1]], cwd=clone, env=env, capture_output=True, text=True,
@@ -174,7 +175,7 @@ def _traced_at(stderr: str, command: str) -> float:
 def test_walkthrough_runs_as_written(walkthrough):
     """The page's commands end with exit 0: three nodes (one advertising a GPU) with token authentication, a run
     on them with the second worker node killed while scenes streamed, its metrics, a Ray Job; both run folders
-    hold the same bytes as the embedded run of the same logs, every data file."""
+    hold the same bytes as the in-process run of the same logs, every data file."""
     w = walkthrough
     # each node unpacked the job's working directory into its own folder (shared, one node's unpacking removes the
     # files the job's driver runs from on another: ModuleNotFoundError)
@@ -195,16 +196,16 @@ def test_walkthrough_runs_as_written(walkthrough):
         assert s["scenes"] == {"total": SCENES, "ok": SCENES, "failed": 0, "skipped": 0}, (name, s["scenes"])
     assert re.search(r'ray_drivegen_scenes_total\{[^}]*status="ok"[^}]*\} 6(\.0)?$', out, re.M), out[-2000:]
     assert re.search(r"Job 'raysubmit_\w+' succeeded", out + err), (out + err)[-3000:]
-    # the same bytes as the embedded Ray
-    assert w.embedded_result is not None and w.embedded_result.returncode == 0, w.embedded_result and \
-        w.embedded_result.stderr[-3000:]
-    base = data_checksums(w.embedded)
+    # the same bytes as in one process
+    assert w.reference_result is not None and w.reference_result.returncode == 0, w.reference_result and \
+        w.reference_result.stderr[-3000:]
+    base = data_checksums(w.reference)
     assert any(k.startswith("qa/") for k in base) and any(k.startswith("perception/objects/") for k in base)
     for name in RUNS:
         sums = data_checksums(w.demo / "runs" / name)
         assert sums.keys() == base.keys(), (name, sorted(sums.keys() ^ base.keys())[:10])
         differ = sorted(k for k in base if sums[k] != base[k])
-        assert not differ, f"{name}: {len(differ)} file(s) differ from the embedded run: {differ[:10]}"
+        assert not differ, f"{name}: {len(differ)} file(s) differ from the in-process run: {differ[:10]}"
     print(f"walkthrough: {w.seconds:.0f} s")
 
 
@@ -217,13 +218,13 @@ def test_the_token_is_written_nowhere(walkthrough):
     token = (w.home / ".ray" / "auth_token").read_text().strip()
     assert len(token) >= 32 and (w.home / ".ray" / "auth_token").stat().st_mode & 0o077 == 0
     searched = 0
-    for root in [w.demo / "runs" / name for name in RUNS] + [w.embedded]:
+    for root in [w.demo / "runs" / name for name in RUNS] + [w.reference]:
         for p in root.rglob("*"):
             if p.is_file():
                 searched += 1
                 assert token.encode() not in p.read_bytes(), p
     for text in (w.result.stdout, w.result.stderr, (w.demo / "cluster.log").read_text(),
-                 w.embedded_result.stderr if w.embedded_result else ""):
+                 w.reference_result.stderr if w.reference_result else ""):
         assert token not in text
     assert searched > 100
 

@@ -202,9 +202,11 @@ def test_unfinished_attempt_leftovers_are_replaced(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ Ray
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def ray2():
-    """Embedded Ray with 2 CPUs (the smallest machine the default must complete on)."""
+    """Embedded Ray with 2 CPUs (the smallest machine the default must complete on), one for the tests of this
+    module that use it (each a Ray driver's run after another, as a user's script runs several; a Ray start
+    costs about 7 CPU s)."""
     if ray.is_initialized():
         ray.shutdown()
     # address "local": a new instance, never one another test started on this machine (with PYTEST_WORKERS=2 the
@@ -423,11 +425,11 @@ def test_default_run_embedded(short_logs, tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_av2_log_embedded_equals_cluster(av2_log, cluster3, tmp_path):
-    """The real AV2 log (10 Hz, no images) through the whole pipeline, embedded and on the cluster."""
-    cfg = write_config(tmp_path / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
-    a, b = tmp_path / "embedded", tmp_path / "cluster"
-    r = drivegen("run", "--out", a, "--source", "av2", "--data", av2_log, "--config", cfg)
+def test_av2_log_in_process_equals_cluster(av2_log, cluster3, tmp_path):
+    """The real AV2 log (10 Hz, no images) through the whole pipeline, in-process and on the cluster (the embedded
+    Ray gives the in-process bytes: tests/pipeline/test_determinism.py)."""
+    a, b = tmp_path / "in-process", tmp_path / "cluster"
+    r = drivegen("run", "--out", a, "--source", "av2", "--data", av2_log, "--local")
     assert r.returncode == 0, r.stderr[-3000:]
     r = drivegen("run", "--out", b, "--source", "av2", "--data", av2_log, "--address", cluster3.address)
     assert r.returncode == 0, r.stderr[-3000:]
