@@ -22,11 +22,12 @@ TABLES = ("frames", "objects", "projections", "attributes", "labels")
 
 @pytest.fixture(scope="module")
 def small_logs(tmp_path_factory):
-    """One generated scene, LiDAR keyframes only (40 MB instead of 144)."""
+    """One generated scene, LiDAR keyframes only, its first 12 s (24 keyframes: every stage and export of a scene
+    at about 60 % of its cost; the two frames damaged below stay under ``failures.max_failed_frame_share``)."""
     from generator.synth import make_dataset
 
     root = tmp_path_factory.mktemp("s3logs") / "logs"
-    make_dataset(root, num_scenes=1, seed=3, version=SYNTH_VERSION, sweep_hz=0)
+    make_dataset(root, num_scenes=1, seed=3, version=SYNTH_VERSION, sweep_hz=0, num_keyframes=24)
     return root
 
 
@@ -89,6 +90,7 @@ def test_run_from_s3_logs_to_s3_equals_local_and_names_bad_objects(s3_server, sm
     out = tmp_path / "damaged"
     r = drivegen("run", "--out", out, *_logs(uri, cfg2), "--local")
     issues = RunReader(out).read_table("issues")
+    assert issues is not None, (r.returncode, r.stdout[-3000:])
     named = set(issues.column("file").to_pylist())
     assert f"s3://{image}" in named and f"s3://{sweep}" in named, (named, r.stdout[-2000:])
     assert not any(str(fresh) in (f or "") for f in named)  # never the cache's private path
