@@ -24,6 +24,7 @@ from generator.sources.jaad import read_jaad, read_video
 from generator.families.drama_x.config import DramaImageIntentConfig
 from generator.families.pie.config import PieConfig
 from support.jaad import JAAD, needs_jaad, write_video
+from support.shared import built_once
 
 cv2 = pytest.importorskip("cv2")
 
@@ -71,21 +72,31 @@ def _video(root: Path, vid: str, clip: str | None) -> None:
         (root / "clips" / f"{vid}.mp4").write_bytes(b"\x00not an mp4" * 100)
 
 
-@pytest.fixture(scope="module")
-def jaad_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("jaad_run") / "jaad"
+def _three_videos(root: Path) -> None:
     _video(root, "video_0001", "good")
     _video(root, "video_0002", "broken")
     _video(root, "video_0003", None)
-    return root
+
+
+@pytest.fixture(scope="module")
+def jaad_root(tmp_path_factory) -> Path:
+    """The three videos, made once per test run (``support.shared.built_once``: the module's tests run on several
+    pytest-xdist workers); tests never change them (the resume test changes a copy)."""
+    return built_once(tmp_path_factory, "jaad-videos", lambda folder: _three_videos(folder / "jaad")) / "jaad"
 
 
 @pytest.fixture(scope="module")
 def ray_run(jaad_root, tmp_path_factory):
-    """The three videos through Ray (exit 1: video_0002's clip cannot be decoded)."""
-    out = tmp_path_factory.mktemp("jaad_out") / "run"
-    code = cli(["run", "--out", str(out), "--source", "jaad", "--data", str(jaad_root), "--no-progress"])
-    return code, out
+    """The three videos through Ray (exit 1: video_0002's clip cannot be decoded), once per test run (each worker
+    ran it again: up to four times in one suite run)."""
+
+    def build(folder: Path) -> None:
+        code = cli(["run", "--out", str(folder / "run"), "--source", "jaad", "--data", str(jaad_root),
+                    "--no-progress"])
+        (folder / "exit_code").write_text(str(code))
+
+    folder = built_once(tmp_path_factory, "jaad-ray-run", build)
+    return int((folder / "exit_code").read_text()), folder / "run"
 
 
 def _first_video_run(jaad_root: Path, out: Path, config_yaml: str) -> Path:
@@ -218,23 +229,23 @@ def test_image_intent_in_the_run_needs_the_compensation(ray_run, jaad_root, tmp_
     assert _share(by_half["video_0001_s"], "stationary") >= 0.9, by_half["video_0001_s"]
 
 
-def test_resume_finishes_the_video_once_its_clip_is_fixed(ray_run, jaad_root, tmp_path):
+def test_resume_finishes_the_video_once_its_clip_is_fixed(jaad_root, tmp_path):
+    """A copy of the videos (the module's are shared by its tests) run in process, its broken clip then replaced by
+    a good one: ``--resume`` runs that video alone and leaves the finished ones as they were."""
     import shutil
 
-    _, out = ray_run
-    copy = tmp_path / "run"
-    shutil.copytree(out, copy)
-    before = (copy / "manifest" / "video_0001.json").read_bytes()
-    (jaad_root / "clips" / "video_0002.mp4").unlink()
-    shutil.copy(jaad_root / "clips" / "video_0001.mp4", jaad_root / "clips" / "video_0002.mp4")
-    try:
-        assert cli(["run", "--resume", str(copy), "--local", "--no-progress"]) == 0
-    finally:
-        (jaad_root / "clips" / "video_0002.mp4").write_bytes(b"\x00not an mp4" * 100)
-    assert RunReader(copy).scene_ids() == ["video_0001", "video_0002", "video_0003"]
-    assert (copy / "manifest" / "video_0001.json").read_bytes() == before
-    assert not list((copy / "errors").glob("*.parquet"))
-    assert json.loads((copy / "summary.json").read_text())["scenes"]["skipped"] == 2
+    logs, run = tmp_path / "jaad", tmp_path / "run"
+    shutil.copytree(jaad_root, logs)
+    assert cli(["run", "--out", str(run), "--source", "jaad", "--data", str(logs), "--local", "--no-progress"]) == 1
+    assert RunReader(run).scene_ids() == ["video_0001", "video_0003"]
+    before = (run / "manifest" / "video_0001.json").read_bytes()
+    (logs / "clips" / "video_0002.mp4").unlink()
+    shutil.copy(logs / "clips" / "video_0001.mp4", logs / "clips" / "video_0002.mp4")
+    assert cli(["run", "--resume", str(run), "--local", "--no-progress"]) == 0
+    assert RunReader(run).scene_ids() == ["video_0001", "video_0002", "video_0003"]
+    assert (run / "manifest" / "video_0001.json").read_bytes() == before
+    assert not list((run / "errors").glob("*.parquet"))
+    assert json.loads((run / "summary.json").read_text())["scenes"]["skipped"] == 2
 
 
 def test_export_pie_from_the_run(ray_run, tmp_path):
