@@ -136,10 +136,10 @@ def test_parquet_bytes_depend_on_the_rows_alone():
 # ------------------------------------------------------------------------------------------ end to end
 
 
-def _killed_then_resumed(out: Path, args: list, cfg: Path) -> None:
-    """``drivegen run``, its whole process group SIGKILLed once a scene is committed (or, for a one-scene run,
-    once the scene's stages have begun), then ``drivegen run --resume``."""
-    env = {**os.environ, "TQDM_DISABLE": "1"}
+def _killed_then_resumed(out: Path, args: list, cfg: Path, env: dict) -> None:
+    """``drivegen run`` (``env`` added to this process's), its whole process group SIGKILLed once a scene is
+    committed or its stages have begun, then ``drivegen run --resume``."""
+    env = {**os.environ, "TQDM_DISABLE": "1", **env}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([sys.executable, "-m", "generator.cli", "run", "--out", str(out), *map(str, args),
                              "--config", str(cfg), "--no-progress"], cwd=REPO, env=env, start_new_session=True,
@@ -172,23 +172,27 @@ def test_same_bytes_in_process_on_one_or_two_workers_and_resumed(logs, request, 
     follow it. av2: the real log (one scene) in-process and on two workers. The kill and ``--resume`` run on the
     generated logs alone: the real log's one scene, killed midway, is that scene run again from its start as the
     two-worker run runs it (two more Ray runs of the log, about 25 CPU s, and no other cause)."""
-    if logs == "generated":
-        args = ["--source", "nuscenes", "--data", request.getfixturevalue("short_logs")]
+    if logs == "generated":  # the default job on short_logs (its runs read the logs by the same paths)
+        args, env = ["--scenes", "2"], {"DRIVEGEN_SYNTH_DIR": str(request.getfixturevalue("short_logs_cache"))}
     else:
-        args = ["--source", "av2", "--data", request.getfixturevalue("av2_log")]
+        args, env = ["--source", "av2", "--data", request.getfixturevalue("av2_log")], {}
     cfgs = {n: write_config(tmp_path / f"ray{n}.yaml", {"ray": {"num_cpus": n, "scenes_in_flight": 1}})
             for n in (1, 2)}
     runs = {}
-    r = drivegen("run", "--out", tmp_path / "local", *args, "--local", "--no-progress", timeout=600)
+    r = drivegen("run", "--out", tmp_path / "local", *args, "--local", "--no-progress", env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     runs["in-process"] = data_checksums(tmp_path / "local")
-    out = tmp_path / "ray2"
-    r = drivegen("run", "--out", out, *args, "--config", cfgs[2], "--no-progress", timeout=600)
+    if logs == "generated":
+        # two workers: the embedded default run that tests/pipeline/test_pipeline.py checks, made once per test run
+        out, r = request.getfixturevalue("short_default_run")
+    else:
+        out = tmp_path / "ray2"
+        r = drivegen("run", "--out", out, *args, "--config", cfgs[2], "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     runs["Ray, 2 workers"] = data_checksums(out)
     if logs == "generated":
         # one worker: the run killed and resumed (a separate uninterrupted one-worker run added ~20 s and no cause)
-        _killed_then_resumed(tmp_path / "resumed", args, cfgs[1])
+        _killed_then_resumed(tmp_path / "resumed", args, cfgs[1], env)
         runs["Ray, 1 worker, killed + resumed"] = data_checksums(tmp_path / "resumed")
 
     base = runs["in-process"]

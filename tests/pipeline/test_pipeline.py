@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import ray
 from ray import cloudpickle
 
 from schemas.summary import QACounts, SceneCounts
-from support.pipeline import LocalCluster, assert_same_rows, drivegen, link_synth_cache, write_config
+from support.pipeline import LocalCluster, assert_same_rows, drivegen, write_config
 from generator.pipeline import RunStore, run_pipeline
 from generator.pipeline.core import SceneFinish, Stage
 from generator.runfolder import RunReader, read_table
@@ -379,16 +380,13 @@ def cluster3():
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_default_run_embedded(short_logs, tmp_path):
+def test_default_run_embedded(short_default_run, short_logs_cache, short_logs, tmp_path):
     """``drivegen run --out A`` (generated logs, embedded Ray on 2 CPUs, the default config): its summary is its
     tables' counts, every export is there, and the folder refuses a second run. The same run on a cluster of
-    ``ray start`` nodes gives the same bytes: tests/pipeline/test_cluster.py. The generated logs in the cache are
-    two scenes of every sensor cut to their first 7 s (``short_logs``): the counts agree whatever a scene's
-    length."""
-    cache = link_synth_cache(short_logs, tmp_path / "cache")
-    cfg = write_config(tmp_path / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
-    a = tmp_path / "embedded"
-    r = drivegen("run", "--out", a, "--scenes", 2, "--config", cfg, env={"DRIVEGEN_SYNTH_DIR": str(cache)})
+    ``ray start`` nodes gives the same bytes: tests/pipeline/test_cluster.py; in one process:
+    tests/pipeline/test_determinism.py (the same run). The generated logs in the cache are two scenes of every
+    sensor cut to their first 7 s (``short_logs``): the counts agree whatever a scene's length."""
+    a, r = short_default_run
     assert r.returncode == 0, r.stderr[-3000:]
     assert "scenes: 2 ok, 0 failed, 0 skipped" in r.stdout
     src = json.loads((a / "source.json").read_text())
@@ -414,8 +412,10 @@ def test_default_run_embedded(short_logs, tmp_path):
     assert len({r["question_id"].split("_g")[1] for r in bench_t0}) == summary["families"]["stride_qa"]["groups"]
     assert check_run(a) == []
 
-    # the run folder refuses a second run; --resume of a finished run does nothing and succeeds
-    r = drivegen("run", "--out", a, "--scenes", 2, env={"DRIVEGEN_SYNTH_DIR": str(cache)})
+    # the run folder refuses a second run; --resume of a finished run does nothing and succeeds (on a copy: the run
+    # is shared by the tests)
+    a = Path(shutil.copytree(a, tmp_path / "copy"))
+    r = drivegen("run", "--out", a, "--scenes", 2, env={"DRIVEGEN_SYNTH_DIR": str(short_logs_cache)})
     assert r.returncode == 2 and "already holds a finished run: replace it with drivegen run --overwrite" in r.stderr
     r = drivegen("run", "--resume", a, "--local")
     assert r.returncode == 0 and "0 ok, 0 failed, 2 skipped" in r.stdout

@@ -88,6 +88,36 @@ def short_logs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def short_logs_cache(short_logs, tmp_path_factory) -> Path:
+    """``short_logs`` as the default job's cached generated logs: ``drivegen run --scenes 2`` with this folder as
+    ``DRIVEGEN_SYNTH_DIR`` reads them (the same paths in every run that does, so the same bytes)."""
+    from support.pipeline import link_synth_cache
+
+    return built_once(tmp_path_factory, "short-logs-cache", lambda folder: link_synth_cache(short_logs, folder))
+
+
+@pytest.fixture(scope="session")
+def short_default_run(short_logs_cache, tmp_path_factory):
+    """``drivegen run --out RUN --scenes 2`` on the embedded Ray with 2 CPUs (the default job and config, its
+    logs ``short_logs``), once per test run: (the run folder, the command's exit code, stdout and stderr as a
+    ``CompletedProcess``). Tests read the folder and never change it (one that does copies it)."""
+    import json
+    import subprocess
+
+    from support.pipeline import drivegen, write_config
+
+    def build(folder: Path) -> None:
+        cfg = write_config(folder / "two_cpus.yaml", {"ray": {"num_cpus": 2}})
+        r = drivegen("run", "--out", folder / "run", "--scenes", 2, "--config", cfg, "--no-progress",
+                     env={"DRIVEGEN_SYNTH_DIR": str(short_logs_cache)}, timeout=600)
+        (folder / "command.json").write_text(json.dumps({"code": r.returncode, "out": r.stdout, "err": r.stderr}))
+
+    folder = built_once(tmp_path_factory, "short-default-run", build)
+    c = json.loads((folder / "command.json").read_text())
+    return folder / "run", subprocess.CompletedProcess(["drivegen", "run"], c["code"], c["out"], c["err"])
+
+
+@pytest.fixture(scope="session")
 def minimal_logs(tmp_path_factory) -> Path:
     """Twelve short generated scenes (a few tenths of a CPU second each through the pipeline)."""
     from generator.synth import MINIMAL_SCENES, make_dataset
