@@ -167,15 +167,23 @@ class Sam2Segmenter(Segmenter):
         return self.segment_many([(image, boxes_xyxy, points_uv)])[0]
 
     def segment_many(self, items):
-        out = []
+        """Each image's masks; the images with prompts are encoded in batches of ``sam2.batch_images``. An image
+        without prompts gets none and is never encoded: perception passes every camera image it read, and a
+        camera that sees no object passing the geometric filters would cost a backbone pass (the model's cost)
+        for nothing."""
+        checked = [check_prompts(img, b, p) for img, b, p in items]
+        out: list = [(np.zeros((0, *img.shape[:2]), dtype=bool), np.zeros(0)) for img, _, _ in items]
+        todo = [i for i, (b, _) in enumerate(checked) if len(b)]
         bs = self.cfg.sam2.batch_images
-        for i in range(0, len(items), bs):
-            chunk = items[i:i + bs]
-            checked = [check_prompts(img, b, p) for img, b, p in chunk]
-            feats = self.encode([img for img, _, _ in chunk])
-            hws = [img.shape[:2] for img, _, _ in chunk]
+        for k in range(0, len(todo), bs):
+            chunk = todo[k:k + bs]
+            feats = self.encode([items[i][0] for i in chunk])
+            hws = [items[i][0].shape[:2] for i in chunk]
+            prompts = [checked[i] for i in chunk]
             if self.decode_prompts:  # the batch's images together
-                out.extend(self.decode_many(feats, hws, checked, self.decode_prompts))
+                done = self.decode_many(feats, hws, prompts, self.decode_prompts)
             else:  # one decoder call per image
-                out.extend(self.decode(f, hw, b, p) for f, hw, (b, p) in zip(feats, hws, checked))
+                done = [self.decode(f, hw, b, p) for f, hw, (b, p) in zip(feats, hws, prompts)]
+            for i, res in zip(chunk, done):
+                out[i] = res
         return out

@@ -256,7 +256,8 @@ def _sam2_one_image(seg, feats, hw, boxes, pts):
 def test_sam2_batched_decode_equals_one_call_per_image(nuscenes_demo):
     """``segmentation.sam2.decode_prompts``: the prompts of a batch's images decoded together (in calls of a few
     prompts, an image's prompts split across calls, images of two sizes, prompts with extra points in a group
-    of their own, an image without prompts) give what one decoder call per image gives."""
+    of their own, an image without prompts) give what one decoder call per image gives; an image without
+    prompts is not encoded."""
     try:
         import sam2  # noqa: F401
         from actors.segment.sam2_backend import Sam2Segmenter  # noqa: F401
@@ -289,8 +290,13 @@ def test_sam2_batched_decode_equals_one_call_per_image(nuscenes_demo):
             assert np.allclose(s1, s2, atol=1e-4), (cap, s1, s2)
             assert not len(b) or (m1 != m2).mean() < 1e-4, (cap, (m1 != m2).mean())  # float summation order only
             assert all(m.any() for m in m1)  # a non-trivial comparison: every mask has pixels
-    # what perception asks for: the same masks as crops (cut from the dense masks once)
+    # what perception asks for: the same masks as crops (cut from the dense masks once), the image without prompts
+    # never encoded (it was: a backbone pass for no mask)
+    encoded: list[int] = []
+    encode = seg.encode
+    seg.encode = lambda images: encoded.append(len(images)) or encode(images)
     crops = seg.segment_crops([(im, b, p) for im, (b, p) in zip(imgs, prompts)])
+    assert sum(encoded) == sum(len(b) > 0 for b, _ in prompts) == 3, encoded
     for (m1, s1), (c2, s2) in zip(per_image, crops):
         assert isinstance(c2, CropMasks) and np.array_equal(c2.dense(), m1) and np.allclose(s1, s2, atol=1e-6)
 
