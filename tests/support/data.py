@@ -127,22 +127,26 @@ def minimal_logs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def synth_lidar_detector(synth_root):
+def synth_lidar_detector(synth_root, tmp_path_factory):
     """The weight-free ``lidar`` detector (default ``DetectionConfig`` but for the backend) over the generated logs,
     run once per test run: a detector (frames -> boxes) that runs it on first sight of a list of frames and
-    replays copies of its output afterwards. The tests that score it on every scene share one pass (detection
+    replays its output afterwards, read back from a file of the run's shared temporary root (the tests that use
+    it run on several pytest-xdist workers). The tests that score it on every scene share one pass (detection
     is the costly part; tracking and scoring differ per test)."""
+    import hashlib
+    import pickle
+
     from actors.detect import build_detector
     from schemas.config import DetectionConfig
 
     real = build_detector(DetectionConfig(backend="lidar"))
-    seen: dict[tuple, list] = {}
 
     def detect(frames):
-        key = tuple((f.scene_id, f.token, len(f.lidar_sweeps or ())) for f in frames)
-        if key not in seen:
-            seen[key] = list(real(frames))
-        return [b.copy() for b in seen[key]]
+        key = repr([(f.scene_id, f.token, len(f.lidar_sweeps or ())) for f in frames])
+        name = f"lidar-detections-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        folder = built_once(tmp_path_factory, name,
+                            lambda folder: (folder / "boxes.pkl").write_bytes(pickle.dumps(list(real(frames)))))
+        return pickle.loads((folder / "boxes.pkl").read_bytes())  # fresh copies for each caller
 
     return detect
 
