@@ -154,8 +154,15 @@ def two_gpu_nodes():
 @pytest.mark.ray
 @pytest.mark.slow
 def test_two_gpu_nodes_run_two_model_actors_holding_one_gpu_each(two_gpu_nodes, tmp_path, caplog):
+    """A pool of two model actors: one on each GPU node, each building its model once, working at the same time.
+    The first actor holds its first scene until the second has started (``_wait_for_a_second_actor``): on a loaded
+    machine the first could finish every scene while the second still imported torch (seen on four pytest-xdist
+    workers: one actor ran all four scenes)."""
+    gate = tmp_path / "gate"  # the nodes are processes of this machine: they share its files
+    gate.mkdir()
+    (gate / "deadline").write_text(str(time.time() + GROW_WAIT_SECONDS))
     with caplog.at_level(logging.WARNING, logger="drivegen.pipeline"):
-        counts = _run(two_gpu_nodes.address, tmp_path, n_scenes=4, pool=2)
+        counts = _run(two_gpu_nodes.address, tmp_path, n_scenes=4, pool=2, gate=gate)
     model = [x["model_stage"] for x in counts]
     cpu = [x["cpu_stage"] for x in counts]
     # CPU stages never hold a GPU; every model call ran on an actor holding exactly one
