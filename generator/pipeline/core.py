@@ -251,6 +251,14 @@ def apply_stage(stage: Stage, work: SceneWork, env: StageEnv, mark: bool = True)
     if work.error is not None:
         return work
     if mark:
+        fence = make_fence(env.store, work.epoch)
+        try:
+            if fence is not None:
+                fence()  # a worker of a driver that is gone writes nothing, not even an attempt marker
+        except StaleWriterError as err:  # and works no more: finish_scene reports the scene as stale
+            work.error = StageError.from_exception(err, stage.name, work.scene_id)
+            work.clear()
+            return work
         mark_attempt(env.store, work.scene_id, stage.name)
     t0, wall0 = time.perf_counter(), time.time()
     try:

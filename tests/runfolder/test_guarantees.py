@@ -347,10 +347,12 @@ def test_resume_refuses_a_changed_config_or_source(finished, tmp_path):
 # ------------------------------------------------------------------------------------------ 13
 def test_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finished, tmp_path):
     """After the driver was killed, its Ray workers lived on for seconds and kept committing, racing with an
-    immediate --resume. Each writer carries the run epoch of its driver; a resumed run has a newer one."""
+    immediate --resume. Each writer carries the run epoch of its driver; a resumed run has a newer one. Such a
+    worker neither commits nor starts another stage: a stage's attempt marker written after the resumed run had
+    cleaned up stayed in the finished folder (``_attempts/``, seen with an in-process --resume)."""
     import socket
 
-    from generator.pipeline.core import Questions, SceneWork, StageEnv, finish_scene
+    from generator.pipeline.core import Questions, SceneWork, Stage, StageEnv, apply_stage, finish_scene
     from schemas.tables import write_parquet
 
     out = _copy(finished, tmp_path)
@@ -370,7 +372,12 @@ def test_workers_of_a_killed_driver_cannot_commit_into_the_resumed_run(finished,
 
     with RunLock(store, "drivegen run --resume") as lock:  # the dead driver's lock is taken over
         assert lock.epoch == 8
-        row = finish_scene(late, StageEnv(RunReader(out).config(), store), write)
+        env = StageEnv(RunReader(out).config(), store)
+        ran: list[str] = []
+        staged = apply_stage(Stage("attributes", lambda work, env: ran.append(work.scene_id)),
+                             SceneWork("scene-0000", {}, epoch=7), env)
+        assert staged.error is not None and "epoch 7" in staged.error.message and not ran
+        row = finish_scene(late, env, write)
         assert row["status"] == "stale" and "epoch 7" in row["info"]
     after = _files(out)
     assert {k: v for k, v in after.items() if k not in ("_lock.json",)} == \
