@@ -2,8 +2,8 @@
 
 End to end: every data file of a run (the tables its manifests list, WebDataset shards, the families' exports,
 the dataset card) has the same SHA-256 whether the run went in-process, through Ray with two worker processes,
-or through Ray with one and had its driver's process group SIGKILLed mid-run and was finished with ``--resume``;
-on the generated logs and (in-process and two workers) on the real AV2 excerpt.
+or through Ray with one and had its driver's process group SIGKILLed mid-run and was finished with
+``--resume --local``; on the generated logs and (in-process and two workers) on the real AV2 excerpt.
 
 The two causes, each shown failing without its fix:
   * numpy chose a SIMD or the C library's ``arctan2`` by where malloc put the output (``generator.numerics``);
@@ -138,7 +138,8 @@ def test_parquet_bytes_depend_on_the_rows_alone():
 
 def _killed_then_resumed(out: Path, args: list, cfg: Path, env: dict) -> None:
     """``drivegen run`` (``env`` added to this process's), its whole process group SIGKILLed once a scene is
-    committed or its stages have begun, then ``drivegen run --resume``."""
+    committed or its stages have begun, then ``drivegen run --resume --local``: the run folder a Ray run left,
+    finished in one process (a Ray run with one worker runs its scenes one after another in one process too)."""
     env = {**os.environ, "TQDM_DISABLE": "1", **env}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([sys.executable, "-m", "generator.cli", "run", "--out", str(out), *map(str, args),
@@ -159,7 +160,7 @@ def _killed_then_resumed(out: Path, args: list, cfg: Path, env: dict) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert not (out / "summary.json").exists()  # killed mid-run
-    r = drivegen("run", "--resume", out, "--no-progress", timeout=600)
+    r = drivegen("run", "--resume", out, "--local", "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -191,9 +192,10 @@ def test_same_bytes_in_process_on_one_or_two_workers_and_resumed(logs, request, 
     assert r.returncode == 0, r.stderr[-3000:]
     runs["Ray, 2 workers"] = data_checksums(out)
     if logs == "generated":
-        # one worker: the run killed and resumed (a separate uninterrupted one-worker run added ~20 s and no cause)
+        # one worker, killed, then resumed in one process (a separate uninterrupted one-worker run, and a resume on
+        # Ray, each added a Ray run and no cause)
         _killed_then_resumed(tmp_path / "resumed", args, cfgs[1], env)
-        runs["Ray, 1 worker, killed + resumed"] = data_checksums(tmp_path / "resumed")
+        runs["Ray, 1 worker, killed; resumed in one process"] = data_checksums(tmp_path / "resumed")
 
     base = runs["in-process"]
     assert any(k.startswith("qa/") for k in base) and any(k.startswith("perception/objects/") for k in base)
