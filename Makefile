@@ -10,10 +10,10 @@ OUT ?= out
 PYTEST_ARGS ?=
 # PYTEST_WORKERS: the suite on that many pytest-xdist workers, each taking the next test as it frees (a Ray test
 # leaves cores idle while it waits on its cluster, a node or a subprocess). 3 (default, what CI runs): on 2 cores,
-# 833-834 tests in 729-792 s (three runs) against 778-800 s on 2 workers (three runs), the cores 95-97 % busy
-# (2026-11-29, AMD EPYC); 2 workers were about a third faster than one process (2,075 s against 3,033 s on a
-# slower machine). No test depends on the machine's load (the elastic pool test in
-# tests/pipeline/test_gpu_scheduling.py waits for its second actor). 0: one process.
+# 834 tests in 633 s (2026-11-29, AMD EPYC; 750 s before the inputs were built once per test run, see
+# tests/support/shared.py); 4 workers took 716 s with the cores 96 % busy, 2 workers 778-800 s. 0: one process.
+# No test depends on the machine's load (the model actor pools in tests/pipeline/test_gpu_scheduling.py wait for
+# their second actor). --dist worksteal: whole modules to a worker (--dist loadscope) took 695 s.
 PYTEST_WORKERS ?= 3
 
 .PHONY: setup run test quick bench clean
