@@ -173,28 +173,29 @@ def test_same_bytes_in_process_on_one_or_two_workers_and_resumed(logs, request, 
     follow it. av2: the real log (one scene) in-process and on two workers. The kill and ``--resume`` run on the
     generated logs alone: the real log's one scene, killed midway, is that scene run again from its start as the
     two-worker run runs it (two more Ray runs of the log, about 25 CPU s, and no other cause)."""
-    if logs == "generated":  # the default job on short_logs (its runs read the logs by the same paths)
+    generated = logs == "generated"
+    if generated:  # the default job on short_logs (its runs read the logs by the same paths)
         args, env = ["--scenes", "2"], {"DRIVEGEN_SYNTH_DIR": str(request.getfixturevalue("short_logs_cache"))}
     else:
         args, env = ["--source", "av2", "--data", request.getfixturevalue("av2_log")], {}
-    cfgs = {n: write_config(tmp_path / f"ray{n}.yaml", {"ray": {"num_cpus": n, "scenes_in_flight": 1}})
-            for n in (1, 2)}
     runs = {}
     r = drivegen("run", "--out", tmp_path / "local", *args, "--local", "--no-progress", env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     runs["in-process"] = data_checksums(tmp_path / "local")
-    if logs == "generated":
+    if generated:
         # two workers: the embedded default run that tests/pipeline/test_pipeline.py checks, made once per test run
         out, r = request.getfixturevalue("short_default_run")
     else:
         out = tmp_path / "ray2"
-        r = drivegen("run", "--out", out, *args, "--config", cfgs[2], "--no-progress", timeout=600)
+        cfg = write_config(tmp_path / "ray2.yaml", {"ray": {"num_cpus": 2, "scenes_in_flight": 1}})
+        r = drivegen("run", "--out", out, *args, "--config", cfg, "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     runs["Ray, 2 workers"] = data_checksums(out)
-    if logs == "generated":
+    if generated:
         # one worker, killed, then resumed in one process (a separate uninterrupted one-worker run, and a resume on
         # Ray, each added a Ray run and no cause)
-        _killed_then_resumed(tmp_path / "resumed", args, cfgs[1], env)
+        cfg = write_config(tmp_path / "ray1.yaml", {"ray": {"num_cpus": 1, "scenes_in_flight": 1}})
+        _killed_then_resumed(tmp_path / "resumed", args, cfg, env)
         runs["Ray, 1 worker, killed; resumed in one process"] = data_checksums(tmp_path / "resumed")
 
     base = runs["in-process"]
